@@ -1,0 +1,1 @@
+"""gpudeck's face: the Textual console and the `gpudeck` command line."""

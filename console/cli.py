@@ -1,0 +1,58 @@
+"""The `gpudeck` command line: global options, subcommand discovery, one-line errors."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from jobs import __version__
+
+import console.commands as _commands_pkg
+from console.errors import CliError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpudeck",
+        description="Operator console for a GPU box: see, act, remember.",
+    )
+    parser.add_argument("--version", action="version", version=f"gpudeck {__version__}")
+    parser.add_argument("--demo", action="store_true",
+                        help="use the SIMULATED 8-GPU box instead of NVML")
+    parser.add_argument("--jobs", metavar="FILE", dest="jobs_file",
+                        help="jobs.toml to use (else $GPUDECK_JOBS, ./jobs.toml, ~/.config/gpudeck/jobs.toml)")
+    parser.add_argument("--theme", metavar="NAME", default=None,
+                        help="console theme (gpudeck-dark, gpudeck-light, gpudeck-contrast)")
+    parser.add_argument("--refresh", metavar="SECONDS", type=float, default=1.0,
+                        help="console sampling interval (default 1s)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # Each module in console/commands registers its own subcommand(s): adding a
+    # command never means editing this file.
+    for info in sorted(pkgutil.iter_modules(_commands_pkg.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"console.commands.{info.name}")
+        register = getattr(module, "register", None)
+        if register is not None:
+            register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command is None:
+            from console.app import run_console
+            return run_console(args)
+        return int(args.handler(args) or 0)
+    except CliError as exc:
+        print(f"gpudeck: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

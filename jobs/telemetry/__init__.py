@@ -1,0 +1,1 @@
+"""Telemetry: GPU (NVML or simulated), host (psutil), listening ports -> immutable Snapshots."""
