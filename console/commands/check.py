@@ -1,0 +1,49 @@
+"""`gpudeck check`: validate the jobs file and print every located error, one per line."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from jobs.paths import find_jobs_file
+from jobs.spec import check_jobs, load_jobs, SpecError
+
+from console.errors import CliError
+
+# How many job names the success line lists before it says "and N more".
+_NAMES_SHOWN = 12
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "check",
+        help="validate jobs.toml (syntax, keys, types, needs, cycles)",
+        description="Validate the jobs file. Prints each problem as FILE:LINE:COL: message and exits 1 "
+                    "if there is any; exits 2 if no jobs file is found.",
+    )
+    p.set_defaults(handler=run_check)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    path = find_jobs_file(getattr(args, "jobs_file", None))
+    if path is None:
+        raise CliError("no jobs file: pass --jobs FILE, set GPUDECK_JOBS, or create ./jobs.toml "
+                       "or ~/.config/gpudeck/jobs.toml", code=2)
+    if not path.exists():
+        raise CliError(f"{path}: no such file", code=2)
+    errors = check_jobs(path)
+    if errors:
+        for error in errors:
+            print(error)
+        print(f"gpudeck: {path}: {len(errors)} error{'s' if len(errors) != 1 else ''}", file=sys.stderr)
+        return 1
+    try:
+        jobs_file = load_jobs(path)
+    except SpecError as exc:  # the file changed between the two reads
+        print(exc)
+        return 1
+    names = list(jobs_file.jobs)
+    shown = ", ".join(names[:_NAMES_SHOWN])
+    if len(names) > _NAMES_SHOWN:
+        shown += f", and {len(names) - _NAMES_SHOWN} more"
+    print(f"{path}: {len(names)} job{'s' if len(names) != 1 else ''} OK ({shown})")
+    return 0
