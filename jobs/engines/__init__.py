@@ -1,0 +1,1 @@
+"""Engine-aware jobs: vLLM / SGLang profiles, readiness, serving metrics, discovery, doctor, pivot."""
