@@ -1,0 +1,1 @@
+"""Textual widgets of the console: panels and panes that render core snapshots."""
