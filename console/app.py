@@ -1,0 +1,251 @@
+"""The Textual console: the app, its sampling loop, its views and keys, and how `gpudeck` opens it."""
+from __future__ import annotations
+
+import argparse
+from typing import Any, Iterable, Optional
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.worker import Worker, WorkerState
+
+from jobs.telemetry.snapshot import Snapshot
+
+from console.config import load_console_config
+from console.errors import CliError
+from console.messages import SampleFailed, SamplesCollected
+from console.screens.dashboard import DashboardScreen
+from console.screens.help import HelpScreen
+from console.telemetry_view import TelemetryView
+from themes import DEFAULT_THEME, GPUDECK_THEMES, THEME_CYCLE, is_known_theme, known_theme_names, next_theme
+
+# The views, in the order of their number keys. A new view (the jobs screen…) adds one
+# entry here: (mode name, key, title, screen class). The app binds the key and switches mode.
+VIEWS: list[tuple[str, str, str, type[Screen]]] = [
+    ("dashboard", "1", "Dashboard", DashboardScreen),
+]
+
+HISTORY_CAPACITY = 900   # 15 minutes at the default 1 s refresh: more than the 10 the issue asks
+
+
+class GpuDeckApp(App[int]):
+    TITLE = "gpudeck"
+    CSS = """
+    Screen { background: $background; }
+    """
+
+    BINDINGS = [
+        Binding("q", "quit", "Quit", id="app.quit"),
+        Binding("question_mark", "help", "Help", key_display="?", id="app.help"),
+        Binding("t", "cycle_theme", "Theme", id="app.theme.cycle"),
+        Binding("r", "sample_now", "Refresh", id="app.sample.now"),
+        Binding("p", "toggle_pause", "Pause", id="app.sample.pause"),
+        *[
+            Binding(key, f"show_view('{mode}')", title, show=len(VIEWS) > 1, id=f"app.view.{mode}")
+            for mode, key, title, _ in VIEWS
+        ],
+    ]
+
+    MODES = {mode: screen for mode, _, _, screen in VIEWS}
+    DEFAULT_MODE = VIEWS[0][0]
+
+    def __init__(
+        self,
+        sampler: Any,
+        *,
+        theme: str = DEFAULT_THEME,
+        refresh: float = 1.0,
+        history: Any = None,
+        start_sampling: bool = True,
+    ) -> None:
+        super().__init__()
+        for definition in GPUDECK_THEMES.values():
+            self.register_theme(definition)
+        self.theme = theme
+        self.sampler = sampler
+        self.refresh_s = refresh
+        self.history = history
+        self.start_sampling = start_sampling
+        self.snapshot: Optional[Snapshot] = None
+        self.sample_error: Optional[str] = None
+        self.paused = False
+        self.ticks = 0                     # completed ticks, good or failed (tests wait on it)
+        self._tick_timer: Optional[Timer] = None
+        self._sampling = False             # a worker is out collecting
+
+    # -- sampling loop -----------------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        if self.start_sampling:
+            self._start_tick()
+
+    def _start_tick(self) -> None:
+        if self._sampling:
+            return
+        self._sampling = True
+        self.collect_sample()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="sampling")
+    def collect_sample(self) -> None:
+        """Off the UI thread: ask the core for a snapshot and report the outcome as a message."""
+        try:
+            snapshot = self.sampler.sample()
+        except Exception as exc:  # a broken source must show as stale data, never end the app
+            self.post_message(SampleFailed(f"{type(exc).__name__}: {exc}"))
+        else:
+            self.post_message(SamplesCollected(snapshot))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        # Only if posting itself failed: keep the loop alive rather than freezing silently.
+        if event.worker.group == "sampling" and event.state in (WorkerState.ERROR, WorkerState.CANCELLED):
+            self._tick_done()
+
+    def on_samples_collected(self, message: SamplesCollected) -> None:
+        self.snapshot = message.snapshot
+        self.sample_error = None
+        if self.history is not None:
+            self.history.add(message.snapshot)
+        self._tick_done()
+
+    def on_sample_failed(self, message: SampleFailed) -> None:
+        self.sample_error = message.error
+        self._tick_done()
+
+    def _tick_done(self) -> None:
+        self.ticks += 1
+        self._sampling = False
+        self._push_telemetry()
+        # Re-armed only after a tick completed, so a slow sample never stacks ticks up.
+        if self._tick_timer is not None:
+            self._tick_timer.stop()
+        if not self.paused and self.start_sampling:
+            self._tick_timer = self.set_timer(self.refresh_s, self._start_tick, name="sampling-tick")
+
+    @property
+    def telemetry(self) -> TelemetryView:
+        return TelemetryView(
+            snapshot=self.snapshot,
+            history=self.history,
+            stale=self.sample_error is not None and self.snapshot is not None,
+            error=self.sample_error,
+            paused=self.paused,
+            refresh_s=self.refresh_s,
+        )
+
+    def _push_telemetry(self) -> None:
+        apply = getattr(self.screen, "apply_telemetry", None)
+        if apply is None:
+            # A modal (help, palette) is on top: update the view underneath it.
+            for screen in reversed(self.screen_stack):
+                apply = getattr(screen, "apply_telemetry", None)
+                if apply is not None:
+                    break
+        if apply is not None:
+            apply(self.telemetry)
+
+    # -- actions ----------------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            self.screen.dismiss(None)
+            return
+        keys: list[tuple[str, str]] = []
+        seen: set[str] = set()
+        for key, active in self.screen.active_bindings.items():
+            binding = active.binding
+            if not binding.description or binding.action in seen:
+                continue
+            seen.add(binding.action)
+            keys.append((self.get_key_display(binding), binding.description))
+        keys.append(("ctrl+p", "Command palette (themes, views, refresh…)"))
+        self.push_screen(HelpScreen(keys))
+
+    def action_cycle_theme(self) -> None:
+        self.set_theme(next_theme(self.theme))
+
+    def set_theme(self, name: str) -> None:
+        self.theme = name
+        self.notify(f"theme: {name}", timeout=2)
+
+    def action_sample_now(self) -> None:
+        if self._tick_timer is not None:
+            self._tick_timer.stop()
+        self._start_tick()
+
+    def action_toggle_pause(self) -> None:
+        self.paused = not self.paused
+        if self.paused:
+            if self._tick_timer is not None:
+                self._tick_timer.stop()
+        else:
+            self._start_tick()
+        self._push_telemetry()
+
+    def action_show_view(self, mode: str) -> None:
+        if mode != self.current_mode:
+            self.switch_mode(mode)
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for name in THEME_CYCLE:
+            yield SystemCommand(f"Theme: {name}", f"Switch the console to the {name} theme",
+                                lambda name=name: self.set_theme(name))
+        for mode, key, title, _ in VIEWS:
+            yield SystemCommand(f"View: {title}", f"Show the {title.lower()} (key {key})",
+                                lambda mode=mode: self.action_show_view(mode))
+        yield SystemCommand("Sample now", "Take a telemetry sample immediately", self.action_sample_now)
+        yield SystemCommand("Pause / resume sampling", "Freeze the display, or resume live updates",
+                            self.action_toggle_pause)
+
+
+def make_app(
+    sampler: Any = None,
+    theme: str | None = None,
+    refresh: float = 1.0,
+    *,
+    demo: bool = False,
+    seed: int = 0,
+    history: Any = None,
+    start_sampling: bool = True,
+) -> GpuDeckApp:
+    """The app factory that `gpudeck` and the tests share (no sampler given: build the real or demo one)."""
+    if sampler is None:
+        from jobs.telemetry.sampler import make_sampler
+        sampler = make_sampler(demo=demo, seed=seed)
+    if history is None:
+        from jobs.telemetry.history import History
+        history = History(capacity=HISTORY_CAPACITY)
+    return GpuDeckApp(sampler, theme=theme or DEFAULT_THEME, refresh=refresh,
+                      history=history, start_sampling=start_sampling)
+
+
+def resolve_theme(cli_theme: str | None, config_theme: str | None) -> str:
+    """--theme beats the config file beats the default; an unknown name is a one-line CLI error."""
+    for source, name in (("--theme", cli_theme), ("config.toml theme", config_theme)):
+        if name is None:
+            continue
+        if not is_known_theme(name):
+            choices = ", ".join(known_theme_names()[:3])
+            raise CliError(f"unknown theme {name!r} ({source}); choose one of {choices} "
+                           f"or a Textual built-in theme", code=2)
+        return name
+    return DEFAULT_THEME
+
+
+def run_console(args: argparse.Namespace) -> int:
+    """`gpudeck` with no subcommand: open the console on this box (or the simulated one with --demo)."""
+    config = load_console_config()
+    theme = resolve_theme(getattr(args, "theme", None), config.theme)
+    refresh = float(getattr(args, "refresh", 1.0) or 1.0)
+    if not 0.05 <= refresh <= 3600:
+        raise CliError(f"--refresh must be between 0.05 and 3600 seconds, got {refresh:g}", code=2)
+    from jobs.telemetry.sampler import make_sampler
+    sampler = make_sampler(demo=bool(getattr(args, "demo", False)))
+    try:
+        app = make_app(sampler=sampler, theme=theme, refresh=refresh)
+        result = app.run()
+    finally:
+        sampler.close()
+    return int(result or app.return_code or 0)

@@ -1,0 +1,1 @@
+"""The console's screens: one per view (dashboard, jobs…) plus modal helpers such as help."""

@@ -1,0 +1,66 @@
+"""The one-line header: which box, how many GPUs, SIMULATED when it is, and whether the data is live."""
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+from textual.content import Content
+from textual.widget import Widget
+
+from console.format import safe_text
+from console.telemetry_view import TelemetryView
+
+
+def clock_text(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+class BoxHeaderPanel(Widget):
+    DEFAULT_CSS = """
+    BoxHeaderPanel {
+        dock: top;
+        height: 1;
+        background: $panel;
+        color: $foreground;
+    }
+    """
+
+    def __init__(self, view_title: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.view_title = view_title
+        self.view: Optional[TelemetryView] = None
+        self._shown: object = None
+
+    def apply_telemetry(self, view: TelemetryView) -> None:
+        snap = view.snapshot
+        key = (
+            view.stale, view.error, view.paused, view.refresh_s,
+            None if snap is None else (snap.time, snap.host.name, len(snap.gpus), snap.simulated, snap.gpu_error),
+        )
+        if key != self._shown:
+            self._shown = key
+            self.view = view
+            self.refresh()
+
+    def render(self) -> Content:
+        parts: list = [(" gpudeck ", "bold $primary"), (f"{self.view_title} ", "$text-muted")]
+        view = self.view
+        snap = view.snapshot if view else None
+        if snap is not None:
+            parts.append(f"· {safe_text(snap.host.name, 40)} · ")
+            parts.append(f"{len(snap.gpus)} GPUs " if snap.gpus else ("no GPU ", "$warning"))
+            if snap.simulated:
+                parts.append((" SIMULATED ", "bold reverse $warning"))
+                parts.append(" ")
+        if view is None or (snap is None and not view.error):
+            parts.append(("waiting for the first sample…", "$text-muted"))
+        elif view.stale:
+            since = f" since {clock_text(snap.time)}" if snap else ""
+            parts.append((f" STALE{since} ", "bold reverse $error"))
+            parts.append((f" {safe_text(view.error, 120)}", "$error"))
+        elif view.paused:
+            parts.append((" PAUSED ", "bold reverse $accent"))
+            parts.append(f" at {clock_text(snap.time)}" if snap else "")
+        else:
+            parts.append((f"live · every {view.refresh_s:g}s · {clock_text(snap.time)}", "$text-muted"))
+        return Content.assemble(*parts)

@@ -1,0 +1,215 @@
+"""One GPU's card: a full card in a roomy terminal, a single line in a small one."""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from textual.content import Content
+from textual.widget import Widget
+
+from jobs.telemetry.snapshot import GpuSample
+
+from console.format import NA, hbar, human_bytes, level_style, pct, short_gpu_name, sparkline
+
+# Reasons NVML reports in normal operation: showing them would cry wolf.
+BENIGN_THROTTLE_REASONS = frozenset({
+    "gpu_idle", "idle", "none", "applications_clocks_setting", "app_clocks",
+    "clocks_event_reason_gpu_idle", "clocks_event_reason_applications_clocks_setting",
+})
+
+# A card is this many rows tall (border included); the grid panel needs it to pick a density.
+CARD_HEIGHT = 8
+# Thresholds for colouring: where an operator should look, and where act.
+UTIL_WARN, UTIL_CRIT = 101.0, 101.0     # busy GPUs are good news: util is never alarming
+MEM_WARN, MEM_CRIT = 85.0, 95.0
+TEMP_WARN, TEMP_CRIT = 80.0, 88.0
+POWER_WARN, POWER_CRIT = 90.0, 98.0     # percent of the power limit
+
+
+def active_throttle_reasons(sample: GpuSample) -> list[str]:
+    return [r for r in sample.throttle_reasons if r.lower() not in BENIGN_THROTTLE_REASONS]
+
+
+def _mem_fraction(sample: GpuSample) -> Optional[float]:
+    if sample.mem_used is None or not sample.mem_total:
+        return None
+    return sample.mem_used / sample.mem_total
+
+
+def _power_pct(sample: GpuSample) -> Optional[float]:
+    if sample.power_w is None or not sample.power_limit_w:
+        return None
+    return 100.0 * sample.power_w / sample.power_limit_w
+
+
+def _temp(sample: GpuSample) -> str:
+    return NA if sample.temp is None else f"{sample.temp:.0f}°C"
+
+
+def _power(sample: GpuSample, with_limit: bool) -> str:
+    if sample.power_w is None:
+        return "n/a W"
+    if with_limit and sample.power_limit_w:
+        return f"{sample.power_w:.0f}/{sample.power_limit_w:.0f}W"
+    return f"{sample.power_w:.0f}W"
+
+
+def _mem_text(sample: GpuSample) -> str:
+    if sample.mem_used is None:
+        return NA
+    return f"{human_bytes(sample.mem_used)}/{human_bytes(sample.mem_total)}"
+
+
+def _clock(mhz: Optional[int]) -> str:
+    return NA if mhz is None else f"{mhz}MHz"
+
+
+class GpuCardPanel(Widget):
+    """Renders one GpuSample; redraws only when what it shows changed."""
+
+    DEFAULT_CSS = """
+    GpuCardPanel {
+        height: 1;
+        width: 1fr;
+    }
+    GpuCardPanel.-card {
+        height: 8;
+        border: round $primary 60%;
+        border-title-color: $foreground;
+        border-title-style: bold;
+        border-subtitle-color: $warning;
+        border-subtitle-style: bold;
+        padding: 0 1;
+    }
+    GpuCardPanel.-stale {
+        color: $text-muted;
+    }
+    GpuCardPanel.-card.-stale {
+        border: round $error 60%;
+    }
+    """
+
+    def __init__(self, index: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.index = index
+        self.sample: Optional[GpuSample] = None
+        self.recent_util: Sequence[Optional[float]] = ()
+        self.stale = False
+        self._shown: object = None
+
+    def update_card(self, sample: GpuSample, recent_util: Sequence[Optional[float]], stale: bool) -> None:
+        key = (sample, tuple(recent_util), stale)
+        if key == self._shown:
+            return
+        self._shown = key
+        self.sample = sample
+        self.recent_util = recent_util
+        if stale != self.stale:
+            self.stale = stale
+            self.set_class(stale, "-stale")
+        self._update_titles()
+        self.refresh()
+
+    def set_card_mode(self, card: bool) -> None:
+        self.set_class(card, "-card")
+        self._update_titles()
+
+    def _update_titles(self) -> None:
+        sample = self.sample
+        if sample is None or not self.has_class("-card"):
+            return
+        title = f"GPU {sample.index} · {short_gpu_name(sample.name)}"
+        if self.stale:
+            title += " · STALE"
+        self.border_title = title
+        self.border_subtitle = "SIMULATED" if sample.simulated else None
+
+    def render(self) -> Content:
+        sample = self.sample
+        if sample is None:
+            return Content.styled(f"GPU {self.index}: waiting for the first sample…", "$text-muted")
+        if self.size.height <= 1:
+            return self._render_line(sample, self.size.width)
+        return self._render_card(sample, self.size.width)
+
+    # -- one line per GPU (small terminals) --------------------------------------------------
+
+    def _render_line(self, s: GpuSample, width: int) -> Content:
+        parts: list[tuple[str, str] | str] = []
+        used = 0
+
+        def add(text: str, style: str = "") -> None:
+            nonlocal used
+            parts.append((text, style) if style else text)
+            used += len(text)
+
+        mem_frac = _mem_fraction(s)
+        mem_pct = None if mem_frac is None else mem_frac * 100
+        sim = s.simulated
+        throttled = active_throttle_reasons(s)
+        tail_sim = 4 if sim else 0
+        # Fixed fields first; whatever width is left goes to the bars and the sparkline.
+        name = short_gpu_name(s.name)[:8]
+        add(f"{s.index:>1} ", "bold")
+        add(f"{name:<8} ", "$text-muted" if not self.stale else "$text-muted")
+        bar_w = 10 if width >= 72 else 6
+        add(hbar(None if s.util is None else s.util / 100, bar_w), "$primary on $boost")
+        add(f"{pct(s.util)} ")
+        add(hbar(mem_frac, bar_w), f"{level_style(mem_pct, MEM_WARN, MEM_CRIT)} on $boost")
+        mem_text = _mem_text(s) if width >= 72 else pct(mem_pct)
+        add(f" {mem_text:<11} " if width >= 72 else f"{mem_text} ")
+        add(f"{_temp(s):>5} ", level_style(s.temp, TEMP_WARN, TEMP_CRIT))
+        wide = width >= 110
+        power = _power(s, with_limit=wide)
+        if used + len(power) + 1 + tail_sim <= width:
+            add(f"{power:>9} " if wide else f"{power:>5} ", level_style(_power_pct(s), POWER_WARN, POWER_CRIT))
+        if wide and used + 9 + tail_sim <= width:
+            add(f"{_clock(s.sm_clock_mhz):>8} ", "$text-muted")
+        if throttled and used + 4 + tail_sim <= width:
+            add("THR ", "bold $error")
+        sim_label = "SIMULATED" if width - used >= 9 + 12 else "SIM"
+        spark_w = width - used - (len(sim_label) + 1 if sim else 0)
+        if spark_w >= 4:
+            add(sparkline(self.recent_util, spark_w - 1) + " ", "$primary")
+        if sim:
+            add(sim_label, "bold $warning")
+        return Content.assemble(*parts)
+
+    # -- a full card (roomy terminals) -------------------------------------------------------
+
+    def _render_card(self, s: GpuSample, width: int) -> Content:
+        mem_frac = _mem_fraction(s)
+        mem_pct = None if mem_frac is None else mem_frac * 100
+        label_w = 5
+        tail_w = 5  # " 100%"
+        bar_w = max(4, width - label_w - tail_w)
+        mem_text = _mem_text(s)
+        lines: list[Content] = []
+        lines.append(Content.assemble(
+            ("util ", "$text-muted"),
+            (hbar(None if s.util is None else s.util / 100, bar_w), "$primary on $boost"),
+            pct(s.util, 4),
+        ))
+        lines.append(Content.assemble(
+            ("mem  ", "$text-muted"),
+            (hbar(mem_frac, bar_w), f"{level_style(mem_pct, MEM_WARN, MEM_CRIT)} on $boost"),
+            pct(mem_pct, 4),
+        ))
+        fan = "" if s.fan_pct is None else f"  fan {s.fan_pct:.0f}%"
+        lines.append(Content.assemble(
+            (_temp(s), level_style(s.temp, TEMP_WARN, TEMP_CRIT)),
+            ("  ", ""),
+            (_power(s, with_limit=True), level_style(_power_pct(s), POWER_WARN, POWER_CRIT)),
+            ("  " + mem_text, ""),
+            (fan, "$text-muted"),
+        ))
+        lines.append(Content.assemble(
+            ("SM ", "$text-muted"), _clock(s.sm_clock_mhz),
+            ("  mem ", "$text-muted"), _clock(s.mem_clock_mhz),
+        ))
+        throttled = active_throttle_reasons(s)
+        if throttled:
+            lines.append(Content.styled(("throttle: " + ", ".join(throttled))[:width], "bold $error"))
+        else:
+            lines.append(Content.styled("no throttling", "$text-muted"))
+        lines.append(Content.styled(sparkline(self.recent_util, width), "$primary"))
+        return Content("\n").join(lines)

@@ -1,0 +1,129 @@
+"""The host: CPU (total and per core), load, RAM and swap, disk and network rates."""
+from __future__ import annotations
+
+from typing import Optional
+
+from textual.content import Content
+from textual.widget import Widget
+
+from jobs.telemetry.snapshot import HostSample
+
+from console.format import hbar, human_bytes, human_rate, level_style, pct, safe_text
+from console.telemetry_view import TelemetryView
+
+_LEVELS = "▁▂▃▄▅▆▇█"
+# Few cores get a labelled bar each; many cores (a 128-core box) get one glyph each.
+LABELLED_CORES_MAX = 16
+
+
+def _core_glyph(value: float) -> str:
+    return _LEVELS[min(len(_LEVELS) - 1, int(max(value, 0.0) / 100 * len(_LEVELS)))]
+
+
+class HostPanel(Widget):
+    DEFAULT_CSS = """
+    HostPanel {
+        height: auto;
+        border: round $primary;
+        border-title-color: $foreground;
+        border-title-style: bold;
+        padding: 0 1;
+    }
+    HostPanel.-stale { border: round $error; color: $text-muted; }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.border_title = "host"
+        self.host: Optional[HostSample] = None
+        self.message = "waiting for the first sample…"
+        self._shown: object = None
+
+    def apply_telemetry(self, view: TelemetryView) -> None:
+        host = view.snapshot.host if view.snapshot else None
+        key = (host, view.stale, view.error if host is None else None)
+        if key == self._shown:
+            return
+        self._shown = key
+        self.host = host
+        if host is None and view.error:
+            self.message = f"host data unavailable: {view.error}"
+        self.set_class(view.stale, "-stale")
+        self.border_title = f"host · {safe_text(host.name, 60)}" if host else "host"
+        if view.stale:
+            self.border_title += " · STALE"
+        # Height depends on the core count and width: a layout refresh, not just a repaint.
+        self.refresh(layout=True)
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return len(self._lines(width))
+
+    def render(self) -> Content:
+        return Content("\n").join(self._lines(self.size.width))
+
+    def _lines(self, width: int) -> list[Content]:
+        h = self.host
+        if h is None:
+            return [Content.styled(self.message, "$text-muted")]
+        width = max(width, 20)
+        bar_w = max(6, min(30, width // 3))
+        lines = [Content.assemble(
+            ("CPU  ", "$text-muted"),
+            (hbar(None if h.cpu_percent is None else h.cpu_percent / 100, bar_w),
+             f"{level_style(h.cpu_percent, 85, 97)} on $boost"),
+            pct(h.cpu_percent, 4),
+            ("  load ", "$text-muted"),
+            " ".join(f"{v:.2f}" for v in h.load_avg),
+            (f"  {h.cpu_count} cores", "$text-muted"),
+        )]
+        lines.extend(self._core_lines(h, width))
+        mem_frac = h.mem_used / h.mem_total if h.mem_total else None
+        swap_frac = h.swap_used / h.swap_total if h.swap_total else None
+        ram = Content.assemble(
+            ("RAM  ", "$text-muted"),
+            (hbar(mem_frac, bar_w), f"{level_style(None if mem_frac is None else mem_frac * 100, 85, 95)} on $boost"),
+            f" {human_bytes(h.mem_used)}/{human_bytes(h.mem_total)}",
+        )
+        swap = Content.assemble(
+            ("swap ", "$text-muted"),
+            (hbar(swap_frac, min(bar_w, 10)), f"{level_style(None if swap_frac is None else swap_frac * 100, 50, 80)} on $boost"),
+            f" {human_bytes(h.swap_used)}/{human_bytes(h.swap_total)}",
+        )
+        if ram.cell_length + 2 + swap.cell_length <= width:
+            lines.append(Content.assemble(ram, "  ", swap))
+        else:
+            lines.extend([ram, swap])
+        io = Content.assemble(
+            ("disk ", "$text-muted"), f"R {human_rate(h.disk_read_bps)}  W {human_rate(h.disk_write_bps)}",
+            ("   net ", "$text-muted"), f"rx {human_rate(h.net_rx_bps)}  tx {human_rate(h.net_tx_bps)}",
+        )
+        lines.append(io)
+        return lines
+
+    def _core_lines(self, h: HostSample, width: int) -> list[Content]:
+        cores = h.cpu_per_core
+        if not cores:
+            return []
+        if len(cores) <= LABELLED_CORES_MAX:
+            cell_w = 16   # "c12 ██████  97%" plus a gap
+            per_row = max(1, (width + 1) // cell_w)
+            rows: list[Content] = []
+            for start in range(0, len(cores), per_row):
+                cells = []
+                for i, v in enumerate(cores[start:start + per_row], start):
+                    cells.append(Content.assemble(
+                        (f"c{i:<2} ", "$text-muted"),
+                        (hbar(v / 100, 6), f"{level_style(v, 85, 97)} on $boost"),
+                        pct(v, 4), " ",
+                    ))
+                rows.append(Content("").join(cells))
+            return rows
+        # One glyph per core, coloured by load, wrapped to the panel width after a label.
+        label = "core "
+        per_row = max(8, width - len(label))
+        rows = []
+        for start in range(0, len(cores), per_row):
+            chunk = cores[start:start + per_row]
+            glyphs = [(_core_glyph(v), level_style(v, 85, 97)) for v in chunk]
+            rows.append(Content.assemble((label if start == 0 else " " * len(label), "$text-muted"), *glyphs))
+        return rows
