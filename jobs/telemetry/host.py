@@ -1,0 +1,101 @@
+"""The host sampler: CPU, load, RAM, swap, disk and network rates via psutil."""
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Callable, Optional
+
+import psutil
+
+from jobs.telemetry.snapshot import HostSample
+
+
+# /proc/stat counts in 10 ms jiffies: a CPU figure over a shorter window is noise.
+_MIN_CPU_WINDOW_S = 0.1
+
+
+def _loopback(nic: str) -> bool:
+    return nic == "lo" or nic.startswith("lo:")
+
+
+class HostSampler:
+    """`read()` -> HostSample. Rates come from the delta to the previous read (None on the first)."""
+
+    def __init__(self, *, monotonic: Callable[[], float] = time.monotonic, name: Optional[str] = None) -> None:
+        self._monotonic = monotonic
+        self._name = name or socket.gethostname()
+        self._cpu_count = psutil.cpu_count(logical=True) or 0
+        self._prev_at: Optional[float] = None
+        self._prev_disk: Optional[tuple[int, int]] = None
+        self._prev_net: Optional[tuple[int, int]] = None
+        # psutil measures CPU since its previous call: prime it so the first read
+        # covers "since the sampler was built" rather than "since boot".
+        psutil.cpu_percent(percpu=True)
+        self._primed_at = monotonic()
+
+    def _disk_bytes(self) -> Optional[tuple[int, int]]:
+        try:
+            io = psutil.disk_io_counters(perdisk=False)
+        except (OSError, RuntimeError):
+            return None
+        return (io.read_bytes, io.write_bytes) if io is not None else None
+
+    def _net_bytes(self) -> Optional[tuple[int, int]]:
+        try:
+            per_nic = psutil.net_io_counters(pernic=True)
+        except OSError:
+            return None
+        # Loopback traffic (engine <-> its own API server) is not the box's network.
+        rx = tx = 0
+        for nic, c in per_nic.items():
+            if not _loopback(nic):
+                rx += c.bytes_recv
+                tx += c.bytes_sent
+        return rx, tx
+
+    @staticmethod
+    def _rate(now: tuple[int, int] | None, before: tuple[int, int] | None, dt: Optional[float]
+              ) -> tuple[Optional[float], Optional[float]]:
+        if now is None or before is None or not dt or dt <= 0:
+            return None, None
+        # Counters can go backwards (device removed, wrap): report nothing rather than a negative rate.
+        a = (now[0] - before[0]) / dt
+        b = (now[1] - before[1]) / dt
+        return (a if a >= 0 else None), (b if b >= 0 else None)
+
+    def read(self) -> HostSample:
+        now = self._monotonic()
+        dt = None if self._prev_at is None else now - self._prev_at
+        per_core = tuple(psutil.cpu_percent(percpu=True))
+        if self._prev_at is None and now - self._primed_at < _MIN_CPU_WINDOW_S:
+            per_core = ()                      # a few jiffies say nothing: better no figure than 0% or 100%
+        cpu_total = sum(per_core) / len(per_core) if per_core else None
+        try:
+            load = os.getloadavg()
+        except OSError:
+            load = (0.0, 0.0, 0.0)
+        vm = psutil.virtual_memory()
+        sw = psutil.swap_memory()
+        disk = self._disk_bytes()
+        net = self._net_bytes()
+        disk_r, disk_w = self._rate(disk, self._prev_disk, dt)
+        net_rx, net_tx = self._rate(net, self._prev_net, dt)
+        self._prev_at, self._prev_disk, self._prev_net = now, disk, net
+        return HostSample(
+            name=self._name,
+            cpu_percent=cpu_total,
+            cpu_per_core=per_core,
+            cpu_count=self._cpu_count,
+            load_avg=(float(load[0]), float(load[1]), float(load[2])),
+            mem_total=int(vm.total),
+            # "used" as an operator means it: what is not available to new work.
+            mem_used=int(vm.total - vm.available),
+            mem_available=int(vm.available),
+            swap_total=int(sw.total),
+            swap_used=int(sw.used),
+            disk_read_bps=disk_r,
+            disk_write_bps=disk_w,
+            net_rx_bps=net_rx,
+            net_tx_bps=net_tx,
+        )
