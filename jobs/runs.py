@@ -1,0 +1,334 @@
+"""Run directories on disk (stdlib only): one per start of a job — metadata, raw output, arrival times, exit, events, samples.
+
+Layout: <state_dir>/runs/<job>/<run_id>/
+    meta.json      job, spec snapshot, command, env (declared part), host, cwd, created_at,
+                   runner {pid,start}, job {pid,start}, pgid, started_at
+    output.log     stdout+stderr of the job, byte for byte (\\r and all)
+    times          arrival index: lines "OFFSET UNIX_SECOND" — bytes before OFFSET had arrived by then
+    exit.json      exit_code | signal, ended_at, stopped_by_request, leftovers
+    events.jsonl   one JSON object per line: {"t", "event", ...} (JobStarted, StopRequested, ...)
+    samples.jsonl  resource timeline of the job's process tree, about one line a second
+
+Everything here is derived from files, never from memory: any process can read a
+run's state, and a restarted console re-attaches by reading these files.
+"""
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import re
+import secrets
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from jobs import paths
+from jobs.procs import ProcessId, is_alive
+
+META = "meta.json"
+OUTPUT = "output.log"
+TIMES = "times"
+EXIT = "exit.json"
+EVENTS = "events.jsonl"
+SAMPLES = "samples.jsonl"
+
+# A run whose runner has not written its pid after this long never started.
+STARTING_GRACE_S = 15.0
+
+_RUN_ID = re.compile(r"^\d{8}-\d{6}-\d{3}[0-9a-f]{2}$")
+_JOB_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def runs_root(state_dir: Optional[Path] = None) -> Path:
+    return (state_dir or paths.state_dir()) / "runs"
+
+
+def new_run_id(now: Optional[float] = None) -> str:
+    """Sortable by creation time to the millisecond: 20261129-234501-123ab."""
+    now = time.time() if now is None else now
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    millis = int((now % 1) * 1000)
+    return f"{stamp}-{millis:03d}{secrets.token_hex(1)}"
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    # Readers (other CLIs, the console) must never see half a file: write, then rename.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=1, sort_keys=True, default=str)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Optional[dict]:
+    try:
+        with open(path, "r", encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def append_jsonl(path: Path, record: dict) -> None:
+    # One write() of one line on an O_APPEND fd: concurrent writers (runner,
+    # supervisor, stall rules) never interleave inside a line.
+    line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return []
+    records = []
+    for line in raw.splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue            # a torn last line of a killed writer
+        if isinstance(obj, dict):
+            records.append(obj)
+    return records
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What a run is doing now, derived from its files and /proc."""
+
+    state: str                      # starting | running | stopping | exited | stopped | lost
+    job_pid: Optional[int] = None
+    pgid: Optional[int] = None
+    started_at: Optional[float] = None
+    ended_at: Optional[float] = None
+    exit_code: Optional[int] = None
+    signal: Optional[str] = None
+    runner_alive: bool = False
+    job_alive: bool = False
+
+
+class Run:
+    """One run directory. Cheap to construct; every property reads the disk."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.path)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Run) and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @property
+    def job(self) -> str:
+        return self.path.parent.name
+
+    # -- files -----------------------------------------------------------
+    @property
+    def meta_path(self) -> Path:
+        return self.path / META
+
+    @property
+    def log_path(self) -> Path:
+        return self.path / OUTPUT
+
+    @property
+    def times_path(self) -> Path:
+        return self.path / TIMES
+
+    @property
+    def exit_path(self) -> Path:
+        return self.path / EXIT
+
+    @property
+    def events_path(self) -> Path:
+        return self.path / EVENTS
+
+    @property
+    def samples_path(self) -> Path:
+        return self.path / SAMPLES
+
+    def meta(self) -> dict:
+        return read_json(self.meta_path) or {}
+
+    def update_meta(self, **fields: Any) -> dict:
+        data = self.meta()
+        data.update(fields)
+        write_json_atomic(self.meta_path, data)
+        return data
+
+    def exit_record(self) -> Optional[dict]:
+        return read_json(self.exit_path)
+
+    def write_exit(self, record: dict) -> None:
+        write_json_atomic(self.exit_path, record)
+
+    def events(self) -> list[dict]:
+        return read_jsonl(self.events_path)
+
+    def add_event(self, event: str, **fields: Any) -> dict:
+        record = {"t": round(time.time(), 3), "event": event, **fields}
+        append_jsonl(self.events_path, record)
+        return record
+
+    def samples(self) -> list[dict]:
+        return read_jsonl(self.samples_path)
+
+    def stop_requested(self) -> bool:
+        return any(e.get("event") == "StopRequested" for e in self.events())
+
+    # -- identities ------------------------------------------------------
+    def runner_id(self) -> Optional[ProcessId]:
+        return ProcessId.from_jsonable(self.meta().get("runner"))
+
+    def job_id(self) -> Optional[ProcessId]:
+        return ProcessId.from_jsonable(self.meta().get("job_process"))
+
+    # -- arrival times ---------------------------------------------------
+    def arrival_index(self) -> "ArrivalIndex":
+        return ArrivalIndex.load(self.times_path)
+
+    # -- state -----------------------------------------------------------
+    def state(self, now: Optional[float] = None) -> RunState:
+        now = time.time() if now is None else now
+        meta = self.meta()
+        runner = ProcessId.from_jsonable(meta.get("runner"))
+        job = ProcessId.from_jsonable(meta.get("job_process"))
+        runner_alive = runner is not None and is_alive(runner.pid, runner.start)
+        job_alive = job is not None and is_alive(job.pid, job.start)
+        common = dict(job_pid=job.pid if job else None, pgid=meta.get("pgid"),
+                      started_at=meta.get("started_at") or meta.get("created_at"),
+                      runner_alive=runner_alive, job_alive=job_alive)
+        record = self.exit_record()
+        if record is not None:
+            state = "stopped" if record.get("stopped_by_request") else "exited"
+            return RunState(state=state, ended_at=record.get("ended_at"),
+                            exit_code=record.get("exit_code"), signal=record.get("signal"), **common)
+        if runner_alive or job_alive:
+            # A job whose runner was killed still runs (its output still reaches
+            # the log): it is running, unsupervised, not lost.
+            if self.stop_requested():
+                return RunState(state="stopping", **common)
+            return RunState(state="running" if job is not None else "starting", **common)
+        if runner is None and job is None and now - float(meta.get("created_at") or 0) < STARTING_GRACE_S:
+            return RunState(state="starting", **common)
+        return RunState(state="lost", **common)
+
+
+@dataclass(frozen=True)
+class ArrivalIndex:
+    """Maps a byte offset of output.log to the unix second it arrived (to the second)."""
+
+    offsets: tuple[int, ...]
+    times: tuple[float, ...]
+
+    @classmethod
+    def load(cls, path: Path) -> "ArrivalIndex":
+        offsets: list[int] = []
+        stamps: list[float] = []
+        try:
+            with open(path, "rb") as fh:
+                for line in fh:
+                    parts = line.split()
+                    if len(parts) != 2:
+                        continue
+                    try:
+                        offsets.append(int(parts[0]))
+                        stamps.append(float(parts[1]))
+                    except ValueError:
+                        continue
+        except OSError:
+            pass
+        return cls(tuple(offsets), tuple(stamps))
+
+    def time_of(self, offset: int) -> Optional[float]:
+        """When the byte at `offset` had arrived: the first entry whose offset is past it."""
+        i = bisect.bisect_right(self.offsets, offset)
+        return self.times[i] if i < len(self.times) else None
+
+
+# -- listing -------------------------------------------------------------
+
+def job_dir(job: str, state_dir: Optional[Path] = None) -> Path:
+    if not _JOB_NAME.match(job):
+        raise ValueError(f"job name not usable as a directory: {job!r}")
+    return runs_root(state_dir) / job
+
+
+def create_run(job: str, state_dir: Optional[Path] = None) -> Run:
+    parent = job_dir(job, state_dir)
+    parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(20):
+        path = parent / new_run_id()
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return Run(path)
+    raise RuntimeError(f"could not create a run directory under {parent}")
+
+
+def list_runs(job: str, state_dir: Optional[Path] = None) -> list[Run]:
+    """Runs of a job, oldest first."""
+    try:
+        parent = job_dir(job, state_dir)
+        names = os.listdir(parent)
+    except (OSError, ValueError):
+        return []
+    return [Run(parent / n) for n in sorted(names) if _RUN_ID.match(n) and (parent / n).is_dir()]
+
+
+def latest_run(job: str, state_dir: Optional[Path] = None) -> Optional[Run]:
+    runs = list_runs(job, state_dir)
+    return runs[-1] if runs else None
+
+
+def find_run(job: str, run_id: str, state_dir: Optional[Path] = None) -> Optional[Run]:
+    """A run by exact id or by a unique prefix/suffix of it."""
+    runs = list_runs(job, state_dir)
+    exact = [r for r in runs if r.run_id == run_id]
+    if exact:
+        return exact[0]
+    partial = [r for r in runs if r.run_id.startswith(run_id) or r.run_id.endswith(run_id)]
+    return partial[0] if len(partial) == 1 else None
+
+
+def known_jobs(state_dir: Optional[Path] = None) -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(runs_root(state_dir)) if _JOB_NAME.match(n))
+    except OSError:
+        return []
+
+
+def iter_all_runs(state_dir: Optional[Path] = None) -> Iterator[Run]:
+    for job in known_jobs(state_dir):
+        yield from list_runs(job, state_dir)
+
+
+def prune_runs(job: str, keep: int, state_dir: Optional[Path] = None) -> list[Run]:
+    """Delete the oldest finished runs beyond `keep` (log_keep). Live runs are never deleted."""
+    if keep <= 0:
+        return []
+    runs = list_runs(job, state_dir)
+    removed = []
+    for run in runs[:-keep] if len(runs) > keep else []:
+        if run.exit_record() is None and run.state().state not in ("lost",):
+            continue
+        shutil.rmtree(run.path, ignore_errors=True)
+        removed.append(run)
+    return removed

@@ -1,0 +1,492 @@
+"""Start, stop, restart and observe the jobs of a jobs.toml; everything it knows is read back from run directories.
+
+Nothing in a Supervisor's memory matters: a console or CLI that was killed and
+restarted builds a new one and sees the same states, because every fact (pids
+with start times, exit records, stop requests) lives in the run directories.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from jobs import paths
+from jobs.procs import (RUN_TAG, ProcessId, ProcStat, all_stats, cmdline, descendants, group_members,
+                        is_alive, listening_ports, port_owners, signal_group, signal_name, signal_number,
+                        signal_process, tagged)
+from jobs.runs import Run, RunState, create_run, latest_run, list_runs, prune_runs
+from jobs.spec import JobsFile, JobSpec
+
+LIVE_STATES = ("starting", "running", "stopping")
+# `start` waits at most this long for the runner to report the job's pid; past
+# it, start returns anyway and the job shows as "starting".
+START_WAIT_S = 0.8
+# After SIGKILL, how long to keep re-killing and waiting for the tree to vanish.
+KILL_WAIT_S = 10.0
+# How long the runner gets to write exit.json once the job is gone.
+EXIT_RECORD_WAIT_S = 5.0
+# GPU memory of a dead process is released by the driver shortly after exit.
+GPU_RELEASE_WAIT_S = 10.0
+_PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+
+
+class SupervisorError(Exception):
+    """A user-facing failure of start/stop (unknown job, already running...)."""
+
+
+class UnknownJob(SupervisorError):
+    pass
+
+
+class JobAlreadyRunning(SupervisorError):
+    def __init__(self, job: str, run_id: str) -> None:
+        super().__init__(f"{job} is already running (run {run_id}); stop it first or use restart")
+        self.job = job
+        self.run_id = run_id
+
+
+@dataclass(frozen=True)
+class JobState:
+    """One job as every face shows it (`jobs --json`, the console's table)."""
+
+    name: str
+    kind: str
+    state: str                       # idle|starting|running|stopping|exited|stopped|lost
+    pid: Optional[int] = None
+    run_id: Optional[str] = None
+    exit_code: Optional[int] = None
+    signal: Optional[str] = None
+    started_at: Optional[float] = None
+    ended_at: Optional[float] = None
+    port: Optional[int] = None
+    port_open: Optional[bool] = None
+    gpus: tuple[int, ...] = ()
+    runner_alive: bool = False
+    pgid: Optional[int] = None
+
+    @property
+    def live(self) -> bool:
+        return self.state in LIVE_STATES
+
+    def runtime_s(self, now: Optional[float] = None) -> Optional[float]:
+        if self.started_at is None:
+            return None
+        end = self.ended_at if self.ended_at is not None else (now or time.time())
+        return max(0.0, end - self.started_at)
+
+    def to_jsonable(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["gpus"] = list(self.gpus)
+        return data
+
+
+@dataclass(frozen=True)
+class ProcessReport:
+    """A process that stop found still there: named, never silently touched if it is not ours."""
+
+    pid: int
+    command: Optional[str]
+    gpu_mem: Optional[int] = None        # bytes over all GPUs; None: unknown or none
+    gpus: tuple[int, ...] = ()
+    owned: bool = True                   # part of the run (tree or tagged) vs foreign
+
+    def describe(self) -> str:
+        mem = f", {self.gpu_mem / 2**30:.1f} GiB on GPU {','.join(map(str, self.gpus))}" if self.gpu_mem else ""
+        who = "" if self.owned else " (not started by this run; left alone)"
+        return f"pid {self.pid} {self.command or '?'}{mem}{who}"
+
+
+@dataclass
+class StopReport:
+    job: str
+    run_id: Optional[str]
+    was_running: bool
+    signal: Optional[str] = None
+    escalated: bool = False                            # SIGKILL was needed
+    signalled: list[int] = field(default_factory=list)
+    killed: list[int] = field(default_factory=list)
+    remaining: list[ProcessReport] = field(default_factory=list)      # run processes still alive
+    port: Optional[int] = None
+    port_free: Optional[bool] = None                   # None: no port declared
+    port_holders: list[ProcessReport] = field(default_factory=list)
+    gpu_checked: bool = False                          # False: NVML unavailable
+    gpu_unavailable_reason: Optional[str] = None
+    gpu_holders: list[ProcessReport] = field(default_factory=list)   # anything still on the job's GPUs
+    duration_s: float = 0.0
+    message: str = ""
+
+    @property
+    def clean(self) -> bool:
+        """Nothing of the run is alive, its port is free and no process of it holds GPU memory."""
+        return (not self.remaining and self.port_free is not False
+                and not any(h.owned for h in self.gpu_holders))
+
+    def to_jsonable(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["clean"] = self.clean
+        return data
+
+    def lines(self) -> list[str]:
+        out = [self.message] if self.message else []
+        for p in self.remaining:
+            out.append(f"still alive: {p.describe()}")
+        if self.port is not None and self.port_free is False:
+            holders = ", ".join(p.describe() for p in self.port_holders) or "owner unknown"
+            out.append(f"port {self.port} still listening: {holders}")
+        for p in self.gpu_holders:
+            out.append(f"GPU memory still held: {p.describe()}")
+        if not self.gpu_checked and self.was_running:
+            out.append(f"GPU memory not checked: {self.gpu_unavailable_reason or 'NVML unavailable'}")
+        return out
+
+
+def spec_snapshot(spec: JobSpec) -> dict:
+    data = dataclasses.asdict(spec)
+    for key, value in list(data.items()):
+        if isinstance(value, tuple):
+            data[key] = list(value)
+    return data
+
+
+def spec_from_snapshot(data: dict) -> JobSpec:
+    names = {f.name for f in dataclasses.fields(JobSpec)}
+    kwargs = {k: v for k, v in data.items() if k in names}
+    for key in ("gpus", "needs"):
+        if key in kwargs and kwargs[key] is not None:
+            kwargs[key] = tuple(kwargs[key])
+    if isinstance(kwargs.get("cmd"), list):
+        kwargs["cmd"] = tuple(kwargs["cmd"])
+    return JobSpec(**kwargs)
+
+
+def run_processes(run: Run, stats: Optional[dict[int, ProcStat]] = None) -> list[ProcStat]:
+    """Every live, non-zombie process of a run: the runner's subtree, the job's group, and tagged escapees.
+
+    Membership is proven, never assumed: a descendant of the runner's verified
+    identity, a member of the job's group while a verified process of ours is in
+    it, or a process whose environment carries this run's tag.
+    """
+    stats = all_stats() if stats is None else stats
+    meta = run.meta()
+    runner = ProcessId.from_jsonable(meta.get("runner"))
+    job = ProcessId.from_jsonable(meta.get("job_process"))
+    found: dict[int, ProcStat] = {}
+    if runner is not None:
+        for st in descendants(runner, stats):
+            found[st.pid] = st
+    if job is not None:
+        top = stats.get(job.pid)
+        if top is not None and top.start == job.start:
+            found[job.pid] = top
+            for st in descendants(job, stats):
+                found[st.pid] = st
+    earliest = min([p.start for p in (runner, job) if p is not None], default=0)
+    candidates = {pid: st for pid, st in stats.items() if st.start >= earliest and pid not in found}
+    for st in tagged(run.run_id, candidates):
+        found[st.pid] = st
+    pgid = meta.get("pgid")
+    if pgid and found:
+        ours = {st.pid: st.start for st in found.values()}
+        members = group_members(int(pgid), stats)
+        if any(ours.get(m.pid) == m.start for m in members):
+            for m in members:
+                found.setdefault(m.pid, m)
+    if runner is not None:
+        found.pop(runner.pid, None)
+    return [st for st in found.values() if st.state != "Z"]
+
+
+def _host() -> str:
+    return socket.gethostname()
+
+
+class Supervisor:
+    """The jobs of one jobs file, with their runs under one state directory."""
+
+    def __init__(self, jobs_file: JobsFile, state_dir: Optional[Path] = None) -> None:
+        self.jobs_file = jobs_file
+        self.state_dir = Path(state_dir) if state_dir is not None else paths.state_dir()
+
+    # -- lookups -----------------------------------------------------------
+    def spec(self, name: str) -> JobSpec:
+        try:
+            return self.jobs_file.jobs[name]
+        except KeyError:
+            known = ", ".join(self.jobs_file.jobs) or "none"
+            raise UnknownJob(f"no job named {name!r} in {self.jobs_file.path} (jobs: {known})") from None
+
+    def latest(self, name: str) -> Optional[Run]:
+        return latest_run(name, self.state_dir)
+
+    def runs(self, name: str) -> list[Run]:
+        return list_runs(name, self.state_dir)
+
+    def base_dir(self) -> Path:
+        return Path(self.jobs_file.path).resolve().parent
+
+    def job_cwd(self, spec: JobSpec) -> str:
+        """The job's working directory: its `cwd` (relative to the jobs file), else the jobs file's directory."""
+        if spec.cwd:
+            return str((self.base_dir() / os.path.expanduser(spec.cwd)).resolve())
+        return str(self.base_dir())
+
+    def done_path(self, spec: JobSpec) -> Optional[Path]:
+        """`done_when`, relative to the job's working directory (where its command writes it)."""
+        if not spec.done_when:
+            return None
+        return Path(self.job_cwd(spec)) / os.path.expanduser(spec.done_when)
+
+    # -- start ---------------------------------------------------------------
+    def start(self, name: str, *, pipeline: Optional[str] = None) -> str:
+        """Start a run of `name` under a detached runner; returns its run id within about a second."""
+        spec = self.spec(name)
+        current = self.latest(name)
+        if current is not None:
+            st = current.state()
+            if st.state in LIVE_STATES:
+                raise JobAlreadyRunning(name, current.run_id)
+        run = create_run(name, self.state_dir)
+        env = {str(k): str(v) for k, v in spec.env.items()}
+        if spec.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpus)
+        command: Any = spec.cmd if isinstance(spec.cmd, str) else list(spec.cmd)
+        run.update_meta(
+            job=name, run_id=run.run_id, kind=spec.kind, spec=spec_snapshot(spec),
+            command=command, cwd=self.job_cwd(spec), env=env, host=_host(),
+            jobs_file=str(self.jobs_file.path), created_at=time.time(),
+            started_by={"pid": os.getpid(), "user": os.environ.get("USER")},
+            stop_signal=spec.stop_signal, stop_timeout=spec.stop_timeout,
+            port=spec.port, gpus=list(spec.gpus), pipeline=pipeline)
+        runner_env = {k: v for k, v in os.environ.items()
+                      if k not in (RUN_TAG, "GPUDECK_JOB", "GPUDECK_RUN_DIR")}
+        # The runner's own diagnostics (a traceback if it ever fails) go beside the run.
+        with open(run.path / "runner.log", "ab") as diag:
+            launcher = subprocess.Popen(
+                [sys.executable, "-m", "jobs.runner", "--detach", str(run.path)],
+                cwd=str(_PACKAGE_ROOT), env=runner_env, stdin=subprocess.DEVNULL,
+                stdout=diag, stderr=diag, start_new_session=True, close_fds=True)
+        # The launcher forks the real runner and exits: reaping it here leaves no zombie.
+        try:
+            launcher.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        deadline = time.monotonic() + START_WAIT_S
+        while time.monotonic() < deadline:
+            meta = run.meta()
+            if meta.get("job_process") or run.exit_path.exists():
+                break
+            time.sleep(0.01)
+        try:
+            prune_runs(name, spec.log_keep, self.state_dir)
+        except OSError:
+            pass
+        return run.run_id
+
+    # -- states --------------------------------------------------------------
+    def job_state(self, name: str, listening: Optional[dict[int, set[int]]] = None) -> JobState:
+        spec = self.spec(name)
+        listening = listening_ports() if listening is None else listening
+        port_open = (spec.port in listening) if spec.port is not None else None
+        run = self.latest(name)
+        if run is None:
+            return JobState(name=name, kind=spec.kind, state="idle", port=spec.port,
+                            port_open=port_open, gpus=tuple(spec.gpus))
+        rs: RunState = run.state()
+        return JobState(
+            name=name, kind=spec.kind, state=rs.state, pid=rs.job_pid, run_id=run.run_id,
+            exit_code=rs.exit_code, signal=rs.signal, started_at=rs.started_at, ended_at=rs.ended_at,
+            port=spec.port, port_open=port_open, gpus=tuple(spec.gpus), runner_alive=rs.runner_alive,
+            pgid=rs.pgid)
+
+    def job_states(self) -> list[JobState]:
+        listening = listening_ports()
+        return [self.job_state(name, listening) for name in self.jobs_file.jobs]
+
+    def wait(self, name: str, run_id: Optional[str] = None, timeout: Optional[float] = None,
+             poll_s: float = 0.2) -> Optional[dict]:
+        """Block until the run ends (exit record or lost); returns the exit record (None if lost/timeout)."""
+        run = self._run(name, run_id)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            record = run.exit_record()
+            if record is not None:
+                return record
+            if run.state().state == "lost":
+                return None
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            time.sleep(poll_s)
+
+    def _run(self, name: str, run_id: Optional[str]) -> Run:
+        if run_id is None:
+            run = self.latest(name)
+        else:
+            from jobs.runs import find_run
+            run = find_run(name, run_id, self.state_dir)
+        if run is None:
+            raise SupervisorError(f"{name} has no run{' ' + run_id if run_id else ''}")
+        return run
+
+    # -- stop ------------------------------------------------------------------
+    def stop(self, name: str, *, timeout: Optional[float] = None) -> StopReport:
+        """Stop signal to the group, wait, SIGKILL the group and every escapee, then verify."""
+        spec = self.spec(name)
+        started = time.monotonic()
+        run = self.latest(name)
+        if run is None:
+            return self._verify(StopReport(job=name, run_id=None, was_running=False, port=spec.port,
+                                           message=f"{name} was never started by gpudeck; nothing signalled"),
+                                spec, None, started)
+        if run.state().state == "starting":
+            # The runner is about to write the job's pid: stopping before that would miss it.
+            deadline = time.monotonic() + 5.0
+            while run.state().state == "starting" and time.monotonic() < deadline:
+                time.sleep(0.02)
+        procs = run_processes(run)
+        rs = run.state()
+        report = StopReport(job=name, run_id=run.run_id, was_running=bool(procs) or rs.state in LIVE_STATES,
+                            port=spec.port)
+        if not procs:
+            report.message = f"{name} is not running (run {run.run_id} {rs.state})"
+            return self._verify(report, spec, run, started)
+        try:
+            sig = signal_number(spec.stop_signal)
+        except (AttributeError, ValueError):
+            sig = signal.SIGTERM
+        report.signal = signal_name(sig)
+        grace = spec.stop_timeout if timeout is None else timeout
+        run.add_event("StopRequested", by="supervisor", pid=os.getpid(), signal=report.signal,
+                      timeout_s=grace)
+        meta = run.meta()
+        job = ProcessId.from_jsonable(meta.get("job_process"))
+        pgid = meta.get("pgid")
+        ids = [st.identity for st in procs]
+        if pgid:
+            signal_group(int(pgid), sig, ids + ([job] if job else []))
+        if job is not None:
+            signal_process(job, sig)
+        report.signalled = sorted(p.pid for p in ids)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if not run_processes(run):
+                break
+            time.sleep(0.1)
+        left = run_processes(run)
+        if left:
+            report.escalated = True
+            run.add_event("StopEscalated", by="supervisor", signal="SIGKILL", pids=[st.pid for st in left])
+            report.killed = self._kill_all(run)
+        self._await_exit_record(run)
+        report.message = f"stopped {name} (run {run.run_id})" + (" after SIGKILL" if report.escalated else "")
+        return self._verify(report, spec, run, started)
+
+    def _kill_all(self, run: Run) -> list[int]:
+        killed: set[int] = set()
+        deadline = time.monotonic() + KILL_WAIT_S
+        meta = run.meta()
+        pgid = meta.get("pgid")
+        job = ProcessId.from_jsonable(meta.get("job_process"))
+        # Repeat: a dying parent can fork one more child between our scan and its death.
+        while time.monotonic() < deadline:
+            procs = run_processes(run)
+            if not procs:
+                break
+            ids = [st.identity for st in procs]
+            if pgid:
+                signal_group(int(pgid), signal.SIGKILL, ids + ([job] if job else []))
+            for ident in ids:
+                if signal_process(ident, signal.SIGKILL):
+                    killed.add(ident.pid)
+            time.sleep(0.05)
+        return sorted(killed)
+
+    def _await_exit_record(self, run: Run) -> None:
+        deadline = time.monotonic() + EXIT_RECORD_WAIT_S
+        while run.exit_record() is None and time.monotonic() < deadline:
+            runner = run.runner_id()
+            if runner is None or not is_alive(runner.pid, runner.start):
+                break
+            time.sleep(0.05)
+        if run.exit_record() is None:
+            # The runner is gone (killed with the job, or long before): nobody can
+            # know the exit status any more, but it is known that we stopped it.
+            run.write_exit({"exit_code": None, "signal": None, "ended_at": time.time(),
+                            "stopped_by_request": True, "leftovers": [],
+                            "note": "runner was gone; exit status unknown"})
+            run.add_event("JobExited", exit_code=None, signal=None, stopped_by_request=True,
+                          note="recorded by the supervisor")
+
+    def _verify(self, report: StopReport, spec: JobSpec, run: Optional[Run], started: float) -> StopReport:
+        from jobs import gpuprocs
+        left = run_processes(run) if run is not None else []
+        holders = gpuprocs.holders()
+        report.gpu_checked = holders is not None
+        if holders is None:
+            report.gpu_unavailable_reason = gpuprocs.unavailable_reason()
+        ours = {st.pid for st in left}
+        if holders is not None and run is not None:
+            deadline = time.monotonic() + GPU_RELEASE_WAIT_S
+            while time.monotonic() < deadline:
+                tagged_pids = {st.pid for st in tagged(run.run_id)} | ours
+                if not any(h.pid in tagged_pids for h in holders):
+                    break
+                time.sleep(0.2)
+                holders = gpuprocs.holders() or []
+        mem_by_pid: dict[int, list] = {}
+        for h in holders or []:
+            mem_by_pid.setdefault(h.pid, []).append(h)
+        report.remaining = [self._describe(st.pid, mem_by_pid, owned=True) for st in left]
+        if holders is not None:
+            watched = set(spec.gpus) if spec.gpus else {h.gpu for h in holders}
+            owned_pids = ours | ({st.pid for st in tagged(run.run_id)} if run is not None else set())
+            seen = set()
+            for h in holders:
+                if h.gpu in watched and h.pid not in seen:
+                    seen.add(h.pid)
+                    report.gpu_holders.append(self._describe(h.pid, mem_by_pid, owned=h.pid in owned_pids))
+        if spec.port is not None:
+            listening = listening_ports()
+            report.port_free = spec.port not in listening
+            if not report.port_free:
+                report.port_holders = [self._describe(pid, mem_by_pid, owned=pid in ours)
+                                       for pid in port_owners(spec.port)]
+        report.duration_s = round(time.monotonic() - started, 3)
+        if run is not None and report.was_running:
+            run.add_event("StopVerified", clean=report.clean,
+                          remaining=[p.pid for p in report.remaining],
+                          port_free=report.port_free,
+                          gpu_holders=[dataclasses.asdict(p) for p in report.gpu_holders],
+                          gpu_checked=report.gpu_checked)
+        return report
+
+    @staticmethod
+    def _describe(pid: int, mem_by_pid: dict[int, list], owned: bool) -> ProcessReport:
+        entries = mem_by_pid.get(pid, [])
+        mem = sum(h.mem_used or 0 for h in entries) or None
+        return ProcessReport(pid=pid, command=cmdline(pid), gpu_mem=mem,
+                             gpus=tuple(sorted({h.gpu for h in entries})), owned=owned)
+
+    def restart(self, name: str) -> tuple[StopReport, str]:
+        report = self.stop(name)
+        return report, self.start(name)
+
+
+def jobs_payload(supervisor: Supervisor) -> dict:
+    """The `jobs --json` document: {"jobs": [...], "pipelines": [...]}.
+
+    Later features (phase, progress, alerts, serving) add keys to each job dict here.
+    """
+    jobs = [state.to_jsonable() for state in supervisor.job_states()]
+    try:
+        from jobs.pipeline import pipelines_payload
+        pipes = pipelines_payload(supervisor.state_dir)
+    except Exception:           # a broken pipeline record must not hide the jobs
+        pipes = []
+    return {"jobs": jobs, "pipelines": pipes}
