@@ -202,7 +202,7 @@ def serving_gen_rate(serving: Optional[Mapping[str, Any]]) -> Optional[float]:
 
 
 def serving_gen_total(serving: Optional[Mapping[str, Any]]) -> Optional[float]:
-    return _num(serving, "gen_tokens_total", "generation_tokens_total")
+    return _num(serving, "gen_tokens_total", "generation_tokens_total", "gen_total")
 
 
 def suggest_max_jobs(mem_available: int, tree_rss: Optional[int], cpu_count: Optional[int],
@@ -283,10 +283,17 @@ class HealthRules:
                 # vLLM's API server (and SGLang after its watchdog) can outlive a dead
                 # engine for a long time, holding the GPUs: that is a crash already.
                 conditions["crashed"] = self._crash_condition(obs.time, obs.failure, None, None, alive=True)
+        elif "crashed" in self._active:
+            # The tree is gone but the run has not been judged yet (end() comes next): hold the crash.
+            held = self._active["crashed"]
+            conditions["crashed"] = _Condition(since=held.since, message=held.message, cause=held.cause,
+                                               hint=held.hint)
         for warning in obs.warnings:
-            code = warning.get("code")
+            # The log analyzer says {code, message}; the engines' metrics judge says {kind, detail}.
+            code = warning.get("code") or warning.get("kind")
             if code in PASS_THROUGH_WARNINGS and code not in conditions:
-                conditions[code] = _Condition(since=obs.time, message=str(warning.get("message") or code))
+                text = warning.get("message") or warning.get("detail") or code
+                conditions[code] = _Condition(since=obs.time, message=str(text))
         return self._settle(obs.time, conditions)
 
     def end(self, run_end: RunEnd) -> HealthUpdate:

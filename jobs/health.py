@@ -1,0 +1,447 @@
+"""The health of one live run, owned by its runner: log analysis + stall rules each tick -> health.json, events, on_alert."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional
+
+from jobs.stalls import GpuReading, HealthRules, HealthUpdate, Observation, RunEnd
+
+HEALTH = "health.json"
+ON_ALERT_LOG = "on_alert.log"
+
+# The monitor reads at most this much new log per tick, so one tick stays short
+# even when a job floods its log; the rest is read on the next ticks.
+MAX_LOG_READ_PER_TICK = 8 * 1024 * 1024
+# Without health.json (an older runner, a crashed monitor) `jobs --json` analyzes
+# only the tail of the log: the phase and the failure are near the end.
+FALLBACK_TAIL_BYTES = 4 * 1024 * 1024
+
+
+class _NoAnalyzer:
+    """Stands in when the log analyzer cannot be imported: health is judged from processes alone."""
+
+    def feed(self, data: bytes) -> None:
+        pass
+
+    def result(self) -> dict:
+        return {}
+
+
+def make_analyzer() -> Any:
+    try:
+        from jobs.logs.analyze import LogAnalyzer
+    except Exception:      # analyzer missing or broken: degrade to process-only health
+        return _NoAnalyzer()
+    return LogAnalyzer()
+
+
+def as_dict(value: Any) -> Any:
+    """The analyzer's result as plain JSON data, whatever shape it comes in."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if hasattr(value, "to_json") and callable(value.to_json):
+        return as_dict(value.to_json())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: as_dict(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): as_dict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [as_dict(v) for v in value]
+    return str(value)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    # Readers (jobs --json, the console) must never see half a file: write, then rename.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=1, sort_keys=True, default=str)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def append_event(path: Path, record: dict) -> None:
+    # One write() on an O_APPEND fd: lines from the runner and supervisor never interleave.
+    line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def read_meminfo() -> tuple[Optional[int], Optional[int]]:
+    """(MemAvailable, MemTotal) in bytes from /proc/meminfo; (None, None) where it cannot be read."""
+    values: dict[str, int] = {}
+    try:
+        with open("/proc/meminfo", "r", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                key, _, rest = line.partition(":")
+                if key in ("MemAvailable", "MemTotal"):
+                    values[key] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None, None
+    return values.get("MemAvailable"), values.get("MemTotal")
+
+
+def port_listening(port: int) -> Optional[bool]:
+    """Is anything LISTENing on TCP `port` (v4 or v6)? None when /proc/net cannot be read."""
+    seen_any = False
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name, "r", encoding="ascii", errors="replace") as fh:
+                lines = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        seen_any = True
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                return True
+    return False if seen_any else None
+
+
+def _num(d: Mapping[str, Any], *keys: str) -> Optional[float]:
+    for key in keys:
+        v = d.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+    return None
+
+
+def _gpu_readings(sample: Mapping[str, Any]) -> tuple[GpuReading, ...]:
+    """The job's GPUs from a runner sample.
+
+    The runner writes {"gpu": {"util": {"0": 97}, "power_w": {"0": 118.0}, "power_limit_w": {"0": 700}}};
+    a list of per-GPU records [{"index": 0, "util": …, "power_w": …}] is read too.
+    """
+    per_gpu: dict[int, dict[str, Any]] = {}
+    gpu = sample.get("gpu")
+    if isinstance(gpu, Mapping):
+        for field_name in ("util", "power_w", "power_limit_w"):
+            values = gpu.get(field_name)
+            if isinstance(values, Mapping):
+                for key, value in values.items():
+                    try:
+                        per_gpu.setdefault(int(key), {})[field_name] = value
+                    except (TypeError, ValueError):
+                        continue
+    listed = sample.get("gpus")
+    if isinstance(listed, list):
+        for val in listed:
+            if isinstance(val, Mapping) and isinstance(val.get("index"), int):
+                per_gpu.setdefault(val["index"], {}).update(val)
+    return tuple(GpuReading(index=i, util=_num(v, "util", "gpu_util", "sm_util"),
+                            power_w=_num(v, "power_w", "power"),
+                            power_limit_w=_num(v, "power_limit_w", "power_limit"))
+                 for i, v in sorted(per_gpu.items()))
+
+
+class TreeRates:
+    """Turns the runner's cumulative counters (cpu-seconds, bytes read) into rates between samples."""
+
+    def __init__(self) -> None:
+        self._prev: Optional[tuple[float, Optional[float], Optional[float]]] = None
+
+    def update(self, now: float, sample: Mapping[str, Any]) -> tuple[Optional[float], Optional[float]]:
+        cpu_pct = _num(sample, "cpu_percent", "cpu_pct")
+        read_bps = _num(sample, "read_bps", "disk_read_bps", "io_read_bps")
+        cpu_s = _num(sample, "cpu_seconds", "cpu_s", "cpu_time")
+        read_b = _num(sample, "read_bytes", "io_read_bytes", "disk_read_bytes")
+        prev, self._prev = self._prev, (now, cpu_s, read_b)
+        if prev is not None and now > prev[0]:
+            dt = now - prev[0]
+            # A child that exited takes its cpu-seconds with it: a negative delta is "unknown", not idle.
+            if cpu_pct is None and cpu_s is not None and prev[1] is not None and cpu_s >= prev[1]:
+                cpu_pct = (cpu_s - prev[1]) / dt * 100.0
+            if read_bps is None and read_b is not None and prev[2] is not None and read_b >= prev[2]:
+                read_bps = (read_b - prev[2]) / dt
+        return cpu_pct, read_bps
+
+
+class HealthMonitor:
+    """Judges one run each tick and publishes what it finds; everything it knows is also on disk.
+
+    The runner constructs one per run and calls `tick()` about once a second with the
+    sample it just took, then `finish()` once with the exit record. No method raises:
+    a broken rule must never take the job's runner down.
+    """
+
+    def __init__(self, run_dir: Path, *, job: str = "", run_id: str = "", kind: Optional[str] = None,
+                 port: Optional[int] = None, stall_after: Optional[float] = None,
+                 on_alert: Optional[str] = None, clock: Callable[[], float] = time.time,
+                 analyzer: Any = None, meminfo: Callable[[], tuple[Optional[int], Optional[int]]] = read_meminfo,
+                 listening: Callable[[int], Optional[bool]] = port_listening) -> None:
+        self.run_dir = Path(run_dir)
+        self.job = job or self.run_dir.parent.name
+        self.run_id = run_id or self.run_dir.name
+        self.kind = kind or "stage"
+        self.port = port
+        self.on_alert = on_alert
+        self.clock = clock
+        self.analyzer = analyzer if analyzer is not None else make_analyzer()
+        self.meminfo = meminfo
+        self.listening = listening
+        self.rules = HealthRules(kind=self.kind, stall_after=stall_after, job=self.job, run_id=self.run_id)
+        self.rates = TreeRates()
+        self.log_offset = 0
+        self.analysis: dict = {}
+        self.last_error: Optional[str] = None
+        self.ended = False
+        self._children: list[subprocess.Popen] = []
+
+    @classmethod
+    def for_run(cls, run_dir: Path, meta: Optional[Mapping[str, Any]] = None, **overrides: Any) -> "HealthMonitor":
+        """Settings from the run's meta.json (what the supervisor recorded of the spec)."""
+        run_dir = Path(run_dir)
+        if meta is None:
+            try:
+                meta = json.loads((run_dir / "meta.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                meta = {}
+            if not isinstance(meta, Mapping):
+                meta = {}
+        spec = meta.get("spec") if isinstance(meta.get("spec"), Mapping) else {}
+
+        def setting(name: str) -> Any:
+            # The spec snapshot if there is one, else the same key at the top of meta.
+            value = spec.get(name)
+            return meta.get(name) if value is None else value
+
+        port, stall_after = setting("port"), setting("stall_after")
+        settings: dict[str, Any] = dict(
+            job=str(meta.get("job") or run_dir.parent.name),
+            run_id=str(meta.get("run_id") or run_dir.name),
+            kind=setting("kind"),
+            port=int(port) if isinstance(port, (int, float)) and not isinstance(port, bool) else None,
+            stall_after=float(stall_after) if isinstance(stall_after, (int, float)) else None,
+            # the job's own command, else the file-wide default the supervisor recorded
+            on_alert=setting("on_alert") or meta.get("on_alert_default"),
+        )
+        settings.update(overrides)
+        return cls(run_dir, **settings)
+
+    # -- the log ------------------------------------------------------------
+
+    @property
+    def log_path(self) -> Path:
+        return self.run_dir / "output.log"
+
+    def _read_new_log(self) -> int:
+        """Feed only the bytes written since the last tick to the analyzer; return how many."""
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(self.log_offset)
+                data = fh.read(MAX_LOG_READ_PER_TICK)
+        except OSError:
+            return 0
+        if data:
+            self.log_offset += len(data)
+            self.analyzer.feed(data)
+        return len(data)
+
+    def _analyze(self) -> dict:
+        try:
+            result = as_dict(self.analyzer.result())
+        except Exception as exc:            # an analyzer bug costs the log view, not the runner
+            self.last_error = f"analyzer: {type(exc).__name__}: {exc}"
+            return self.analysis
+        return result if isinstance(result, dict) else {}
+
+    # -- ticks --------------------------------------------------------------
+
+    def tick(self, sample: Optional[Mapping[str, Any]] = None, *, alive: bool = True,
+             now: Optional[float] = None) -> Optional[HealthUpdate]:
+        try:
+            return self._tick(sample or {}, alive, self.clock() if now is None else now)
+        except Exception as exc:            # never take the runner down
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            return None
+
+    def _tick(self, sample: Mapping[str, Any], alive: bool, now: float) -> HealthUpdate:
+        self._reap()
+        grew = self._read_new_log()
+        self.analysis = self._analyze()
+        cpu_pct, read_bps = self.rates.update(now, sample)
+        mem_available = mem_total = None
+        if self.kind == "build" or self.analysis.get("phase") == "building":
+            mem_available, mem_total = self.meminfo()
+        obs = Observation(
+            time=now, alive=alive, cpu_percent=cpu_pct, disk_read_bps=read_bps,
+            gpus=_gpu_readings(sample), log_grew=grew,
+            port_listening=self.listening(self.port) if self.port else None,
+            phase=self.analysis.get("phase"), serving=self.analysis.get("serving"),
+            warnings=tuple(w for w in (self.analysis.get("warnings") or ()) if isinstance(w, Mapping)),
+            failure=self.analysis.get("failure"),
+            mem_available=mem_available, mem_total=mem_total, cpu_count=os.cpu_count(),
+            tree_rss=int(_num(sample, "rss", "rss_bytes") or 0) or None,
+        )
+        update = self.rules.observe(obs)
+        self._publish(update, now)
+        return update
+
+    def finish(self, exit_record: Optional[Mapping[str, Any]] = None, *,
+               now: Optional[float] = None) -> Optional[HealthUpdate]:
+        """The run ended: read the rest of the log, then judge the exit (crashed or not)."""
+        now = self.clock() if now is None else now
+        try:
+            while self._read_new_log():
+                pass
+            self.analysis = self._analyze()
+            record = exit_record or {}
+            signal = record.get("signal")
+            if isinstance(signal, str):
+                signal = _signal_number(signal)
+            end = RunEnd(time=float(record.get("ended_at") or now),
+                         exit_code=record.get("exit_code") if isinstance(record.get("exit_code"), int) else None,
+                         signal=signal if isinstance(signal, int) else None,
+                         stopped=bool(record.get("stopped_by_request")),
+                         failure=self.analysis.get("failure"))
+            update = self.rules.end(end)
+            self.ended = True
+            self._publish(update, now)
+            return update
+        except Exception as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            return None
+
+    # -- publishing -----------------------------------------------------------
+
+    def health_record(self, now: float) -> dict:
+        a = self.analysis
+        return {
+            "job": self.job, "run_id": self.run_id, "updated_at": round(now, 3), "ended": self.ended,
+            "phase": a.get("phase"), "progress": a.get("progress"), "engine": a.get("engine"),
+            "failure": a.get("failure"), "serving": a.get("serving"), "warnings": a.get("warnings") or [],
+            "ready_line": a.get("ready_line"),
+            "alerts": [al.to_json() for al in self.rules.active],
+            "history": [al.to_json() for al in self.rules.history],
+            "log_offset": self.log_offset, "error": self.last_error,
+        }
+
+    def _publish(self, update: HealthUpdate, now: float) -> None:
+        for alert in update.raised:
+            pid = self._fire(alert)
+            append_event(self.run_dir / "events.jsonl",
+                         {"t": round(now, 3), "event": "AlertRaised", **alert.to_json(),
+                          **({"on_alert_pid": pid} if pid else {})})
+        for alert in update.cleared:
+            append_event(self.run_dir / "events.jsonl",
+                         {"t": round(now, 3), "event": "AlertCleared", "code": alert.code,
+                          "since": alert.since, "cleared": alert.cleared})
+        write_json_atomic(self.run_dir / HEALTH, self.health_record(now))
+
+    def _fire(self, alert) -> Optional[int]:
+        """Run on_alert detached (own session, no stdin) with the alert in GPUDECK_ALERT_*; output to on_alert.log."""
+        if not self.on_alert:
+            return None
+        env = dict(os.environ)
+        env.update({
+            "GPUDECK_ALERT_CODE": alert.code,
+            "GPUDECK_ALERT_MESSAGE": alert.message,
+            "GPUDECK_ALERT_JOB": alert.job,
+            "GPUDECK_ALERT_RUN_ID": alert.run_id,
+            "GPUDECK_ALERT_SINCE": f"{alert.since:.3f}",
+            "GPUDECK_ALERT_SEVERITY": alert.severity,
+        })
+        if alert.cause:
+            env["GPUDECK_ALERT_CAUSE"] = alert.cause
+        if alert.hint:
+            env["GPUDECK_ALERT_HINT"] = alert.hint
+        # The job's own run tag must not leak: the hook is not part of the run's tree.
+        env.pop("GPUDECK_RUN_ID", None)
+        try:
+            with open(self.run_dir / ON_ALERT_LOG, "ab") as out:
+                child = subprocess.Popen(["/bin/sh", "-c", self.on_alert], env=env, stdin=subprocess.DEVNULL,
+                                         stdout=out, stderr=out, start_new_session=True, close_fds=True,
+                                         cwd=str(self.run_dir))
+        except OSError as exc:
+            self.last_error = f"on_alert: {exc}"
+            return None
+        self._children.append(child)
+        return child.pid
+
+    def _reap(self) -> None:
+        # The runner lives as long as the job: collect finished hooks so they do not linger as zombies.
+        self._children = [c for c in self._children if c.poll() is None]
+
+
+def _signal_number(name: str) -> Optional[int]:
+    import signal as _signal
+    text = name.strip().upper()
+    if text.isdigit():
+        return int(text)
+    if not text.startswith("SIG"):
+        text = "SIG" + text
+    try:
+        return int(getattr(_signal.Signals, text))
+    except AttributeError:
+        return None
+
+
+# -- readers (jobs --json, the console) ------------------------------------------
+
+def read_health(run_dir: Path) -> Optional[dict]:
+    try:
+        data = json.loads((Path(run_dir) / HEALTH).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def analyze_tail(run_dir: Path, tail_bytes: int = FALLBACK_TAIL_BYTES) -> dict:
+    """A one-off analysis of the end of a run's log, for runs without health.json."""
+    analyzer = make_analyzer()
+    path = Path(run_dir) / "output.log"
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - tail_bytes))
+            if size > tail_bytes:
+                fh.readline()              # start on a line boundary
+            while True:
+                chunk = fh.read(1024 * 1024)
+                if not chunk:
+                    break
+                analyzer.feed(chunk)
+    except OSError:
+        return {}
+    try:
+        result = as_dict(analyzer.result())
+    except Exception:
+        return {}
+    return result if isinstance(result, dict) else {}
+
+
+def job_health(run_dir: Optional[Path]) -> dict:
+    """{phase, progress, alerts} for a job's latest run: health.json if the runner wrote one, else the log's tail."""
+    if run_dir is None:
+        return {"phase": None, "progress": None, "alerts": []}
+    health = read_health(run_dir)
+    if health is not None:
+        return {"phase": health.get("phase"), "progress": health.get("progress"),
+                "alerts": list(health.get("alerts") or []), "failure": health.get("failure"),
+                "serving": health.get("serving")}
+    analysis = analyze_tail(run_dir)
+    alerts: list[dict] = []
+    try:
+        record = json.loads((Path(run_dir) / "exit.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        record = None
+    if isinstance(record, dict):
+        # The run ended with no monitor: judge its exit the way the monitor would have.
+        rules = HealthRules(job=Path(run_dir).parent.name, run_id=Path(run_dir).name)
+        signal = record.get("signal")
+        signal = _signal_number(signal) if isinstance(signal, str) else signal
+        rules.end(RunEnd(time=float(record.get("ended_at") or time.time()),
+                         exit_code=record.get("exit_code") if isinstance(record.get("exit_code"), int) else None,
+                         signal=signal if isinstance(signal, int) else None,
+                         stopped=bool(record.get("stopped_by_request")), failure=analysis.get("failure")))
+        alerts = [a.to_json() for a in rules.active]
+    return {"phase": analysis.get("phase"), "progress": analysis.get("progress"), "alerts": alerts,
+            "failure": analysis.get("failure"), "serving": analysis.get("serving")}
+

@@ -1,0 +1,152 @@
+"""HealthMonitor on real run directories and real on_alert processes, with an explicit clock."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs.health import HealthMonitor, job_health, read_health
+
+
+class ScriptedAnalyzer:
+    """Records every byte fed; answers whatever the test sets."""
+
+    def __init__(self) -> None:
+        self.fed = bytearray()
+        self.feeds = 0
+        self.answer: dict = {"phase": "loading", "progress": None, "failure": None, "warnings": []}
+
+    def feed(self, data: bytes) -> None:
+        self.fed += data
+        self.feeds += 1
+
+    def result(self) -> dict:
+        return dict(self.answer)
+
+
+def wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "runs" / "sglang" / "20261129-120000-000ab"
+    d.mkdir(parents=True)
+    (d / "output.log").write_bytes(b"")
+    return d
+
+
+def append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as fh:
+        fh.write(data)
+
+
+def env_dump_command(out: Path) -> str:
+    return f"env | grep ^GPUDECK_ALERT_ | sort > {out}.tmp && mv {out}.tmp {out}"
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+
+
+def test_quiet_run_raises_stalled_once_writes_health_and_fires_on_alert(run_dir, tmp_path):
+    analyzer = ScriptedAnalyzer()
+    hook_out = tmp_path / "alert.env"
+    mon = HealthMonitor(run_dir, kind="engine", port=1, stall_after=5, on_alert=env_dump_command(hook_out),
+                        analyzer=analyzer, listening=lambda port: False)
+    t0 = 1_800_000_000.0
+    append(run_dir / "output.log", b"Load weight begin. avail mem=70.00 GB\nLoading shards: 3/8\n")
+    raised = []
+    for i in range(9):
+        up = mon.tick({"cpu_s": 12.5, "read_bytes": 4096, "rss": 10 ** 9}, alive=True, now=t0 + i)
+        raised += [a.code for a in up.raised]
+    assert raised == ["stalled"]
+    health = read_health(run_dir)
+    assert health["phase"] == "loading"
+    [alert] = health["alerts"]
+    assert alert["code"] == "stalled" and alert["since"] == t0 and alert["job"] == "sglang"
+    assert "port is not listening" in alert["message"]
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events] == ["AlertRaised"] and events[0]["on_alert_pid"] > 0
+    env = read_env_file(wait_for(lambda: hook_out.exists() and hook_out, what="on_alert output"))
+    assert env["GPUDECK_ALERT_CODE"] == "stalled"
+    assert env["GPUDECK_ALERT_JOB"] == "sglang"
+    assert env["GPUDECK_ALERT_RUN_ID"] == "20261129-120000-000ab"
+    assert float(env["GPUDECK_ALERT_SINCE"]) == t0
+    assert "no sign of life" in env["GPUDECK_ALERT_MESSAGE"]
+
+
+def test_only_new_log_bytes_are_fed_and_growth_is_life(run_dir):
+    analyzer = ScriptedAnalyzer()
+    mon = HealthMonitor(run_dir, stall_after=3, analyzer=analyzer, listening=lambda port: None)
+    t0 = 1_800_000_000.0
+    written = b""
+    for i in range(20):
+        chunk = f"step {i}/20 loss=0.{i}\r".encode() * (i % 3)   # some ticks write nothing
+        append(run_dir / "output.log", chunk)
+        written += chunk
+        up = mon.tick({"cpu_s": 1.0}, alive=True, now=t0 + i)
+        if i % 3:
+            assert not up.active
+    assert bytes(analyzer.fed) == written
+    assert mon.log_offset == len(written)
+
+
+def test_crash_at_the_end_carries_cause_and_hint_to_health_and_hook(run_dir, tmp_path):
+    analyzer = ScriptedAnalyzer()
+    hook_out = tmp_path / "crash.env"
+    mon = HealthMonitor(run_dir, kind="train", on_alert=env_dump_command(hook_out), analyzer=analyzer)
+    t0 = 1_800_000_000.0
+    mon.tick({"cpu_s": 3.0}, alive=True, now=t0)
+    analyzer.answer = {"phase": "failed", "failure": {
+        "cause": "cuda_oom", "line": 7, "message": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB",
+        "hint": "reduce the batch size or free the GPU"}}
+    mon.tick({"cpu_s": 3.0}, alive=False, now=t0 + 1)
+    up = mon.finish({"exit_code": 1, "signal": None, "ended_at": t0 + 1.2, "stopped_by_request": False},
+                    now=t0 + 1.5)
+    assert [a.code for a in up.raised] == ["crashed"]
+    health = read_health(run_dir)
+    assert health["ended"] is True
+    [alert] = health["alerts"]
+    assert alert["cause"] == "cuda_oom" and alert["hint"] == "reduce the batch size or free the GPU"
+    env = read_env_file(wait_for(lambda: hook_out.exists() and hook_out, what="on_alert output"))
+    assert env["GPUDECK_ALERT_CODE"] == "crashed" and env["GPUDECK_ALERT_CAUSE"] == "cuda_oom"
+
+
+def test_a_broken_analyzer_never_raises_out_of_tick(run_dir):
+    class Exploding(ScriptedAnalyzer):
+        def result(self):
+            raise RuntimeError("boom")
+
+    mon = HealthMonitor(run_dir, analyzer=Exploding(), stall_after=2)
+    append(run_dir / "output.log", b"hello\n")
+    for i in range(4):
+        mon.tick({"cpu_s": 0.0}, alive=True, now=100.0 + i)
+    assert "boom" in read_health(run_dir)["error"]
+
+
+def test_settings_come_from_meta_spec_with_file_default_on_alert(run_dir):
+    (run_dir / "meta.json").write_text(json.dumps({
+        "job": "sglang", "run_id": run_dir.name, "on_alert_default": "notify-send x",
+        "spec": {"kind": "engine", "port": 30000, "stall_after": 42.0, "on_alert": None}}))
+    mon = HealthMonitor.for_run(run_dir, analyzer=ScriptedAnalyzer())
+    assert (mon.kind, mon.port, mon.rules.stall_after, mon.on_alert) == ("engine", 30000, 42.0, "notify-send x")
+
+
+def test_jobs_health_without_health_json_judges_the_exit(run_dir):
+    append(run_dir / "output.log", b"building...\n[12/480] nvcc ...\n")
+    (run_dir / "exit.json").write_text(json.dumps({"exit_code": 137, "signal": "SIGKILL", "ended_at": 5.0,
+                                                   "stopped_by_request": False}))
+    health = job_health(run_dir)
+    [alert] = health["alerts"]
+    assert alert["code"] == "crashed" and alert["cause"] == "host_oom"
+    assert job_health(None) == {"phase": None, "progress": None, "alerts": []}
