@@ -1,0 +1,54 @@
+"""`gpudeck status [--json]`: one snapshot of the box (GPUs, host, listening ports), no UI."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+
+from jobs.telemetry.sampler import make_sampler
+from jobs.telemetry.status import render_status_text, status_payload
+
+from console.errors import CliError
+
+# Rates (CPU %, disk and network bytes/s) need two readings; this is the gap between them.
+_DEFAULT_INTERVAL_S = 0.5
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "status",
+        help="one snapshot of GPUs, host and listening ports",
+        description="Print the box's GPUs (NVML), host CPU/RAM/IO and listening TCP ports with their owners. "
+                    "With --demo the SIMULATED 8-GPU box is shown instead. Exits 0 even without a GPU "
+                    "(gpu_error says why) unless --require-gpu is given.",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--interval", type=float, default=_DEFAULT_INTERVAL_S, metavar="SECONDS",
+                   help=f"seconds between the two readings rates are computed from (default {_DEFAULT_INTERVAL_S}; "
+                        "0 = one reading, rates null)")
+    p.add_argument("--require-gpu", action="store_true",
+                   help="exit 3 with a one-line reason when no GPU can be read")
+    p.set_defaults(handler=run_status)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    if args.interval < 0:
+        raise CliError("--interval must be >= 0", code=2)
+    sampler = make_sampler(demo=bool(getattr(args, "demo", False)))
+    try:
+        snapshot = sampler.sample()
+        if not sampler.simulated and args.interval > 0:
+            # A timed wait between two readings, not a hope: the rates are defined over it.
+            threading.Event().wait(args.interval)
+            snapshot = sampler.sample()
+    finally:
+        sampler.close()
+    if args.json:
+        json.dump(status_payload(snapshot), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(render_status_text(snapshot))
+    if args.require_gpu and not snapshot.gpus:
+        raise CliError(f"no GPU telemetry: {snapshot.gpu_error or 'no GPU reported'}", code=3)
+    return 0
