@@ -224,6 +224,8 @@ def _toml_error(path: Path, text: str, exc: Exception) -> SpecError:
         reason = _TOML_END_RE.sub("", message).strip() + " at end of file"
     else:
         line, col, reason = 1, None, message
+    if reason == "Illegal character '\\n'":
+        reason += " (a string left open? close the quote, or use \"\"\" for text over several lines)"
     return SpecError(path, line, col, f"TOML syntax: {_one_line(reason)}")
 
 
@@ -320,6 +322,7 @@ class _Locator:
                 i += 2  # "]]"
                 name = tuple(parts)
                 self._record_parents(name, start)
+                self._record(name, start, start)
                 index = self.array_table_counts.get(name, 0)
                 self.array_table_counts[name] = index + 1
                 table = name + (index,)
@@ -501,7 +504,11 @@ class _Validator:
         jobs_table = doc.get("jobs")
         jobs: dict[str, JobSpec] = {}
         if jobs_table is None:
-            self.errors.append(SpecError(self.path, 1, None, "no [jobs.NAME] tables: declare at least one job"))
+            if self.errors:
+                pass  # likely a misspelt [jobs...] table, already reported with a suggestion
+            else:
+                self.errors.append(SpecError(self.path, 1, None,
+                                             "no [jobs.NAME] tables: declare at least one job"))
         elif not isinstance(jobs_table, dict):
             self.error(f"'jobs' must be a table of [jobs.NAME] tables, got {_type_name(jobs_table)}", ("jobs",))
         else:
@@ -967,7 +974,10 @@ def _show(value: Any, limit: int = 60) -> str:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(text.split()) if ("\n" in text or "\r" in text) else text
+    """Escape control characters so that an error is always exactly one printable line."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
 def _dig(document: Any, path: tuple) -> Any:
