@@ -168,6 +168,15 @@ class LaunchArgs:
     extra: dict[str, str] = field(default_factory=dict)
 
 
+# Flags that take no value, so the token after them (often the model) is not eaten.
+_BOOLEAN_FLAGS = {
+    "enforce-eager", "trust-remote-code", "enable-metrics", "enable-prefix-caching",
+    "no-enable-prefix-caching", "disable-log-stats", "disable-log-requests", "enable-chunked-prefill",
+    "skip-server-warmup", "disable-cuda-graph", "enable-torch-compile", "enable-auto-tool-choice",
+    "headless", "disable-radix-cache", "enable-dp-attention", "disable-custom-all-reduce",
+}
+
+
 def _options(args: Sequence[str]) -> tuple[dict[str, str], list[str]]:
     """--key value / --key=value / -k value -> {key: value}; bare flags -> 'true'; plus positionals."""
     opts: dict[str, str] = {}
@@ -180,6 +189,8 @@ def _options(args: Sequence[str]) -> tuple[dict[str, str], list[str]]:
             key = key.replace("_", "-")
             if eq:
                 opts[key] = val
+            elif key in _BOOLEAN_FLAGS:
+                opts[key] = "true"
             elif i + 1 < len(args) and not (args[i + 1].startswith("-") and not _looks_numeric(args[i + 1])):
                 opts[key] = args[i + 1]
                 i += 1
