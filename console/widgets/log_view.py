@@ -7,7 +7,6 @@ from pathlib import Path
 
 from rich.cells import cell_len
 from rich.segment import Segment
-from rich.style import Style
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -21,50 +20,24 @@ from textual.strip import Strip
 from textual.widgets import Input, Static
 from textual.worker import get_current_worker
 
+from jobs.logs.sanitize import sanitize_line
+
 from console.widgets.log_index import IndexState, LogIndex, LogSearch
 
-try:  # D's core sanitiser is the single definition of "terminal-safe"
-    from jobs.logs.sanitize import sanitize_line as _core_sanitize_line  # type: ignore
-except Exception:  # pragma: no cover - until jobs/logs/sanitize.py lands
-    _core_sanitize_line = None
-
-_ESCAPE = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]"            # CSI (colours, cursor moves, erase)
-    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC (titles, hyperlinks, clipboard)
-    r"|\x1b[P^_X][^\x1b]*(?:\x1b\\)?"       # DCS / PM / APC / SOS strings
-    r"|\x1b[ -/]*[0-~]?"                    # any other ESC sequence, or a lone ESC
-    r"|\x9b[0-?]*[ -/]*[@-~]"               # 8-bit CSI
-)
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+# Belt and braces after the core sanitiser: nothing below 0x20 ever reaches Rich.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # Longest display line kept after decoding: beyond this the view is pointless
 # and cell-width arithmetic gets slow.
 MAX_DISPLAY_CHARS = 8192
 
 
-def _local_sanitize_line(raw: bytes) -> str:
-    """Terminal-safe text of one raw line (fallback for the core sanitiser)."""
-    text = raw.decode("utf-8", "replace")
-    if "\r" in text:
-        # What a terminal leaves visible after `\r` redraws: the last non-empty segment.
-        segments = [s for s in text.split("\r") if s]
-        text = segments[-1] if segments else ""
-    if "\x1b" in text or "\x9b" in text:
-        text = _ESCAPE.sub("", text)
+def sanitize_for_display(raw: bytes) -> str:
+    """One raw log line as text that cannot move the cursor or inject escapes (tabs expanded)."""
+    text = sanitize_line(raw, MAX_DISPLAY_CHARS)
     if "\t" in text:
         text = text.expandtabs(8)
-    return _CONTROL.sub("\ufffd", text)
-
-
-def sanitize_for_display(raw: bytes) -> str:
-    """One raw log line as text that cannot move the cursor or inject escapes."""
-    if _core_sanitize_line is not None:
-        text = _core_sanitize_line(raw)
-        # Belt and braces: whatever the core returns, nothing below 0x20 reaches Rich.
-        text = _CONTROL.sub("\ufffd", text.replace("\t", " " * 8)) if _CONTROL.search(text) or "\t" in text else text
-    else:
-        text = _local_sanitize_line(raw)
-    if len(text) > MAX_DISPLAY_CHARS:
-        text = text[:MAX_DISPLAY_CHARS]
+    if _CONTROL.search(text):
+        text = _CONTROL.sub("\ufffd", text)
     return text
 
 
