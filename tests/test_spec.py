@@ -275,12 +275,9 @@ def test_docs_have_examples():
     assert len(doc_examples()) >= 3
 
 
-@pytest.mark.parametrize("index", range(12))
-def test_docs_example_loads(tmp_path, index):
-    examples = doc_examples()
-    if index >= len(examples):
-        pytest.skip("fewer examples")
-    load_jobs(write(tmp_path, examples[index]))
+@pytest.mark.parametrize("example", doc_examples(), ids=lambda text: text.split("\n", 1)[0])
+def test_docs_example_loads(tmp_path, example):
+    assert load_jobs(write(tmp_path, example)).jobs
 
 
 # ---------------------------------------------------------------------------
