@@ -354,13 +354,22 @@ class HealthMonitor:
             env["GPUDECK_ALERT_HINT"] = alert.hint
         # The job's own run tag must not leak: the hook is not part of the run's tree.
         env.pop("GPUDECK_RUN_ID", None)
-        try:
-            with open(self.run_dir / ON_ALERT_LOG, "ab") as out:
-                child = subprocess.Popen(["/bin/sh", "-c", self.on_alert], env=env, stdin=subprocess.DEVNULL,
-                                         stdout=out, stderr=out, start_new_session=True, close_fds=True,
-                                         cwd=str(self.run_dir))
-        except OSError as exc:
-            self.last_error = f"on_alert: {exc}"
+        child = None
+        # bash like the jobs' own string commands (jobs.toml documents it so); sh where there is no bash.
+        for shell in ("bash", "/bin/sh"):
+            try:
+                with open(self.run_dir / ON_ALERT_LOG, "ab") as out:
+                    child = subprocess.Popen([shell, "-c", self.on_alert], env=env, stdin=subprocess.DEVNULL,
+                                             stdout=out, stderr=out, start_new_session=True, close_fds=True,
+                                             cwd=str(self.run_dir))
+                break
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                self.last_error = f"on_alert: {exc}"
+                return None
+        if child is None:
+            self.last_error = "on_alert: no shell to run it"
             return None
         self._children.append(child)
         return child.pid

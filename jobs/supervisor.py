@@ -263,7 +263,9 @@ class Supervisor:
             jobs_file=str(self.jobs_file.path), created_at=time.time(),
             started_by={"pid": os.getpid(), "user": os.environ.get("USER")},
             stop_signal=spec.stop_signal, stop_timeout=spec.stop_timeout,
-            port=spec.port, gpus=list(spec.gpus), pipeline=pipeline)
+            port=spec.port, gpus=list(spec.gpus), pipeline=pipeline,
+            # resolved here (job's own, else the file-wide default): the runner fires it with no jobs.toml at hand
+            on_alert=self.jobs_file.alert_command(name))
         runner_env = {k: v for k, v in os.environ.items()
                       if k not in (RUN_TAG, "GPUDECK_JOB", "GPUDECK_RUN_DIR")}
         # The runner's own diagnostics (a traceback if it ever fails) go beside the run.
@@ -483,10 +485,24 @@ def jobs_payload(supervisor: Supervisor) -> dict:
 
     Later features (phase, progress, alerts, serving) add keys to each job dict here.
     """
-    jobs = [state.to_jsonable() for state in supervisor.job_states()]
+    jobs = []
+    for state in supervisor.job_states():
+        data = state.to_jsonable()
+        data.update(_health_fields(supervisor, state))
+        jobs.append(data)
     try:
         from jobs.pipeline import pipelines_payload
         pipes = pipelines_payload(supervisor.state_dir)
     except Exception:           # a broken pipeline record must not hide the jobs
         pipes = []
     return {"jobs": jobs, "pipelines": pipes}
+
+
+def _health_fields(supervisor: Supervisor, state: JobState) -> dict:
+    """phase, progress, alerts (and failure, serving) of the job's latest run, from its health.json."""
+    from jobs.health import job_health
+    run = supervisor.latest(state.name) if state.run_id else None
+    try:
+        return job_health(run.path if run is not None else None)
+    except Exception as exc:      # a corrupt run dir must not hide the job
+        return {"phase": None, "progress": None, "alerts": [], "health_error": str(exc)}
