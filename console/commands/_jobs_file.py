@@ -1,0 +1,38 @@
+"""Shared by the job commands: load the jobs file and build a Supervisor, or fail with one line."""
+from __future__ import annotations
+
+import argparse
+
+from jobs.paths import find_jobs_file
+
+from console.errors import CliError
+
+NO_JOBS_FILE = ("no jobs file: pass --jobs FILE, set GPUDECK_JOBS, or create ./jobs.toml "
+                "or ~/.config/gpudeck/jobs.toml")
+
+
+def load_jobs_file(args: argparse.Namespace):
+    path = find_jobs_file(getattr(args, "jobs_file", None))
+    if path is None:
+        raise CliError(NO_JOBS_FILE, code=2)
+    if not path.exists():
+        raise CliError(f"{path}: no such file", code=2)
+    from jobs.spec import SpecError, load_jobs
+    try:
+        return load_jobs(path)
+    except SpecError as exc:
+        # The first located error is enough here; `gpudeck check` lists them all.
+        raise CliError(f"{exc} (run `gpudeck check` for every problem)", code=2) from None
+
+
+def supervisor(args: argparse.Namespace):
+    from jobs.supervisor import Supervisor
+    return Supervisor(load_jobs_file(args))
+
+
+def known_job(sup, name: str) -> None:
+    from jobs.supervisor import UnknownJob
+    try:
+        sup.spec(name)
+    except UnknownJob as exc:
+        raise CliError(str(exc), code=2) from None

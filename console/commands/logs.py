@@ -1,0 +1,124 @@
+"""`gpudeck logs JOB [-n N] [-f] [--run ID]`: a run's output as the job wrote it, made safe for the terminal."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import BinaryIO, Optional
+
+from jobs.logs.follow import LogFollower, LogLine, follow, tail_offset
+from jobs.logs.sanitize import MAX_LINE_CHARS, sanitize_line
+from jobs.paths import find_jobs_file
+
+from console.errors import CliError
+
+# Keep up to this much of a \r-redrawn long line's last segment to show it at the end.
+_TAIL_KEEP = 64 * 1024
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("logs", help="print a job's output (sanitised); -f follows",
+                       description="Print the output of JOB's latest run (or --run ID) as the job wrote it, "
+                                   "with escape sequences and control characters removed and \\r progress "
+                                   "redraws collapsed. Lines over 16K characters are cut for display; the "
+                                   "run's output.log keeps every byte.")
+    p.add_argument("job", metavar="JOB")
+    p.add_argument("-n", "--lines", type=int, default=None, metavar="N", help="only the last N lines")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing new output until the run ends")
+    p.add_argument("--run", metavar="ID", default=None, help="a run id (or a unique part of one)")
+    p.set_defaults(handler=run_logs)
+
+
+class LinePrinter:
+    """Writes LogLines to a byte stream: sanitised, huge lines shown once and cut, never held whole."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+        self.encoding = "utf-8"
+        self._long_head: Optional[str] = None     # shown text of the first piece of a long line
+        self._long_bytes = 0
+        self._long_tail: Optional[bytes] = None   # since the last \r of a long redrawn line
+
+    def write(self, line: LogLine) -> None:
+        if not line.complete or self._long_head is not None:
+            self._piece(line)
+            return
+        self._emit(sanitize_line(line.data))
+
+    def _piece(self, line: LogLine) -> None:
+        if self._long_head is None:
+            self._long_head = sanitize_line(line.data)
+            self._long_bytes = 0
+            self._long_tail = None
+        self._long_bytes += len(line.data)
+        cut = line.data.rfind(b"\r")
+        if cut >= 0:
+            self._long_tail = line.data[cut + 1:][-_TAIL_KEEP:]
+        elif self._long_tail is not None:
+            self._long_tail = (self._long_tail + line.data)[-_TAIL_KEEP:]
+        if line.complete:
+            if self._long_tail is not None:
+                # A progress bar redrawn for hours without a newline: show its last state.
+                self._emit(sanitize_line(self._long_tail))
+            else:
+                head = self._long_head[:MAX_LINE_CHARS]
+                self._emit(f"{head} …[line of {self._long_bytes} bytes, cut for display]")
+            self._long_head = None
+            self._long_tail = None
+
+    def finish(self) -> None:
+        if self._long_head is not None:
+            self._emit(f"{self._long_head[:MAX_LINE_CHARS]} …[unfinished line of {self._long_bytes} bytes]")
+            self._long_head = None
+
+    def _emit(self, text: str) -> None:
+        self.out.write(text.encode(self.encoding, "replace") + b"\n")
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+def _find_run(args: argparse.Namespace):
+    from jobs.runs import find_run, latest_run, list_runs
+    path = find_jobs_file(getattr(args, "jobs_file", None))
+    if path is not None and path.exists():
+        from console.commands._jobs_file import load_jobs_file
+        jobs_file = load_jobs_file(args)
+        if args.job not in jobs_file.jobs and not list_runs(args.job):
+            raise CliError(f"no job named {args.job!r} in {jobs_file.path}", code=2)
+    elif not list_runs(args.job):
+        # Logs are read from the state directory; without a jobs file there is
+        # still something to show if the job ever ran.
+        from console.commands._jobs_file import NO_JOBS_FILE
+        raise CliError(NO_JOBS_FILE if path is None else f"{path}: no such file", code=2)
+    run = find_run(args.job, args.run) if args.run else latest_run(args.job)
+    if run is None:
+        raise CliError(f"{args.job} has no run {args.run}" if args.run else f"{args.job} has never run", code=1)
+    return run
+
+
+def run_logs(args: argparse.Namespace) -> int:
+    if args.lines is not None and args.lines < 0:
+        raise CliError("-n must be 0 or more", code=2)
+    run = _find_run(args)
+    offset = tail_offset(run.log_path, args.lines) if args.lines is not None else 0
+    printer = LinePrinter(sys.stdout.buffer)
+    if args.follow:
+        def ended() -> bool:
+            return run.exit_record() is not None or run.state().state == "lost"
+        for line in follow(run.log_path, offset, done=ended, poll_s=0.2):
+            printer.write(line)
+            printer.flush()
+    else:
+        follower = LogFollower(run.log_path, offset)
+        while True:
+            lines = follower.read()
+            if not lines:
+                break
+            for line in lines:
+                printer.write(line)
+        tail = follower.flush()
+        if tail is not None:
+            printer.write(tail)
+    printer.finish()
+    printer.flush()
+    return 0

@@ -1,0 +1,27 @@
+"""`gpudeck start JOB`: start a detached run and print its id at once."""
+from __future__ import annotations
+
+import argparse
+
+from console.commands._jobs_file import known_job, supervisor
+from console.errors import CliError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("start", help="start a job (detached: it outlives this command and the console)",
+                       description="Start JOB under its own runner and print the run id. Returns at once; "
+                                   "the job keeps running after gpudeck exits.")
+    p.add_argument("job", metavar="JOB")
+    p.set_defaults(handler=run_start)
+
+
+def run_start(args: argparse.Namespace) -> int:
+    from jobs.supervisor import SupervisorError
+    sup = supervisor(args)
+    known_job(sup, args.job)
+    try:
+        run_id = sup.start(args.job)
+    except SupervisorError as exc:
+        raise CliError(str(exc)) from None
+    print(run_id)
+    return 0

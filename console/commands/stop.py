@@ -1,0 +1,56 @@
+"""`gpudeck stop JOB`: stop signal, grace, SIGKILL of the whole tree, then proof that nothing is left."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from console.commands._jobs_file import known_job, supervisor
+from console.errors import CliError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("stop", help="stop a job started by gpudeck and verify nothing of it remains",
+                       description="Send the job's stop signal to its process group, wait its stop_timeout, "
+                                   "SIGKILL every process of the run (including ones that left the group), "
+                                   "then verify: no process alive, port free, no GPU memory held. Exits 1 if "
+                                   "anything of the run remains. Processes gpudeck did not start are reported, "
+                                   "never signalled.")
+    p.add_argument("job", metavar="JOB")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="grace period before SIGKILL (default: the job's stop_timeout)")
+    p.add_argument("--json", action="store_true", help="print the stop report as JSON")
+    p.set_defaults(handler=run_stop)
+
+
+def print_report(report, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(report.to_jsonable(), indent=1, default=str))
+    else:
+        for line in report.lines():
+            print(line)
+    if not report.clean:
+        print(f"gpudeck: {report.job}: something of the run remains (see above)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_stop(args: argparse.Namespace) -> int:
+    from jobs.supervisor import SupervisorError
+    sup = supervisor(args)
+    known_job(sup, args.job)
+    stop_active_pipeline(sup, args.job)
+    try:
+        report = sup.stop(args.job, timeout=args.timeout)
+    except SupervisorError as exc:
+        raise CliError(str(exc)) from None
+    return print_report(report, args.json)
+
+
+def stop_active_pipeline(sup, job: str) -> None:
+    """Stopping a pipeline's target stops the pipeline too (it stops its current stage itself)."""
+    from jobs.pipeline import latest_pipeline, stop_pipeline
+    pipe = latest_pipeline(job, sup.state_dir)
+    if pipe is not None and pipe.state() == "running":
+        if stop_pipeline(pipe):
+            print(f"asked pipeline {pipe.pipeline_id} for {job} to stop")

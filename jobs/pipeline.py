@@ -1,0 +1,304 @@
+"""Pipelines: run a job after everything it `needs`, as a detached stdlib-only process that advances with no console open.
+
+`start_pipeline()` writes <state_dir>/pipelines/<target>/<id>/meta.json (the
+stages and a snapshot of their specs) and launches `python -m jobs.pipeline
+--detach DIR`, which runs each stage in dependency order: skip it when its
+`done_when` path exists, else start it (through the Supervisor, so it is an
+ordinary run with its own run directory) and wait for its exit; stop at the
+first failure. Progress is events.jsonl; the end is result.json.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from jobs import paths
+from jobs.procs import ProcessId, identity, is_alive, signal_process
+from jobs.runs import append_jsonl, new_run_id, read_json, read_jsonl, write_json_atomic
+
+META = "meta.json"
+EVENTS = "events.jsonl"
+RESULT = "result.json"
+POLL_S = 0.5
+_PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+
+
+class PipelineError(Exception):
+    """A pipeline that cannot be planned or started (unknown job, cycle, one already running)."""
+
+
+def pipelines_root(state_dir: Optional[Path] = None) -> Path:
+    return (state_dir or paths.state_dir()) / "pipelines"
+
+
+def plan(jobs_file, target: str) -> list[str]:
+    """`target` after everything it needs, transitively; dependencies first, ties in file order."""
+    if target not in jobs_file.jobs:
+        raise PipelineError(f"no job named {target!r} in {jobs_file.path}")
+    order: list[str] = []
+    state: dict[str, int] = {}        # 1 visiting, 2 done
+
+    def visit(name: str, chain: list[str]) -> None:
+        if state.get(name) == 2:
+            return
+        if state.get(name) == 1:
+            raise PipelineError("dependency cycle: " + " -> ".join(chain + [name]))
+        if name not in jobs_file.jobs:
+            raise PipelineError(f"{chain[-1]} needs unknown job {name!r}")
+        state[name] = 1
+        for dep in jobs_file.jobs[name].needs:
+            visit(dep, chain + [name])
+        state[name] = 2
+        order.append(name)
+
+    visit(target, [])
+    return order
+
+
+@dataclass
+class Pipeline:
+    """One pipeline directory; all state is read from its files."""
+
+    path: Path
+
+    @property
+    def pipeline_id(self) -> str:
+        return self.path.name
+
+    @property
+    def target(self) -> str:
+        return self.path.parent.name
+
+    def meta(self) -> dict:
+        return read_json(self.path / META) or {}
+
+    def events(self) -> list[dict]:
+        return read_jsonl(self.path / EVENTS)
+
+    def result(self) -> Optional[dict]:
+        return read_json(self.path / RESULT)
+
+    def add_event(self, event: str, **fields) -> None:
+        append_jsonl(self.path / EVENTS, {"t": round(time.time(), 3), "event": event, **fields})
+
+    def process(self) -> Optional[ProcessId]:
+        return ProcessId.from_jsonable(self.meta().get("process"))
+
+    def state(self) -> str:
+        """running | succeeded | failed | stopped | lost (process gone without a result)."""
+        result = self.result()
+        if result is not None:
+            if result.get("ok"):
+                return "succeeded"
+            return "stopped" if result.get("stopped") else "failed"
+        proc = self.process()
+        if proc is None:
+            created = float(self.meta().get("created_at") or 0)
+            return "running" if time.time() - created < 15 else "lost"
+        return "running" if is_alive(proc.pid, proc.start) else "lost"
+
+    def to_jsonable(self) -> dict:
+        meta = self.meta()
+        stages = {name: {"name": name, "status": "pending", "run_id": None, "exit_code": None}
+                  for name in meta.get("stages", [])}
+        current = None
+        for ev in self.events():
+            stage = stages.get(ev.get("stage"))
+            if stage is None:
+                continue
+            kind = ev.get("event")
+            if kind == "StageSkipped":
+                stage["status"] = "skipped"
+            elif kind == "StageStarted":
+                stage.update(status="running", run_id=ev.get("run_id"))
+                current = ev.get("stage")
+            elif kind == "StageFinished":
+                stage.update(status="succeeded" if ev.get("ok") else "failed",
+                             exit_code=ev.get("exit_code"), run_id=ev.get("run_id") or stage["run_id"])
+        result = self.result() or {}
+        state = self.state()
+        return {
+            "id": self.pipeline_id, "target": self.target, "state": state,
+            "stages": list(stages.values()), "current": current if state == "running" else None,
+            "failed_stage": result.get("failed_stage"), "started_at": meta.get("created_at"),
+            "ended_at": result.get("ended_at"),
+        }
+
+
+def list_pipelines(target: Optional[str] = None, state_dir: Optional[Path] = None) -> list[Pipeline]:
+    """Pipelines (of one target, or all), oldest first."""
+    root = pipelines_root(state_dir)
+    targets = [target] if target else (sorted(os.listdir(root)) if root.is_dir() else [])
+    found: list[Pipeline] = []
+    for name in targets:
+        d = root / name
+        if d.is_dir():
+            found.extend(Pipeline(d / p) for p in sorted(os.listdir(d)) if (d / p).is_dir())
+    return sorted(found, key=lambda p: p.pipeline_id)
+
+
+def latest_pipeline(target: str, state_dir: Optional[Path] = None) -> Optional[Pipeline]:
+    found = list_pipelines(target, state_dir)
+    return found[-1] if found else None
+
+
+def pipelines_payload(state_dir: Optional[Path] = None) -> list[dict]:
+    """The latest pipeline of each target, for `jobs --json` and the console."""
+    latest: dict[str, Pipeline] = {}
+    for p in list_pipelines(None, state_dir):
+        latest[p.target] = p
+    return [p.to_jsonable() for p in latest.values()]
+
+
+def start_pipeline(supervisor, target: str) -> Pipeline:
+    """Plan, record and launch a detached pipeline for `target`; returns at once."""
+    from jobs.supervisor import spec_snapshot
+    stages = plan(supervisor.jobs_file, target)
+    current = latest_pipeline(target, supervisor.state_dir)
+    if current is not None and current.state() == "running":
+        raise PipelineError(f"a pipeline for {target} is already running ({current.pipeline_id})")
+    parent = pipelines_root(supervisor.state_dir) / target
+    parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        path = parent / new_run_id()
+        try:
+            path.mkdir()
+            break
+        except FileExistsError:
+            continue
+    pipe = Pipeline(path)
+    write_json_atomic(path / META, {
+        "target": target, "stages": stages, "created_at": time.time(),
+        "jobs_file": str(supervisor.jobs_file.path), "state_dir": str(supervisor.state_dir),
+        "specs": {name: spec_snapshot(supervisor.jobs_file.jobs[name]) for name in stages},
+        "vars": dict(getattr(supervisor.jobs_file, "vars", {}) or {}),
+    })
+    with open(path / "pipeline.log", "ab") as diag:
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "jobs.pipeline", "--detach", str(path)],
+            cwd=str(_PACKAGE_ROOT), env={k: v for k, v in os.environ.items() if k != "GPUDECK_RUN_ID"},
+            stdin=subprocess.DEVNULL, stdout=diag, stderr=diag, start_new_session=True, close_fds=True)
+    try:
+        launcher.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    return pipe
+
+
+def stop_pipeline(pipe: Pipeline) -> bool:
+    """Ask a running pipeline to stop (it stops its current stage and records the result)."""
+    proc = pipe.process()
+    return proc is not None and signal_process(proc, signal.SIGTERM)
+
+
+class PipelineRunner:
+    """The detached process: runs the stages of one pipeline directory."""
+
+    def __init__(self, path: Path) -> None:
+        self.pipe = Pipeline(Path(path))
+        self.stop_requested = False
+
+    def _supervisor(self):
+        from jobs.spec import JobsFile
+        from jobs.supervisor import Supervisor, spec_from_snapshot
+        meta = self.pipe.meta()
+        specs = {name: spec_from_snapshot(data) for name, data in meta["specs"].items()}
+        jobs_file = JobsFile(path=Path(meta["jobs_file"]), jobs=specs, vars=meta.get("vars") or {})
+        return Supervisor(jobs_file, state_dir=Path(meta["state_dir"]))
+
+    def main(self) -> int:
+        signal.signal(signal.SIGHUP, lambda *_: None)
+        signal.signal(signal.SIGINT, lambda *_: None)
+        signal.signal(signal.SIGTERM, self._on_term)
+        me = identity(os.getpid())
+        meta = self.pipe.meta()
+        meta["process"] = me.to_jsonable() if me else None
+        write_json_atomic(self.pipe.path / META, meta)
+        sup = self._supervisor()
+        self.pipe.add_event("PipelineStarted", stages=meta["stages"])
+        for stage in meta["stages"]:
+            if self.stop_requested:
+                return self._finish(False, stage, stopped=True)
+            spec = sup.spec(stage)
+            done = sup.done_path(spec)
+            if done is not None and done.exists():
+                self.pipe.add_event("StageSkipped", stage=stage, reason=f"{done} exists")
+                continue
+            from jobs.supervisor import JobAlreadyRunning
+            try:
+                run_id = sup.start(stage, pipeline=self.pipe.pipeline_id)
+            except JobAlreadyRunning as exc:
+                run_id = exc.run_id         # started by hand meanwhile: wait for that run
+            except Exception as exc:
+                self.pipe.add_event("StageFailedToStart", stage=stage, error=str(exc))
+                return self._finish(False, stage, error=str(exc))
+            self.pipe.add_event("StageStarted", stage=stage, run_id=run_id)
+            record = self._wait(sup, stage, run_id)
+            code = record.get("exit_code") if record else None
+            ok = record is not None and code == 0
+            self.pipe.add_event("StageFinished", stage=stage, run_id=run_id, ok=ok, exit_code=code,
+                                signal=(record or {}).get("signal"),
+                                stopped=bool((record or {}).get("stopped_by_request")))
+            if not ok:
+                return self._finish(False, stage, exit_code=code, signal=(record or {}).get("signal"),
+                                    stopped=self.stop_requested or bool((record or {}).get("stopped_by_request")))
+        return self._finish(True, None)
+
+    def _on_term(self, *_) -> None:
+        self.stop_requested = True
+
+    def _wait(self, sup, stage: str, run_id: str) -> Optional[dict]:
+        from jobs.runs import find_run
+        run = find_run(stage, run_id, sup.state_dir)
+        stop_sent = False
+        while run is not None:
+            record = run.exit_record()
+            if record is not None:
+                return record
+            if run.state().state == "lost":
+                return None
+            if self.stop_requested and not stop_sent:
+                stop_sent = True
+                self.pipe.add_event("StageStopRequested", stage=stage, run_id=run_id)
+                sup.stop(stage)
+                continue
+            time.sleep(POLL_S)
+        return None
+
+    def _finish(self, ok: bool, failed_stage: Optional[str], **extra) -> int:
+        result = {"ok": ok, "failed_stage": failed_stage, "ended_at": time.time(), **extra}
+        write_json_atomic(self.pipe.path / RESULT, result)
+        self.pipe.add_event("PipelineFinished", **result)
+        return 0 if ok else 1
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    detach = "--detach" in args
+    args = [a for a in args if a != "--detach"]
+    if len(args) != 1:
+        print("usage: python -m jobs.pipeline [--detach] PIPELINE_DIR", file=sys.stderr)
+        return 2
+    if detach and os.fork() > 0:
+        os._exit(0)
+    runner = PipelineRunner(Path(args[0]))
+    try:
+        return runner.main()
+    except Exception:
+        traceback.print_exc()
+        try:
+            runner._finish(False, None, error=traceback.format_exc(limit=8))
+        except OSError:
+            pass
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
