@@ -10,6 +10,9 @@ import psutil
 from jobs.telemetry.snapshot import ProcInfo
 
 _CMDLINE_MAX = 4096       # a vLLM command line can be huge; the UI never needs more than this
+# Between fork and exec a child shows its parent's (or an empty) command line; facts read
+# that young are re-read on later ticks until the process is older than this.
+_SETTLE_S = 2.0
 
 
 def in_host_pid_namespace(proc_root: str = "/proc") -> bool:
@@ -43,7 +46,7 @@ def holds_nvidia_device(pid: int, proc_root: str = "/proc") -> Optional[bool]:
 
 
 class _Tracked:
-    __slots__ = ("process", "create_time", "name", "cmdline", "user", "primed", "gpu_verified")
+    __slots__ = ("process", "create_time", "name", "cmdline", "user", "primed", "gpu_verified", "settled")
 
     def __init__(self, process: psutil.Process, create_time: float) -> None:
         self.process = process
@@ -53,6 +56,7 @@ class _Tracked:
         self.user: Optional[str] = None
         self.primed = False                 # cpu_percent needs one earlier call to mean anything
         self.gpu_verified: Optional[bool] = None
+        self.settled = False                # static facts read late enough to be final
 
 
 class ProcTable:
@@ -72,6 +76,8 @@ class ProcTable:
         try:
             if entry is not None:
                 if entry.process.is_running():   # compares create time: PID reuse is caught here
+                    if not entry.settled:
+                        self._read_static(entry)
                     return entry
                 del self._tracked[pid]
             process = psutil.Process(pid)
@@ -85,9 +91,9 @@ class ProcTable:
         self._tracked[pid] = entry
         return entry
 
-    @staticmethod
-    def _read_static(entry: _Tracked) -> None:
+    def _read_static(self, entry: _Tracked) -> None:
         p = entry.process
+        entry.settled = self._wall_clock() - entry.create_time >= _SETTLE_S
         try:
             entry.name = p.name()
         except psutil.Error:

@@ -1,0 +1,224 @@
+"""The live sources on this machine: host rates, real listening sockets, process facts, no-GPU sampler."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from jobs.telemetry.host import HostSampler
+from jobs.telemetry.ports import PortScanner, read_proc_net_listeners
+from jobs.telemetry.procs import ProcTable
+from jobs.telemetry.sampler import LiveSampler, make_sampler
+
+HAS_PROC_NET = os.path.exists("/proc/net/tcp")
+
+
+def nvml_usable() -> bool:
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def listener(family=socket.AF_INET, host="127.0.0.1") -> socket.socket:
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.bind((host, 0))
+    s.listen()
+    return s
+
+
+# -- host ------------------------------------------------------------------------------
+
+def test_host_rates_absent_first_then_present():
+    host = HostSampler()
+    first = host.read()
+    assert first.disk_read_bps is None and first.net_rx_bps is None
+    assert first.cpu_count == os.cpu_count()
+    assert 0 < first.mem_used < first.mem_total
+    # cpu% needs >= 0.1 s of jiffies between readings: spend that window working, not sleeping.
+    deadline = time.monotonic() + 0.2
+    while time.monotonic() < deadline:
+        sum(range(10000))
+    second = host.read()
+    for value in (second.disk_read_bps, second.disk_write_bps, second.net_rx_bps, second.net_tx_bps):
+        assert value is not None and value >= 0
+    assert second.cpu_percent is not None and 0 <= second.cpu_percent <= 100
+    assert len(second.cpu_per_core) == os.cpu_count()
+
+
+# -- ports -----------------------------------------------------------------------------
+
+def test_own_listeners_v4_and_v6_are_found_with_our_pid():
+    v4 = listener()
+    try:
+        v6 = listener(socket.AF_INET6, "::1")
+    except OSError:
+        v6 = None
+    try:
+        found = {(p.port, p.address): p for p in PortScanner().read()}
+        p4 = found[(v4.getsockname()[1], "127.0.0.1")]
+        assert p4.pid == os.getpid() and p4.process
+        if v6 is not None:
+            p6 = found[(v6.getsockname()[1], "::1")]
+            assert p6.pid == os.getpid()
+    finally:
+        v4.close()
+        if v6 is not None:
+            v6.close()
+
+
+def test_closed_listener_disappears():
+    scanner = PortScanner()
+    s = listener()
+    port = s.getsockname()[1]
+    assert port in {p.port for p in scanner.read()}
+    s.close()
+    assert port not in {p.port for p in scanner.read()}
+
+
+def test_socket_shared_by_a_forked_tree_is_owned_by_the_root():
+    # The parent listens, then forks a child that inherits the socket (as uvicorn/gunicorn workers do).
+    code = (
+        "import os, socket, sys, time\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    time.sleep(60); os._exit(0)\n"
+        "print(s.getsockname()[1], child, flush=True)\n"
+        "sys.stdin.read()\n"
+        "os.kill(child, 9)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        port, child = map(int, proc.stdout.readline().split())
+        rows = [p for p in PortScanner().read() if p.port == port]
+        assert [r.pid for r in rows] == [proc.pid], rows
+        assert child != proc.pid
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.skipif(not HAS_PROC_NET, reason="needs /proc/net/tcp")
+def test_listener_whose_owner_cannot_be_read_is_still_listed(tmp_path):
+    # A /proc as a non-root user sees it: the socket table is readable, other users' fds are not.
+    (tmp_path / "net").mkdir()
+    (tmp_path / "net" / "tcp").write_text(
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+        "   0: 00000000:1F40 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 77001 1\n"
+        "   1: 0100007F:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 77002 1\n"
+        "   2: 0100007F:9C40 0100007F:1F40 01 00000000:00000000 00:00000000 00000000  1000        0 77003 1\n")
+    (tmp_path / "net" / "tcp6").write_text(
+        "  sl  local_address                         remote_address                        st tx_queue rx_queue"
+        " tr tm->when retrnsmt   uid  timeout inode\n"
+        "   0: 00000000000000000000000001000000:1F90 00000000000000000000000000000000:0000 0A 00000000:00000000"
+        " 00:00000000 00000000  1000        0 77004 1\n")
+    (tmp_path / "4242").mkdir()          # a process whose fd directory is missing (unreadable)
+    assert read_proc_net_listeners(str(tmp_path)) == [(8000, "0.0.0.0", 77001), (22, "127.0.0.1", 77002),
+                                                      (8080, "::1", 77004)]
+    ports = PortScanner(proc_root=str(tmp_path)).read()
+    assert [(p.port, p.address, p.pid) for p in ports] == [(22, "127.0.0.1", None), (8000, "0.0.0.0", None),
+                                                            (8080, "::1", None)]
+
+
+# -- processes -------------------------------------------------------------------------
+
+def test_proc_info_for_ourselves_and_cpu_percent_spans_ticks():
+    table = ProcTable()
+    first = table.info(os.getpid())
+    assert first.known and first.cpu_percent is None       # one reading is not a rate
+    assert "pytest" in first.cmdline and first.rss > 0 and first.age_s >= 0
+    deadline = time.monotonic() + 0.3
+    while time.monotonic() < deadline:
+        sum(range(10000))
+    second = table.info(os.getpid())
+    assert second.cpu_percent is not None and second.cpu_percent > 10
+
+
+def test_absent_pid_is_unknown_not_guessed():
+    info = ProcTable().info(4_000_000)
+    assert info.known is False and info.cmdline is None and info.name is None
+
+
+def test_pid_reuse_is_a_new_process():
+    table = ProcTable()
+    a = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        # Right after fork the child may still show the parent's command line: facts of a young
+        # process are re-read, so polling the same table must reach the exec'd one.
+        deadline = time.monotonic() + 30
+        while "sys.stdin.read" not in (table.info(a.pid).cmdline or "") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert "sys.stdin.read" in table.info(a.pid).cmdline
+    finally:
+        a.stdin.close()
+        a.wait(timeout=30)
+    assert table.info(a.pid).known is False
+
+
+def test_gpu_pid_in_a_container_namespace_needs_proof():
+    # Outside the host PID namespace a local PID is only trusted if it holds /dev/nvidia* open.
+    table = ProcTable(host_namespace=False)
+    assert table.gpu_info(os.getpid()).known is False
+    assert ProcTable(host_namespace=True).gpu_info(os.getpid()).known is True
+
+
+# -- the whole live sampler ------------------------------------------------------------
+
+@pytest.mark.skipif(nvml_usable(), reason="this machine has a working NVIDIA driver")
+def test_no_gpu_machine_says_why():
+    sampler = make_sampler()
+    try:
+        snap = sampler.sample()
+    finally:
+        sampler.close()
+    assert snap.gpus == () and snap.simulated is False
+    assert snap.gpu_error and "\n" not in snap.gpu_error
+    assert "NVIDIA" in snap.gpu_error or "GPU" in snap.gpu_error
+    assert snap.host.cpu_count == os.cpu_count()
+
+
+class ExplodingGpu:
+    def read(self):
+        raise RuntimeError("driver fell over")
+
+    def close(self):
+        raise RuntimeError("and again")
+
+
+def test_a_failing_source_degrades_instead_of_raising():
+    sampler = LiveSampler(gpu_source=ExplodingGpu())
+    snap = sampler.sample()
+    sampler.close()
+    assert snap.gpus == () and "driver fell over" in snap.gpu_error
+    assert snap.host.mem_total > 0
+
+
+def test_sample_is_safe_from_several_threads():
+    s = listener()
+    sampler = make_sampler()
+    results, errors = [], []
+
+    def worker():
+        try:
+            for _ in range(3):
+                results.append(sampler.sample())
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    sampler.close()
+    s.close()
+    assert not errors and len(results) == 12
+    assert all(any(p.pid == os.getpid() for p in r.ports) for r in results)
