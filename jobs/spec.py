@@ -482,14 +482,22 @@ class _Validator:
         self.errors.append(SpecError(self.path, line, col, _one_line(message)))
 
     def _inside_string(self, path: tuple, line: int, col: int, offset: int) -> tuple[int, int]:
-        """Point into a string value when its source text is its value (no escapes, one line)."""
+        """Point into a string value when its source text is its value (no escapes in the way)."""
         value = _dig(self.document, path)
         start = self.locator.line_starts[line - 1] + col - 1
         s = self.text
-        if not isinstance(value, str) or start >= len(s) or s[start] not in "\"'" or s.startswith(s[start] * 3, start):
+        if not isinstance(value, str) or start >= len(s) or s[start] not in "\"'":
             return line, col
-        if s[start + 1: start + 1 + len(value) + 1] == value + s[start]:
-            return line, col + 1 + offset
+        if s.startswith(s[start] * 3, start):
+            content = start + 3
+            if s.startswith("\n", content):  # TOML drops a newline right after the opening quotes
+                content += 1
+            elif s.startswith("\r\n", content):
+                content += 2
+        else:
+            content = start + 1
+        if s[content: content + offset] == value[:offset]:  # else an escape or CRLF shifts it: keep the start
+            return _line_col(s, content + offset)
         return line, col
 
     # -- the document ------------------------------------------------------
