@@ -71,7 +71,10 @@ def holders() -> Optional[list[GpuHolder]]:
 
 
 def utilization(indices: set[int]) -> dict[int, dict]:
-    """{gpu: {"util": %, "mem_used": bytes}} for the given GPUs; empty without NVML."""
+    """{gpu: {"util": %, "mem_used": bytes, "power_w": W, "power_limit_w": W}} for the given GPUs; empty without NVML.
+
+    Power is what tells a hung NCCL collective (util pinned at 100%, near-idle watts) from real work.
+    """
     nvml = _init()
     out: dict[int, dict] = {}
     if nvml is None:
@@ -88,6 +91,14 @@ def utilization(indices: set[int]) -> dict[int, dict]:
             pass
         try:
             entry["mem_used"] = nvml.nvmlDeviceGetMemoryInfo(handle).used
+        except Exception:
+            pass
+        try:
+            entry["power_w"] = nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0          # mW -> W
+        except Exception:
+            pass
+        try:
+            entry["power_limit_w"] = nvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0
         except Exception:
             pass
         out[index] = entry

@@ -359,11 +359,16 @@ class Runner:
             holders = gpuprocs.holders() or []
             mine = [h for h in holders if h.pid in pids]
             gpus = {h.gpu for h in mine}
+            # The declared GPUs too: in a container NVML's PIDs may not be ours to match,
+            # and a job that has not allocated yet still has GPUs the stall rules judge.
+            gpus |= {int(g) for g in (self.meta.get("gpus") or []) if isinstance(g, int)}
             util = gpuprocs.utilization(gpus) if gpus else {}
             return {
                 "mem_by_pid": [{"gpu": h.gpu, "pid": h.pid, "mem": h.mem_used} for h in mine],
                 "mem": sum(h.mem_used or 0 for h in mine),
                 "util": {str(k): v.get("util") for k, v in util.items()},
+                "power_w": {str(k): v.get("power_w") for k, v in util.items()},
+                "power_limit_w": {str(k): v.get("power_limit_w") for k, v in util.items()},
             }
         except Exception:
             return None
