@@ -1,0 +1,109 @@
+"""Helpers for the run/supervisor/pipeline tests: a temp state dir, jobs files, the real CLI, polling with deadlines."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from jobs import procs
+
+REPO = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+
+def toml_str(text: str) -> str:
+    return json.dumps(text)          # a JSON string is a valid TOML basic string
+
+
+def write_jobs(path: Path, jobs: dict[str, dict]) -> Path:
+    """Write a jobs.toml from {name: {key: value}} (str, int, float, list of str/int, dict of str)."""
+    lines = []
+    for name, keys in jobs.items():
+        lines.append(f"[jobs.{name}]")
+        for key, value in keys.items():
+            if isinstance(value, str):
+                lines.append(f"{key} = {toml_str(value)}")
+            elif isinstance(value, (list, tuple)):
+                lines.append(f"{key} = [{', '.join(toml_str(v) if isinstance(v, str) else str(v) for v in value)}]")
+            elif isinstance(value, dict):
+                inline = ", ".join(f"{k} = {toml_str(str(v))}" for k, v in value.items())
+                lines.append(f"{key} = {{ {inline} }}")
+            else:
+                lines.append(f"{key} = {value}")
+        lines.append("")
+    path.write_text("\n".join(lines))
+    return path
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 20.0, interval: float = 0.05,
+             what: str = "condition") -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def cli(args: list[str], env: dict, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-m", "console.cli", *args], cwd=REPO, env=env, capture_output=True,
+                          timeout=timeout, **kw)
+
+
+def cli_env(state_dir: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUDECK_")}
+    env["GPUDECK_STATE_DIR"] = str(state_dir)
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+def tagged_pids(run_id: str) -> list[int]:
+    return [st.pid for st in procs.tagged(run_id)]
+
+
+def pid_alive(pid: int) -> bool:
+    st = procs.read_stat(pid)
+    return st is not None and st.state != "Z"
+
+
+def kill_run_leftovers(run_id: Optional[str]) -> None:
+    """Test cleanup: nothing a failed test started may outlive it."""
+    if not run_id:
+        return
+    for st in procs.tagged(run_id):
+        procs.signal_process(st.identity, 9)
+
+
+def cleanup_state(state_dir: Path) -> None:
+    """Kill every pipeline process and every process of every run under `state_dir`."""
+    from jobs.pipeline import list_pipelines
+    from jobs.runs import iter_all_runs
+    for pipe in list_pipelines(None, state_dir):
+        proc = pipe.process()
+        if proc is not None:
+            procs.signal_process(proc, 9)
+    for run in iter_all_runs(state_dir):
+        kill_run_leftovers(run.run_id)
+        job = run.job_id()
+        if job is not None:
+            procs.signal_process(job, 9)
+
+
+import pytest  # noqa: E402  (fixtures below are imported by the test modules)
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch):
+    """A private GPUDECK_STATE_DIR for one test; everything started under it is killed afterwards."""
+    state_dir = tmp_path / "state"
+    monkeypatch.setenv("GPUDECK_STATE_DIR", str(state_dir))
+    for key in ("GPUDECK_RUN_ID", "GPUDECK_JOB", "GPUDECK_JOBS"):
+        monkeypatch.delenv(key, raising=False)
+    yield state_dir
+    cleanup_state(state_dir)
