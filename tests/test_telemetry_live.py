@@ -11,7 +11,7 @@ import time
 import pytest
 
 from jobs.telemetry.host import HostSampler
-from jobs.telemetry.ports import PortScanner, read_proc_net_listeners
+from jobs.telemetry.ports import PortScanner, read_proc_net_listeners, read_sock_diag_listeners
 from jobs.telemetry.procs import ProcTable
 from jobs.telemetry.sampler import LiveSampler, make_sampler
 
@@ -73,6 +73,28 @@ def test_own_listeners_v4_and_v6_are_found_with_our_pid():
         v4.close()
         if v6 is not None:
             v6.close()
+
+
+@pytest.mark.skipif(not HAS_PROC_NET, reason="needs /proc/net/tcp")
+def test_netlink_and_proc_net_agree():
+    socks = [listener(), listener(host="0.0.0.0")]
+    try:
+        socks.append(listener(socket.AF_INET6, "::"))
+    except OSError:
+        pass
+    try:
+        via_netlink = read_sock_diag_listeners()
+        if via_netlink is None:
+            pytest.skip("sock_diag netlink not available here")
+        via_proc = read_proc_net_listeners()
+        # Only our sockets: other processes on this machine may open and close theirs in between.
+        ours = {s.getsockname()[1] for s in socks}
+        mine_netlink = sorted(r for r in via_netlink if r[0] in ours)
+        assert len(mine_netlink) == len(socks)
+        assert mine_netlink == sorted(r for r in via_proc if r[0] in ours)
+    finally:
+        for s in socks:
+            s.close()
 
 
 def test_closed_listener_disappears():

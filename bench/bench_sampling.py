@@ -1,0 +1,135 @@
+"""Bench: CPU time per sampling tick (demo box, live sampler, real NVML when present). Prints a table only.
+
+    .venv/bin/python bench/bench_sampling.py [--ticks N]
+
+CPU time is this process's time.process_time() over N ticks (all threads), so a
+source that blocks without burning CPU (none should) would not show here; wall time
+is printed beside it. Budget: < 5 ms CPU per tick + 1 ms per GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from jobs.telemetry.history import History  # noqa: E402
+from jobs.telemetry.sampler import LiveSampler, make_sampler  # noqa: E402
+
+
+def fake_nvml(gpus: int):
+    """An in-process stand-in for pynvml with `gpus` H200-like devices: measures gpudeck's own
+    overhead per GPU on a machine without one (the driver's share is measured on real hardware)."""
+    import types
+
+    m = types.ModuleType("pynvml")
+
+    class NVMLError(Exception):
+        def __init__(self, value):
+            super().__init__(value)
+            self.value = value
+
+    def not_found(*_):
+        raise NVMLError(6)
+
+    def not_supported(*_):
+        raise NVMLError(3)
+
+    m.NVMLError = NVMLError
+    m.nvmlInit = lambda: None
+    m.nvmlShutdown = lambda: None
+    m.nvmlDeviceGetCount = lambda: gpus
+    m.nvmlDeviceGetHandleByIndex = lambda i: i
+    m.nvmlDeviceGetName = lambda h: "NVIDIA H200"
+    m.nvmlDeviceGetUUID = lambda h: f"GPU-{h}"
+    m.nvmlDeviceGetCudaComputeCapability = lambda h: (9, 0)
+    m.nvmlDeviceGetUtilizationRates = lambda h: SimpleNamespace(gpu=97, memory=60)
+    m.nvmlDeviceGetMemoryInfo = lambda h: SimpleNamespace(used=130 * 2 ** 30, total=140 * 2 ** 30)
+    m.nvmlDeviceGetTemperature = lambda h, s: 61
+    m.nvmlDeviceGetPowerUsage = lambda h: 612_000
+    m.nvmlDeviceGetEnforcedPowerLimit = lambda h: 700_000
+    m.nvmlDeviceGetClockInfo = lambda h, c: 1980
+    m.nvmlDeviceGetFanSpeed = not_supported
+    m.nvmlDeviceGetCurrentClocksEventReasons = lambda h: 0
+    pid = os.getpid()
+    m.nvmlDeviceGetComputeRunningProcesses_v3 = lambda h: [SimpleNamespace(pid=pid, usedGpuMemory=129 * 2 ** 30)]
+    m.nvmlDeviceGetProcessUtilization = not_found
+    m.nvmlDeviceGetPcieThroughput = lambda h, c: 1000
+    return m
+
+
+def measure(sampler, ticks: int, history: History | None = None) -> tuple[float, float, int]:
+    snap = sampler.sample()                  # warm-up: NVML init, first /proc walk, psutil priming
+    if history is not None:
+        history.add(snap)
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    for _ in range(ticks):
+        snap = sampler.sample()
+        if history is not None:
+            history.add(snap)
+    cpu = (time.process_time() - cpu0) / ticks * 1000
+    wall = (time.perf_counter() - wall0) / ticks * 1000
+    return cpu, wall, len(snap.gpus)
+
+
+def nvml_present() -> bool:
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ticks", type=int, default=300)
+    args = parser.parse_args()
+
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+          f"{len(os.listdir('/proc')) if os.path.isdir('/proc') else '?'} /proc entries; ticks per row: {args.ticks}")
+    rows = []
+
+    def run(label, sampler, with_history=False):
+        try:
+            cpu, wall, gpus = measure(sampler, args.ticks, History() if with_history else None)
+        finally:
+            sampler.close()
+        budget = 5.0 + gpus
+        rows.append((label, gpus, cpu, wall, cpu / gpus if gpus else None, budget))
+
+    run("demo (SimulatedBox)", make_sampler(demo=True))
+    run("demo + History.add", make_sampler(demo=True), with_history=True)
+    run("live: host+ports+procs (+NVML if any)", make_sampler())
+    run("live + History.add", make_sampler(), with_history=True)
+    for n in (1, 8):
+        run(f"live, fake in-process NVML x{n}", LiveSampler(gpu_source=_fake_source(n)))
+    if nvml_present():
+        run("live, real NVML (PCIe thread on)", make_sampler())
+        run("live, real NVML (PCIe thread off)", LiveSampler(pcie=False))
+    else:
+        print("real NVML: not present on this machine (row omitted)")
+
+    print()
+    print(f"{'sampler':<40} {'GPUs':>4} {'CPU ms/tick':>11} {'wall ms/tick':>12} {'CPU ms/GPU':>10} "
+          f"{'budget ms':>9}  ok")
+    for label, gpus, cpu, wall, per_gpu, budget in rows:
+        per = f"{per_gpu:.3f}" if per_gpu is not None else "-"
+        print(f"{label:<40} {gpus:>4} {cpu:>11.3f} {wall:>12.3f} {per:>10} {budget:>9.0f}  "
+              f"{'yes' if cpu < budget else 'NO'}")
+    return 0
+
+
+def _fake_source(n: int):
+    from jobs.telemetry.gpu import NvmlGpuSource
+    return NvmlGpuSource(fake_nvml(n), pcie=False)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
