@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from jobs.telemetry.history import History  # noqa: E402
 from jobs.telemetry.sampler import LiveSampler, make_sampler  # noqa: E402
 
 
-def fake_nvml(gpus: int):
+def fake_nvml(gpus: int, pids: list[int]):
     """An in-process stand-in for pynvml with `gpus` H200-like devices: measures gpudeck's own
     overhead per GPU on a machine without one (the driver's share is measured on real hardware)."""
     import types
@@ -56,8 +57,7 @@ def fake_nvml(gpus: int):
     m.nvmlDeviceGetClockInfo = lambda h, c: 1980
     m.nvmlDeviceGetFanSpeed = not_supported
     m.nvmlDeviceGetCurrentClocksEventReasons = lambda h: 0
-    pid = os.getpid()
-    m.nvmlDeviceGetComputeRunningProcesses_v3 = lambda h: [SimpleNamespace(pid=pid, usedGpuMemory=129 * 2 ** 30)]
+    m.nvmlDeviceGetComputeRunningProcesses_v3 = lambda h: [SimpleNamespace(pid=pids[h], usedGpuMemory=129 * 2 ** 30)]
     m.nvmlDeviceGetProcessUtilization = not_found
     m.nvmlDeviceGetPcieThroughput = lambda h, c: 1000
     return m
@@ -96,20 +96,33 @@ def main() -> int:
           f"{len(os.listdir('/proc')) if os.path.isdir('/proc') else '?'} /proc entries; ticks per row: {args.ticks}")
     rows = []
 
-    def run(label, sampler, with_history=False):
+    base = {"cpu": 0.0}
+
+    def run(label, sampler, with_history=False, marginal=True):
         try:
             cpu, wall, gpus = measure(sampler, args.ticks, History() if with_history else None)
         finally:
             sampler.close()
         budget = 5.0 + gpus
-        rows.append((label, gpus, cpu, wall, cpu / gpus if gpus else None, budget))
+        # Per GPU: what each GPU adds over the same sampler with no GPU source.
+        per_gpu = (cpu - base["cpu"]) / gpus if gpus and marginal else (cpu / gpus if gpus else None)
+        rows.append((label, gpus, cpu, wall, per_gpu, budget))
+        return cpu
 
-    run("demo (SimulatedBox)", make_sampler(demo=True))
-    run("demo + History.add", make_sampler(demo=True), with_history=True)
-    run("live: host+ports+procs (+NVML if any)", make_sampler())
+    run("demo (SimulatedBox), total/8", make_sampler(demo=True), marginal=False)
+    run("demo + History.add", make_sampler(demo=True), with_history=True, marginal=False)
+    base["cpu"] = run("live, no GPU source (host+ports+procs)", LiveSampler(gpu_source=_NoGpu()))
+    run("live: make_sampler() as shipped", make_sampler())
     run("live + History.add", make_sampler(), with_history=True)
-    for n in (1, 8):
-        run(f"live, fake in-process NVML x{n}", LiveSampler(gpu_source=_fake_source(n)))
+    # One real process per GPU (as vLLM's TP workers are), so per-process /proc reads are counted.
+    workers = [subprocess.Popen(["sleep", "600"]) for _ in range(8)]
+    try:
+        for n in (1, 8):
+            run(f"live, fake in-process NVML x{n}", LiveSampler(gpu_source=_fake_source(n, [w.pid for w in workers])))
+    finally:
+        for w in workers:
+            w.kill()
+            w.wait()
     if nvml_present():
         run("live, real NVML (PCIe thread on)", make_sampler())
         run("live, real NVML (PCIe thread off)", LiveSampler(pcie=False))
@@ -117,18 +130,26 @@ def main() -> int:
         print("real NVML: not present on this machine (row omitted)")
 
     print()
-    print(f"{'sampler':<40} {'GPUs':>4} {'CPU ms/tick':>11} {'wall ms/tick':>12} {'CPU ms/GPU':>10} "
+    print(f"{'sampler':<40} {'GPUs':>4} {'CPU ms/tick':>11} {'wall ms/tick':>12} {'+CPU ms/GPU':>11} "
           f"{'budget ms':>9}  ok")
     for label, gpus, cpu, wall, per_gpu, budget in rows:
         per = f"{per_gpu:.3f}" if per_gpu is not None else "-"
-        print(f"{label:<40} {gpus:>4} {cpu:>11.3f} {wall:>12.3f} {per:>10} {budget:>9.0f}  "
+        print(f"{label:<40} {gpus:>4} {cpu:>11.3f} {wall:>12.3f} {per:>11} {budget:>9.0f}  "
               f"{'yes' if cpu < budget else 'NO'}")
     return 0
 
 
-def _fake_source(n: int):
+class _NoGpu:
+    def read(self):
+        return (), "bench: GPU source disabled"
+
+    def close(self):
+        pass
+
+
+def _fake_source(n: int, pids: list[int]):
     from jobs.telemetry.gpu import NvmlGpuSource
-    return NvmlGpuSource(fake_nvml(n), pcie=False)
+    return NvmlGpuSource(fake_nvml(n, pids), pcie=False)
 
 
 if __name__ == "__main__":
