@@ -214,3 +214,19 @@ def test_throttle_decoding():
     assert decode_throttle_reasons(0) == ()
     assert decode_throttle_reasons(None) == ()
     assert decode_throttle_reasons(0x1 | 0x40 | 0x80) == ("gpu_idle", "hw_thermal", "hw_power_brake")
+
+
+def test_read_after_close_does_not_restart_nvml():
+    nvml = make_fake_nvml(count=1)
+    inits = {"n": 0}
+    real_init = nvml.nvmlInit
+
+    def counting_init():
+        inits["n"] += 1
+        real_init()
+    nvml.nvmlInit = counting_init
+    src = NvmlGpuSource(nvml, pcie=False)
+    assert src.read()[1] is None
+    src.close()
+    assert src.read() == ((), "GPU source closed")
+    assert inits["n"] == 1 and nvml.shutdowns == 1

@@ -129,6 +129,7 @@ class NvmlGpuSource:
         self._pcie: dict[int, tuple[Optional[float], Optional[float]]] = {}
         self._pcie_thread: Optional[threading.Thread] = None
         self._stop = threading.Event()
+        self._closed = False
         self.calls = 0                                  # NVML calls made (for benches and tests)
 
     # -- the one wrapper ---------------------------------------------------------------
@@ -222,6 +223,7 @@ class NvmlGpuSource:
             self._pcie_thread.join(timeout=2.0)
             self._pcie_thread = None
         with self._lock:
+            self._closed = True
             if self._initialised:
                 self._initialised = False
                 self._devices = []
@@ -242,6 +244,8 @@ class NvmlGpuSource:
     def read(self) -> tuple[tuple[GpuSample, ...], Optional[str]]:
         """(one GpuSample per GPU, None) or ((), one-line reason)."""
         with self._lock:
+            if self._closed:
+                return (), "GPU source closed"
             try:
                 if not self._ensure_init():
                     return (), self._error

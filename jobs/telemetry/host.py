@@ -29,10 +29,35 @@ class HostSampler:
         self._prev_at: Optional[float] = None
         self._prev_disk: Optional[tuple[int, int]] = None
         self._prev_net: Optional[tuple[int, int]] = None
-        # psutil measures CPU since its previous call: prime it so the first read
-        # covers "since the sampler was built" rather than "since boot".
-        psutil.cpu_percent(percpu=True)
+        # CPU% is computed from this sampler's own previous cpu_times, not psutil.cpu_percent,
+        # whose "since the last call" state is module-global: two samplers in one process
+        # (the console and a `status` call, or tests) would steal each other's interval.
+        self._prev_cpu = self._cpu_times()
         self._primed_at = monotonic()
+
+    @staticmethod
+    def _cpu_times() -> list[tuple[float, float]]:
+        """(busy, total) seconds per core, counted the way psutil.cpu_percent counts them."""
+        out = []
+        for t in psutil.cpu_times(percpu=True):
+            total = sum(t)
+            # guest time is already inside user/nice on Linux; iowait is idle time.
+            total -= getattr(t, "guest", 0.0) + getattr(t, "guest_nice", 0.0)
+            idle = t.idle + getattr(t, "iowait", 0.0)
+            out.append((total - idle, total))
+        return out
+
+    def _cpu_percent(self) -> tuple[float, ...]:
+        now = self._cpu_times()
+        before, self._prev_cpu = self._prev_cpu, now
+        if len(before) != len(now):                   # a CPU went on/offline: restart the window
+            return ()
+        per_core = []
+        for (busy1, total1), (busy0, total0) in zip(now, before):
+            d_total = total1 - total0
+            pct = 100.0 * (busy1 - busy0) / d_total if d_total > 0 else 0.0
+            per_core.append(round(min(100.0, max(0.0, pct)), 1))
+        return tuple(per_core)
 
     def _disk_bytes(self) -> Optional[tuple[int, int]]:
         try:
@@ -67,7 +92,7 @@ class HostSampler:
     def read(self) -> HostSample:
         now = self._monotonic()
         dt = None if self._prev_at is None else now - self._prev_at
-        per_core = tuple(psutil.cpu_percent(percpu=True))
+        per_core = self._cpu_percent()
         if self._prev_at is None and now - self._primed_at < _MIN_CPU_WINDOW_S:
             per_core = ()                      # a few jiffies say nothing: better no figure than 0% or 100%
         cpu_total = sum(per_core) / len(per_core) if per_core else None
