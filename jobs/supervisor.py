@@ -253,6 +253,7 @@ class Supervisor:
             if st.state in LIVE_STATES:
                 raise JobAlreadyRunning(name, current.run_id)
         run = create_run(name, self.state_dir)
+        run.log_path.touch()          # readers (logs -f, the console) may open it at once
         env = {str(k): str(v) for k, v in spec.env.items()}
         if spec.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpus)
