@@ -339,7 +339,9 @@ def engine_settings(spec) -> Optional[EngineSettings]:
         return None
     profile = profile_for(engine)
     launch = parse_launch(spec.cmd)
-    port = spec.port or (launch.port if launch else None) or profile.default_port
+    # The engine listens where its command says, whatever jobs.toml declares (the loader
+    # fills the profile's default port in when jobs.toml is silent).
+    port = (launch.port if launch else None) or spec.port or profile.default_port
     host = (launch.host if launch and launch.host else None) or "127.0.0.1"
     metrics_path: Optional[str] = spec.metrics_path or profile.metrics_path
     if not spec.metrics_path and launch is not None and not launch.metrics_enabled:

@@ -110,5 +110,8 @@ def test_engine_settings_defaults_then_command_then_jobs_toml():
                    python="/x/bin/python", model="/elsewhere")
     s = engine_settings(spec)
     assert (s.port, s.metrics_path, s.python, s.model) == (31000, "/metrics", "/x/bin/python", "/elsewhere")
+    # The command's --port wins over the default the loader filled in.
+    spec = JobSpec(name="v", cmd="vllm serve /m --port 8100", kind="engine", engine="vllm", port=8000)
+    assert engine_settings(spec).port == 8100
     assert s.url("/health") == "http://127.0.0.1:31000/health"
     assert engine_settings(JobSpec(name="b", cmd="make -j8", kind="build")) is None

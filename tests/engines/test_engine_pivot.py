@@ -1,0 +1,187 @@
+"""Pivot through gpudeck on real processes: SGLang STAND-IN engines (not a real SGLang), the real CLI."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs.engines.discovery import discover_engines
+from jobs.engines.pivot import PivotError, plan_pivot, pivot
+from jobs.engines.readiness import port_listening
+from jobs.runs import latest_run
+from jobs.spec import load_jobs
+from jobs.supervisor import Supervisor
+from runsupport import REPO, cli, cli_env, kill_run_leftovers, tagged_pids, wait_for, write_jobs
+
+STANDIN = Path(__file__).parent / "sglang_standin.py"
+STANDIN_PKG = Path(__file__).parent / "standin_pkg"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def standin_job(port: int, load: float = 0.3) -> dict:
+    return {"engine": "sglang", "port": port, "stop_timeout": "10s",
+            "cmd": [sys.executable, str(STANDIN), "--model-path", "/models/stand-in", "--port", str(port),
+                    "--enable-metrics", "--load-seconds", str(load)]}
+
+
+@pytest.fixture
+def box(tmp_path):
+    ports = {"a": free_port(), "b": free_port()}
+    path = write_jobs(tmp_path / "jobs.toml", {"eng-a": standin_job(ports["a"]),
+                                               "eng-b": standin_job(ports["b"]),
+                                               "builder": {"cmd": "sleep 300", "kind": "build"}})
+    sup = Supervisor(load_jobs(path), state_dir=tmp_path / "state")
+    yield sup, ports, path
+    for name in ("eng-a", "eng-b", "builder"):
+        run = latest_run(name, sup.state_dir)
+        if run is not None:
+            sup.stop(name, timeout=2)
+            kill_run_leftovers(run.run_id)
+
+
+def wait_ready(port: int) -> None:
+    import urllib.request
+    def ok():
+        try:
+            return urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).status == 200
+        except OSError:
+            return False
+    wait_for(ok, timeout=30, what=f"stand-in on {port} healthy")
+
+
+def test_plan_lists_running_engines_and_leaves_builds_alone(box):
+    sup, ports, _ = box
+    sup.start("eng-a")
+    sup.start("builder")
+    wait_ready(ports["a"])
+    plan = plan_pivot(sup, "eng-b", engines=[])
+    assert [(s.kind, s.job) for s in plan.stops] == [("job", "eng-a")]
+    text = "\n".join(plan.lines())
+    assert "job eng-a" in text and "builder" not in text
+    with pytest.raises(PivotError, match="already running"):
+        plan_pivot(sup, "eng-a", engines=[])
+    with pytest.raises(PivotError, match="not an engine job"):
+        plan_pivot(sup, "builder", engines=[])
+
+
+def test_pivot_stops_the_running_engine_and_follows_the_target_to_ready(box):
+    sup, ports, _ = box
+    sup.start("eng-a")
+    wait_ready(ports["a"])
+    run_a = latest_run("eng-a", sup.state_dir)
+    seen = []
+    result = pivot(sup, "eng-b", wait=True, on_step=seen.append, ready_deadline_s=60)
+    assert result.ok, result.message
+    assert [s.name for s in seen] == ["stop job eng-a", "verify GPUs free", "verify ports free",
+                                      "start eng-b", "wait for eng-b ready"]
+    assert tagged_pids(run_a.run_id) == []                     # nothing of the first engine remains
+    assert not port_listening("127.0.0.1", ports["a"])
+    assert port_listening("127.0.0.1", ports["b"])
+    events_a = [e["event"] for e in run_a.events()]
+    assert "PivotRequested" in events_a and "PivotCompleted" in events_a
+    run_b = latest_run("eng-b", sup.state_dir)
+    events_b = [e["event"] for e in run_b.events()]
+    assert "PivotStarted" in events_b and events_b.count("PivotStepCompleted") == 5
+    assert result.overhead_s < 5.0
+
+
+def test_pivot_fails_clearly_when_the_target_port_is_taken(box, tmp_path):
+    sup, ports, _ = box
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", ports["b"]))
+    squatter.listen()
+    try:
+        started = time.monotonic()
+        result = pivot(sup, "eng-b")
+    finally:
+        squatter.close()
+    assert time.monotonic() - started < 30
+    assert not result.ok
+    assert f"port {ports['b']} is still listening" in result.message
+    assert str(os.getpid()) in result.message                  # the holder is named
+    assert latest_run("eng-b", sup.state_dir) is None          # the target was not started
+
+
+def test_cli_refuses_without_a_terminal_and_without_yes(box):
+    sup, ports, path = box
+    env = cli_env(sup.state_dir)
+    out = cli(["--jobs", str(path), "pivot", "eng-b"], env, stdin=subprocess.DEVNULL)
+    assert out.returncode == 2
+    assert out.stderr.decode().strip().splitlines()[-1] == \
+        "gpudeck: pivot needs confirmation: run it in a terminal or pass --yes"
+    assert latest_run("eng-b", sup.state_dir) is None
+    out = cli(["--jobs", str(path), "pivot", "nope", "--yes"], env)
+    assert out.returncode == 2 and b"Traceback" not in out.stderr
+
+
+def test_cli_pivot_prints_plan_and_timed_steps(box):
+    sup, ports, path = box
+    sup.start("eng-a")
+    wait_ready(ports["a"])
+    out = cli(["--jobs", str(path), "pivot", "eng-b", "--yes", "--wait", "--timeout", "60"],
+              cli_env(sup.state_dir), timeout=120)
+    text = out.stdout.decode()
+    assert out.returncode == 0, out.stderr.decode()
+    assert "will stop:" in text and "job eng-a" in text
+    for step in ("[ok] stop job eng-a (", "[ok] verify GPUs free (", "[ok] verify ports free (",
+                 "[ok] start eng-b (", "[ok] wait for eng-b ready ("):
+        assert step in text
+    assert "pivot overhead" in text
+
+
+def foreign_standin(port: int) -> subprocess.Popen:
+    """A stand-in launched like SGLang (`python -m sglang.launch_server`), outside gpudeck."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUDECK_")}
+    env["PYTHONPATH"] = str(STANDIN_PKG)
+    return subprocess.Popen([sys.executable, "-m", "sglang.launch_server", "--gpudeck-stand-in",
+                             "--model-path", "/models/foreign", "--port", str(port), "--load-seconds", "0.1"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def test_foreign_engine_is_listed_and_survives_without_stop_foreign(box):
+    sup, ports, _ = box
+    port = free_port()
+    proc = foreign_standin(port)
+    try:
+        wait_ready(port)
+        found = [e for e in discover_engines() if e.pid == proc.pid]
+        assert found and found[0].engine == "sglang" and not found[0].managed and found[0].port == port
+        result = pivot(sup, "eng-b", wait=True, ready_deadline_s=60)
+        assert result.ok, result.message
+        assert proc.poll() is None                              # untouched
+        plan = plan_pivot(sup, "eng-a", stop_foreign=True)
+        assert any(s.kind == "foreign" and s.pid == proc.pid for s in plan.stops)
+        assert "FOREIGN (not started by gpudeck)" in "\n".join(plan.lines())
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_stop_foreign_stops_it_and_names_it(box):
+    sup, ports, _ = box
+    port = free_port()
+    proc = foreign_standin(port)
+    try:
+        wait_ready(port)
+        steps = []
+        result = pivot(sup, "eng-b", stop_foreign=True, on_step=steps.append, wait=True, ready_deadline_s=60)
+        assert result.ok, result.message
+        assert steps[0].name == f"stop foreign sglang PID {proc.pid}"
+        assert proc.wait(10) is not None
+        assert not port_listening("127.0.0.1", port)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
