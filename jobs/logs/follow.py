@@ -88,7 +88,7 @@ class LogFollower:
             nl = data.find(b"\n", start)
             if nl < 0:
                 break
-            lines.append(LogLine(at + start, data[start:nl], True))
+            self._emit(data, start, nl, at, lines)
             start = nl + 1
         rest = data[start:]
         rest_at = at + start
@@ -98,6 +98,13 @@ class LogFollower:
             rest_at += self.max_line_bytes
         self._partial = rest
         self._partial_at = rest_at
+
+    def _emit(self, data: bytes, start: int, end: int, at: int, lines: list[LogLine]) -> None:
+        # A complete line longer than the cap comes out in pieces too: one rule for every line.
+        while end - start > self.max_line_bytes:
+            lines.append(LogLine(at + start, data[start:start + self.max_line_bytes], False))
+            start += self.max_line_bytes
+        lines.append(LogLine(at + start, data[start:end], True))
 
     def flush(self) -> Optional[LogLine]:
         """Return the partial tail as a final line (when the writer is known to be done)."""
