@@ -44,6 +44,10 @@ def run_status(args: argparse.Namespace) -> int:
             snapshot = sampler.sample()
     finally:
         sampler.close()
+    if not sampler.simulated:
+        # Every vLLM/SGLang on the box, gpudeck's (managed) or not (foreign).
+        from jobs.engines.discovery import discover_engines, engines_payload
+        snapshot.extra["engines"] = engines_payload(discover_engines())
     if args.json:
         json.dump(status_payload(snapshot), sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -185,3 +185,31 @@ def test_stop_foreign_stops_it_and_names_it(box):
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_status_json_lists_managed_and_foreign_engines(tmp_path):
+    port_m, port_f = free_port(), free_port()
+    path = write_jobs(tmp_path / "jobs.toml", {"sg": {
+        "engine": "sglang", "port": port_m, "stop_timeout": "10s",
+        "env": {"PYTHONPATH": str(STANDIN_PKG)},
+        "cmd": [sys.executable, "-m", "sglang.launch_server", "--gpudeck-stand-in", "--model-path",
+                "/models/managed", "--port", str(port_m), "--load-seconds", "0.1"]}})
+    sup = Supervisor(load_jobs(path), state_dir=tmp_path / "state")
+    foreign = foreign_standin(port_f)
+    try:
+        run_id = sup.start("sg")
+        wait_ready(port_m)
+        wait_ready(port_f)
+        out = cli(["status", "--json", "--interval", "0"], cli_env(sup.state_dir))
+        assert out.returncode == 0, out.stderr.decode()
+        engines = {e["port"]: e for e in json.loads(out.stdout)["engines"]}
+        assert engines[port_m]["managed"] is True and engines[port_m]["job"] == "sg"
+        assert engines[port_m]["engine"] == "sglang" and engines[port_m]["run_id"] == run_id
+        assert engines[port_f]["managed"] is False and engines[port_f]["job"] is None
+        assert engines[port_f]["pid"] == foreign.pid
+        assert "sglang.launch_server" in engines[port_f]["cmdline"]
+        assert set(engines[port_f]) >= {"pid", "engine", "port", "gpu_mem", "cmdline", "managed", "job"}
+    finally:
+        sup.stop("sg", timeout=2)
+        foreign.kill()
+        foreign.wait(10)
