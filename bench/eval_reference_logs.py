@@ -1,0 +1,152 @@
+"""Scores `gpudeck analyze` against the real excerpts in shared/reference-logs (skipped when that folder is absent).
+
+Each reference file opens with `# source:` and `# expect:` lines (what a careful operator
+concludes). The expectations below were derived by hand from those `# expect:` lines; the
+two header lines are blanked (not removed) before analysis, so line numbers still count them.
+
+    python bench/eval_reference_logs.py [FOLDER] [--verbose]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from jobs.logs.analyze import LogAnalyzer  # noqa: E402
+
+DEFAULT_FOLDER = ROOT.parent / "shared" / "reference-logs"
+
+# file-name prefix -> expected fields. "line" may be an int or a (first, last) range.
+# Only what the expect line states (or plainly implies) is checked.
+EXPECTATIONS: dict[str, dict[str, Any]] = {
+    "02": {"engine": "vllm", "phase": "ready", "ready_line": 13, "failure": None},
+    "04": {"engine": "vllm", "phase": "starting", "ready_line": None, "failure": None},
+    "05": {"engine": "sglang", "phase": "starting", "ready_line": None, "failure": None,
+           "progress": (52, 52)},
+    "07": {"engine": "sglang", "phase": "ready", "failure": None,
+           "serving": {"running": (1, 1), "waiting": (0, 0), "spec_accept_len": (1.6, 2.2),
+                       "spec_accept_rate": (0.4, 0.54), "gen_tokens_per_s": (165, 189)},
+           "no_warning": "spec_decode_ineffective"},
+    "11": {"engine": "vllm", "phase": "failed", "cause": "cuda_oom", "line": 9},
+    "12": {"engine": "vllm", "phase": "failed", "cause": "exception", "line": 20},
+    "13": {"engine": "sglang", "phase": "failed", "cause": "nccl", "line": 15},
+    "15": {"phase": "failed", "cause": "nccl", "line": 8},
+    "16": {"engine": "sglang", "phase": "failed", "cause": "import_error", "line": 15,
+           "message_has": "undefined symbol"},
+    "19": {"phase": "failed", "cause": "host_oom", "line": 14, "progress": (29, 100),
+           "hint_has": "MAX_JOBS"},
+    "22": {"phase": "building", "failure": None, "progress": None},
+    "24": {"phase": "training", "failure": None, "progress": (320, None)},
+    "25": {"phase": "training", "failure": None, "progress": (0.09, None)},
+    "28": {"engine": "vllm", "phase": "compiling", "failure": None, "ready_line": None, "progress": (9, 9)},
+    "29": {"engine": "sglang", "phase": "loading", "failure": None, "progress": (13, 55)},
+    "30": {"phase": "loading", "failure": None, "progress": (153, 191)},
+    "31": {"engine": "sglang", "phase": "capturing", "failure": None, "progress": (0, 52)},
+    "33": {"phase": "capturing", "failure": None, "progress": (0, 17)},
+    "37": {"engine": "vllm", "phase": "failed", "cause": "bad_arguments", "line": 8},
+    "38": {"phase": "failed", "cause": "gpu_fault", "line": (3, 5)},
+    "40": {"engine": "sglang", "phase": "failed", "cause": "exception", "line": 3, "progress": (8, 28)},
+    "42": {"engine": "vllm", "phase": "ready", "failure": None,
+           "serving": {"running": (1, 1), "spec_accept_len": (2.63, 2.66), "spec_accept_rate": (0.32, 0.34),
+                       "gen_tokens_per_s": (123, 125)},
+           "no_warning": "spec_decode_ineffective"},
+    "45": {"engine": "sglang", "phase": "failed", "cause": "hang", "line": 4},
+}
+
+
+def analyze_reference(path: Path) -> dict[str, Any]:
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    # Blank the `# source:` / `# expect:` header but keep its two line numbers.
+    for i in range(min(2, len(lines))):
+        if lines[i].startswith(b"# "):
+            lines[i] = b""
+    analyzer = LogAnalyzer()
+    analyzer.feed(b"\n".join(lines))
+    analyzer.finish()
+    return analyzer.result().to_json()
+
+
+def _close(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return abs(float(a) - float(b)) < 1e-6
+
+
+def check(expect: dict[str, Any], got: dict[str, Any]) -> list[str]:
+    """The list of mismatches (empty when the analysis says what the expect line says)."""
+    misses: list[str] = []
+    failure = got.get("failure")
+    for key, want in expect.items():
+        if key in ("engine", "phase", "ready_line"):
+            if got.get(key) != want:
+                misses.append(f"{key}: want {want!r}, got {got.get(key)!r}")
+        elif key == "failure":
+            if failure is not None:
+                misses.append(f"failure: want none, got {failure['cause']} at line {failure['line']}")
+        elif key == "cause":
+            if failure is None or failure["cause"] != want:
+                misses.append(f"cause: want {want}, got {failure and failure['cause']}")
+        elif key == "line":
+            line = failure and failure["line"]
+            lo, hi = want if isinstance(want, tuple) else (want, want)
+            if not isinstance(line, int) or not lo <= line <= hi:
+                misses.append(f"line: want {want}, got {line}")
+        elif key in ("message_has", "hint_has"):
+            field = "message" if key == "message_has" else "hint"
+            if failure is None or want not in failure[field]:
+                misses.append(f"{field}: want it to mention {want!r}")
+        elif key == "progress":
+            prog = got.get("progress")
+            if want is None:
+                if prog is not None:
+                    misses.append(f"progress: want none, got {prog['done']}/{prog['total']}")
+            elif prog is None or not (_close(prog["done"], want[0]) and _close(prog["total"], want[1])):
+                misses.append(f"progress: want {want[0]}/{want[1]}, got "
+                              f"{prog and (str(prog['done']) + '/' + str(prog['total']))}")
+        elif key == "serving":
+            serving = got.get("serving") or {}
+            for name, (lo, hi) in want.items():
+                value: Optional[float] = serving.get(name)
+                if value is None or not lo - 1e-9 <= value <= hi + 1e-9:
+                    misses.append(f"serving.{name}: want {lo}..{hi}, got {value}")
+        elif key == "no_warning":
+            if any(w["code"] == want for w in got.get("warnings", [])):
+                misses.append(f"warning {want} raised on a healthy log")
+    return misses
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", nargs="?", default=str(DEFAULT_FOLDER))
+    parser.add_argument("--verbose", "-v", action="store_true", help="print each analysis as JSON")
+    args = parser.parse_args(argv)
+    folder = Path(args.folder)
+    if not folder.is_dir():
+        print(f"skipped: {folder} not found")
+        return 0
+    ok = total = 0
+    for path in sorted(folder.glob("*.log")):
+        expect = EXPECTATIONS.get(path.name.split("_", 1)[0])
+        if expect is None:
+            print(f"----  {path.name}: no expectation encoded (analysed only)")
+            continue
+        got = analyze_reference(path)
+        misses = check(expect, got)
+        total += 1
+        ok += not misses
+        print(f"{'OK  ' if not misses else 'MISS'}  {path.name}" + ("" if not misses else ": " + "; ".join(misses)))
+        if args.verbose:
+            import json
+            print("      " + json.dumps(got))
+    print(f"score: {ok}/{total}")
+    return 0 if ok == total else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
