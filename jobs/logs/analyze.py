@@ -454,7 +454,7 @@ _HINTS = {
                           "look for the first traceback/ERROR before this line",
     "exception_below": "a process of the job died with a Python exception — its type and message end the "
                        "traceback that starts here",
-    "exception_traceback": ""a Python traceback without its final exception line (log cut short?) — read it above",
+    "exception_traceback": "a Python traceback without its final exception line (log cut short?) — read it above",
     "exception_crash": "the process crashed in native code — rerun with CUDA_LAUNCH_BLOCKING=1 / faulthandler "
                        "to locate it",
     "exception_interrupt": "interrupted (Ctrl-C / SIGINT) — stopped by someone, not by a bug",
