@@ -1,0 +1,100 @@
+"""`gpudeck analyze FILE [--json]`: what a log says — engine, phase, progress/ETA, failure cause and hint, serving, warnings."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Optional
+
+from jobs.logs.analyze import LogAnalysis, analyze_file
+from jobs.logs.sanitize import sanitize_text
+
+from console.errors import CliError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "analyze", help="read a log file: engine, phase, progress/ETA, failure cause, serving numbers, warnings",
+        description="Read a log file (any size; it is streamed) and say what an operator would: which engine, "
+                    "which phase, how far along and when it will finish, whether it failed (cause, the line of "
+                    "the root cause, a hint), the serving numbers and any warnings. "
+                    "Exit status: 0 when the file was analysed (whatever it says), 2 when it cannot be read.")
+    p.add_argument("file", metavar="FILE", help="the log file")
+    p.add_argument("--json", action="store_true",
+                   help='print {"engine","phase","progress","failure","ready_line","serving","warnings"} as JSON')
+    p.set_defaults(handler=run_analyze)
+
+
+def run_analyze(args: argparse.Namespace) -> int:
+    try:
+        analysis = analyze_file(args.file)
+    except IsADirectoryError:
+        raise CliError(f"cannot analyze {args.file}: is a directory", 2)
+    except OSError as exc:
+        raise CliError(f"cannot read {args.file}: {exc.strerror or exc}", 2)
+    if args.json:
+        json.dump(analysis.to_json(), sys.stdout, indent=2, ensure_ascii=False)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render(analysis))
+    return 0
+
+
+def _duration(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, secs = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def _number(value: Optional[float], digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    return str(int(value)) if float(value).is_integer() else f"{value:.{digits}f}"
+
+
+def render(analysis: LogAnalysis) -> str:
+    """The human summary, one fact per line."""
+    safe = sanitize_text
+    out = [f"engine:   {analysis.engine or '-'}", f"phase:    {analysis.phase}"]
+    p = analysis.progress
+    if p is not None:
+        where = f"{_number(p.done, 2)}/{_number(p.total, 2)}" if p.total is not None else f"{_number(p.done, 2)}"
+        if p.total:
+            where += f" ({100.0 * float(p.done) / float(p.total):.0f}%)"
+        extra = []
+        if p.rate:
+            extra.append(f"{p.rate:.3g}/s" if p.rate >= 1 else f"{1.0 / p.rate:.3g}s each")
+        if p.eta_s is not None:
+            extra.append(f"ETA {_duration(p.eta_s)}")
+        out.append(f"progress: {safe(p.label) or '-'} {where}" + (f"  [{', '.join(extra)}]" if extra else ""))
+    if analysis.ready_line is not None:
+        out.append(f"ready:    line {analysis.ready_line}")
+    f = analysis.failure
+    if f is not None:
+        out.append(f"FAILED:   {f.cause} at line {f.line}")
+        out.append(f"  {safe(f.message)}")
+        out.append(f"  hint: {f.hint}")
+    s = analysis.serving
+    if s is not None:
+        parts = [f"running {_number(s.running)}", f"waiting {_number(s.waiting)}"]
+        if s.kv_cache_pct is not None:
+            parts.append(f"KV cache {s.kv_cache_pct:.1f}%")
+        if s.gen_tokens_per_s is not None:
+            parts.append(f"gen {s.gen_tokens_per_s:.1f} tok/s")
+        if s.prompt_tokens_per_s is not None:
+            parts.append(f"prompt {s.prompt_tokens_per_s:.1f} tok/s")
+        if s.spec_accept_len is not None:
+            parts.append(f"spec accept len {s.spec_accept_len:.2f}")
+        if s.spec_accept_rate is not None:
+            parts.append(f"accept rate {100 * s.spec_accept_rate:.1f}%")
+        out.append("serving:  " + ", ".join(parts))
+    for w in analysis.warnings:
+        out.append(f"warning:  {w.code} (line {w.line}): {safe(w.message)}")
+    return "\n".join(out) + "\n"
