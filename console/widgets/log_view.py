@@ -180,13 +180,12 @@ class LogViewPane(ScrollView, can_focus=True):
             self._max_width = 0
             self.search = None if self.search is None else LogSearch(self.index, self.search.query)
             self.current_match = None
-        previous = self._state
         self._state = state
         self._set_virtual_size()
         if self.following:
             self._scroll_to_end()
-        elif previous.line_count and state.line_count > previous.line_count:
-            pass  # paused: the view stays where the operator put it
+            # Before the first layout the viewport height is unknown: settle again after it.
+            self.call_after_refresh(self._keep_following)
         self.refresh()
         if self.search is not None and not self._search_running.is_set():
             self._run_search(self.search)
@@ -236,7 +235,12 @@ class LogViewPane(ScrollView, can_focus=True):
     def on_resize(self) -> None:
         self._wrap_layout_key = None
         if self.following:
-            self.call_after_refresh(self._scroll_to_end)
+            self.call_after_refresh(self._keep_following)
+
+    def _keep_following(self) -> None:
+        # Deferred: the operator may have scrolled away (or jumped to a match) meanwhile.
+        if self.following:
+            self._scroll_to_end()
 
     # -- actions -----------------------------------------------------------
     def action_follow(self) -> None:
@@ -245,6 +249,8 @@ class LogViewPane(ScrollView, can_focus=True):
 
     def action_top(self) -> None:
         self.scroll_to(y=0, animate=False, immediate=True)
+        if self.max_scroll_y > 0:
+            self.following = False
 
     def action_toggle_wrap(self) -> None:
         self.wrap = not self.wrap

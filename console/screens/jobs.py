@@ -1,0 +1,696 @@
+"""The jobs view: every job of jobs.toml with state and health, the keys that act on them, and their logs."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import DataTable, Footer, Static
+
+from console.format import human_age, safe_text
+from console.screens.confirm import ConfirmScreen
+from console.widgets.log_view import LogView, LogViewPane
+
+LIVE_STATES = ("starting", "running", "stopping")
+STALL_CODES = {"stalled", "nccl_hang"}
+FAILURE_CODES = {"crashed"}
+# Style per health level, by theme variable, so every theme colours the same meaning.
+# (DataTable measures Rich renderables: the variables are resolved to colours per refresh.)
+HEALTH_STYLES = {
+    "ok": "$success",
+    "idle": "dim",
+    "warning": "$warning",
+    "stalled": "bold reverse $warning",
+    "failed": "bold $error",
+}
+COLUMNS = ("name", "kind", "state", "runtime", "port", "gpus", "exit", "phase / progress", "alerts")
+NO_JOBS_FILE = ("no jobs file: pass --jobs FILE, set GPUDECK_JOBS, or create ./jobs.toml "
+                "or ~/.config/gpudeck/jobs.toml — the dashboard works without one")
+
+
+# -- pure presentation of one job dict (the `jobs --json` record) ----------------------------
+
+def health_of(job: dict) -> str:
+    """ok / idle / warning / stalled / failed, from the job's state, exit and alerts."""
+    codes = {a.get("code") for a in job.get("alerts") or [] if isinstance(a, dict)}
+    if codes & STALL_CODES:
+        return "stalled"
+    state = job.get("state")
+    exit_code = job.get("exit_code")
+    if codes & FAILURE_CODES or state == "lost":
+        return "failed"
+    if state == "exited" and ((exit_code not in (0, None)) or job.get("signal")):
+        return "failed"
+    if codes:
+        return "warning"
+    if state in ("idle", None):
+        return "idle"
+    return "ok"
+
+
+def gpus_text(gpus: Any) -> str:
+    gpus = list(gpus or [])
+    if not gpus:
+        return "—"
+    if gpus == list(range(gpus[0], gpus[0] + len(gpus))) and len(gpus) > 2:
+        return f"{gpus[0]}-{gpus[-1]}"
+    return ",".join(str(g) for g in gpus)
+
+
+def port_text(job: dict) -> str:
+    port = job.get("port")
+    if port is None:
+        return "—"
+    return f"{port} {'open' if job.get('port_open') else 'shut'}"
+
+
+def exit_text(job: dict) -> str:
+    if job.get("signal"):
+        return str(job["signal"])
+    code = job.get("exit_code")
+    return "—" if code is None else str(code)
+
+
+def runtime_text(job: dict, now: float) -> str:
+    started = job.get("started_at")
+    if not started:
+        return "—"
+    ended = job.get("ended_at") or now
+    return human_age(max(0.0, ended - started))
+
+
+def progress_text(job: dict) -> str:
+    phase = job.get("phase")
+    progress = job.get("progress") if isinstance(job.get("progress"), dict) else None
+    parts = [str(phase)] if phase and phase != "unknown" else []
+    if progress:
+        done, total = progress.get("done"), progress.get("total")
+        label = progress.get("label")
+        if done is not None and total:
+            piece = f"{done:g}/{total:g}" if isinstance(done, (int, float)) and isinstance(total, (int, float)) \
+                else f"{done}/{total}"
+            try:
+                piece += f" {100 * float(done) / float(total):.0f}%"
+            except (TypeError, ValueError, ZeroDivisionError):
+                pass
+            parts.append(f"{label} {piece}" if label else piece)
+        eta = progress.get("eta_s")
+        if eta is not None:
+            parts.append(f"ETA {human_age(eta)}")
+    return safe_text(" ".join(parts), 60) or "—"
+
+
+def alerts_text(job: dict) -> str:
+    codes = [str(a.get("code")) for a in job.get("alerts") or [] if isinstance(a, dict)]
+    return safe_text(",".join(codes), 40) or ""
+
+
+def resolve_style(style: str, variables: dict[str, str]) -> str:
+    """'bold $error' -> 'bold #F7768E' with the app's current theme variables."""
+    words = []
+    for word in style.split():
+        if word.startswith("$"):
+            value = variables.get(word[1:], "")
+            if not value.startswith("#"):
+                continue
+            word = value
+        words.append(word)
+    return " ".join(words)
+
+
+def row_cells(job: dict, now: float, variables: Optional[dict[str, str]] = None) -> list[Text]:
+    style = resolve_style(HEALTH_STYLES[health_of(job)], variables or {})
+    state = str(job.get("state") or "?")
+    if health_of(job) == "stalled":
+        state = "STALLED"
+    texts = [safe_text(str(job.get("name")), 40), str(job.get("kind") or ""), state, runtime_text(job, now),
+             port_text(job), gpus_text(job.get("gpus")), exit_text(job), progress_text(job), alerts_text(job)]
+    return [Text(text, style=style, no_wrap=True, overflow="ellipsis") for text in texts]
+
+
+def alert_key(job: str, alert: dict) -> tuple:
+    return (job, alert.get("code"), alert.get("since"))
+
+
+def banner_lines(jobs: list[dict], now: float) -> list[str]:
+    lines = []
+    for job in jobs:
+        for alert in job.get("alerts") or []:
+            if not isinstance(alert, dict):
+                continue
+            since = alert.get("since")
+            when = f" for {human_age(now - since)}" if isinstance(since, (int, float)) else ""
+            lines.append(safe_text(f"⚠ {job.get('name')}: {alert.get('code')}{when} — {alert.get('message') or ''}", 300))
+    return lines
+
+
+def live_jobs_note(jobs_file_arg: Optional[str]) -> Optional[str]:
+    """What quitting the console leaves behind, in one line (None when nothing runs)."""
+    try:
+        from jobs.paths import find_jobs_file
+        from jobs.spec import load_jobs
+        from jobs.supervisor import Supervisor
+        path = find_jobs_file(jobs_file_arg)
+        if path is None or not path.exists():
+            return None
+        live = [s.name for s in Supervisor(load_jobs(path)).job_states() if s.state in LIVE_STATES]
+    except Exception:
+        return None
+    if not live:
+        return None
+    names = ", ".join(live[:5]) + ("…" if len(live) > 5 else "")
+    noun = "job keeps" if len(live) == 1 else "jobs keep"
+    return f"{len(live)} {noun} running ({names}); `gpudeck jobs` to see them"
+
+
+# -- messages: facts the workers report --------------------------------------------------------
+
+class JobsLoaded(Message):
+    def __init__(self, supervisor: Any = None, reason: Optional[str] = None) -> None:
+        super().__init__()
+        self.supervisor = supervisor
+        self.reason = reason
+
+
+class JobsRefreshed(Message):
+    def __init__(self, jobs: list[dict], log_paths: dict[str, str], error: Optional[str] = None) -> None:
+        super().__init__()
+        self.jobs = jobs
+        self.log_paths = log_paths
+        self.error = error
+
+
+class JobActionFinished(Message):
+    """start/stop/restart/pivot ended: `lines` say what happened; `ok` False is an error."""
+
+    def __init__(self, job: str, action: str, ok: bool, lines: list[str]) -> None:
+        super().__init__()
+        self.job = job
+        self.action = action
+        self.ok = ok
+        self.lines = lines
+
+
+@dataclass
+class StopPlan:
+    job: str
+    run_id: Optional[str]
+    pgid: Optional[int]
+    processes: list[tuple[int, str]]       # (pid, command line)
+
+
+class StopPlanned(Message):
+    def __init__(self, plan: StopPlan, restart: bool) -> None:
+        super().__init__()
+        self.plan = plan
+        self.restart = restart
+
+
+class PivotPlanned(Message):
+    def __init__(self, target: str, lines: list[str], error: Optional[str] = None) -> None:
+        super().__init__()
+        self.target = target
+        self.lines = lines
+        self.error = error
+
+
+# -- the screen ----------------------------------------------------------------------------------
+
+class JobsScreen(Screen):
+    """Jobs table over a log pane; everything it shows comes from the core, polled off the UI thread."""
+
+    DEFAULT_CSS = """
+    JobsScreen #jobs-reason { height: auto; color: $warning; padding: 0 1; display: none; }
+    JobsScreen #jobs-reason.-shown { display: block; }
+    JobsScreen #jobs-banner { height: auto; max-height: 4; color: $error; background: $error 15%;
+                              padding: 0 1; display: none; text-wrap: nowrap; text-overflow: ellipsis; }
+    JobsScreen #jobs-banner.-shown { display: block; }
+    JobsScreen #jobs-table { height: auto; max-height: 60%; }
+    JobsScreen.-log-open #jobs-table { max-height: 40%; }
+    JobsScreen LogView { display: none; border-top: solid $panel; }
+    JobsScreen.-log-open LogView { display: block; }
+    """
+
+    BINDINGS = [
+        Binding("s", "start_job", "Start", id="jobs.start"),
+        Binding("x", "stop_job", "Stop", id="jobs.stop"),
+        Binding("r", "restart_job", "Restart", id="jobs.restart"),
+        Binding("l", "open_log", "Log", id="jobs.log", tooltip="or Enter on a row"),
+        Binding("p", "pivot", "Pivot", id="jobs.pivot", tooltip="stop the running engines, start this one"),
+        Binding("escape", "close_log", "Close log", show=False, id="jobs.log.close"),
+    ]
+
+    def __init__(
+        self,
+        jobs_file: Optional[str] = None,
+        refresh_s: Optional[float] = None,
+        *,
+        supervisor: Any = None,
+        payload: Any = None,
+        clock: Any = time.time,
+        **kwargs,
+    ) -> None:
+        """`supervisor`, `payload(supervisor) -> {"jobs": [...]}` and `clock` are injectable
+        (snapshot tests show a fixed state); by default the jobs file is found like the CLI finds it."""
+        super().__init__(**kwargs)
+        self.jobs_file_arg = jobs_file
+        self._refresh_s = refresh_s
+        self._injected_supervisor = supervisor
+        self._payload = payload
+        self.clock = clock
+        self.supervisor: Any = None
+        self.jobs: list[dict] = []
+        self.log_paths: dict[str, str] = {}
+        self.reason: Optional[str] = None
+        self.refreshes = 0                       # completed refreshes (tests wait on it)
+        self._timer: Optional[Timer] = None
+        self._seen_alerts: Optional[set[tuple]] = None
+        self._log_job: Optional[str] = None
+        self._log_path: Optional[str] = None
+        self._busy: set[str] = set()             # jobs with an action in flight
+
+    def compose(self) -> ComposeResult:
+        try:
+            from console.widgets.box_header_panel import BoxHeaderPanel
+            yield BoxHeaderPanel("jobs", id="header")
+        except ImportError:  # pragma: no cover - the header is the dashboard's; the view works without it
+            pass
+        yield Static("", id="jobs-reason", markup=False)
+        yield Static("", id="jobs-banner", markup=False)
+        with Vertical(id="jobs-body"):
+            table: DataTable = DataTable(id="jobs-table", cursor_type="row", zebra_stripes=False)
+            yield table
+            yield LogView(id="jobs-log")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        for column in COLUMNS:
+            table.add_column(column, key=column)
+        table.focus()
+        self._load()
+
+    def apply_telemetry(self, view: Any) -> None:
+        """The app's telemetry-screen protocol: only the header uses it here."""
+        for header in self.query("#header"):
+            apply = getattr(header, "apply_telemetry", None)
+            if apply is not None:
+                apply(view)
+
+    @property
+    def refresh_s(self) -> float:
+        if self._refresh_s is not None:
+            return self._refresh_s
+        return max(0.5, float(getattr(self.app, "refresh_s", 1.0) or 1.0))
+
+    @property
+    def selected_job(self) -> Optional[dict]:
+        table = self.query_one(DataTable)
+        if not self.jobs or table.row_count == 0:
+            return None
+        row = min(max(table.cursor_row, 0), len(self.jobs) - 1)
+        return self.jobs[row]
+
+    # -- loading and polling (worker threads call the core, handlers own the state) --------------
+    @work(thread=True, exclusive=True, group="jobs-refresh", exit_on_error=False)
+    def _load(self) -> None:
+        if self._injected_supervisor is not None:
+            self.post_message(JobsLoaded(supervisor=self._injected_supervisor))
+            return
+        arg = self.jobs_file_arg if self.jobs_file_arg is not None else getattr(self.app, "jobs_file", None)
+        try:
+            from jobs.paths import find_jobs_file
+            from jobs.spec import SpecError, load_jobs
+            from jobs.supervisor import Supervisor
+            path = find_jobs_file(arg)
+            if path is None:
+                self.post_message(JobsLoaded(reason=NO_JOBS_FILE))
+                return
+            if not path.exists():
+                self.post_message(JobsLoaded(reason=f"{path}: no such file — the dashboard works without it"))
+                return
+            try:
+                jobs_file = load_jobs(path)
+            except SpecError as exc:
+                self.post_message(JobsLoaded(reason=f"{exc} (run `gpudeck check` for every problem)"))
+                return
+            self.post_message(JobsLoaded(supervisor=Supervisor(jobs_file)))
+        except Exception as exc:  # never take the app down: the reason is shown instead
+            self.post_message(JobsLoaded(reason=f"jobs unavailable: {type(exc).__name__}: {exc}"))
+
+    @on(JobsLoaded)
+    def _jobs_loaded(self, message: JobsLoaded) -> None:
+        reason_box = self.query_one("#jobs-reason", Static)
+        if message.reason is not None:
+            self.reason = message.reason
+            reason_box.update(safe_text(message.reason, 500))
+            reason_box.add_class("-shown")
+            return
+        reason_box.remove_class("-shown")
+        self.supervisor = message.supervisor
+        self._poll()
+
+    @work(thread=True, exclusive=True, group="jobs-refresh", exit_on_error=False)
+    def _poll(self) -> None:
+        supervisor = self.supervisor
+        try:
+            if self._payload is not None:
+                payload = self._payload(supervisor)
+            else:
+                from jobs.supervisor import jobs_payload
+                payload = jobs_payload(supervisor)
+            jobs = list(payload["jobs"])
+            log_paths = {}
+            for job in jobs:
+                run = supervisor.latest(job["name"]) if job.get("run_id") else None
+                if run is not None:
+                    log_paths[job["name"]] = str(run.log_path)
+            self.post_message(JobsRefreshed(jobs, log_paths))
+        except Exception as exc:
+            self.post_message(JobsRefreshed(self.jobs, self.log_paths, error=f"{type(exc).__name__}: {exc}"))
+
+    def _schedule_poll(self, delay: Optional[float] = None) -> None:
+        if self._timer is not None:
+            self._timer.stop()
+        # Re-armed after each refresh completes, so a slow core call never stacks refreshes up.
+        self._timer = self.set_timer(self.refresh_s if delay is None else delay, self._poll, name="jobs-poll")
+
+    @on(JobsRefreshed)
+    def _jobs_refreshed(self, message: JobsRefreshed) -> None:
+        self.refreshes += 1
+        if message.error:
+            self.notify(f"jobs refresh failed: {message.error}", severity="error", timeout=4)
+        self.jobs = list(message.jobs)
+        self.log_paths = dict(message.log_paths)
+        self._render_table()
+        self._announce_alerts()
+        self._reattach_log()
+        self._schedule_poll()
+
+    def _render_table(self) -> None:
+        table = self.query_one(DataTable)
+        now = self.clock()
+        variables = self.app.get_css_variables()
+        names = [str(job.get("name")) for job in self.jobs]
+        current = [str(key.value) for key in table.rows]
+        if names != current:
+            cursor = table.cursor_row
+            table.clear()
+            for job in self.jobs:
+                table.add_row(*row_cells(job, now, variables), key=str(job.get("name")))
+            if self.jobs:
+                table.move_cursor(row=min(max(cursor, 0), len(self.jobs) - 1))
+            return
+        for job in self.jobs:
+            for column, cell in zip(COLUMNS, row_cells(job, now, variables)):
+                table.update_cell(str(job.get("name")), column, cell)
+
+    def _announce_alerts(self) -> None:
+        lines = banner_lines(self.jobs, self.clock())
+        banner = self.query_one("#jobs-banner", Static)
+        banner.update("\n".join(lines))
+        banner.set_class(bool(lines), "-shown")
+        current = {alert_key(str(job.get("name")), a): (job, a)
+                   for job in self.jobs for a in job.get("alerts") or [] if isinstance(a, dict)}
+        if self._seen_alerts is None:
+            # Alerts that were already up when the console opened are shown, not rung.
+            self._seen_alerts = set(current)
+            return
+        for key in current.keys() - self._seen_alerts:
+            job, alert = current[key]
+            severity = "error" if alert.get("code") in FAILURE_CODES | STALL_CODES else "warning"
+            self.notify(safe_text(f"{job.get('name')}: {alert.get('code')} — {alert.get('message') or ''}", 300),
+                        title="gpudeck alert", severity=severity, timeout=10)
+            self.app.bell()
+        self._seen_alerts = set(current)
+
+    # -- the log pane ------------------------------------------------------------------------------
+    def _reattach_log(self) -> None:
+        """After a restart the job has a new run: follow its log, not the finished one."""
+        if self._log_job is None:
+            return
+        path = self.log_paths.get(self._log_job)
+        if path and path != self._log_path:
+            self._open_log(self._log_job, path)
+
+    def _open_log(self, job: str, path: str) -> None:
+        self._log_job = job
+        self._log_path = path
+        run_id = Path(path).parent.name
+        self.query_one(LogView).open(path, title=f"{job} · run {run_id}")
+
+    def action_open_log(self) -> None:
+        job = self.selected_job
+        if job is None:
+            return
+        name = str(job.get("name"))
+        path = self.log_paths.get(name)
+        if path is None:
+            self.notify(f"{name} has no run yet: press s to start it", severity="warning", timeout=3)
+            return
+        self._open_log(name, path)
+        self.add_class("-log-open")
+        self.query_one(LogViewPane).focus()
+
+    @on(DataTable.RowSelected, "#jobs-table")
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_open_log()
+
+    def action_close_log(self) -> None:
+        if self.query_one(LogViewPane).has_focus or self.query_one(LogView).has_focus_within:
+            self.query_one(DataTable).focus()
+        elif self.has_class("-log-open"):
+            self.remove_class("-log-open")
+            self._log_job = None
+            self._log_path = None
+
+    # -- actions -------------------------------------------------------------------------------------
+    def _selected_name(self) -> Optional[str]:
+        if self.supervisor is None:
+            self.notify(self.reason or "no jobs loaded", severity="warning", timeout=3)
+            return None
+        job = self.selected_job
+        return None if job is None else str(job.get("name"))
+
+    def action_start_job(self) -> None:
+        name = self._selected_name()
+        if name is None:
+            return
+        if name in self._busy:
+            self.notify(f"{name}: an action is already in progress", severity="warning", timeout=3)
+            return
+        self._busy.add(name)
+        self.notify(f"starting {name}…", timeout=2)
+        self._start(name)
+
+    @work(thread=True, group="jobs-action", exit_on_error=False)
+    def _start(self, name: str) -> None:
+        try:
+            run_id = self.supervisor.start(name)
+        except Exception as exc:
+            self.post_message(JobActionFinished(name, "start", False, [str(exc)]))
+        else:
+            self.post_message(JobActionFinished(name, "start", True, [f"started {name} (run {run_id})"]))
+
+    def action_stop_job(self) -> None:
+        self._plan_stop_for_selected(restart=False)
+
+    def action_restart_job(self) -> None:
+        self._plan_stop_for_selected(restart=True)
+
+    def _plan_stop_for_selected(self, restart: bool) -> None:
+        name = self._selected_name()
+        if name is None:
+            return
+        if name in self._busy:
+            self.notify(f"{name}: an action is already in progress", severity="warning", timeout=3)
+            return
+        self._plan_stop(name, restart)
+
+    @work(thread=True, group="jobs-action", exit_on_error=False)
+    def _plan_stop(self, name: str, restart: bool) -> None:
+        try:
+            plan = stop_plan(self.supervisor, name)
+        except Exception as exc:
+            self.post_message(JobActionFinished(name, "stop", False, [f"cannot stop {name}: {exc}"]))
+            return
+        self.post_message(StopPlanned(plan, restart))
+
+    @on(StopPlanned)
+    def _stop_planned(self, message: StopPlanned) -> None:
+        plan, restart = message.plan, message.restart
+        if not plan.processes:
+            if restart:
+                # Nothing to destroy: a restart of a job that is not running is a start.
+                self._busy.add(plan.job)
+                self._start(plan.job)
+            else:
+                self.notify(f"{plan.job} is not running", severity="warning", timeout=3)
+            return
+        verb = "Restart" if restart else "Stop"
+        spec = self.supervisor.spec(plan.job)
+        lines = [f"Job {plan.job} (run {plan.run_id}), process group {plan.pgid}:"]
+        lines += [f"  pid {pid}  {safe_text(cmd, 90)}" for pid, cmd in plan.processes[:12]]
+        if len(plan.processes) > 12:
+            lines.append(f"  … and {len(plan.processes) - 12} more")
+        lines.append(f"SIG{spec.stop_signal.removeprefix('SIG')} to the group, SIGKILL after {spec.stop_timeout:g}s.")
+        if restart:
+            lines.append("Then a new run starts.")
+
+        def answered(yes: bool | None) -> None:
+            if not yes:
+                return
+            self._busy.add(plan.job)
+            self.notify(f"{'restarting' if restart else 'stopping'} {plan.job}…", timeout=2)
+            self._stop(plan.job, restart)
+
+        self.app.push_screen(ConfirmScreen(f"{verb} {plan.job}?", lines, confirm_label=verb), answered)
+
+    @work(thread=True, group="jobs-action", exit_on_error=False)
+    def _stop(self, name: str, restart: bool) -> None:
+        action = "restart" if restart else "stop"
+        try:
+            report = self.supervisor.stop(name)
+            lines = report.lines() or [f"stopped {name}"]
+            ok = report.clean
+            if restart:
+                run_id = self.supervisor.start(name)
+                lines.append(f"started {name} (run {run_id})")
+        except Exception as exc:
+            self.post_message(JobActionFinished(name, action, False, [str(exc)]))
+            return
+        self.post_message(JobActionFinished(name, action, ok, lines))
+
+    @on(JobActionFinished)
+    def _action_finished(self, message: JobActionFinished) -> None:
+        self._busy.discard(message.job)
+        self.notify(safe_text("\n".join(message.lines), 1000), title=f"{message.action} {message.job}",
+                    severity="information" if message.ok else "error", timeout=6 if message.ok else 12)
+        if self.supervisor is not None:
+            self._schedule_poll(0.05)
+
+    # -- pivot -----------------------------------------------------------------------------------------
+    def action_pivot(self) -> None:
+        name = self._selected_name()
+        if name is None:
+            return
+        job = self.selected_job or {}
+        if job.get("kind") != "engine":
+            self.notify(f"{name} is not an engine job: pivot targets an engine (kind = \"engine\")",
+                        severity="warning", timeout=4)
+            return
+        self._plan_pivot(name)
+
+    @work(thread=True, group="jobs-action", exit_on_error=False)
+    def _plan_pivot(self, target: str) -> None:
+        try:
+            lines = pivot_plan_lines(self.supervisor, target)
+        except Exception as exc:
+            self.post_message(PivotPlanned(target, [], error=str(exc)))
+            return
+        self.post_message(PivotPlanned(target, lines))
+
+    @on(PivotPlanned)
+    def _pivot_planned(self, message: PivotPlanned) -> None:
+        if message.error:
+            self.notify(f"pivot to {message.target}: {message.error}", severity="error", timeout=8)
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._busy.add(message.target)
+                self.notify(f"pivoting to {message.target}…", timeout=3)
+                self._pivot(message.target)
+
+        self.app.push_screen(ConfirmScreen(f"Pivot to {message.target}?", message.lines, confirm_label="Pivot"),
+                             answered)
+
+    @work(thread=True, group="jobs-action", exit_on_error=False)
+    def _pivot(self, target: str) -> None:
+        try:
+            ok, lines = run_pivot(self.supervisor, target)
+        except Exception as exc:
+            self.post_message(JobActionFinished(target, "pivot", False, [str(exc)]))
+            return
+        self.post_message(JobActionFinished(target, "pivot", ok, lines))
+
+
+# -- core calls used by the workers (no widget access) ----------------------------------------------
+
+def stop_plan(supervisor: Any, name: str) -> StopPlan:
+    """Exactly the processes a stop will signal, named (pid and command line)."""
+    from jobs.procs import cmdline
+    from jobs.supervisor import run_processes
+    supervisor.spec(name)
+    run = supervisor.latest(name)
+    if run is None:
+        return StopPlan(name, None, None, [])
+    procs = sorted(run_processes(run), key=lambda st: st.pid)
+    pgid = run.meta().get("pgid")
+    return StopPlan(name, run.run_id, pgid, [(st.pid, cmdline(st.pid) or "?") for st in procs])
+
+
+def _running_engine_jobs(supervisor: Any, target: str) -> list[str]:
+    return [s.name for s in supervisor.job_states()
+            if s.kind == "engine" and s.state in LIVE_STATES and s.name != target]
+
+
+def pivot_plan_lines(supervisor: Any, target: str) -> list[str]:
+    """The pivot as the operator must see it before confirming: what stops, what is left alone, what starts."""
+    try:
+        from jobs.engines import pivot as core_pivot  # F's plan, when it exists
+    except ImportError:
+        core_pivot = None
+    plan_fn = getattr(core_pivot, "plan_pivot", None) if core_pivot else None
+    if plan_fn is not None:
+        plan = plan_fn(supervisor, target)
+        lines_fn = getattr(plan, "lines", None)
+        if callable(lines_fn):
+            return list(lines_fn())
+    lines: list[str] = []
+    for name in _running_engine_jobs(supervisor, target):
+        plan = stop_plan(supervisor, name)
+        lines.append(f"Stop {name} (run {plan.run_id}), process group {plan.pgid}:")
+        lines += [f"  pid {pid}  {safe_text(cmd, 90)}" for pid, cmd in plan.processes[:12]]
+    if not lines:
+        lines.append("No managed engine job is running: nothing will be stopped.")
+    lines.append("Then verify the GPUs and ports are free, and start:")
+    lines.append(f"  {target}")
+    return lines
+
+
+def run_pivot(supervisor: Any, target: str) -> tuple[bool, list[str]]:
+    """Stop every running managed engine job, check what remains, start the target."""
+    try:
+        from jobs.engines import pivot as core_pivot
+    except ImportError:
+        core_pivot = None
+    run_fn = getattr(core_pivot, "run_pivot", None) if core_pivot else None
+    if run_fn is not None:
+        result = run_fn(supervisor, target)
+        ok = bool(getattr(result, "ok", True))
+        lines_fn = getattr(result, "lines", None)
+        return ok, list(lines_fn()) if callable(lines_fn) else [str(result)]
+    lines: list[str] = []
+    for name in _running_engine_jobs(supervisor, target):
+        t = time.monotonic()
+        report = supervisor.stop(name)
+        lines.append(f"stopped {name} in {time.monotonic() - t:.1f}s")
+        if not report.clean:
+            lines += report.lines()
+            lines.append(f"pivot halted: {name} did not stop cleanly; {target} not started")
+            return False, lines
+    t = time.monotonic()
+    run_id = supervisor.start(target)
+    lines.append(f"started {target} (run {run_id}) in {time.monotonic() - t:.1f}s")
+    return True, lines

@@ -1,0 +1,412 @@
+"""Console side of jobs: the log pane over real files, and the jobs view driving real jobs with Pilot."""
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import random
+import time
+from pathlib import Path
+
+import pytest
+from textual.app import App, ComposeResult
+
+from console.screens.confirm import ConfirmScreen
+from console.screens.jobs import JobsScreen, banner_lines, health_of, live_jobs_note, row_cells
+from console.widgets.log_index import BLOCK, LogIndex, LogSearch
+from console.widgets.log_view import LogView, LogViewPane
+
+DEADLINE_S = 30.0   # generous: two cores shared by many test runs
+
+
+def pilot_test(fn):
+    """Run an async Pilot test in its own event loop (no asyncio plugin needed)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(fn(*args, **kwargs))
+    return wrapper
+
+
+async def wait_for(pilot, predicate, what: str, timeout: float = DEADLINE_S):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        await pilot.pause(0.05)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+
+
+# -- LogIndex / LogSearch on real files ------------------------------------------------------------
+
+def _random_log(rng: random.Random) -> bytes:
+    parts = []
+    for _ in range(rng.randint(0, 2500)):
+        if rng.random() < 0.03:
+            n = rng.choice([0, 1, BLOCK - 1, BLOCK, BLOCK + 7, 3 * BLOCK])
+        else:
+            n = rng.randint(0, 120)
+        parts.append(bytes(rng.choice(b"abcxyz \r\x1b\xff") for _ in range(n)))
+    data = b"\n".join(parts)
+    return data + b"\n" if rng.random() < 0.5 else data
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_index_matches_file_content_while_it_grows(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    data = _random_log(rng)
+    path = tmp_path / "out.log"
+    path.write_bytes(b"")
+    index = LogIndex(path)
+    with open(path, "ab") as f:
+        pos = 0
+        while pos < len(data):
+            step = rng.randint(1, 200_000)
+            f.write(data[pos:pos + step])
+            f.flush()
+            pos += step
+            index.update(max_bytes=rng.choice([999, 1 << 30]))
+    while index.state().size < len(data):
+        index.update()
+    lines = data.split(b"\n")
+    if data.endswith(b"\n") or not data:
+        lines.pop()
+    assert index.line_count == len(lines)
+    offset = 0
+    for number, line in enumerate(lines):
+        assert index.line_span(number) == (offset, offset + len(line))
+        assert index.line_at_offset(offset) == number
+        offset += len(line) + 1
+    search = LogSearch(index, "XYZ")
+    search.scan(chunk=rng.choice([5, 333, 1 << 22]))
+    assert list(search.lines) == [n for n, line in enumerate(lines) if b"xyz" in line]
+
+
+def test_index_resets_when_the_file_is_truncated(tmp_path: Path) -> None:
+    path = tmp_path / "out.log"
+    path.write_bytes(b"one\ntwo\nthree\n")
+    index = LogIndex(path)
+    index.update()
+    before = index.state()
+    path.write_bytes(b"new\n")
+    index.update()
+    after = index.state()
+    assert before.line_count == 3
+    assert after.line_count == 1 and after.generation > before.generation
+    assert index.read_line(0) == (b"new", 0)
+
+
+def test_huge_progress_line_shows_its_last_redraw(tmp_path: Path) -> None:
+    path = tmp_path / "out.log"
+    bar = b"".join(b"\rloading %7d/1000000" % i for i in range(0, 1_000_000, 997))
+    path.write_bytes(b"start\n" + bar + b"\rloading 1000000/1000000\nend\n")
+    index = LogIndex(path)
+    index.update()
+    raw, omitted = index.read_line(1)
+    assert raw == b"loading 1000000/1000000"
+    assert omitted > 0
+
+
+# -- LogViewPane in an app -------------------------------------------------------------------------
+
+class LogApp(App):
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+
+    def compose(self) -> ComposeResult:
+        yield LogView(self.path)
+
+    def on_mount(self) -> None:
+        self.query_one(LogViewPane).focus()
+
+
+def rendered_rows(pane: LogViewPane) -> list[str]:
+    return [row.rstrip() for row in pane.visible_text()]
+
+
+@pilot_test
+async def test_pane_follows_pauses_on_scroll_up_and_resumes_with_G(tmp_path: Path) -> None:
+    path = tmp_path / "out.log"
+    path.write_bytes(b"".join(b"line %d\n" % i for i in range(200)))
+    app = LogApp(path)
+    async with app.run_test(size=(60, 20)) as pilot:
+        pane = app.query_one(LogViewPane)
+        await wait_for(pilot, lambda: "line 199" in rendered_rows(pane), "the tail on screen")
+        assert pane.following
+        with open(path, "ab") as f:
+            f.write(b"line 200\nline 201\n")
+        await wait_for(pilot, lambda: rendered_rows(pane)[-1] == "line 201", "appended lines followed")
+        await pilot.press("pageup")
+        await wait_for(pilot, lambda: not pane.following, "pause on scroll up")
+        top = pane.scroll_y
+        with open(path, "ab") as f:
+            f.write(b"line 202\n")
+        await wait_for(pilot, lambda: pane.line_count == 203, "new line indexed")
+        await pilot.pause(0.2)
+        assert pane.scroll_y == top and "line 202" not in rendered_rows(pane)
+        await pilot.press("G")
+        await wait_for(pilot, lambda: rendered_rows(pane)[-1] == "line 202", "following again after G")
+        assert pane.following
+
+
+@pilot_test
+async def test_search_finds_the_right_lines_and_counts_them(tmp_path: Path) -> None:
+    path = tmp_path / "out.log"
+    lines = [f"step {i} loss=0.{i:03d}" for i in range(3000)]
+    lines[1234] = "RuntimeError: CUDA out of memory"
+    lines[2500] = "torch.OutOfMemoryError: CUDA out of MEMORY again"
+    path.write_text("\n".join(lines) + "\n")
+    app = LogApp(path)
+    async with app.run_test(size=(70, 20)) as pilot:
+        pane = app.query_one(LogViewPane)
+        await wait_for(pilot, lambda: pane.line_count == 3000, "indexed")
+        await pilot.press("home")
+        await pilot.press("slash", *"out of memory", "enter")
+        await wait_for(pilot, lambda: pane.current_match == 1234, "first match shown")
+        assert pane.match_position() == (1, 2)
+        assert any("CUDA out of memory" in row for row in rendered_rows(pane))
+        await pilot.press("n")
+        assert pane.current_match == 2500 and pane.match_position() == (2, 2)
+        await pilot.press("N")
+        assert pane.current_match == 1234
+        status = str(app.query_one("#log-status").render())
+        assert "1/2" in status and "out of memory" in status
+
+
+@pilot_test
+async def test_escape_sequences_never_reach_rendered_segments(tmp_path: Path) -> None:
+    path = tmp_path / "out.log"
+    path.write_bytes(
+        b"\x1b[31mred\x1b[0m plain\n"
+        b"title \x1b]0;pwned\x07 and clipboard \x1b]52;c;ZXZpbA==\x1b\\ end\n"
+        b"cursor \x1b[2J\x1b[H\x1b[10;10H moved \x9b31m c1\n"
+        b"bad utf8 \xff\xfe and a bell \x07 and del \x7f\n"
+        b"50%\r75%\r100%\r\n"
+        b"tab\tstop\n"
+    )
+    app = LogApp(path)
+    async with app.run_test(size=(80, 12)) as pilot:
+        pane = app.query_one(LogViewPane)
+        await wait_for(pilot, lambda: pane.line_count == 6, "indexed")
+        await pilot.pause(0.1)
+        for wrap in (False, True):
+            if wrap:
+                await pilot.press("w")
+            for y in range(pane.size.height):
+                for segment in pane.render_line(y):
+                    assert not any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F for ch in segment.text), segment
+        rows = rendered_rows(pane)
+        assert rows[0] == "red plain"
+        assert "pwned" not in rows[1]
+        assert rows[4] == "100%"
+
+
+@pilot_test
+async def test_wrap_shows_a_long_line_whole(tmp_path: Path) -> None:
+    path = tmp_path / "out.log"
+    path.write_text("short\n" + "".join(f"{i:04d}" for i in range(40)) + "\nlast\n")
+    app = LogApp(path)
+    async with app.run_test(size=(40, 12)) as pilot:
+        pane = app.query_one(LogViewPane)
+        await wait_for(pilot, lambda: pane.line_count == 3, "indexed")
+        await pilot.press("w")
+        await pilot.pause(0.1)
+        rows = [r for r in rendered_rows(pane) if r]
+        width = pane.size.width
+        joined = "".join(rows[1:-1])
+        assert joined == "".join(f"{i:04d}" for i in range(40)) and len(rows[1]) == width
+        assert rows[-1] == "last"
+
+
+# -- the jobs view, on real jobs -------------------------------------------------------------------
+
+JOBS_TOML = '''
+[jobs.printer]
+cmd = "for i in $(seq 1 50); do echo printer line $i; done; sleep 300"
+kind = "stage"
+
+[jobs.sleeper]
+cmd = "sleep 300"
+kind = "train"
+port = {port}
+
+[jobs.engine-b]
+cmd = "sleep 300"
+kind = "engine"
+'''
+
+
+@pytest.fixture
+def jobs_env(tmp_path: Path, monkeypatch):
+    state = tmp_path / "state"
+    state.mkdir()
+    monkeypatch.setenv("GPUDECK_STATE_DIR", str(state))
+    jobs_file = tmp_path / "jobs.toml"
+    jobs_file.write_text(JOBS_TOML.format(port=_free_port()))
+    yield jobs_file
+    from jobs.spec import load_jobs
+    from jobs.supervisor import Supervisor
+    supervisor = Supervisor(load_jobs(jobs_file), state)
+    for name in supervisor.jobs_file.jobs:
+        supervisor.stop(name, timeout=2)
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_console(jobs_file: Path | None):
+    from console.app import make_app
+    from jobs.telemetry.sampler import make_sampler
+    return make_app(sampler=make_sampler(demo=True), start_sampling=False, refresh=0.3,
+                    jobs_file=None if jobs_file is None else str(jobs_file))
+
+
+def job(screen: JobsScreen, name: str) -> dict:
+    return next(j for j in screen.jobs if j["name"] == name)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"))
+
+
+@pilot_test
+async def test_jobs_view_start_log_and_stop_a_real_job(jobs_env: Path) -> None:
+    app = make_console(jobs_env)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("2")
+        screen = await wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen, "jobs view")
+        await wait_for(pilot, lambda: screen.refreshes >= 1, "first refresh")
+        assert screen.selected_job["name"] == "printer"          # first job of the file
+        assert [j["name"] for j in screen.jobs] == ["printer", "sleeper", "engine-b"]
+
+        await pilot.press("s")
+        await wait_for(pilot, lambda: job(screen, "printer")["state"] == "running", "printer running")
+        pid = job(screen, "printer")["pid"]
+        assert pid and _alive(pid)
+
+        await pilot.press("enter")
+        pane = app.screen.query_one(LogViewPane)
+        await wait_for(pilot, lambda: any("printer line 50" in r for r in rendered_rows(pane)), "log lines shown")
+        assert pane.has_focus
+
+        await pilot.press("escape")                              # focus back to the table
+        await pilot.press("x")
+        confirm = await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen, "confirm")
+        assert "Stop printer?" in confirm.text and f"pid {pid}" in confirm.text
+        await pilot.press("n")                                   # "no" leaves it running
+        await pilot.pause(0.3)
+        assert _alive(pid) and app.screen is screen
+        await pilot.press("x")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "confirm again")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: job(screen, "printer")["state"] == "stopped", "printer stopped")
+        assert not _alive(pid)
+
+
+@pilot_test
+async def test_restart_reattaches_the_log_to_the_new_run(jobs_env: Path) -> None:
+    app = make_console(jobs_env)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("2")
+        screen = await wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen, "jobs view")
+        await wait_for(pilot, lambda: screen.refreshes >= 1, "first refresh")
+        await pilot.press("s")
+        await wait_for(pilot, lambda: job(screen, "printer")["state"] == "running", "running")
+        first_run = job(screen, "printer")["run_id"]
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: screen._log_path and first_run in screen._log_path, "log of run 1")
+        await pilot.press("escape", "r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "restart confirm")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: job(screen, "printer")["run_id"] not in (None, first_run)
+                       and job(screen, "printer")["state"] == "running", "second run", timeout=60)
+        second_run = job(screen, "printer")["run_id"]
+        await wait_for(pilot, lambda: second_run in (screen._log_path or ""), "log re-attached")
+        pane = screen.query_one(LogViewPane)
+        await wait_for(pilot, lambda: any("printer line 50" in r for r in rendered_rows(pane)), "new run's lines")
+        assert live_jobs_note(str(jobs_env)) == "1 job keeps running (printer); `gpudeck jobs` to see them"
+
+
+@pilot_test
+async def test_no_jobs_file_shows_a_reason_and_the_dashboard_still_works(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GPUDECK_JOBS", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    app = make_console(None)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("2")
+        screen = await wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen, "jobs view")
+        await wait_for(pilot, lambda: screen.reason, "reason")
+        assert screen.reason.startswith("no jobs file")
+        assert "\n" not in screen.reason
+        await pilot.press("s")                                   # no crash, just a notice
+        await pilot.press("1")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "DashboardScreen", "dashboard")
+
+
+# -- presentation and the snapshot ------------------------------------------------------------------
+
+NOW = 1_767_000_000.0
+FAKE_JOBS = [
+    {"name": "vllm-k2", "kind": "engine", "state": "running", "pid": 4412, "run_id": "r1", "exit_code": None,
+     "started_at": NOW - 2100, "ended_at": None, "port": 8000, "port_open": True, "gpus": [0, 1, 2, 3, 4, 5, 6, 7],
+     "phase": "ready", "progress": None, "alerts": [
+         {"code": "spec_decode_ineffective", "since": NOW - 300, "message": "acceptance 15%: 0.66x throughput"}]},
+    {"name": "sglang-k2", "kind": "engine", "state": "running", "pid": 5120, "run_id": "r2", "exit_code": None,
+     "started_at": NOW - 900, "ended_at": None, "port": 30000, "port_open": False, "gpus": [0, 1, 2, 3, 4, 5, 6, 7],
+     "phase": "loading", "progress": None, "alerts": [
+         {"code": "stalled", "since": NOW - 420, "message": "alive, 0% CPU, 0% GPU, log silent, port shut"}]},
+    {"name": "sgl-kernel", "kind": "build", "state": "exited", "pid": None, "run_id": "r3", "exit_code": 137,
+     "signal": None, "started_at": NOW - 7200, "ended_at": NOW - 4320, "port": None, "port_open": None, "gpus": [],
+     "phase": "failed", "progress": {"done": 611, "total": 812, "label": "ninja", "eta_s": None},
+     "alerts": [{"code": "crashed", "since": NOW - 4320, "message": "host_oom: lower MAX_JOBS"}]},
+    {"name": "datagen", "kind": "stage", "state": "running", "pid": 6001, "run_id": "r4", "exit_code": None,
+     "started_at": NOW - 5400, "ended_at": None, "port": None, "port_open": None, "gpus": [0, 1],
+     "phase": "running", "progress": {"done": 6200, "total": 10000, "label": "gen", "eta_s": 3300}, "alerts": []},
+    {"name": "finetune", "kind": "train", "state": "idle", "pid": None, "run_id": None, "exit_code": None,
+     "started_at": None, "ended_at": None, "port": None, "port_open": None, "gpus": [0, 1, 2, 3],
+     "phase": None, "progress": None, "alerts": []},
+]
+
+
+def test_health_levels_and_cells() -> None:
+    assert [health_of(j) for j in FAKE_JOBS] == ["warning", "stalled", "failed", "ok", "idle"]
+    cells = [c.plain for c in row_cells(FAKE_JOBS[3], NOW)]
+    assert cells == ["datagen", "stage", "running", "1h30m", "—", "0,1", "—", "running gen 6200/10000 62% ETA 55m00s", ""]
+    assert [c.plain for c in row_cells(FAKE_JOBS[1], NOW)][2] == "STALLED"
+    assert banner_lines(FAKE_JOBS, NOW)[1] == "⚠ sglang-k2: stalled for 7m00s — alive, 0% CPU, 0% GPU, log silent, port shut"
+
+
+class FakeSupervisor:
+    """A fixed state for the snapshot: no processes, no clock, no files."""
+
+    def latest(self, name: str):
+        return None
+
+
+class SnapshotApp(App):
+    def on_mount(self) -> None:
+        from themes import DEFAULT_THEME, GPUDECK_THEMES
+        for theme in GPUDECK_THEMES.values():
+            self.register_theme(theme)
+        self.theme = DEFAULT_THEME
+        self.push_screen(JobsScreen(supervisor=FakeSupervisor(), payload=lambda _: {"jobs": FAKE_JOBS},
+                                    refresh_s=3600, clock=lambda: NOW))
+
+
+def test_jobs_screen_snapshot(snap_compare) -> None:
+    async def settle(pilot) -> None:
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, JobsScreen) and pilot.app.screen.refreshes, "rows")
+        await pilot.pause(0.1)
+
+    assert snap_compare(SnapshotApp(), terminal_size=(80, 24), run_before=settle)
