@@ -476,6 +476,18 @@ class Supervisor:
         return ProcessReport(pid=pid, command=cmdline(pid), gpu_mem=mem,
                              gpus=tuple(sorted({h.gpu for h in entries})), owned=owned)
 
+    def processes(self, name: str) -> list[ProcessReport]:
+        """The live processes of the job's latest run (pid, command, GPU memory): what a stop confirmation names."""
+        run = self.latest(name)
+        if run is None:
+            return []
+        from jobs import gpuprocs
+        mem_by_pid: dict[int, list] = {}
+        for h in gpuprocs.holders() or []:
+            mem_by_pid.setdefault(h.pid, []).append(h)
+        return [self._describe(st.pid, mem_by_pid, owned=True)
+                for st in sorted(run_processes(run), key=lambda st: st.pid)]
+
     def restart(self, name: str) -> tuple[StopReport, str]:
         report = self.stop(name)
         return report, self.start(name)
