@@ -212,7 +212,8 @@ class Supervisor:
 
     def __init__(self, jobs_file: JobsFile, state_dir: Optional[Path] = None) -> None:
         self.jobs_file = jobs_file
-        self.state_dir = Path(state_dir) if state_dir is not None else paths.state_dir()
+        # Absolute: the runner and pipeline processes run in another working directory.
+        self.state_dir = (Path(state_dir) if state_dir is not None else paths.state_dir()).absolute()
 
     # -- lookups -----------------------------------------------------------
     def spec(self, name: str) -> JobSpec:
