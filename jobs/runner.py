@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
-import json
 import os
 import select
 import signal
@@ -27,7 +26,7 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
