@@ -231,7 +231,7 @@ class HealthMonitor:
     def log_path(self) -> Path:
         return self.run_dir / "output.log"
 
-    def _read_new_log(self) -> int:
+    def _read_new_log(self, now: Optional[float] = None) -> int:
         """Feed only the bytes written since the last tick to the analyzer; return how many."""
         try:
             with open(self.log_path, "rb") as fh:
@@ -241,7 +241,11 @@ class HealthMonitor:
             return 0
         if data:
             self.log_offset += len(data)
-            self.analyzer.feed(data)
+            try:
+                # The arrival time lets the analyzer rate bars that print no rate of their own.
+                self.analyzer.feed(data, now=now)
+            except TypeError:
+                self.analyzer.feed(data)
         return len(data)
 
     def _analyze(self) -> dict:
@@ -264,7 +268,7 @@ class HealthMonitor:
 
     def _tick(self, sample: Mapping[str, Any], alive: bool, now: float) -> HealthUpdate:
         self._reap()
-        grew = self._read_new_log()
+        grew = self._read_new_log(now)
         self.analysis = self._analyze()
         cpu_pct, read_bps = self.rates.update(now, sample)
         mem_available = mem_total = None
@@ -289,8 +293,11 @@ class HealthMonitor:
         """The run ended: read the rest of the log, then judge the exit (crashed or not)."""
         now = self.clock() if now is None else now
         try:
-            while self._read_new_log():
+            while self._read_new_log(now):
                 pass
+            finish = getattr(self.analyzer, "finish", None)
+            if callable(finish):
+                finish()           # the last, unterminated line counts now
             self.analysis = self._analyze()
             record = exit_record or {}
             signal = record.get("signal")
@@ -419,6 +426,9 @@ def analyze_tail(run_dir: Path, tail_bytes: int = FALLBACK_TAIL_BYTES) -> dict:
                 analyzer.feed(chunk)
     except OSError:
         return {}
+    finish = getattr(analyzer, "finish", None)
+    if callable(finish):
+        finish()
     try:
         result = as_dict(analyzer.result())
     except Exception:

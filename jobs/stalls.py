@@ -90,6 +90,7 @@ class Thresholds:
     mem_window_s: float = 30.0             # "falling" = below the highest value of the last 30 s
     mem_fall_min: int = 256 * 1024 ** 2    # ...by at least this much
     mem_per_compile_job: int = 6 * GIB     # an nvcc/cicc job takes ~4-8 GB
+    live_failure_grace_s: float = 5.0      # a logged fatal error with the tree still alive this long = crashed
 
 
 @dataclass(frozen=True)
@@ -251,6 +252,7 @@ class HealthRules:
         self._pinned_since: Optional[float] = None     # nccl_hang condition began
         self._mem: deque[tuple[float, int]] = deque()
         self._oom_since: Optional[float] = None
+        self._failed_alive_since: Optional[float] = None
         self._ended = False
         self.history: list[Alert] = []                  # every alert ever raised, with `cleared` when it was
 
@@ -282,7 +284,15 @@ class HealthRules:
             if obs.failure and obs.phase == "failed":
                 # vLLM's API server (and SGLang after its watchdog) can outlive a dead
                 # engine for a long time, holding the GPUs: that is a crash already.
-                conditions["crashed"] = self._crash_condition(obs.time, obs.failure, None, None, alive=True)
+                # A grace period first, so a job that prints its traceback and exits is
+                # reported once, by end(), with its exit status.
+                if self._failed_alive_since is None:
+                    self._failed_alive_since = obs.time
+                if obs.time - self._failed_alive_since >= self.t.live_failure_grace_s or "crashed" in self._active:
+                    conditions["crashed"] = self._crash_condition(self._failed_alive_since, obs.failure,
+                                                                  None, None, alive=True)
+            else:
+                self._failed_alive_since = None
         elif "crashed" in self._active:
             # The tree is gone but the run has not been judged yet (end() comes next): hold the crash.
             held = self._active["crashed"]

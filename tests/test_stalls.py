@@ -220,9 +220,10 @@ def test_sigkill_without_a_logged_error_reads_as_host_oom():
 
 def test_live_failure_with_lingering_tree_is_a_crash_already():
     rules = HealthRules(kind="engine")
-    ups = run(rules, 3, cpu_percent=20.0, phase="failed", failure=CUDA_OOM)
-    assert first_raised(ups, "crashed") == 0
-    assert "still alive" in ups[0].raised[0].message
+    ups = run(rules, 8, cpu_percent=20.0, phase="failed", failure=CUDA_OOM)
+    assert first_raised(ups, "crashed") == 5                 # after the grace period
+    assert "still alive" in ups[5].raised[0].message
+    assert ups[5].raised[0].since == T0
     # the operator then stops it: the crash stays, with its first since
     up = rules.end(RunEnd(time=T0 + 10, exit_code=-15, signal=15, stopped=True, failure=CUDA_OOM))
     assert codes(up.active) == {"crashed"} and up.active[0].since == T0 and not up.raised
@@ -288,3 +289,11 @@ def test_observe_after_end_changes_nothing():
     rules.end(RunEnd(time=T0, exit_code=2, failure={"cause": "bad_arguments", "message": "unrecognized arguments: --tp"}))
     up = rules.observe(Observation(time=T0 + 50, **QUIET))
     assert codes(up.active) == {"crashed"} and not up.raised
+
+
+def test_traceback_then_prompt_exit_is_reported_once_by_the_exit():
+    rules = HealthRules(kind="train")
+    ups = run(rules, 2, cpu_percent=20.0, phase="failed", failure=CUDA_OOM)
+    assert not any(u.raised for u in ups)
+    up = rules.end(RunEnd(time=T0 + 2, exit_code=1, failure=CUDA_OOM))
+    assert codes(up.raised) == {"crashed"} and "still alive" not in up.raised[0].message
