@@ -147,7 +147,7 @@ def test_loading_then_silent_with_port_closed_is_stalled_within_stall_after_plus
     assert entry["state"] == "running" and entry["port_open"] is False
     if HAVE_ANALYZER:       # weights loaded, never served: somewhere in startup
         assert entry["phase"] in ("starting", "loading"), entry["phase"]
-    assert f"port is not listening" in alert["message"]
+    assert "port is not listening" in alert["message"]
     assert alert["since"] <= went_quiet + 1.5
     assert alert["job"] == "loader" and alert["run_id"] == box["runs"]["loader"]
 

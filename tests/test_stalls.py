@@ -1,8 +1,6 @@
 """The health rules on synthetic timelines with an explicit clock: stalled, nccl_hang, crashed, oom_risk, pass-through."""
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from jobs.stalls import (GIB, GpuReading, HealthRules, Observation, RunEnd, default_stall_after,
