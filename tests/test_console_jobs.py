@@ -231,9 +231,17 @@ cmd = "sleep 300"
 kind = "train"
 port = {port}
 
-[jobs.engine-b]
+[jobs.eng-a]
 cmd = "sleep 300"
 kind = "engine"
+engine = "vllm"
+port = {port_a}
+
+[jobs.eng-b]
+cmd = "sleep 300"
+kind = "engine"
+engine = "vllm"
+port = {port_b}
 '''
 
 
@@ -243,7 +251,7 @@ def jobs_env(tmp_path: Path, monkeypatch):
     state.mkdir()
     monkeypatch.setenv("GPUDECK_STATE_DIR", str(state))
     jobs_file = tmp_path / "jobs.toml"
-    jobs_file.write_text(JOBS_TOML.format(port=_free_port()))
+    jobs_file.write_text(JOBS_TOML.format(port=_free_port(), port_a=_free_port(), port_b=_free_port()))
     yield jobs_file
     from jobs.spec import load_jobs
     from jobs.supervisor import Supervisor
@@ -287,7 +295,7 @@ async def test_jobs_view_start_log_and_stop_a_real_job(jobs_env: Path) -> None:
         screen = await wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen, "jobs view")
         await wait_for(pilot, lambda: screen.refreshes >= 1, "first refresh")
         assert screen.selected_job["name"] == "printer"          # first job of the file
-        assert [j["name"] for j in screen.jobs] == ["printer", "sleeper", "engine-b"]
+        assert [j["name"] for j in screen.jobs] == ["printer", "sleeper", "eng-a", "eng-b"]
 
         await pilot.press("s")
         await wait_for(pilot, lambda: job(screen, "printer")["state"] == "running", "printer running")
@@ -338,6 +346,25 @@ async def test_restart_reattaches_the_log_to_the_new_run(jobs_env: Path) -> None
 
 
 @pilot_test
+async def test_pivot_key_confirms_the_plan_then_stops_one_engine_and_starts_the_other(jobs_env: Path) -> None:
+    app = make_console(jobs_env)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("2")
+        screen = await wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen, "jobs view")
+        await wait_for(pilot, lambda: screen.refreshes >= 1, "first refresh")
+        await pilot.press("down", "down", "s")                   # start eng-a
+        await wait_for(pilot, lambda: job(screen, "eng-a")["state"] == "running", "eng-a running")
+        engines = screen.query_one("#engines")
+        await wait_for(pilot, lambda: any(r.name == "eng-a" and r.managed for r in engines.rows), "engine panel")
+        await pilot.press("down", "p")                           # pivot to eng-b
+        confirm = await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen, "plan")
+        assert "Pivot to eng-b?" in confirm.text and "job eng-a" in confirm.text
+        await pilot.press("y")
+        await wait_for(pilot, lambda: job(screen, "eng-b")["state"] == "running"
+                       and job(screen, "eng-a")["state"] == "stopped", "pivoted", timeout=60)
+
+
+@pilot_test
 async def test_no_jobs_file_shows_a_reason_and_the_dashboard_still_works(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("GPUDECK_JOBS", raising=False)
@@ -361,7 +388,9 @@ FAKE_JOBS = [
     {"name": "vllm-k2", "kind": "engine", "state": "running", "pid": 4412, "run_id": "r1", "exit_code": None,
      "started_at": NOW - 2100, "ended_at": None, "port": 8000, "port_open": True, "gpus": [0, 1, 2, 3, 4, 5, 6, 7],
      "phase": "ready", "progress": None, "alerts": [
-         {"code": "spec_decode_ineffective", "since": NOW - 300, "message": "acceptance 15%: 0.66x throughput"}]},
+         {"code": "spec_decode_ineffective", "since": NOW - 300, "message": "acceptance 15%: 0.66x throughput"}],
+     "serving": {"running": 4, "waiting": 0, "kv_cache_pct": 37.0, "gen_tokens_per_s": 54.6,
+                 "spec_accept_rate": 0.15, "spec_accept_len": 1.18}},
     {"name": "sglang-k2", "kind": "engine", "state": "running", "pid": 5120, "run_id": "r2", "exit_code": None,
      "started_at": NOW - 900, "ended_at": None, "port": 30000, "port_open": False, "gpus": [0, 1, 2, 3, 4, 5, 6, 7],
      "phase": "loading", "progress": None, "alerts": [
@@ -390,8 +419,18 @@ def test_health_levels_and_cells() -> None:
 class FakeSupervisor:
     """A fixed state for the snapshot: no processes, no clock, no files."""
 
+    COMMANDS = {"vllm-k2": "vllm serve /models/kimi-k2-int4 --port 8000 -tp 8",
+                "sglang-k2": "python -m sglang.launch_server --model-path /models/kimi-k2-int4 --port 30000"}
+
     def latest(self, name: str):
         return None
+
+    def spec(self, name: str):
+        from jobs.spec import JobSpec
+        job = next(j for j in FAKE_JOBS if j["name"] == name)
+        engine = name.split("-")[0] if name in self.COMMANDS else None
+        return JobSpec(name=name, cmd=self.COMMANDS.get(name, "true"), kind=job["kind"], engine=engine,
+                       port=job["port"], gpus=tuple(job["gpus"]))
 
 
 class SnapshotApp(App):
@@ -410,3 +449,22 @@ def test_jobs_screen_snapshot(snap_compare) -> None:
         await pilot.pause(0.1)
 
     assert snap_compare(SnapshotApp(), terminal_size=(80, 24), run_before=settle)
+
+
+def test_engine_rows_mark_foreign_engines_and_keep_history() -> None:
+    from console.widgets.engine_panel import EnginePanel, engine_rows
+    foreign = [{"pid": 4412, "engine": "vllm", "port": 8000, "gpu_mem": 71 * 2**30, "cmdline": "vllm serve x",
+                "managed": False, "orphan": True, "model": "x", "create_time": NOW - 60},
+               {"pid": 9, "engine": "vllm", "managed": True, "job": "vllm-k2"}]
+    specs = {"vllm-k2": ("vllm", "/models/kimi-k2-int4", 8000), "sglang-k2": ("sglang", None, 30000)}
+    rows = engine_rows(FAKE_JOBS, specs, foreign)
+    assert [(r.name, r.managed, r.state) for r in rows] == [
+        ("vllm-k2", True, "ready"), ("sglang-k2", True, "loading"), ("vllm PID 4412", False, "running")]
+    panel = EnginePanel(clock=lambda: NOW)
+    for rate in (50.0, 54.6):
+        serving = dict(FAKE_JOBS[0]["serving"], gen_tokens_per_s=rate)
+        panel.update_engines([rows[0].__class__(**{**rows[0].__dict__, "serving": serving}), rows[2]])
+    assert panel.history("vllm-k2", "gen_tokens_per_s") == [50.0, 54.6]
+    text = "\n".join(line.plain for line in panel.lines())
+    assert "FOREIGN" in text and "vllm PID 4412" in text and "orphan" in text and "71.0G GPU" in text
+    assert "54.6 tok/s" in text and "spec accept 15% len 1.18" in text and "up 1m00s" in text

@@ -18,7 +18,12 @@ from textual.widgets import DataTable, Footer, Static
 
 from console.format import human_age, safe_text
 from console.screens.confirm import ConfirmScreen
+from console.widgets.engine_panel import EnginePanel, EngineRow, engine_rows
 from console.widgets.log_view import LogView, LogViewPane
+
+# Engine discovery walks every process's environment: often enough to catch a
+# foreign vLLM appearing, rarely enough to stay cheap on a busy box.
+DISCOVERY_INTERVAL_S = 5.0
 
 LIVE_STATES = ("starting", "running", "stopping")
 STALL_CODES = {"stalled", "nccl_hang"}
@@ -182,11 +187,13 @@ class JobsLoaded(Message):
 
 
 class JobsRefreshed(Message):
-    def __init__(self, jobs: list[dict], log_paths: dict[str, str], error: Optional[str] = None) -> None:
+    def __init__(self, jobs: list[dict], log_paths: dict[str, str], error: Optional[str] = None,
+                 engines: Optional[list[EngineRow]] = None) -> None:
         super().__init__()
         self.jobs = jobs
         self.log_paths = log_paths
         self.error = error
+        self.engines = engines
 
 
 class JobActionFinished(Message):
@@ -216,11 +223,20 @@ class StopPlanned(Message):
 
 
 class PivotPlanned(Message):
-    def __init__(self, target: str, lines: list[str], error: Optional[str] = None) -> None:
+    def __init__(self, target: str, lines: list[str], error: Optional[str] = None, plan: Any = None) -> None:
         super().__init__()
         self.target = target
         self.lines = lines
         self.error = error
+        self.plan = plan           # executed exactly as shown: nothing re-planned after the confirmation
+
+
+class PivotStepped(Message):
+    def __init__(self, target: str, line: str, ok: bool) -> None:
+        super().__init__()
+        self.target = target
+        self.line = line
+        self.ok = ok
 
 
 # -- the screen ----------------------------------------------------------------------------------
@@ -277,6 +293,9 @@ class JobsScreen(Screen):
         self._log_job: Optional[str] = None
         self._log_path: Optional[str] = None
         self._busy: set[str] = set()             # jobs with an action in flight
+        self._foreign: list[dict] = []           # last engine discovery (worker-owned)
+        self._discovered_at = 0.0
+        self._discover_engines = supervisor is None   # injected state: no live discovery
 
     def compose(self) -> ComposeResult:
         try:
@@ -289,6 +308,7 @@ class JobsScreen(Screen):
         with Vertical(id="jobs-body"):
             table: DataTable = DataTable(id="jobs-table", cursor_type="row", zebra_stripes=False)
             yield table
+            yield EnginePanel(clock=self.clock, id="engines")
             yield LogView(id="jobs-log")
         yield Footer()
 
@@ -374,9 +394,32 @@ class JobsScreen(Screen):
                 run = supervisor.latest(job["name"]) if job.get("run_id") else None
                 if run is not None:
                     log_paths[job["name"]] = str(run.log_path)
-            self.post_message(JobsRefreshed(jobs, log_paths))
+            self.post_message(JobsRefreshed(jobs, log_paths, engines=self._engine_rows(supervisor, jobs)))
         except Exception as exc:
             self.post_message(JobsRefreshed(self.jobs, self.log_paths, error=f"{type(exc).__name__}: {exc}"))
+
+    def _engine_rows(self, supervisor: Any, jobs: list[dict]) -> list[EngineRow]:
+        """Worker side: engine jobs with their engine/model/port, plus foreign engines (re-discovered every 5 s)."""
+        specs: dict[str, tuple] = {}
+        try:
+            from jobs.engines.profiles import engine_settings
+            for job in jobs:
+                spec = supervisor.spec(job["name"])
+                settings = engine_settings(spec)
+                if settings is not None:
+                    specs[job["name"]] = (settings.engine, settings.model, settings.port)
+                elif spec.kind == "engine":
+                    specs[job["name"]] = (spec.engine, spec.model, spec.port)
+        except Exception:
+            specs = {j["name"]: (None, None, j.get("port")) for j in jobs if j.get("kind") == "engine"}
+        if self._discover_engines and time.monotonic() - self._discovered_at >= DISCOVERY_INTERVAL_S:
+            try:
+                from jobs.engines.discovery import discover_engines
+                self._foreign = [e.to_dict() for e in discover_engines() if not e.managed]
+            except Exception:
+                self._foreign = []
+            self._discovered_at = time.monotonic()
+        return engine_rows(jobs, specs, self._foreign)
 
     def _schedule_poll(self, delay: Optional[float] = None) -> None:
         if self._timer is not None:
@@ -391,6 +434,8 @@ class JobsScreen(Screen):
             self.notify(f"jobs refresh failed: {message.error}", severity="error", timeout=4)
         self.jobs = list(message.jobs)
         self.log_paths = dict(message.log_paths)
+        if message.engines is not None:
+            self.query_one(EnginePanel).update_engines(message.engines)
         self._render_table()
         self._announce_alerts()
         self._reattach_log()
@@ -594,11 +639,12 @@ class JobsScreen(Screen):
     @work(thread=True, group="jobs-action", exit_on_error=False)
     def _plan_pivot(self, target: str) -> None:
         try:
-            lines = pivot_plan_lines(self.supervisor, target)
-        except Exception as exc:
+            from jobs.engines.pivot import plan_pivot
+            plan = plan_pivot(self.supervisor, target)
+        except Exception as exc:      # PivotError says why in words; anything else too
             self.post_message(PivotPlanned(target, [], error=str(exc)))
             return
-        self.post_message(PivotPlanned(target, lines))
+        self.post_message(PivotPlanned(target, plan.lines(), plan=plan))
 
     @on(PivotPlanned)
     def _pivot_planned(self, message: PivotPlanned) -> None:
@@ -610,19 +656,29 @@ class JobsScreen(Screen):
             if yes:
                 self._busy.add(message.target)
                 self.notify(f"pivoting to {message.target}…", timeout=3)
-                self._pivot(message.target)
+                self._pivot(message.target, message.plan)
 
         self.app.push_screen(ConfirmScreen(f"Pivot to {message.target}?", message.lines, confirm_label="Pivot"),
                              answered)
 
     @work(thread=True, group="jobs-action", exit_on_error=False)
-    def _pivot(self, target: str) -> None:
+    def _pivot(self, target: str, plan: Any) -> None:
         try:
-            ok, lines = run_pivot(self.supervisor, target)
+            from jobs.engines.pivot import execute_pivot
+            result = execute_pivot(
+                self.supervisor, plan,
+                on_step=lambda step: self.post_message(PivotStepped(target, step.line(), step.ok)))
         except Exception as exc:
             self.post_message(JobActionFinished(target, "pivot", False, [str(exc)]))
             return
-        self.post_message(JobActionFinished(target, "pivot", ok, lines))
+        lines = [result.message or ("pivot done" if result.ok else "pivot failed")]
+        lines += [step.line() for step in result.steps]
+        self.post_message(JobActionFinished(target, "pivot", result.ok, lines))
+
+    @on(PivotStepped)
+    def _pivot_stepped(self, message: PivotStepped) -> None:
+        self.notify(safe_text(message.line, 300), title=f"pivot to {message.target}",
+                    severity="information" if message.ok else "error", timeout=6)
 
 
 # -- core calls used by the workers (no widget access) ----------------------------------------------
@@ -638,59 +694,3 @@ def stop_plan(supervisor: Any, name: str) -> StopPlan:
     procs = sorted(run_processes(run), key=lambda st: st.pid)
     pgid = run.meta().get("pgid")
     return StopPlan(name, run.run_id, pgid, [(st.pid, cmdline(st.pid) or "?") for st in procs])
-
-
-def _running_engine_jobs(supervisor: Any, target: str) -> list[str]:
-    return [s.name for s in supervisor.job_states()
-            if s.kind == "engine" and s.state in LIVE_STATES and s.name != target]
-
-
-def pivot_plan_lines(supervisor: Any, target: str) -> list[str]:
-    """The pivot as the operator must see it before confirming: what stops, what is left alone, what starts."""
-    try:
-        from jobs.engines import pivot as core_pivot  # F's plan, when it exists
-    except ImportError:
-        core_pivot = None
-    plan_fn = getattr(core_pivot, "plan_pivot", None) if core_pivot else None
-    if plan_fn is not None:
-        plan = plan_fn(supervisor, target)
-        lines_fn = getattr(plan, "lines", None)
-        if callable(lines_fn):
-            return list(lines_fn())
-    lines: list[str] = []
-    for name in _running_engine_jobs(supervisor, target):
-        plan = stop_plan(supervisor, name)
-        lines.append(f"Stop {name} (run {plan.run_id}), process group {plan.pgid}:")
-        lines += [f"  pid {pid}  {safe_text(cmd, 90)}" for pid, cmd in plan.processes[:12]]
-    if not lines:
-        lines.append("No managed engine job is running: nothing will be stopped.")
-    lines.append("Then verify the GPUs and ports are free, and start:")
-    lines.append(f"  {target}")
-    return lines
-
-
-def run_pivot(supervisor: Any, target: str) -> tuple[bool, list[str]]:
-    """Stop every running managed engine job, check what remains, start the target."""
-    try:
-        from jobs.engines import pivot as core_pivot
-    except ImportError:
-        core_pivot = None
-    run_fn = getattr(core_pivot, "run_pivot", None) if core_pivot else None
-    if run_fn is not None:
-        result = run_fn(supervisor, target)
-        ok = bool(getattr(result, "ok", True))
-        lines_fn = getattr(result, "lines", None)
-        return ok, list(lines_fn()) if callable(lines_fn) else [str(result)]
-    lines: list[str] = []
-    for name in _running_engine_jobs(supervisor, target):
-        t = time.monotonic()
-        report = supervisor.stop(name)
-        lines.append(f"stopped {name} in {time.monotonic() - t:.1f}s")
-        if not report.clean:
-            lines += report.lines()
-            lines.append(f"pivot halted: {name} did not stop cleanly; {target} not started")
-            return False, lines
-    t = time.monotonic()
-    run_id = supervisor.start(target)
-    lines.append(f"started {target} (run {run_id}) in {time.monotonic() - t:.1f}s")
-    return True, lines
