@@ -145,7 +145,7 @@ _ANCHORS = [
     rb"Interrupt", rb"died", rb"terminate called", rb"File \"", rb"timed out", rb"Timeout", rb"hang",
     rb"Not enough memory", rb"No available memory", rb"illegal", rb"Aborted",
     # phases
-    rb"Load weight", rb"Loading", rb"oading took", rb"ompil", rb"torch.compile", rb"Dynamo", rb"aptur",
+    rb"Load weight", rb"Loading", rb"oading took", rb"oad model", rb"ompil", rb"torch.compile", rb"Dynamo", rb"aptur",
     rb"KV cache", rb"KV Cache", rb"Memory pool", rb"vLLM", rb"API server", rb"Started server",
     rb"application startup", rb"startup complete", rb"Uvicorn running", rb"fired up", rb"init engine",
     rb"Available routes", rb"Building", rb"Configuring", rb"-- The C", rb"scikit-build", rb"running build",
@@ -176,7 +176,7 @@ _PREFIX = re.compile(
     r"(?:"
     r"\((?:[A-Za-z][\w\-:]*\s+)?pid=\d+(?:,\s*ip=[^)]*)?\)"                                   # (Worker_TP0 pid=1)
     r"|\[rank\d+\]:?"                                                                          # [rank0]:
-    r"|\[(?:PG \d+ )?Rank \d+\]"                                                               # [PG 0 Rank 0]
+    r"|\[(?:PG [^\]]*?)?Rank \d+\]"                                                            # [PG ID 0 PG GUID 0 Rank 1]
     r"|\[(?P<ts1>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:\s+[A-Z]{1,4}\d+)*\]"          # [2025-.. DP0 TP0]
     r"|\[(?P<ts2>\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:\s+[A-Z]{1,4}\d+)*\]"                            # [23:03:43 TP0]
     r"|(?P<lvl1>" + _LEVELS + r")\s+(?P<ts3>\d\d-\d\d\s\d\d:\d\d:\d\d)(?:\.\d+)?\s+\[[^\]]*\]"   # vLLM header
@@ -184,7 +184,7 @@ _PREFIX = re.compile(
     r"(?:\s*[-|]\s*(?P<lvl2>" + _LEVELS + r")\s*[-|:]\s*(?:[\w.]+(?:\s*\[[^\]]*\])?\s*[:|\-]\s)?)?"
     r"|(?P<lvl3>" + _LEVELS + r")(?::\s*|\s+-\s+|\s+(?=\[))"                                   # INFO:  / INFO - 
     r"|\[(?P<lvl4>[EWIF])\s[^\]]*\.(?:cpp|cc|cu|h|hpp|c):\d+\]"                                 # [E ProcessGroupNCCL.cpp:563]
-    r"|(?P<lvl5>[EWIF])\d{4}\s\d\d:\d\d:\d\d\.\d+\s+\d+\s\S+:\d+\]"                            # glog
+    r"|\[?(?P<lvl5>[EWIF])\d{3,4}\s\d\d:\d\d:\d\d\.\d+(?:\s+\d+)?\s\S+:\d+\]"                         # glog, bare or [bracketed]
     r"|\[\s*\d+\.\d+\]"                                                                       # dmesg
     r"|(?:#\d+\s)?(?P<ts5>\d+\.\d+)(?=\s\S)"                                                  # buildkit 25.88
     r")\s?")
@@ -362,7 +362,7 @@ _CODE_INDENT = 4     # traceback source lines are indented by >= 4 spaces; excep
 _EXC_LINE = re.compile(
     r"^(?:-\s+)?(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Fault))(?::\s*(?P<msg>.*))?$")
 _FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
-_XID = re.compile(r"\bXid\b[^:]*:\s*(\d+)")
+_XID = re.compile(r"\bXid\b\s*(?:\([^)]*\))?\s*:?\s*(\d+)")
 _XID_APP = {13, 31, 43, 45, 68, 69}           # application faults and their clean-up, not the hardware
 _XID_NOISE = {43, 45}                          # a consequence of an app being killed
 _GPU_FAULT = re.compile(r"fallen off the bus|GPU is lost|[Uu]ncorrectable ECC|cudaErrorECCUncorrectable"
@@ -396,8 +396,9 @@ _BAD_ARGS = re.compile(
     r"|^Error: (?:No such option|Got unexpected extra argument|Invalid value for|Missing (?:option|argument))")
 _BUILD_SPECIFIC = re.compile(
     r"^\S+?:\d+:(?:\d+:)? (?:fatal )?error: |^\S+\(\d+\): (?:catastrophic )?error|^nvcc fatal|CMake Error"
-    r"|ptxas (?:fatal|error)|ptxas died due to signal|undefined reference to|collect2: error|ld returned \d+ exit status"
-    r"|^\S+: fatal error: ")
+    r"|ptxas (?:fatal|error)|died due to signal (?!9\b)\d+|undefined reference to|collect2: error|ld returned \d+ exit status"
+    r"|^\S+: fatal error: |^nvcc (?:error|fatal)\s*:"
+    r"|^(?:[\w.+-]*-)?(?:c\+\+|g\+\+|gcc|cc|clang(?:\+\+)?|ld|ld\.\w+)(?:-\d+)?: (?:fatal )?error: ")
 _BUILD_UMBRELLA = re.compile(
     r"ninja: build stopped|^make(?:\[\d+\])?: \*\*\*|error: command '[^']*' failed|subprocess-exited-with-error"
     r"|Failed building wheel|did not run successfully|Error compiling objects for extension|^FAILED: "
