@@ -468,3 +468,37 @@ def test_engine_rows_mark_foreign_engines_and_keep_history() -> None:
     text = "\n".join(line.plain for line in panel.lines())
     assert "FOREIGN" in text and "vllm PID 4412" in text and "orphan" in text and "71.0G GPU" in text
     assert "54.6 tok/s" in text and "spec accept 15% len 1.18" in text and "up 1m00s" in text
+
+
+@pilot_test
+async def test_a_new_alert_rings_the_bell_and_notifies_once() -> None:
+    calls = {"n": 0}
+    alert = {"code": "stalled", "since": NOW - 30, "message": "log silent, port shut"}
+
+    def payload(_):
+        calls["n"] += 1
+        jobs = [dict(j, alerts=[]) for j in FAKE_JOBS[3:]]
+        if calls["n"] >= 2:
+            jobs[0]["alerts"] = [alert]
+        return {"jobs": jobs}
+
+    class AlertApp(App):
+        bells = 0
+
+        def bell(self) -> None:
+            self.bells += 1
+
+        def on_mount(self) -> None:
+            self.push_screen(JobsScreen(supervisor=FakeSupervisor(), payload=payload, refresh_s=0.1,
+                                        clock=lambda: NOW))
+
+    app = AlertApp()
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = await wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen, "jobs view")
+        await wait_for(pilot, lambda: screen.refreshes >= 5, "several refreshes")
+        assert app.bells == 1
+        notices = [n.message for n in app._notifications]
+        assert sum("datagen: stalled" in m for m in notices) == 1
+        banner = str(screen.query_one("#jobs-banner").render())
+        assert "datagen: stalled for 30s" in banner
+        assert health_of(screen.jobs[0]) == "stalled"
