@@ -457,7 +457,7 @@ class JobsScreen(Screen):
             return
         for job in self.jobs:
             for column, cell in zip(COLUMNS, row_cells(job, now, variables)):
-                table.update_cell(str(job.get("name")), column, cell)
+                table.update_cell(str(job.get("name")), column, cell, update_width=True)
 
     def _announce_alerts(self) -> None:
         lines = banner_lines(self.jobs, self.clock())
