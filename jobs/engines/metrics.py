@@ -128,50 +128,24 @@ def _is_alias(table, key, name, sums) -> bool:
 
 # --------------------------------------------------------------------------- log fallback
 
-_NUM = r"([-+]?\d+(?:\.\d+)?)"
-_VLLM_STATS = re.compile(
-    r"Avg prompt throughput:\s*" + _NUM + r".*?Avg generation throughput:\s*" + _NUM +
-    r".*?Running:\s*" + _NUM + r"\s*reqs?.*?Waiting:\s*" + _NUM + r"\s*reqs?"
-    r"(?:.*?KV cache usage:\s*" + _NUM + r"\s*%)?")
-_VLLM_SPEC = re.compile(r"SpecDecoding metrics:.*?Mean acceptance length:\s*" + _NUM +
-                        r"(?:.*?Avg Draft acceptance rate:\s*" + _NUM + r"\s*%)?")
-_SGLANG_FIELD = {
-    "running": re.compile(r"#running-req:\s*" + _NUM),
-    "waiting": re.compile(r"#queue-req:\s*" + _NUM),
-    "kv_frac": re.compile(r"token usage:\s*" + _NUM),
-    "gen_tokens_per_s": re.compile(r"gen throughput \(token/s\):\s*" + _NUM),
-    "spec_accept_len": re.compile(r"accept len:\s*" + _NUM),
-    "spec_accept_rate": re.compile(r"accept rate:\s*" + _NUM),
-}
+# Any KV-cache spelling: vLLM's CUDA build says "GPU KV cache usage", the CPU build "CPU KV cache usage".
+_KV_ANY = re.compile(r"KV cache usage:\s*([-+]?\d+(?:\.\d+)?)\s*%")
 
 
 def serving_from_log_line(engine: str, line: str) -> Optional[dict[str, float]]:
-    """Serving fields one periodic stats line carries (a partial dict), or None for other lines."""
-    if engine == "vllm":
-        m = _VLLM_STATS.search(line)
-        if m:
-            out = {"prompt_tokens_per_s": float(m.group(1)), "gen_tokens_per_s": float(m.group(2)),
-                   "running": float(m.group(3)), "waiting": float(m.group(4))}
-            if m.group(5) is not None:
-                out["kv_cache_pct"] = float(m.group(5))
-            return out
-        m = _VLLM_SPEC.search(line)
-        if m:
-            out = {"spec_accept_len": float(m.group(1))}
-            if m.group(2) is not None:
-                out["spec_accept_rate"] = float(m.group(2)) / 100.0
-            return out
+    """Serving fields one periodic stats line carries (a partial dict), or None for other lines.
+
+    The parsing is the log analyzer's (jobs.logs.analyze), shared with post-mortems.
+    """
+    from jobs.logs.analyze import parse_serving_stats_line
+    out = parse_serving_stats_line(line)
+    if out is None:
         return None
-    if "Decode batch" not in line and "Prefill batch" not in line:
-        return None
-    out: dict[str, float] = {}
-    for key, rx in _SGLANG_FIELD.items():
-        m = rx.search(line)
+    if "kv_cache_pct" not in out:
+        m = _KV_ANY.search(line)
         if m:
-            out[key] = float(m.group(1))
-    if "kv_frac" in out:
-        out["kv_cache_pct"] = out.pop("kv_frac") * 100.0
-    return out or None
+            out["kv_cache_pct"] = float(m.group(1))
+    return out
 
 
 # --------------------------------------------------------------------------- the tracker
