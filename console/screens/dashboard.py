@@ -34,7 +34,6 @@ class DashboardScreen(Screen):
     }
     DashboardScreen #dashboard-lower > PortsTable {
         width: 1fr;
-        max-height: 16;
     }
     DashboardScreen.-narrow #dashboard-lower {
         layout: vertical;

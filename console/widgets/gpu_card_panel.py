@@ -1,4 +1,4 @@
-"""One GPU's card: a full card in a roomy terminal, a single line in a small one."""
+"""One GPU as a full card (roomy terminals), and the one-line form small terminals use."""
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -8,6 +8,8 @@ from textual.widget import Widget
 
 from jobs.telemetry.snapshot import GpuSample
 
+from console.widgets.border_titles import set_border_titles
+from console.widgets.content_parts import assemble
 from console.format import NA, hbar, human_bytes, level_style, pct, short_gpu_name, sparkline
 
 # Reasons NVML reports in normal operation: showing them would cry wolf.
@@ -63,15 +65,52 @@ def _clock(mhz: Optional[int]) -> str:
     return NA if mhz is None else f"{mhz}MHz"
 
 
+def render_gpu_line(s: GpuSample, recent_util: Sequence[Optional[float]], width: int, stale: bool) -> Content:
+    """One GPU in one line of `width` cells: fixed fields first, the rest of the width to the sparkline."""
+    parts: list[tuple[str, str] | str] = []
+    used = 0
+
+    def add(text: str, style: str = "") -> None:
+        nonlocal used
+        parts.append((text, style) if style else text)
+        used += len(text)
+
+    mem_frac = _mem_fraction(s)
+    mem_pct = None if mem_frac is None else mem_frac * 100
+    sim = s.simulated
+    sim_w = 4 if sim else 0
+    roomy = width >= 72
+    wide = width >= 110
+    add(f"{s.index:>1} ", "bold")
+    add(f"{short_gpu_name(s.name)[:8]:<8} ", "$text-muted")
+    bar_w = 10 if roomy else 6
+    add(hbar(None if s.util is None else s.util / 100, bar_w), "$primary on $panel")
+    add(f"{pct(s.util)} ")
+    add(hbar(mem_frac, bar_w), f"{level_style(mem_pct, MEM_WARN, MEM_CRIT)} on $panel")
+    add(f" {_mem_text(s):<10} " if roomy else f"{pct(mem_pct)} ")
+    add(f"{_temp(s):>5} ", level_style(s.temp, TEMP_WARN, TEMP_CRIT))
+    power = _power(s, with_limit=wide)
+    if used + len(power) + 1 + sim_w <= width:
+        add(f"{power:>9} " if wide else f"{power:>5} ", level_style(_power_pct(s), POWER_WARN, POWER_CRIT))
+    if wide and used + 9 + sim_w <= width:
+        add(f"{_clock(s.sm_clock_mhz):>8} ", "$text-muted")
+    if active_throttle_reasons(s) and used + 4 + sim_w <= width:
+        add("THR ", "bold $error")
+    sim_label = "SIMULATED" if width - used >= 9 + 12 else "SIM"
+    spark_w = width - used - (len(sim_label) + 1 if sim else 0)
+    if spark_w >= 4:
+        add(sparkline(recent_util, spark_w - 1) + " ", "$text-muted" if stale else "$primary")
+    if sim:
+        add(sim_label, "bold $warning")
+    return assemble(parts)
+
+
 class GpuCardPanel(Widget):
     """Renders one GpuSample; redraws only when what it shows changed."""
 
     DEFAULT_CSS = """
     GpuCardPanel {
-        height: 1;
         width: 1fr;
-    }
-    GpuCardPanel.-card {
         height: 8;
         border: round $primary 60%;
         border-title-color: $foreground;
@@ -83,7 +122,7 @@ class GpuCardPanel(Widget):
     GpuCardPanel.-stale {
         color: $text-muted;
     }
-    GpuCardPanel.-card.-stale {
+    GpuCardPanel.-stale {
         border: round $error 60%;
     }
     """
@@ -109,70 +148,20 @@ class GpuCardPanel(Widget):
         self._update_titles()
         self.refresh()
 
-    def set_card_mode(self, card: bool) -> None:
-        self.set_class(card, "-card")
-        self._update_titles()
-
     def _update_titles(self) -> None:
         sample = self.sample
-        if sample is None or not self.has_class("-card"):
+        if sample is None:
             return
         title = f"GPU {sample.index} · {short_gpu_name(sample.name)}"
         if self.stale:
             title += " · STALE"
-        self.border_title = title
-        self.border_subtitle = "SIMULATED" if sample.simulated else None
+        set_border_titles(self, title, "SIMULATED" if sample.simulated else None)
 
     def render(self) -> Content:
         sample = self.sample
         if sample is None:
             return Content.styled(f"GPU {self.index}: waiting for the first sample…", "$text-muted")
-        if self.size.height <= 1:
-            return self._render_line(sample, self.size.width)
         return self._render_card(sample, self.size.width)
-
-    # -- one line per GPU (small terminals) --------------------------------------------------
-
-    def _render_line(self, s: GpuSample, width: int) -> Content:
-        parts: list[tuple[str, str] | str] = []
-        used = 0
-
-        def add(text: str, style: str = "") -> None:
-            nonlocal used
-            parts.append((text, style) if style else text)
-            used += len(text)
-
-        mem_frac = _mem_fraction(s)
-        mem_pct = None if mem_frac is None else mem_frac * 100
-        sim = s.simulated
-        throttled = active_throttle_reasons(s)
-        tail_sim = 4 if sim else 0
-        # Fixed fields first; whatever width is left goes to the bars and the sparkline.
-        name = short_gpu_name(s.name)[:8]
-        add(f"{s.index:>1} ", "bold")
-        add(f"{name:<8} ", "$text-muted" if not self.stale else "$text-muted")
-        bar_w = 10 if width >= 72 else 6
-        add(hbar(None if s.util is None else s.util / 100, bar_w), "$primary on $boost")
-        add(f"{pct(s.util)} ")
-        add(hbar(mem_frac, bar_w), f"{level_style(mem_pct, MEM_WARN, MEM_CRIT)} on $boost")
-        mem_text = _mem_text(s) if width >= 72 else pct(mem_pct)
-        add(f" {mem_text:<11} " if width >= 72 else f"{mem_text} ")
-        add(f"{_temp(s):>5} ", level_style(s.temp, TEMP_WARN, TEMP_CRIT))
-        wide = width >= 110
-        power = _power(s, with_limit=wide)
-        if used + len(power) + 1 + tail_sim <= width:
-            add(f"{power:>9} " if wide else f"{power:>5} ", level_style(_power_pct(s), POWER_WARN, POWER_CRIT))
-        if wide and used + 9 + tail_sim <= width:
-            add(f"{_clock(s.sm_clock_mhz):>8} ", "$text-muted")
-        if throttled and used + 4 + tail_sim <= width:
-            add("THR ", "bold $error")
-        sim_label = "SIMULATED" if width - used >= 9 + 12 else "SIM"
-        spark_w = width - used - (len(sim_label) + 1 if sim else 0)
-        if spark_w >= 4:
-            add(sparkline(self.recent_util, spark_w - 1) + " ", "$primary")
-        if sim:
-            add(sim_label, "bold $warning")
-        return Content.assemble(*parts)
 
     # -- a full card (roomy terminals) -------------------------------------------------------
 
@@ -186,12 +175,12 @@ class GpuCardPanel(Widget):
         lines: list[Content] = []
         lines.append(Content.assemble(
             ("util ", "$text-muted"),
-            (hbar(None if s.util is None else s.util / 100, bar_w), "$primary on $boost"),
+            (hbar(None if s.util is None else s.util / 100, bar_w), "$primary on $panel"),
             pct(s.util, 4),
         ))
         lines.append(Content.assemble(
             ("mem  ", "$text-muted"),
-            (hbar(mem_frac, bar_w), f"{level_style(mem_pct, MEM_WARN, MEM_CRIT)} on $boost"),
+            (hbar(mem_frac, bar_w), f"{level_style(mem_pct, MEM_WARN, MEM_CRIT)} on $panel"),
             pct(mem_pct, 4),
         ))
         fan = "" if s.fan_pct is None else f"  fan {s.fan_pct:.0f}%"

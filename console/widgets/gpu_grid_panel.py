@@ -5,11 +5,13 @@ import math
 from typing import Literal, Optional
 
 from textual.app import ComposeResult
-from textual.containers import Container
+from textual.containers import Container, Grid
 from textual.widgets import Static
 
 from console.telemetry_view import TelemetryView
+from console.widgets.border_titles import set_border_titles
 from console.widgets.gpu_card_panel import CARD_HEIGHT, GpuCardPanel
+from console.widgets.gpu_lines_panel import GpuLinesPanel
 
 Density = Literal["auto", "lines", "cards"]
 
@@ -22,10 +24,10 @@ def choose_layout(gpu_count: int, width: int, height: int, density: Density = "a
     """(cards?, columns) for `gpu_count` GPUs on a `width` x `height` screen."""
     if gpu_count <= 0:
         return False, 1
-    max_cols = max(1, min(gpu_count, (width - 2) // MIN_CARD_WIDTH))
+    max_cols = max(1, min(gpu_count, width // MIN_CARD_WIDTH))
     rows = math.ceil(gpu_count / max_cols)
     cols = math.ceil(gpu_count / rows)       # balance: 8 GPUs on 5 columns look better as 4+4
-    fits = rows * CARD_HEIGHT + 2 <= height * MAX_CARD_AREA_FRACTION
+    fits = rows * CARD_HEIGHT <= height * MAX_CARD_AREA_FRACTION
     if density == "cards" or (density == "auto" and fits):
         return True, cols
     return False, 1
@@ -35,10 +37,6 @@ class GpuGridPanel(Container):
     DEFAULT_CSS = """
     GpuGridPanel {
         height: auto;
-        layout: grid;
-        grid-size: 1;
-        grid-rows: 1;
-        grid-gutter: 0 1;
         border: round $primary;
         border-title-color: $foreground;
         border-title-style: bold;
@@ -47,12 +45,21 @@ class GpuGridPanel(Container):
         padding: 0 1;
     }
     GpuGridPanel.-cards {
-        grid-rows: 8;
         border: none;
         padding: 0;
     }
     GpuGridPanel.-stale { border: round $error; }
-    GpuGridPanel > .gpu-error {
+    GpuGridPanel.-cards.-stale { border: none; }
+    GpuGridPanel > Grid {
+        height: auto;
+        grid-size: 4;
+        grid-rows: 8;
+        grid-gutter: 0 1;
+        display: none;
+    }
+    GpuGridPanel.-cards > Grid { display: block; }
+    GpuGridPanel.-cards > GpuLinesPanel { display: none; }
+    GpuGridPanel > .gpu-message {
         color: $warning;
         width: 1fr;
     }
@@ -63,13 +70,22 @@ class GpuGridPanel(Container):
         self.border_title = "GPUs"
         self.density: Density = "auto"
         self._screen_size: tuple[int, int] = (80, 24)
+        self._gpu_count = 0
         self._cards: dict[int, GpuCardPanel] = {}
-        self._message = Static("waiting for the first sample…", classes="gpu-error")
         self._cards_mode = False
-        self._last_error: Optional[str] = None
+        self._view: Optional[TelemetryView] = None
+        self._message = Static("waiting for the first sample…", classes="gpu-message", markup=False)
+        self._lines = GpuLinesPanel()
+        self._grid = Grid()
 
     def compose(self) -> ComposeResult:
         yield self._message
+        yield self._lines
+        yield self._grid
+
+    @property
+    def cards_mode(self) -> bool:
+        return self._cards_mode
 
     def set_screen_size(self, width: int, height: int) -> None:
         self._screen_size = (width, height)
@@ -80,45 +96,52 @@ class GpuGridPanel(Container):
         self._relayout()
 
     def _relayout(self) -> None:
-        cards, cols = choose_layout(len(self._cards), *self._screen_size, self.density)
+        cards, cols = choose_layout(self._gpu_count, *self._screen_size, self.density)
+        changed = cards != self._cards_mode
         self._cards_mode = cards
         self.set_class(cards, "-cards")
-        self.styles.grid_size_columns = cols
-        for card in self._cards.values():
-            card.set_card_mode(cards)
+        self._grid.styles.grid_size_columns = cols
+        if changed and self._view is not None:
+            self.apply_telemetry(self._view)    # the newly shown form has not been kept up to date
 
     def apply_telemetry(self, view: TelemetryView) -> None:
+        self._view = view
         snapshot = view.snapshot
         self.set_class(view.stale, "-stale")
         if snapshot is None:
-            text = f"GPU data unavailable: {view.error}" if view.error else "waiting for the first sample…"
-            self._show_message(text)
+            self._show_message(f"GPU data unavailable: {view.error}" if view.error else "waiting for the first sample…")
             return
-        sim = "SIMULATED" if snapshot.simulated else None
         count = len(snapshot.gpus)
-        self.border_title = f"GPUs ({count})" + (" · STALE" if view.stale else "")
-        self.border_subtitle = sim
+        set_border_titles(self, f"GPUs ({count})" + (" · STALE" if view.stale else ""),
+                          "SIMULATED" if snapshot.simulated else None)
         if not snapshot.gpus:
             self._show_message(f"No GPU: {snapshot.gpu_error or 'NVML reported no devices'}")
             return
         self._message.display = False
+        if count != self._gpu_count:
+            self._gpu_count = count
+            self._relayout()
+        if not self._cards_mode:
+            self._lines.update_lines(
+                [(g, view.values(("gpu", g.index, "util"), self._lines.size.width or 80)) for g in snapshot.gpus],
+                view.stale)
+            return
         indices = [g.index for g in snapshot.gpus]
         if indices != list(self._cards):
             # The set of GPUs changes only at start (or on a driver reset): re-mount then, never per tick.
-            self.remove_children(GpuCardPanel)
+            self._grid.remove_children()
             self._cards = {i: GpuCardPanel(i, id=f"gpu-card-{i}") for i in indices}
-            self.mount_all(self._cards.values())
-            self._relayout()
+            self._grid.mount_all(self._cards.values())
         for gpu in snapshot.gpus:
             card = self._cards[gpu.index]
-            width = max(card.size.width, 20)
-            card.update_card(gpu, view.values(("gpu", gpu.index, "util"), width), view.stale)
+            card.update_card(gpu, view.values(("gpu", gpu.index, "util"), max(card.size.width, 40)), view.stale)
 
     def _show_message(self, text: str) -> None:
-        if self._cards:
-            self.remove_children(GpuCardPanel)
-            self._cards = {}
-            self._relayout()
         self._message.update(text)
         self._message.display = True
-        self.set_class(False, "-cards")
+        self._gpu_count = 0
+        self._lines.update_lines([], False)
+        if self._cards:
+            self._grid.remove_children()
+            self._cards = {}
+        self._relayout()

@@ -1,12 +1,10 @@
 """Every process on every GPU: who it is, what it holds, what it costs."""
 from __future__ import annotations
 
-from rich.text import Text
-
 from jobs.telemetry.snapshot import Snapshot
 
 from console.format import NA, human_age, human_bytes, safe_text
-from console.widgets.synced_table import Cell, SyncedTable
+from console.widgets.rows_table import Cell, Column, RowsTable
 
 UNKNOWN_PID = "pid not in this /proc (other PID namespace?)"
 
@@ -15,40 +13,33 @@ def _num(value, fmt: str) -> str:
     return NA if value is None else format(value, fmt)
 
 
-class GpuProcessTable(SyncedTable):
+class GpuProcessTable(RowsTable):
     COLUMNS = (
-        ("gpu", 3), ("pid", 8), ("user", 10), ("GPU mem", 8), ("SM%", 4),
-        ("CPU%", 5), ("RSS", 7), ("age", 7), ("command", None),
+        Column("gpu", 3, right=True), Column("pid", 8, right=True), Column("user", 10),
+        Column("GPU mem", 7, right=True), Column("SM%", 4, right=True), Column("CPU%", 5, right=True),
+        Column("RSS", 6, right=True), Column("age", 6, right=True), Column("command"),
     )
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.border_title = "GPU processes"
+    EMPTY = "no GPU processes"
 
     def apply_snapshot(self, snapshot: Snapshot | None, stale: bool) -> None:
-        self.set_class(stale, "-stale")
         rows: dict[str, tuple[Cell, ...]] = {}
-        count = 0
         if snapshot is not None:
             for gpu in snapshot.gpus:
                 for p in sorted(gpu.processes, key=lambda p: p.pid):
-                    count += 1
                     info = p.proc
-                    known = info is not None and info.known
-                    if known:
-                        command = safe_text(info.cmdline or info.name or "")
+                    if info is not None and info.known:
+                        command: Cell = safe_text(info.cmdline or info.name or "")
                         user = safe_text(info.user) or "?"
                         cpu = _num(info.cpu_percent, ".0f")
                         rss = human_bytes(info.rss) if info.rss is not None else NA
                         age = human_age(info.age_s)
                     else:
-                        command = Text(UNKNOWN_PID, style="italic")
+                        # NVML saw it but this /proc cannot: say so rather than show a wrong process.
+                        command = (UNKNOWN_PID, "italic $warning")
                         user = cpu = rss = age = "?"
                     rows[f"{gpu.index}:{p.pid}"] = (
                         str(gpu.index), str(p.pid), user,
                         human_bytes(p.mem_used) if p.mem_used is not None else NA,
                         _num(p.sm_util, ".0f"), cpu, rss, age, command,
                     )
-        title = f"GPU processes ({count})"
-        self.border_title = title + (" · STALE" if stale else "")
-        self.sync(rows)
+        self.sync(rows, f"GPU processes ({len(rows)})", stale)

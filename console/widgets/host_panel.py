@@ -9,6 +9,8 @@ from textual.widget import Widget
 from jobs.telemetry.snapshot import HostSample
 
 from console.format import hbar, human_bytes, human_rate, level_style, pct, safe_text
+from console.widgets.border_titles import set_border_titles
+from console.widgets.content_parts import assemble
 from console.telemetry_view import TelemetryView
 
 _LEVELS = "▁▂▃▄▅▆▇█"
@@ -38,6 +40,8 @@ class HostPanel(Widget):
         self.host: Optional[HostSample] = None
         self.message = "waiting for the first sample…"
         self._shown: object = None
+        self._line_count = 0
+        self._cache: tuple[int, list[Content]] = (-1, [])
 
     def apply_telemetry(self, view: TelemetryView) -> None:
         host = view.snapshot.host if view.snapshot else None
@@ -49,17 +53,22 @@ class HostPanel(Widget):
         if host is None and view.error:
             self.message = f"host data unavailable: {view.error}"
         self.set_class(view.stale, "-stale")
-        self.border_title = f"host · {safe_text(host.name, 60)}" if host else "host"
-        if view.stale:
-            self.border_title += " · STALE"
-        # Height depends on the core count and width: a layout refresh, not just a repaint.
-        self.refresh(layout=True)
+        title = f"host · {safe_text(host.name, 60)}" if host else "host"
+        set_border_titles(self, title + (" · STALE" if view.stale else ""))
+        # Height depends on the core count and the width: re-layout only when the line count changes.
+        self._cache = (self.size.width, self._lines(self.size.width))
+        line_count = len(self._cache[1])
+        self.refresh(layout=line_count != self._line_count)
+        self._line_count = line_count
 
     def get_content_height(self, container, viewport, width: int) -> int:
         return len(self._lines(width))
 
     def render(self) -> Content:
-        return Content("\n").join(self._lines(self.size.width))
+        width = self.size.width
+        if self._cache[0] != width:
+            self._cache = (width, self._lines(width))
+        return Content("\n").join(self._cache[1])
 
     def _lines(self, width: int) -> list[Content]:
         h = self.host
@@ -70,7 +79,7 @@ class HostPanel(Widget):
         lines = [Content.assemble(
             ("CPU  ", "$text-muted"),
             (hbar(None if h.cpu_percent is None else h.cpu_percent / 100, bar_w),
-             f"{level_style(h.cpu_percent, 85, 97)} on $boost"),
+             f"{level_style(h.cpu_percent, 85, 97)} on $panel"),
             pct(h.cpu_percent, 4),
             ("  load ", "$text-muted"),
             " ".join(f"{v:.2f}" for v in h.load_avg),
@@ -81,12 +90,12 @@ class HostPanel(Widget):
         swap_frac = h.swap_used / h.swap_total if h.swap_total else None
         ram = Content.assemble(
             ("RAM  ", "$text-muted"),
-            (hbar(mem_frac, bar_w), f"{level_style(None if mem_frac is None else mem_frac * 100, 85, 95)} on $boost"),
+            (hbar(mem_frac, bar_w), f"{level_style(None if mem_frac is None else mem_frac * 100, 85, 95)} on $panel"),
             f" {human_bytes(h.mem_used)}/{human_bytes(h.mem_total)}",
         )
         swap = Content.assemble(
             ("swap ", "$text-muted"),
-            (hbar(swap_frac, min(bar_w, 10)), f"{level_style(None if swap_frac is None else swap_frac * 100, 50, 80)} on $boost"),
+            (hbar(swap_frac, min(bar_w, 10)), f"{level_style(None if swap_frac is None else swap_frac * 100, 50, 80)} on $panel"),
             f" {human_bytes(h.swap_used)}/{human_bytes(h.swap_total)}",
         )
         if ram.cell_length + 2 + swap.cell_length <= width:
@@ -113,7 +122,7 @@ class HostPanel(Widget):
                 for i, v in enumerate(cores[start:start + per_row], start):
                     cells.append(Content.assemble(
                         (f"c{i:<2} ", "$text-muted"),
-                        (hbar(v / 100, 6), f"{level_style(v, 85, 97)} on $boost"),
+                        (hbar(v / 100, 6), f"{level_style(v, 85, 97)} on $panel"),
                         pct(v, 4), " ",
                     ))
                 rows.append(Content("").join(cells))
@@ -125,5 +134,5 @@ class HostPanel(Widget):
         for start in range(0, len(cores), per_row):
             chunk = cores[start:start + per_row]
             glyphs = [(_core_glyph(v), level_style(v, 85, 97)) for v in chunk]
-            rows.append(Content.assemble((label if start == 0 else " " * len(label), "$text-muted"), *glyphs))
+            rows.append(assemble([(label if start == 0 else " " * len(label), "$text-muted"), *glyphs]))
         return rows
