@@ -503,6 +503,8 @@ def jobs_payload(supervisor: Supervisor) -> dict:
     for state in supervisor.job_states():
         data = state.to_jsonable()
         data.update(_health_fields(supervisor, state))
+        if state.live:
+            _engine_fields(supervisor, state, data)
         jobs.append(data)
     try:
         from jobs.pipeline import pipelines_payload
@@ -510,6 +512,30 @@ def jobs_payload(supervisor: Supervisor) -> dict:
     except Exception:           # a broken pipeline record must not hide the jobs
         pipes = []
     return {"jobs": jobs, "pipelines": pipes}
+
+
+def _engine_fields(supervisor: Supervisor, state: JobState, data: dict) -> None:
+    """Engine jobs: phase `ready` only when the engine answers; serving from /metrics when it has them."""
+    try:
+        from jobs.engines.monitor import engine_fields
+        fields = engine_fields(supervisor.spec(state.name), supervisor.latest(state.name))
+    except Exception as exc:      # an engine probe must not hide the job
+        data["engine_error"] = str(exc)
+        return
+    if fields is None:
+        return
+    data["engine_status"] = fields
+    if fields["ready"]:
+        data["phase"] = "ready"
+    elif data.get("phase") == "ready":
+        data["phase"] = "starting" if fields.get("ready_at") is None else "unresponsive"
+    if fields["serving"] is not None:
+        data["serving"] = fields["serving"]
+    for alert in fields["alerts"]:
+        if all(a.get("code") != alert["kind"] for a in data.get("alerts") or []):
+            data.setdefault("alerts", []).append({
+                "code": alert["kind"], "message": alert["detail"], "severity": "warning",
+                "since": None, "job": state.name, "run_id": state.run_id})
 
 
 def _health_fields(supervisor: Supervisor, state: JobState) -> dict:

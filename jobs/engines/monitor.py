@@ -113,3 +113,65 @@ class EngineMonitor:
         for line in parts:
             if line:
                 self.tracker.update_from_log_line(_ANSI.sub("", line))
+
+
+# --------------------------------------------------------------------------- one-shot (`jobs --json`)
+
+ENGINE_STATE = "engine_state.json"
+
+
+def engine_fields(spec, run) -> Optional[dict]:
+    """Readiness and /metrics serving of a live engine job, for one-shot callers (`gpudeck jobs --json`).
+
+    The previous scrape and the readiness scan position are kept in the run
+    directory, so successive calls give counter rates and never rescan the log.
+    """
+    import json
+    from dataclasses import replace as _replace
+
+    from jobs.engines.metrics import _Baseline, parse_metrics
+    from jobs.engines.profiles import engine_settings
+    settings = engine_settings(spec)
+    if settings is None or run is None:
+        return None
+    path = Path(run.path) / ENGINE_STATE
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        saved = {}
+    watcher = LogLineWatcher(run.log_path, settings.profile.ready_lines)
+    watcher.offset = int(saved.get("offset") or 0)
+    if saved.get("log_ready"):
+        watcher.seen = settings.profile.ready_lines[0]
+    state = check_readiness(settings, watcher)
+    saved.update(offset=watcher.offset, log_ready=watcher.seen is not None)
+    serving = None
+    alerts: list[EngineAlert] = []
+    if state.ready:
+        saved.setdefault("ready_at", time.time())
+        if settings.metrics_path:
+            status, body = scrape(settings.url(settings.metrics_path))
+            if status == 200:
+                try:
+                    tracker = ServingTracker(settings.engine, clock=time.time)
+                    prev = saved.get("prev")
+                    if prev:
+                        tracker._prev = _Baseline(prev["t"], prev["values"])
+                        first = saved.get("first") or prev
+                        tracker._first = _Baseline(first["t"], first["values"])
+                    serving = tracker.update_from_metrics(body)
+                    alerts = tracker.alerts
+                    saved["prev"] = {"t": tracker._prev.at, "values": tracker._prev.values}
+                    saved.setdefault("first", saved["prev"])
+                except Exception:
+                    serving = None
+    try:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(saved))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return {"ready": state.ready, "readiness": state.detail, "port": settings.port,
+            "ready_at": saved.get("ready_at"), "metrics": serving is not None,
+            "serving": serving.to_dict() if serving else None,
+            "alerts": [{"kind": a.kind, "detail": a.detail} for a in alerts]}

@@ -213,3 +213,42 @@ def test_status_json_lists_managed_and_foreign_engines(tmp_path):
         sup.stop("sg", timeout=2)
         foreign.kill()
         foreign.wait(10)
+
+
+def test_jobs_json_phase_ready_only_when_answering_and_serving_from_metrics(tmp_path):
+    port = free_port()
+    path = write_jobs(tmp_path / "jobs.toml", {"sg": {
+        "engine": "sglang", "port": port, "metrics_path": "/metrics", "stop_timeout": "10s",
+        "cmd": [sys.executable, str(STANDIN), "--model-path", "/models/m", "--port", str(port),
+                "--enable-metrics", "--load-seconds", "1.5", "--accept-len", "1.1", "--accept-rate", "0.05"]}})
+    sup = Supervisor(load_jobs(path), state_dir=tmp_path / "state")
+    env = cli_env(sup.state_dir)
+
+    def job_json():
+        out = cli(["--jobs", str(path), "jobs", "--json"], env)
+        assert out.returncode == 0, out.stderr.decode()
+        return json.loads(out.stdout)["jobs"][0]
+    try:
+        sup.start("sg")
+        first = job_json()
+        assert first["engine_status"]["ready"] is False and first["phase"] != "ready"
+        wait_ready(port)
+        ready = job_json()
+        assert ready["phase"] == "ready" and ready["engine_status"]["ready"]
+        assert ready["serving"]["running"] == 0 and ready["serving"]["source"] == "metrics"
+        assert not [a for a in ready["alerts"] if a["code"] == "spec_decode_ineffective"]   # idle: no verdict
+        import threading
+        import urllib.request
+        body = json.dumps({"text": "x", "sampling_params": {"max_new_tokens": 600}}).encode()
+        busy = threading.Thread(target=lambda: urllib.request.urlopen(urllib.request.Request(
+            f"http://127.0.0.1:{port}/generate", data=body), timeout=60).read())
+        busy.start()
+        try:
+            decoding = wait_for(lambda: (lambda j: j if j["serving"]["running"] else None)(job_json()),
+                                timeout=20, what="a request running")
+        finally:
+            busy.join(60)
+        codes = [a["code"] for a in decoding["alerts"]]
+        assert codes.count("spec_decode_ineffective") == 1
+    finally:
+        sup.stop("sg", timeout=2)
