@@ -659,7 +659,8 @@ class _Validator:
                            where + ("kind",))
                 ok = False
             fields["kind"] = "engine"
-            fields.setdefault("port", ENGINE_DEFAULT_PORTS[engine])
+            if "port" not in fields:
+                fields["port"] = _port_from_command(fields.get("cmd")) or ENGINE_DEFAULT_PORTS[engine]
         if not ok:
             return None
         if fields.get("done_when") is not None:
@@ -996,3 +997,16 @@ def _dig(document: Any, path: tuple) -> Any:
         except (KeyError, IndexError, TypeError):
             return None
     return node
+
+
+def _port_from_command(cmd: Any) -> Optional[int]:
+    """The `--port` an engine command line declares, so `port` need not repeat it."""
+    if cmd is None:
+        return None
+    # Imported here: the engine profiles are stdlib-only but not needed to load most files.
+    from jobs.engines.profiles import parse_launch
+    try:
+        launch = parse_launch(cmd)
+    except Exception:  # a command gpudeck cannot parse still loads; the default port applies
+        return None
+    return launch.port if launch is not None else None

@@ -492,3 +492,17 @@ def test_discovery_order(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUDECK_JOBS", str(tmp_path / "env.toml"))
     assert find_jobs_file(None) == tmp_path / "env.toml"   # named explicitly: returned even if missing
     assert find_jobs_file(str(tmp_path / "flag.toml")) == tmp_path / "flag.toml"
+
+
+def test_engine_port_comes_from_the_command_line_when_not_declared(tmp_path):
+    path = tmp_path / "jobs.toml"
+    path.write_text(
+        '[jobs.a]\nengine = "vllm"\ncmd = "vllm serve /m --port 8100"\n'
+        '[jobs.b]\nengine = "sglang"\ncmd = ["python", "-m", "sglang.launch_server", "--model-path", "/m"]\n'
+        '[jobs.c]\nengine = "vllm"\nport = 9000\ncmd = "vllm serve /m --port 8100"\n'
+    )
+    from jobs.spec import load_jobs
+    jobs = load_jobs(path).jobs
+    assert jobs["a"].port == 8100          # from --port
+    assert jobs["b"].port == 30000         # SGLang's default
+    assert jobs["c"].port == 9000          # an explicit port wins
