@@ -1,0 +1,182 @@
+"""Benchmark: analyze_file on a generated few-hundred-MB GPU-box log vs `grep -c .` on the same file; speed ratio and peak memory.
+
+    python bench/bench_analyze.py [--mb 300] [--path /tmp/gpudeck-bench.log] [--keep]
+
+The log mixes what a long day on the box writes: a vLLM startup and hours of serving
+(access lines, stats + spec-decode lines, the odd request traceback), SGLang decode
+batches, an HF-Trainer run (tqdm redrawn with \\r, loss dicts glued on), a kernel build
+(ninja lines, compiler warnings) and NCCL_DEBUG=INFO chatter, ending in a CUDA OOM.
+Analysis runs in a child process so its peak RSS is its own.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _serving_block(rng: random.Random, t: int) -> str:
+    out = []
+    for i in range(40):
+        port = rng.randint(30000, 60000)
+        path = rng.choice(["/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"])
+        out.append(f'(APIServer pid=1) INFO:     10.1.{rng.randint(0, 255)}.{rng.randint(1, 254)}:{port} - '
+                   f'"POST {path} HTTP/1.1" 200 OK\n')
+    out.append(f"(APIServer pid=1) INFO 05-07 {t // 3600 % 24:02d}:{t // 60 % 60:02d}:{t % 60:02d} [loggers.py:271] "
+               f"Engine 000: Avg prompt throughput: {rng.uniform(0, 900):.1f} tokens/s, Avg generation throughput: "
+               f"{rng.uniform(20, 300):.1f} tokens/s, Running: {rng.randint(0, 64)} reqs, Waiting: {rng.randint(0, 9)} "
+               f"reqs, GPU KV cache usage: {rng.uniform(0, 90):.1f}%, Prefix cache hit rate: {rng.uniform(0, 60):.1f}%\n")
+    out.append(f"(APIServer pid=1) INFO 05-07 {t // 3600 % 24:02d}:{t // 60 % 60:02d}:{t % 60:02d} [metrics.py:101] "
+               f"SpecDecoding metrics: Mean acceptance length: {rng.uniform(2.0, 3.0):.2f}, Accepted throughput: 76.80 "
+               f"tokens/s, Drafted throughput: 235.49 tokens/s, Accepted: 768 tokens, Drafted: 2355 tokens, "
+               f"Per-position acceptance rate: 0.726, 0.467, 0.240, Avg Draft acceptance rate: {rng.uniform(25, 45):.1f}%\n")
+    if rng.random() < 0.02:
+        out.append("(APIServer pid=1) ERROR 05-07 10:00:00 [serving_chat.py:300] Error in preprocessing prompt inputs\n"
+                   "(APIServer pid=1) Traceback (most recent call last):\n"
+                   '(APIServer pid=1)   File "/venv/lib/python3.12/site-packages/vllm/entrypoints/openai/'
+                   'serving_chat.py", line 290, in create_chat_completion\n'
+                   '(APIServer pid=1)     raise ValueError("too long")\n'
+                   "(APIServer pid=1) ValueError: This model's maximum context length is 8192 tokens.\n")
+    return "".join(out)
+
+
+def _sglang_block(rng: random.Random, t: int) -> str:
+    return "".join(
+        f"[2025-10-22 10:{t // 60 % 60:02d}:{t % 60:02d} TP0] Decode batch. #running-req: {rng.randint(1, 64)}, "
+        f"#token: {rng.randint(100, 90000)}, token usage: {rng.uniform(0, 0.9):.2f}, accept len: {rng.uniform(1.5, 3):.2f}, "
+        f"accept rate: {rng.uniform(0.3, 0.7):.2f}, cuda graph: True, gen throughput (token/s): {rng.uniform(50, 900):.2f}, "
+        f"#queue-req: {rng.randint(0, 5)}, \n" for _ in range(30))
+
+
+def _training_block(rng: random.Random, step: int) -> str:
+    # One physical line of \r-redrawn bar updates (as tqdm writes to a file), a loss dict glued on the end.
+    bar = "".join(f"\r {s * 100 // 20000:3d}%|{'#' * (s * 10 // 20000):10s}| {s}/20000 [1:{s % 60:02d}:00<3:{s % 60:02d}:00, "
+                  f" {rng.uniform(1.1, 1.9):.2f}s/it]" for s in range(step, step + 50))
+    return bar + (f"{{'loss': {rng.uniform(0.2, 2):.4f}, 'grad_norm': {rng.uniform(1, 9):.6f}, "
+                  f"'learning_rate': {rng.uniform(1e-6, 2e-5):.6e}, 'epoch': {step / 6000:.2f}}}\n")
+
+
+def _build_block(rng: random.Random, n: int) -> str:
+    out = []
+    for i in range(n, n + 20):
+        out.append(f"[{i}/5000] /usr/local/cuda/bin/nvcc --generate-dependencies-with-compile -c /src/csrc/kernels/"
+                   f"moe_{i}.cu -o /src/build/temp/moe_{i}.o -O3 -std=c++17 --expt-relaxed-constexpr "
+                   f"-gencode arch=compute_90a,code=sm_90a --threads 4\n")
+        if rng.random() < 0.1:
+            out.append(f"/src/csrc/kernels/moe_{i}.cu(88): warning #177-D: variable \"tmp\" was declared but never "
+                       f"referenced\n")
+    return "".join(out)
+
+
+def _nccl_block(rng: random.Random) -> str:
+    return "".join(f"node-{rng.randint(0, 7)}:{rng.randint(1000, 9999)}:{rng.randint(1000, 9999)} [{rng.randint(0, 7)}] "
+                   f"NCCL INFO Channel {rng.randint(0, 31):02d}/0 : {rng.randint(0, 7)}[{rng.randint(0, 7)}] -> "
+                   f"{rng.randint(0, 7)}[{rng.randint(0, 7)}] via P2P/CUMEM/read\n" for _ in range(30))
+
+
+STARTUP = """(APIServer pid=1) INFO 05-07 08:00:00 [api_server.py:1800] vLLM API server version 0.11.0
+(EngineCore_DP0 pid=20) INFO 05-07 08:00:09 [core.py:90] Initializing a V1 LLM engine (v0.11.0)
+(Worker_TP0 pid=30) INFO 05-07 08:00:20 [gpu_model_runner.py:2600] Starting to load model /models/m...
+""" + "".join(f"Loading safetensors checkpoint shards: {i * 100 // 85:3d}% Completed | {i}/85 [00:{i % 60:02d}<01:00,  "
+              f"1.50s/it]\n\n" for i in range(86)) + """(Worker_TP0 pid=30) INFO 05-07 08:02:00 [default_loader.py:300] Loading weights took 100.12 seconds
+(APIServer pid=1) INFO:     Application startup complete.
+"""
+
+
+def generate(path: Path, megabytes: int, seed: int = 7) -> int:
+    rng = random.Random(seed)
+    target = megabytes * 1024 * 1024
+    written = 0
+    t = step = n = 0
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(STARTUP)
+        while written < target:
+            r = rng.random()
+            t += 10
+            if r < 0.60:
+                block = _serving_block(rng, t)
+            elif r < 0.70:
+                block = _sglang_block(rng, t)
+            elif r < 0.85:
+                block = _training_block(rng, step % 19000)
+                step += 50
+            elif r < 0.95:
+                block = _build_block(rng, n % 4980)
+                n += 20
+            else:
+                block = _nccl_block(rng)
+            fh.write(block)
+            written += len(block)
+        fh.write("(EngineCore_DP0 pid=20) ERROR 05-07 23:59:59 [core.py:700] torch.OutOfMemoryError: CUDA out of "
+                 "memory. Tried to allocate 2.00 GiB.\n")
+    return path.stat().st_size
+
+
+_CHILD = """
+import resource, sys, time
+sys.path.insert(0, {root!r})
+from jobs.logs.analyze import analyze_file
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t = time.perf_counter()
+r = analyze_file({path!r})
+dt = time.perf_counter() - t
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(dt, base, peak, r.phase, r.failure.cause if r.failure else None, r.failure.line if r.failure else None)
+"""
+
+
+def time_grep(path: Path) -> float:
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        subprocess.run(["grep", "-c", ".", str(path)], check=True, capture_output=True)
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=int, default=300)
+    parser.add_argument("--path", default="/tmp/gpudeck-bench.log")
+    parser.add_argument("--keep", action="store_true", help="keep (and reuse) the generated log")
+    parser.add_argument("--runs", type=int, default=2)
+    args = parser.parse_args(argv)
+    path = Path(args.path)
+    if not (args.keep and path.exists()):
+        t = time.perf_counter()
+        generate(path, args.mb)
+        print(f"generated {path} in {time.perf_counter() - t:.1f}s")
+    size = path.stat().st_size
+    with open(path, "rb") as fh:       # warm the page cache so both tools read from memory
+        while fh.read(16 << 20):
+            pass
+    grep_s = time_grep(path)
+    results = []
+    for _ in range(args.runs):
+        out = subprocess.run([sys.executable, "-c", _CHILD.format(root=str(ROOT), path=str(path))],
+                             check=True, capture_output=True, text=True).stdout.split()
+        results.append(out)
+    best = min(results, key=lambda r: float(r[0]))
+    analyze_s, base_kb, peak_kb = float(best[0]), int(best[1]), int(best[2])
+    mb = size / 1e6
+    print(f"file: {mb:.0f} MB, {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(f"grep -c .    : {grep_s:.3f} s  ({mb / grep_s:.0f} MB/s)")
+    print(f"analyze_file : {analyze_s:.3f} s  ({mb / analyze_s:.0f} MB/s)  -> {best[3]}, failure {best[4]} at line {best[5]}")
+    print(f"ratio        : analyze takes {analyze_s / grep_s:.1f}x grep's time ({100 * grep_s / analyze_s:.1f}% of grep's speed)")
+    print(f"peak RSS     : {peak_kb / 1024:.1f} MiB (interpreter + imports alone: {base_kb / 1024:.1f} MiB)")
+    if not args.keep:
+        path.unlink()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
