@@ -27,14 +27,15 @@ def pilot_test(fn):
     return wrapper
 
 
-async def wait_for(pilot, predicate, what: str, timeout: float = DEADLINE_S):
+async def wait_for(pilot, predicate, what: str, timeout: float = DEADLINE_S, detail=None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         await pilot.pause(0.05)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+    seen = f"; saw {detail()!r}" if detail is not None else ""
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}{seen}")
 
 
 # -- LogIndex / LogSearch on real files ------------------------------------------------------------
@@ -336,12 +337,15 @@ async def test_restart_reattaches_the_log_to_the_new_run(jobs_env: Path) -> None
         await pilot.press("escape", "r")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "restart confirm")
         await pilot.press("y")
+        notices = lambda: (job(screen, "printer"), [n.message for n in app._notifications])  # noqa: E731
         await wait_for(pilot, lambda: job(screen, "printer")["run_id"] not in (None, first_run)
-                       and job(screen, "printer")["state"] == "running", "second run", timeout=60)
+                       and job(screen, "printer")["state"] == "running", "second run", timeout=60, detail=notices)
         second_run = job(screen, "printer")["run_id"]
-        await wait_for(pilot, lambda: second_run in (screen._log_path or ""), "log re-attached")
+        await wait_for(pilot, lambda: second_run in (screen._log_path or ""), "log re-attached",
+                       detail=lambda: (screen._log_path, screen.log_paths))
         pane = screen.query_one(LogViewPane)
-        await wait_for(pilot, lambda: any("printer line 50" in r for r in rendered_rows(pane)), "new run's lines")
+        await wait_for(pilot, lambda: any("printer line 50" in r for r in rendered_rows(pane)), "new run's lines",
+                       detail=lambda: (pane.path, pane.line_count, rendered_rows(pane)[-3:]))
         assert live_jobs_note(str(jobs_env)) == "1 job keeps running (printer); `gpudeck jobs` to see them"
 
 

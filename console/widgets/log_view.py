@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from pathlib import Path
 
 from rich.cells import cell_len
@@ -130,10 +131,10 @@ class LogViewPane(ScrollView, can_focus=True):
 
     def open(self, path: str | Path) -> None:
         """Show `path` (which may not exist yet), following its end."""
+        # The old index is closed by its own watcher as it exits: closing its fd here,
+        # under a read in flight, could let the number be reused by another file.
         self.workers.cancel_group(self, "log-watch")
         self.workers.cancel_group(self, "log-search")
-        if self.index is not None:
-            self.index.close()
         self.path = Path(path)
         self.index = LogIndex(self.path)
         self._state = IndexState(0, 0, 0, 0)
@@ -153,20 +154,24 @@ class LogViewPane(ScrollView, can_focus=True):
     def _watch(self, index: LogIndex) -> None:
         """Index new bytes as they land; post at most one pending Grew at a time."""
         worker = get_current_worker()
-        while not worker.is_cancelled:
-            changed = index.update()
-            state = index.state()
-            if changed and not self._grew_pending.is_set():
-                self._grew_pending.set()
-                self.post_message(self.Grew(state))
-            behind = index.file_size > state.size
-            if not behind:
-                # Sleeping on an Event so cancellation is not delayed by the interval.
-                threading.Event().wait(self.poll_interval)
+        try:
+            while not worker.is_cancelled:
+                try:
+                    changed = index.update()
+                except OSError:
+                    changed = False         # unreadable for now (NFS hiccup, permissions): retry
+                state = index.state()
+                if changed and not self._grew_pending.is_set():
+                    self._grew_pending.set()
+                    self.post_message(self.Grew(state))
+                if index.file_size <= state.size:
+                    time.sleep(self.poll_interval)
+        finally:
+            index.close()
 
     def on_unmount(self) -> None:
-        if self.index is not None:
-            self.index.close()
+        self.workers.cancel_group(self, "log-watch")
+        self.workers.cancel_group(self, "log-search")
 
     @on(Grew)
     def _on_grew(self, message: Grew) -> None:
