@@ -132,38 +132,103 @@ def _round(value: Optional[float], digits: int = 4) -> Optional[float]:
 
 # --------------------------------------------------------------------------- the byte-level prefilter
 
-# Every segment that can change the analysis contains one of these. Kept to plain
-# literals (and a few tiny classes) so the C regex engine rejects positions quickly;
-# no ^ anchors, because a segment can start after \r as well as after \n.
-_ANCHORS = [
+# Every segment that can change the analysis contains one of these anchors; each names
+# the families of handlers its segment needs (P progress, S serving, M phase markers,
+# F failures, W warnings, E engine). Python's regex engine tries the alternation at
+# every byte that can start an anchor, so anchors start with bytes that are rare in
+# logs (capitals, punctuation); those made of common lowercase letters join the pattern
+# only for chunks that contain them (an exact `in` check, so which segments are
+# examined never depends on how the bytes were chunked). No ^ anchors: a segment can
+# start after \r as well as after \n.
+P, S, M, F, W, E = 1, 2, 4, 8, 16, 32
+_RARE_ANCHORS: list[tuple[bytes, int]] = [
     # failures
-    rb"rror", rb"RROR", rb"xception", rb"Traceback", rb"Killed", rb"killed", rb"signal 9", rb"SIGKILL",
-    rb"NCCL", rb"Xid", rb"fallen off", rb"NVRM", rb"atchdog", rb"CUDA", rb"exit code", rb"exit status",
-    rb"undefined symbol", rb"No module named", rb"shared object", rb"sigquit", rb"out of memory",
-    rb"Out of memory", rb"oom", rb"FAILED", rb"ailed", rb"usage:", rb"Segmentation fault", rb"core dumped",
-    rb"GLIBC", rb"fatal", rb"FATAL", rb"CRITICAL", rb"bad_alloc", rb"allocate memory", rb"memory exhausted",
-    rb"Interrupt", rb"died", rb"terminate called", rb"File \"", rb"timed out", rb"Timeout", rb"hang",
-    rb"Not enough memory", rb"No available memory", rb"illegal", rb"Aborted",
+    (b"Error", F), (b"ERROR", F), (b"xception", F), (b"Traceback", F), (b"Killed", F), (b"killed", F),
+    (b"SIGKILL", F), (b"SIGSEGV", F), (b"NCCL", F), (b"Xid", F), (b"NVRM", F), (b"Watchdog", F), (b"watchdog", F),
+    (b"CUDA", F), (b"xit code", F), (b"xit status", F), (b"xited with", F), (b"quit", F), (b"Out of memory", F),
+    (b"-kill", F), (b"FAILED", F), (b"Failed", F), (b"Segmentation fault", F), (b"(core dumped", F),
+    (b"GLIBC", F), (b"FATAL", F), (b"CRITICAL", F), (b"_alloc", F | W), (b"Cannot allocate", F | W),
+    (b"xhausted", F | W), (b"Interrupt", F), (b"File \"", F), (b"Timeout", F), (b"Not enough memory", F),
+    (b"No available memory", F), (b"No module named", F), (b"Aborted", F), (b"Fatal", F),
+    (b"EngineDead", F), (b"EngineCore", F | E), (b"CMake Error", F | M), (b"ptxas", F), (b"ninja: build stopped", F),
     # phases
-    rb"Load weight", rb"Loading", rb"oading took", rb"oad model", rb"ompil", rb"torch.compile", rb"Dynamo", rb"aptur",
-    rb"KV cache", rb"KV Cache", rb"Memory pool", rb"vLLM", rb"API server", rb"Started server",
-    rb"application startup", rb"startup complete", rb"Uvicorn running", rb"fired up", rb"init engine",
-    rb"Available routes", rb"Building", rb"Configuring", rb"-- The C", rb"scikit-build", rb"running build",
-    rb"Running training", rb"Num Epochs", rb"Num epochs", rb"optimization steps", rb"JIT",
-    rb"MAX_JOBS", rb"number of workers", rb"make -j", rb"preempted", rb"retract", rb"Retract",
+    (b"Load weight", M), (b"Loading", M | P), (b"Loaded", M), (b"Model loading", M), (b"Starting", M),
+    (b"Started", M), (b"Compiling", M), (b"Dynamo", M), (b"_compile", M), (b".compile", M), (b"Captur", M | P),
+    (b"Capture", M), (b"Graph captur", M), (b"KV cache", M | W), (b"KV Cache", M), (b"Memory pool", M),
+    (b"API server", M), (b"Application startup", M), (b"Waiting for application", M), (b"Uvicorn", M),
+    (b"The server is fired", M), (b"Available", M), (b"Building", M), (b"Configuring", M), (b"-- The C", M),
+    (b"build_ext", M), (b"scikit-build", M), (b"Running training", M | P), (b"Num Epochs", P), (b"Num epochs", P),
+    (b"Total optimization", P), (b"JIT", M | W), (b"Prebuilt", M | W), (b"MAX_JOBS", W), (b"Allowing ninja", W),
+    (b"Emitting ninja", M), (b"Linking", M), (b"Initializing a V", M | E), (b"ServerArgs", M), (b"Server args", M),
+    (b"PreemptionMode", W), (b"Retract", W),
     # serving
-    rb"throughput", rb"Decode batch", rb"Prefill batch", rb"SpecDecoding", rb"Speculative metrics",
-    rb"accept len",
+    (b"Avg prompt", S), (b"Avg generation", S), (b"Decode batch", S | E), (b"Prefill batch", S | E),
+    (b"SpecDecoding", S), (b"Speculative metrics", S),
     # progress
-    rb"%\|", rb"% Completed", rb"%\]", rb"\[\d+/\d+\]", rb"step", rb"Step", rb"STEP", rb"poch", rb"'loss'",
-    rb"\"loss\"", rb"train_runtime", rb"it/s\]", rb"s/it\]",
+    (b"%|", P), (b"% Completed", P), (b"%]", P), (b"Step", P), (b"STEP", P), (b"Epoch", P), (b"EPOCH", P),
+    (b"{'", P), (b'{"', P),
+]
+_COMMON_ANCHORS: list[tuple[bytes, int]] = [
+    (b"error", F), (b"failed", F), (b"out of memory", F | W), (b"signal 9", F), (b"died", F), (b"usage:", F),
+    (b"timed out", F), (b"undefined symbol", F), (b"step", P), (b"epoch", P), (b"retract", W), (b"preempted", W),
+    (b"make -j", W),
 ]
 # Until the engine is known for sure, every line of an engine's log carries its
 # signature (a `(Worker_TP0 pid=…)` prefix, a `[… TP3]` rank tag): look at those too.
-_ENGINE_ANCHORS = [rb"pid=", rb"TP\d", rb"vllm", rb"VLLM", rb"sglang", rb"SGLang", rb"sgl_kernel"]
+_ENGINE_ANCHORS: list[tuple[bytes, int]] = [
+    (b"pid=", E), (b"vllm", E), (b"VLLM", E), (b"vLLM", E), (b"sglang", E), (b"SGLang", E), (b"sgl_kernel", E),
+]
+_NINJA_ANCHOR = rb"\[\d+/\d+\]"           # [12/345]
+_RANK_ANCHOR = rb"TP\d"                   # [2025-… TP3]
 
-_PREFILTER = re.compile(b"|".join(_ANCHORS))
-_PREFILTER_ENGINE = re.compile(b"|".join(_ANCHORS + _ENGINE_ANCHORS))
+_FAMILY: dict[bytes, int] = {}
+for _lit, _fam in _RARE_ANCHORS + _COMMON_ANCHORS + _ENGINE_ANCHORS:
+    _FAMILY[_lit] = _FAMILY.get(_lit, 0) | _fam
+
+
+def _family(hit: bytes) -> int:
+    fam = _FAMILY.get(hit)
+    if fam is not None:
+        return fam
+    return P if hit[:1] == b"[" else E        # the two regex anchors
+
+
+_RARE_PATTERN = b"|".join(re.escape(lit) for lit, _ in _RARE_ANCHORS) + b"|" + _NINJA_ANCHOR
+_prefilters: dict[tuple[bytes, ...], re.Pattern] = {}
+
+
+def _prefilter_for(extra: tuple[bytes, ...]) -> re.Pattern:
+    rx = _prefilters.get(extra)
+    if rx is None:
+        if len(_prefilters) > 256:      # bounded: combinations seen in practice are few
+            _prefilters.clear()
+        parts = [_RARE_PATTERN] + [_RANK_ANCHOR if lit == _RANK_ANCHOR else re.escape(lit) for lit in extra]
+        rx = _prefilters[extra] = re.compile(b"|".join(parts))
+    return rx
+
+
+def _prefilter_in(data: bytes, engine_known: bool) -> re.Pattern:
+    """The prefilter for `data`: rare anchors, plus the common ones `data` actually contains."""
+    extra = [lit for lit, _ in _COMMON_ANCHORS if lit in data]
+    if not engine_known:
+        extra += [lit for lit, _ in _ENGINE_ANCHORS if lit in data]
+        extra.append(_RANK_ANCHOR)
+    return _prefilter_for(tuple(extra))
+
+
+def _families_in(rx: re.Pattern, data: bytes, m: re.Match, stop: int) -> int:
+    """Family bits of every anchor in data[m.start():stop] (m is the first hit)."""
+    fams = _family(m.group())
+    q = m.end()
+    search = rx.search
+    while q < stop:
+        m = search(data, q, stop)
+        if m is None:
+            break
+        fams |= _family(m.group())
+        q = m.end()
+    return fams
+
 
 _ANSI = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[()][0-9A-Za-z]|[@-Z\\-_])")
 
@@ -336,20 +401,20 @@ _ENGINE_WEAK = [(re.compile(r"checkpoint shards:\s*\d+% Completed"), "vllm", 1),
 # --------------------------------------------------------------------------- phase markers
 
 _MARKERS = re.compile(
-    r"(?P<loading>Load weight begin|Loading (?:model )?weights|Starting to load model|Loading model from"
-    r"|Loading safetensors|Loading pt checkpoint|Multi-thread loading)"
+    r"(?P<loading>Load weight begin|Loading (?:model )?weights(?! took)|Starting to load model|Loading model from"
+    r"|Loading safetensors|Loading pt checkpoint)"
     r"|(?P<loaded>Loading weights took|Model loading took|Load weight end|Loaded model weights)"
     r"|(?P<compiling>Dynamo bytecode transform|Compiling a graph|torch\.compile(?! takes)|torch_compile_cache"
-    r"|Prebuilt kernels not found|Loading JIT ops|JIT compil|Compiling (?:kernel|module|model)|autotun)"
+    r"|Prebuilt kernels not found|Loading JIT ops|JIT compil|Compiling (?:kernel|module|model))"
     r"|(?P<compiled>torch\.compile takes)"
     r"|(?P<capturing>Capture cuda graph begin|Capturing CUDA graph|Capturing cudagraph|Capturing the model for CUDA graph"
-    r"|Capturing batches|CUDA graph capture)"
-    r"|(?P<captured>Capture cuda graph end|Graph capturing finished|CUDA graph capturing finished)"
-    r"|(?P<starting>GPU KV cache size|Available KV cache memory|KV Cache is allocated|Memory pool end|init engine"
+    r"|Capturing batches)"
+    r"|(?P<captured>Capture cuda graph end|Graph capturing finished)"
+    r"|(?P<starting>GPU KV cache size|Available KV cache memory|KV Cache is allocated|Memory pool end"
     r"|Starting vLLM API server|Available routes are|Started server process|Waiting for application startup"
     r"|Uvicorn running on|Initializing a V\d LLM engine|Server args|server_args=)"
     r"|(?P<startup_complete>Application startup complete)"
-    r"|(?P<ready>fired up and ready to roll|ready to roll)"
+    r"|(?P<ready>fired up and ready to roll)"
     r"|(?P<building>Building (?:CUDA|CXX|C) object|\*\*\* Configuring CMake|-- Configuring (?:done|incomplete)"
     r"|-- The (?:C|CXX|CUDA) compiler identification|Building wheel|running build_ext|Emitting ninja build file"
     r"|scikit-build-core|Linking (?:CUDA|CXX|C) (?:shared|static)|Building extension)"
@@ -411,8 +476,8 @@ _ENGINE_UMBRELLA = re.compile(
 _CRASH = re.compile(r"Segmentation fault|SIGSEGV|core dumped|Aborted \(core dumped\)|Fatal Python error")
 _NOT_FAILURE_LEVELS = ("INFO", "DEBUG", "NOTICE")
 
-_OOM_RISK = re.compile(r"Allowing ninja to set a default number of workers|make -j(?:\s|$)|-j\s*\$\(nproc\)"
-                       r"|virtual memory exhausted|Cannot allocate memory|std::bad_alloc|memory pressure")
+_OOM_RISK = re.compile(r"Allowing ninja to set a default number of workers|make -j(?:\s|$)"
+                       r"|virtual memory exhausted|Cannot allocate memory|std::bad_alloc")
 _KV_PRESSURE = re.compile(r"preempted by PreemptionMode|not enough KV cache space|KV cache pool is full"
                           r"|Decode out of memory|[Rr]etract(?:ed)? requests")
 _JIT = re.compile(r"Prebuilt kernels not found|using JIT backend|Loading JIT ops|JIT compil")
@@ -509,48 +574,47 @@ class _State:
 
     # ------------------------------------------------------------------ entry
 
-    def examine(self, raw: bytes, line: int) -> None:
+    def examine(self, raw: bytes, line: int, fams: int = P | S | M | F | W | E) -> None:
+        """One segment; `fams` (from its prefilter anchors) says which handlers it can concern."""
         if b"\x1b" in raw:
             raw = _ANSI.sub(b"", raw)
-        text = raw.decode("utf-8", "replace")
-        self._examine_text(text, line, 0)
+        self._examine_text(raw.decode("utf-8", "replace"), line, 0, fams)
 
-    def _examine_text(self, text: str, line: int, depth: int) -> None:
-        if "%" in text:
+    def _examine_text(self, text: str, line: int, depth: int, fams: int) -> None:
+        if fams & P and "%" in text:
             m = _TQDM.search(text)
             if m is not None:
                 self._tqdm(text[:m.start()], m, line)
                 rest = text[m.end():]
-                if rest.strip() and depth < 3:
-                    self._examine_text(rest, line, depth + 1)   # a log record glued onto the bar
+                if depth < 3 and rest.strip():
+                    self._examine_text(rest, line, depth + 1, fams)   # a log record glued onto the bar
                 return
-        self._record(text, line)
+        self._record(text, line, fams)
 
     # ------------------------------------------------------------------ one log record
 
-    def _record(self, text: str, line: int) -> None:
+    def _record(self, text: str, line: int, fams: int) -> None:
         msg, level, ts = _strip_prefixes(text)
         body = msg.strip()
         if not body:
             return
-        indent = len(msg) - len(msg.lstrip(" "))
         if self.engine_strong is None:
             self._engine(text, body)
-
-        if ("throughput" in body or "batch." in body or "acceptance" in body or "accept len" in body
-                or "Speculative metrics" in body):
+        if fams & S:
             stats = parse_serving_stats_line(body)
             if stats:
                 self._serving(stats, line)
                 return
-
-        m = _MARKERS.search(body)
-        if m is not None:
-            self._marker(m.lastgroup, line)
-
-        self._progress_record(body, line, ts)
-        self._failure(body, level, indent, line)
-        self._warnings(body, line)
+        if fams & M:
+            m = _MARKERS.search(body)
+            if m is not None:
+                self._marker(m.lastgroup, line)
+        if fams & P:
+            self._progress_record(body, line, ts)
+        if fams & F:
+            self._failure(body, level, len(msg) - len(msg.lstrip(" ")), line)
+        if fams & W:
+            self._warnings(body, line)
 
     # ------------------------------------------------------------------ engine
 
@@ -1037,14 +1101,13 @@ class LogAnalyzer:
             self._line += 1
         return data[cut + 1:]
 
-    def _prefilter(self) -> re.Pattern:
-        return _PREFILTER if self._state.engine_strong else _PREFILTER_ENGINE
-
     def _examine_giant(self, head: bytes, tail: bytes, line: int) -> None:
         # A giant segment is judged by its two ends only, the same way whether it arrived whole or in pieces.
         for part in (head, tail):
-            if self._prefilter().search(part):
-                self._state.examine(part, line)
+            rx = _prefilter_in(part, self._state.engine_strong is not None)
+            m = rx.search(part)
+            if m is not None:
+                self._state.examine(part, line, _families_in(rx, part, m, len(part)))
 
     def _scan(self, buf: bytes, end: int) -> None:
         """Examine every complete segment of buf[:end] (buf[end-1] is a separator) that has an anchor hit."""
@@ -1054,34 +1117,38 @@ class LogAnalyzer:
         next_nl = next_cr = -1
         has_cr = b"\r" in buf
         state = self._state
-        rx = self._prefilter()
+        engine_known = state.engine_strong is not None
+        rx = _prefilter_in(buf, engine_known)
         search = rx.search
+        find, rfind, count = buf.find, buf.rfind, buf.count
         while pos < end:
             m = search(buf, pos, end)
             if m is None:
                 break
             p = m.start()
-            start = max(buf.rfind(b"\n", pos, p), buf.rfind(b"\r", pos, p) if has_cr else -1, pos - 1) + 1
+            start = max(rfind(b"\n", pos, p), rfind(b"\r", pos, p) if has_cr else -1, pos - 1) + 1
             if next_nl < p:
-                next_nl = buf.find(b"\n", p, end)
+                next_nl = find(b"\n", p, end)
                 if next_nl < 0:
                     next_nl = end
             if has_cr and next_cr < p:
-                next_cr = buf.find(b"\r", p, end)
+                next_cr = find(b"\r", p, end)
                 if next_cr < 0:
                     next_cr = end
             stop = min(next_nl, next_cr) if has_cr else next_nl
-            line += buf.count(b"\n", counted, start)
-            counted = start
+            if start > counted:
+                line += count(b"\n", counted, start)
+                counted = start
             if stop - start > GIANT_SEGMENT:
                 self._examine_giant(buf[start:start + HEAD_BYTES], buf[stop - TAIL_BYTES:stop], line)
             else:
-                state.examine(buf[start:stop], line)
+                state.examine(buf[start:stop], line, _families_in(rx, buf, m, stop))
             pos = stop + 1
-            if rx is _PREFILTER_ENGINE and state.engine_strong:
-                rx = _PREFILTER
+            if not engine_known and state.engine_strong is not None:
+                engine_known = True
+                rx = _prefilter_in(buf, True)
                 search = rx.search
-        line += buf.count(b"\n", counted, end)
+        line += count(b"\n", counted, end)
         self._line = line
 
     def finish(self) -> None:
@@ -1090,8 +1157,11 @@ class LogAnalyzer:
             self._examine_giant(self._giant_head, self._giant_tail, self._line)
             self._giant_head, self._giant_tail = None, b""
         elif self._tail:
-            if self._prefilter().search(self._tail):
-                self._state.examine(self._tail, self._line)
+            tail = self._tail
+            rx = _prefilter_in(tail, self._state.engine_strong is not None)
+            m = rx.search(tail)
+            if m is not None:
+                self._state.examine(tail, self._line, _families_in(rx, tail, m, len(tail)))
             self._tail = b""
 
     def result(self) -> LogAnalysis:
