@@ -502,9 +502,10 @@ class JobsScreen(Screen):
         if path is None:
             self.notify(f"{name} has no run yet: press s to start it", severity="warning", timeout=3)
             return
-        self._open_log(name, path)
         self.add_class("-log-open")
-        self.query_one(LogViewPane).focus()
+        self._open_log(name, path)
+        # Focus once the pane is displayed: a widget still hidden by CSS may refuse it.
+        self.call_after_refresh(self.query_one(LogViewPane).focus)
 
     @on(DataTable.RowSelected, "#jobs-table")
     def _row_selected(self, event: DataTable.RowSelected) -> None:
