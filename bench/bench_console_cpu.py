@@ -66,8 +66,6 @@ def main() -> int:
         env = dict(os.environ, TERM="xterm-256color", COLORTERM="truecolor", PYTHONPATH=str(REPO))
         env.pop("TEXTUAL", None)
         profile = ["-m", "cProfile", "-o", args.profile] if args.profile else []
-        if os.environ.get("BENCH_WRAP"):
-            os.execve(sys.executable, [sys.executable, os.environ["BENCH_WRAP"]], env)
         os.execve(sys.executable, [sys.executable, *profile, "-m", "console", "--demo", "--refresh", str(args.refresh)], env)
     fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
     stop = threading.Event()

@@ -154,15 +154,13 @@ class GpuDeckApp(App[int]):
         if isinstance(self.screen, HelpScreen):
             self.screen.dismiss(None)
             return
-        keys: list[tuple[str, str]] = []
-        seen: set[str] = set()
-        for key, active in self.screen.active_bindings.items():
+        # Keys sharing an action (q and ctrl+q both quit) share a line: "q, ^q  Quit".
+        by_action: dict[tuple[str, str], list[str]] = {}
+        for active in self.screen.active_bindings.values():
             binding = active.binding
-            if not binding.description or binding.action in seen:
-                continue
-            seen.add(binding.action)
-            keys.append((self.get_key_display(binding), binding.description))
-        keys.append(("ctrl+p", "Command palette (themes, views, refresh…)"))
+            if binding.description:
+                by_action.setdefault((binding.action, binding.description), []).append(self.get_key_display(binding))
+        keys = [(", ".join(dict.fromkeys(displays)), description) for (_, description), displays in by_action.items()]
         self.push_screen(HelpScreen(keys))
 
     def action_cycle_theme(self) -> None:

@@ -54,6 +54,9 @@ class BoxHeaderPanel(Widget):
                 parts.append(" ")
         if view is None or (snap is None and not view.error):
             parts.append(("waiting for the first sample…", "$text-muted"))
+        elif snap is None:
+            parts.append((" UNAVAILABLE ", "bold reverse $error"))
+            parts.append((f" {safe_text(view.error, 120)}", "$error"))
         elif view.stale:
             since = f" since {clock_text(snap.time)}" if snap else ""
             parts.append((f" STALE{since} ", "bold reverse $error"))

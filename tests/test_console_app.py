@@ -1,0 +1,363 @@
+"""The console dashboard under Pilot: keys, themes, SIMULATED labels, no-GPU and failing-sampler paths."""
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs.telemetry.history import History
+from jobs.telemetry.sampler import make_sampler
+from jobs.telemetry.snapshot import GpuProcess, GpuSample, HostSample, ProcInfo, Snapshot
+
+from console.app import GpuDeckApp, make_app, resolve_theme
+from console.config import load_console_config
+from console.errors import CliError
+from console.messages import SamplesCollected
+from console.screens.dashboard import DashboardScreen
+from console.screens.help import HelpScreen
+from console.widgets.box_header_panel import BoxHeaderPanel
+from console.widgets.gpu_card_panel import GpuCardPanel
+from console.widgets.gpu_grid_panel import GpuGridPanel, choose_layout
+from console.widgets.gpu_lines_panel import GpuLinesPanel
+from console.widgets.gpu_process_table import UNKNOWN_PID, GpuProcessTable
+from console.widgets.host_panel import HostPanel
+from console.widgets.ports_table import PortsTable
+
+REPO = Path(__file__).resolve().parent.parent
+DEADLINE_S = 30.0   # generous: two cores shared by many test runs
+
+
+def pilot_test(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(fn(*args, **kwargs))
+    return wrapper
+
+
+async def wait_for(pilot, predicate, what: str, timeout: float = DEADLINE_S):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+
+
+def rendered_text(widget) -> str:
+    """What a widget shows, as plain text (its render, plus border titles)."""
+    body = widget.render()
+    text = getattr(body, "plain", None) or str(body)
+    return f"{widget.border_title or ''}\n{widget.border_subtitle or ''}\n{text}"
+
+
+class ScriptedSampler:
+    """Returns the given snapshots / raises the given exceptions in order, then repeats the last."""
+
+    def __init__(self, *script) -> None:
+        self.script = list(script)
+        self.calls = 0
+        self.closed = False
+
+    def sample(self) -> Snapshot:
+        item = self.script[min(self.calls, len(self.script) - 1)]
+        self.calls += 1
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def host(name: str = "testbox") -> HostSample:
+    return HostSample(name=name, cpu_percent=12.0, cpu_per_core=(10.0, 14.0), cpu_count=2,
+                      load_avg=(0.5, 0.4, 0.3), mem_total=8 << 30, mem_used=2 << 30, mem_available=6 << 30)
+
+
+def no_gpu_snapshot(t: float = 1000.0) -> Snapshot:
+    return Snapshot(time=t, host=host(), gpus=(), gpu_error="NVML Shared Library Not Found (no NVIDIA driver)")
+
+
+def one_gpu_snapshot(t: float = 1000.0) -> Snapshot:
+    foreign = GpuProcess(pid=4242424, mem_used=1 << 30, proc=ProcInfo(pid=4242424, known=False))
+    mine = GpuProcess(pid=os.getpid(), mem_used=2 << 30, sm_util=55.0,
+                      proc=ProcInfo(pid=os.getpid(), name="python", cmdline="python train.py", user="op",
+                                    cpu_percent=99.0, rss=3 << 30, age_s=4000.0))
+    gpu = GpuSample(index=0, name="NVIDIA H200", util=77.0, mem_used=3 << 30, mem_total=140 << 30, temp=91.0,
+                    power_w=690.0, power_limit_w=700.0, sm_clock_mhz=1980, mem_clock_mhz=3201,
+                    throttle_reasons=("gpu_idle", "hw_thermal_slowdown"), processes=(mine, foreign))
+    return Snapshot(time=t, host=host(), gpus=(gpu,))
+
+
+def demo_app(**kwargs) -> GpuDeckApp:
+    return make_app(sampler=make_sampler(demo=True, seed=0), history=History(), **kwargs)
+
+
+# -- keys ---------------------------------------------------------------------------------------
+
+@pilot_test
+async def test_question_mark_opens_help_listing_the_keys_and_escape_closes_it() -> None:
+    app = demo_app(start_sampling=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "the help screen")
+        keys = {description: key for key, description in app.screen.keys}
+        assert keys["Theme"] == "t" and keys["Density"] == "d" and keys["Help"] == "?"
+        assert "q" in keys["Quit"].split(", ")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen), "help to close")
+
+
+@pilot_test
+async def test_t_cycles_the_gpudeck_themes_and_wraps_around() -> None:
+    app = demo_app(start_sampling=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        assert app.theme == "gpudeck-dark"
+        seen = []
+        for _ in range(3):
+            await pilot.press("t")
+            seen.append(app.theme)
+        assert seen == ["gpudeck-light", "gpudeck-contrast", "gpudeck-dark"]
+
+
+@pilot_test
+async def test_palette_offers_gpudeck_theme_commands_that_switch_the_theme() -> None:
+    app = demo_app(start_sampling=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        commands = {c.title: c for c in app.get_system_commands(app.screen)}
+        assert {"Theme: gpudeck-dark", "Theme: gpudeck-light", "Theme: gpudeck-contrast",
+                "View: Dashboard", "Sample now"} <= set(commands)
+        commands["Theme: gpudeck-contrast"].callback()
+        await pilot.pause()
+        assert app.theme == "gpudeck-contrast"
+
+
+@pilot_test
+async def test_bindings_have_ids_so_a_keymap_can_move_them() -> None:
+    app = demo_app(start_sampling=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        ids = {b.id for b in app.BINDINGS} | {b.id for b in DashboardScreen.BINDINGS}
+        assert None not in ids
+        app.set_keymap({"app.theme.cycle": "y"})
+        await pilot.press("y")
+        assert app.theme == "gpudeck-light"
+
+
+@pilot_test
+async def test_q_quits_with_status_zero() -> None:
+    sampler = make_sampler(demo=True)
+    app = make_app(sampler=sampler, history=History())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None, "a first sample")
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running, "the app to exit")
+    assert app.return_code == 0
+
+
+# -- what the dashboard shows ------------------------------------------------------------------
+
+@pilot_test
+async def test_demo_says_simulated_in_the_header_and_on_every_gpu_line_and_card() -> None:
+    app = demo_app(refresh=0.05)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.ticks >= 3, "three ticks")
+        assert "SIMULATED" in rendered_text(app.screen.query_one(BoxHeaderPanel))
+        lines = rendered_text(app.screen.query_one(GpuLinesPanel)).splitlines()[2:]
+        assert len(lines) == 8 and all("SIM" in line for line in lines)
+        await pilot.resize_terminal(200, 60)
+        grid = app.screen.query_one(GpuGridPanel)
+        await wait_for(pilot, lambda: grid.cards_mode and len(app.screen.query(GpuCardPanel)) == 8, "8 cards")
+        await wait_for(pilot, lambda: all(c.sample is not None for c in app.screen.query(GpuCardPanel)), "cards filled")
+        for card in app.screen.query(GpuCardPanel):
+            assert card.border_subtitle == "SIMULATED"
+
+
+@pilot_test
+async def test_no_gpu_shows_the_reason_and_everything_else_still_works() -> None:
+    snap = no_gpu_snapshot()
+    app = make_app(sampler=ScriptedSampler(snap), history=History())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None, "a first sample")
+        await pilot.pause()
+        grid = app.screen.query_one(GpuGridPanel)
+        message = grid.query_one(".gpu-message")
+        assert message.display
+        assert str(message.render()) == f"No GPU: {snap.gpu_error}"
+        assert not app.screen.query(GpuCardPanel)
+        assert "testbox" in rendered_text(app.screen.query_one(HostPanel))
+        assert "no GPU" in rendered_text(app.screen.query_one(BoxHeaderPanel))
+        assert "SIMULATED" not in rendered_text(app.screen.query_one(BoxHeaderPanel))
+
+
+@pilot_test
+async def test_process_table_marks_pids_this_proc_cannot_see_and_flags_heat_and_throttling() -> None:
+    app = make_app(sampler=ScriptedSampler(one_gpu_snapshot()), history=History())
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None, "a first sample")
+        await pilot.pause()
+        table = app.screen.query_one(GpuProcessTable)
+        assert table.row_keys == [f"0:{os.getpid()}", "0:4242424"]
+        text = rendered_text(table)
+        assert UNKNOWN_PID in text and "python train.py" in text and "1h06m" in text
+        # One GPU fits a card: it names the real throttle reason and hides the benign gpu_idle.
+        card_text = rendered_text(app.screen.query_one(GpuCardPanel))
+        assert "throttle: hw_thermal_slowdown" in card_text and "gpu_idle" not in card_text
+        await pilot.press("d")          # one line per GPU: the throttle shows as THR
+        await pilot.pause()
+        assert "THR" in rendered_text(app.screen.query_one(GpuLinesPanel))
+        # A click on the second data row moves the table's cursor there.
+        await pilot.click(GpuProcessTable, offset=(5, 3))
+        assert table.cursor_key == "0:4242424"
+
+
+@pilot_test
+async def test_a_sampler_that_raises_leaves_the_app_running_and_marks_values_stale() -> None:
+    good = one_gpu_snapshot(1000.0)
+    sampler = ScriptedSampler(good, RuntimeError("NVML went away"), RuntimeError("NVML went away"), one_gpu_snapshot(1003.0))
+    app = make_app(sampler=sampler, history=History(), refresh=0.05)
+    seen_stale = []
+    async with app.run_test(size=(100, 30)) as pilot:
+        header = app.screen.query_one(BoxHeaderPanel)
+        def stale_shown() -> bool:
+            text = rendered_text(header)
+            if "STALE" in text:
+                seen_stale.append((text, app.screen.query_one(HostPanel).has_class("-stale")))
+            return bool(seen_stale)
+        await wait_for(pilot, stale_shown, "the header to say STALE")
+        text, host_marked = seen_stale[0]
+        assert "RuntimeError: NVML went away" in text and host_marked
+        # The loop keeps going: the source recovers and the STALE mark goes away.
+        await wait_for(pilot, lambda: sampler.calls >= 4 and app.sample_error is None, "recovery")
+        await pilot.pause()
+        assert "STALE" not in rendered_text(header)
+        assert app.is_running
+
+
+@pilot_test
+async def test_a_sampler_failing_from_the_start_shows_unavailable_not_a_crash() -> None:
+    app = make_app(sampler=ScriptedSampler(OSError("psutil exploded")), history=History(), refresh=0.05)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.ticks >= 2, "two failed ticks")
+        await pilot.pause()
+        grid_text = str(app.screen.query_one(GpuGridPanel).query_one(".gpu-message").render())
+        assert grid_text == "GPU data unavailable: OSError: psutil exploded"
+        assert "unavailable" in rendered_text(app.screen.query_one(HostPanel))
+        assert "UNAVAILABLE" in rendered_text(app.screen.query_one(BoxHeaderPanel))
+        assert app.is_running
+
+
+@pilot_test
+async def test_ticks_never_overlap_even_when_a_sample_is_slower_than_the_refresh() -> None:
+    in_flight = 0
+    max_in_flight = 0
+    lock = threading.Lock()
+    inner = make_sampler(demo=True)
+
+    class SlowSampler:
+        calls = 0
+        def sample(self):
+            nonlocal in_flight, max_in_flight
+            with lock:
+                in_flight += 1
+                max_in_flight = max(max_in_flight, in_flight)
+            time.sleep(0.15)      # three refresh periods: a timer-driven loop would stack ticks
+            with lock:
+                in_flight -= 1
+            SlowSampler.calls += 1
+            return inner.sample()
+        def close(self):
+            pass
+
+    app = make_app(sampler=SlowSampler(), history=History(), refresh=0.05)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.ticks >= 4, "four ticks")
+        await pilot.press("r")          # "sample now" while a tick may be in flight must not start a second one
+        await wait_for(pilot, lambda: app.ticks >= 6, "six ticks")
+    assert max_in_flight == 1
+
+
+@pilot_test
+async def test_p_pauses_sampling_and_says_so() -> None:
+    app = demo_app(refresh=0.05)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.ticks >= 2, "two ticks")
+        await pilot.press("p")
+        await pilot.pause(0.1)
+        ticks = app.ticks
+        await pilot.pause(0.4)
+        assert app.ticks <= ticks + 1      # at most the tick that was already out
+        assert "PAUSED" in rendered_text(app.screen.query_one(BoxHeaderPanel))
+        await pilot.press("p")
+        await wait_for(pilot, lambda: app.ticks >= ticks + 3, "ticks to resume")
+
+
+@pilot_test
+async def test_d_cycles_gpu_density_between_auto_lines_and_cards() -> None:
+    app = demo_app(refresh=0.05)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None, "a first sample")
+        grid = app.screen.query_one(GpuGridPanel)
+        assert not grid.cards_mode                       # 120x36: 8 cards would crowd out the rest
+        await pilot.press("d")
+        assert grid.density == "lines" and not grid.cards_mode
+        await pilot.press("d")
+        await wait_for(pilot, lambda: len(app.screen.query(GpuCardPanel)) == 8, "8 cards")
+        assert grid.density == "cards" and grid.cards_mode
+        await pilot.press("d")
+        assert grid.density == "auto" and not grid.cards_mode
+
+
+def test_layout_choice_uses_cards_only_where_they_fit() -> None:
+    assert choose_layout(8, 80, 24) == (False, 1)
+    assert choose_layout(8, 200, 60) == (True, 4)
+    assert choose_layout(8, 160, 50) == (True, 4)
+    assert choose_layout(2, 200, 60) == (True, 2)
+    assert choose_layout(8, 80, 24, "cards") == (True, 2)
+    assert choose_layout(0, 200, 60) == (False, 1)
+
+
+# -- theme selection: flag, config file, errors ----------------------------------------------
+
+def test_theme_flag_beats_config_and_unknown_names_are_one_line_errors(tmp_path, monkeypatch) -> None:
+    assert resolve_theme(None, None) == "gpudeck-dark"
+    assert resolve_theme(None, "gpudeck-light") == "gpudeck-light"
+    assert resolve_theme("gpudeck-contrast", "gpudeck-light") == "gpudeck-contrast"
+    with pytest.raises(CliError) as info:
+        resolve_theme("neon", None)
+    assert "unknown theme 'neon'" in str(info.value) and "\n" not in str(info.value)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    (tmp_path / "gpudeck").mkdir()
+    (tmp_path / "gpudeck" / "config.toml").write_text('theme = "gpudeck-light"\n')
+    assert load_console_config().theme == "gpudeck-light"
+
+
+def _gpudeck(*args: str, config_home: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, XDG_CONFIG_HOME=str(config_home), PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "console", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+
+def test_cli_rejects_an_unknown_theme_with_one_line(tmp_path) -> None:
+    result = _gpudeck("--demo", "--theme", "neon", config_home=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.startswith("gpudeck: unknown theme 'neon' (--theme)")
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def test_cli_names_a_broken_config_file_in_one_line(tmp_path) -> None:
+    (tmp_path / "gpudeck").mkdir()
+    (tmp_path / "gpudeck" / "config.toml").write_text('theme = "gpudeck-light\n')
+    result = _gpudeck("--demo", config_home=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"gpudeck: {tmp_path / 'gpudeck' / 'config.toml'}: ")
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    (tmp_path / "gpudeck" / "config.toml").write_text('theme = "sepia"\n')
+    result = _gpudeck("--demo", config_home=tmp_path)
+    assert result.returncode == 2 and "unknown theme 'sepia' (config.toml theme)" in result.stderr
