@@ -193,7 +193,33 @@ def _family(hit: bytes) -> int:
     return P if hit[:1] == b"[" else E        # the two regex anchors
 
 
-_RARE_PATTERN = b"|".join(re.escape(lit) for lit, _ in _RARE_ANCHORS) + b"|" + _NINJA_ANCHOR
+def _trie_pattern(literals: list[bytes], extra: list[bytes]) -> bytes:
+    """One alternation factored as a trie, every branch starting with a literal byte.
+
+    Python's regex engine tries a flat alternation branch by branch at every candidate
+    byte; a trie tries one branch per distinct first byte, and as long as every top-level
+    branch starts with a literal the engine skips non-candidate bytes in C (a non-literal
+    branch there makes it try every position: several times slower).
+    """
+    trie: dict = {}
+    for word in literals:
+        node = trie
+        for byte in word:
+            node = node.setdefault(byte, {})
+        node[None] = {}
+
+    def build(node: dict) -> bytes:
+        items = sorted((k, v) for k, v in node.items() if k is not None)
+        if not items:
+            return b""
+        alts = [re.escape(bytes([k])) + build(v) for k, v in items]
+        body = alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
+        return b"(?:" + body + b")?" if None in node else body
+
+    top = [re.escape(bytes([k])) + build(v) for k, v in sorted((k, v) for k, v in trie.items() if k is not None)]
+    return b"(?:" + b"|".join(top + extra) + b")"
+
+
 _prefilters: dict[tuple[bytes, ...], re.Pattern] = {}
 
 
@@ -202,8 +228,9 @@ def _prefilter_for(extra: tuple[bytes, ...]) -> re.Pattern:
     if rx is None:
         if len(_prefilters) > 256:      # bounded: combinations seen in practice are few
             _prefilters.clear()
-        parts = [_RARE_PATTERN] + [_RANK_ANCHOR if lit == _RANK_ANCHOR else re.escape(lit) for lit in extra]
-        rx = _prefilters[extra] = re.compile(b"|".join(parts))
+        literals = [lit for lit, _ in _RARE_ANCHORS] + [lit for lit in extra if lit != _RANK_ANCHOR]
+        specials = [_NINJA_ANCHOR] + ([_RANK_ANCHOR] if _RANK_ANCHOR in extra else [])
+        rx = _prefilters[extra] = re.compile(_trie_pattern(literals, specials))
     return rx
 
 
@@ -256,10 +283,13 @@ _PREFIX = re.compile(
 _LEVEL_OF = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "FATAL"}
 
 
-def _strip_prefixes(text: str) -> tuple[str, Optional[str], Optional[float]]:
-    """(message, level, timestamp seconds) with worker/rank/time/logger prefixes removed."""
+def _strip_prefixes(text: str) -> tuple[str, Optional[str], Optional[tuple[str, str]]]:
+    """(message, level, raw timestamp) with worker/rank/time/logger prefixes removed.
+
+    The timestamp stays raw ((kind, text)); _ts_seconds parses it only where a rate needs it.
+    """
     level: Optional[str] = None
-    ts: Optional[float] = None
+    ts: Optional[tuple[str, str]] = None
     for _ in range(6):
         m = _PREFIX.match(text)
         if m is None or m.end() == 0:
@@ -270,18 +300,24 @@ def _strip_prefixes(text: str) -> tuple[str, Optional[str], Optional[float]]:
             level = _LEVEL_OF.get(lvl, lvl)
         for key in ("ts1", "ts4", "ts3", "ts2", "ts5"):
             if g[key]:
-                ts = _parse_ts(key, g[key])
+                ts = (key, g[key])
                 break
         text = text[m.end():]
     return text, level, ts
 
 
+def _ts_seconds(ts: Optional[tuple[str, str]]) -> Optional[float]:
+    return _parse_ts(*ts) if ts is not None else None
+
+
 def _parse_ts(kind: str, raw: str) -> Optional[float]:
     try:
-        if kind in ("ts1", "ts4"):
-            return datetime.strptime(raw.replace("T", " "), "%Y-%m-%d %H:%M:%S").timestamp()
-        if kind == "ts3":   # vLLM omits the year: fine for the differences rates are made of
-            return datetime.strptime("2000-" + raw, "%Y-%m-%d %H:%M:%S").timestamp()
+        if kind in ("ts1", "ts4"):     # YYYY-MM-DD HH:MM:SS
+            return datetime(int(raw[0:4]), int(raw[5:7]), int(raw[8:10]), int(raw[11:13]), int(raw[14:16]),
+                            int(raw[17:19])).timestamp()
+        if kind == "ts3":   # vLLM's MM-DD HH:MM:SS omits the year: fine for the differences rates are made of
+            return datetime(2000, int(raw[0:2]), int(raw[3:5]), int(raw[6:8]), int(raw[9:11]),
+                            int(raw[12:14])).timestamp()
         if kind == "ts2":
             h, m, s = raw.split(":")
             return int(h) * 3600 + int(m) * 60 + int(s)
@@ -327,25 +363,22 @@ def _num(value: float) -> Number:
 # --------------------------------------------------------------------------- serving stats lines
 
 _F = r"([-+]?\d+(?:\.\d+)?)"
-_SERVING_RX = [
-    # vLLM (V1 "Engine 000: …" and V0 alike)
-    ("prompt_tokens_per_s", re.compile(r"Avg prompt throughput:\s*" + _F), 1.0),
-    ("gen_tokens_per_s", re.compile(r"Avg generation throughput:\s*" + _F), 1.0),
-    ("running", re.compile(r"Running:\s*" + _F + r"\s*req"), 1.0),
-    ("waiting", re.compile(r"(?:Waiting|Pending):\s*" + _F + r"\s*req"), 1.0),
-    ("kv_cache_pct", re.compile(r"GPU KV cache usage:\s*" + _F + r"\s*%"), 1.0),
-    ("spec_accept_len", re.compile(r"Mean acceptance length:\s*" + _F), 1.0),
-    ("spec_accept_rate", re.compile(r"(?:Avg )?Draft acceptance rate:\s*" + _F + r"\s*%"), 0.01),
-    # SGLang "Decode batch." / "Prefill batch."
-    ("running", re.compile(r"#running-req:\s*" + _F), 1.0),
-    ("waiting", re.compile(r"#queue-req:\s*" + _F), 1.0),
-    ("kv_cache_pct", re.compile(r"(?<![#\w])(?:full )?token usage:\s*" + _F), 100.0),
-    ("gen_tokens_per_s", re.compile(r"gen throughput \(token/s\):\s*" + _F), 1.0),
-    ("prompt_tokens_per_s", re.compile(r"input throughput \(token/s\):\s*" + _F), 1.0),
-    ("spec_accept_len", re.compile(r"accept len(?:gth)?:\s*" + _F), 1.0),
-    ("spec_accept_rate", re.compile(r"accept rate:\s*" + _F), 1.0),
-]
-_V0_SPEC_RATE = re.compile(r"Speculative metrics:.*?Draft acceptance rate:\s*" + _F + r"(?!\s*%)")
+# vLLM: "Engine 000: Avg prompt throughput: …" (V1) and "Avg prompt throughput: …" (V0) alike.
+_VLLM_STATS = re.compile(
+    r"Avg prompt throughput:\s*" + _F + r"[^,]*,\s*Avg generation throughput:\s*" + _F +
+    r"(?:.*?Running:\s*" + _F + r"\s*req)?(?:.*?(?:Waiting|Pending):\s*" + _F + r"\s*req)?"
+    r"(?:.*?GPU KV cache usage:\s*" + _F + r"\s*%)?")
+_VLLM_SPEC_LEN = re.compile(r"Mean acceptance length:\s*" + _F)
+_VLLM_SPEC_RATE = re.compile(r"Draft acceptance rate:\s*" + _F + r"\s*(%?)")
+# SGLang "Decode batch. …" / "Prefill batch. …": one pass over "name: value" pairs.
+_SGLANG_FIELD = re.compile(r"(#running-req|#queue-req|(?<![#\w])(?:full )?token usage|gen throughput \(token/s\)"
+                           r"|input throughput \(token/s\)|accept len(?:gth)?|accept rate):\s*" + _F)
+_SGLANG_KEY = {"#running-req": ("running", 1.0), "#queue-req": ("waiting", 1.0),
+               "token usage": ("kv_cache_pct", 100.0), "full token usage": ("kv_cache_pct", 100.0),
+               "gen throughput (token/s)": ("gen_tokens_per_s", 1.0),
+               "input throughput (token/s)": ("prompt_tokens_per_s", 1.0),
+               "accept len": ("spec_accept_len", 1.0), "accept length": ("spec_accept_len", 1.0),
+               "accept rate": ("spec_accept_rate", 1.0)}
 _V0_SPEC_K = re.compile(r"Number of speculative tokens:\s*(\d+)")
 _V0_SPEC_DRAFT = re.compile(r"Number of draft tokens:\s*(\d+)")
 _V0_SPEC_EMITTED = re.compile(r"Number of emitted tokens:\s*(\d+)")
@@ -358,28 +391,36 @@ def parse_serving_stats_line(line: str) -> Optional[dict[str, float]]:
 
     kv_cache_pct is 0..100, spec_accept_rate 0..1. Prefixes and ANSI colour are tolerated.
     """
-    if ("throughput" not in line and "acceptance" not in line and "batch." not in line
-            and "Speculative metrics" not in line and "accept len" not in line):
-        return None
     if "\x1b" in line:
         line = _ANSI.sub(b"", line.encode("utf-8", "replace")).decode("utf-8", "replace")
     out: dict[str, float] = {}
-    for key, rx, scale in _SERVING_RX:
-        if key in out:
-            continue
-        m = rx.search(line)
+    if "Avg prompt throughput" in line:
+        m = _VLLM_STATS.search(line)
         if m:
-            out[key] = float(m.group(1)) * scale
-    m = _V0_SPEC_RATE.search(line)
-    if m:
-        out["spec_accept_rate"] = float(m.group(1))
-        k, drafted, emitted = (_V0_SPEC_K.search(line), _V0_SPEC_DRAFT.search(line),
-                               _V0_SPEC_EMITTED.search(line))
-        if k and drafted and emitted and int(drafted.group(1)) > 0:
-            steps = int(drafted.group(1)) / max(1, int(k.group(1)))
-            out["spec_accept_len"] = int(emitted.group(1)) / steps
-    if "Prefill batch" in line:
-        out.pop("gen_tokens_per_s", None)      # decode rate lives on decode lines only
+            for key, value in zip(("prompt_tokens_per_s", "gen_tokens_per_s", "running", "waiting", "kv_cache_pct"),
+                                  m.groups()):
+                if value is not None:
+                    out[key] = float(value)
+    elif "acceptance" in line:
+        m = _VLLM_SPEC_LEN.search(line)
+        if m:
+            out["spec_accept_len"] = float(m.group(1))
+        m = _VLLM_SPEC_RATE.search(line)
+        if m:
+            out["spec_accept_rate"] = float(m.group(1)) / (100.0 if m.group(2) else 1.0)
+            if not m.group(2):     # V0 "Speculative metrics": a fraction, and the length from token counts
+                k, drafted, emitted = (_V0_SPEC_K.search(line), _V0_SPEC_DRAFT.search(line),
+                                       _V0_SPEC_EMITTED.search(line))
+                if k and drafted and emitted and int(drafted.group(1)) > 0:
+                    steps = int(drafted.group(1)) / max(1, int(k.group(1)))
+                    out["spec_accept_len"] = int(emitted.group(1)) / steps
+    elif "batch." in line:
+        for name, value in _SGLANG_FIELD.findall(line):
+            key, scale = _SGLANG_KEY[name]
+            if key not in out:
+                out[key] = float(value) * scale
+        if "Prefill batch" in line:
+            out.pop("gen_tokens_per_s", None)      # the decode rate lives on decode lines only
     return out or None
 
 
@@ -571,6 +612,7 @@ class _State:
         self.usage_line = -10**9
         self.nvrm: deque[tuple[int, str]] = deque(maxlen=6)
         self.last_progress_key: Optional[tuple[tuple, float]] = None
+        self.labels: dict[str, tuple[str, Optional[str], str]] = {}
 
     # ------------------------------------------------------------------ entry
 
@@ -682,9 +724,21 @@ class _State:
 
     # ------------------------------------------------------------------ progress
 
+    def _bar_label(self, before: str) -> tuple[str, Optional[str], str]:
+        """(label, the phase its words name or None, series key) for the text before a bar; cached."""
+        hit = self.labels.get(before)
+        if hit is None:
+            label, _, _ = _strip_prefixes(before.strip())
+            label = label.strip().rstrip(":").strip()[:100]
+            if self.engine_strong is None:
+                self._engine(label, label)
+            if len(self.labels) >= 256:
+                self.labels.clear()
+            hit = self.labels[before] = (label, _label_phase(label), _series_label(label))
+        return hit
+
     def _tqdm(self, before: str, m: re.Match, line: int) -> None:
-        label, _, _ = _strip_prefixes(before.strip())
-        label = label.strip().rstrip(":").strip()[:100]
+        label, named_phase, key_label = self._bar_label(before)
         done = float(m.group("n")) * _SIZE[m.group("nu")]
         total = float(m.group("N")) * _SIZE[m.group("Nu")]
         rate = eta = None
@@ -700,25 +754,13 @@ class _State:
                     rate = 1.0 / value if value > 0 else None
                 else:
                     rate = value
-        if self.engine_strong is None:
-            self._engine(label, label)
-        phase = self._bar_phase(label)
+        phase = named_phase or self._unnamed_bar_phase()
         if phase == "loading" and total and done >= total:
             self.load_done = True
-        self._set_progress("bar", phase, label or self._default_label(phase), done, total, rate, eta, line, None)
+        self._set_progress("bar", phase, label or self._default_label(phase), done, total, rate, eta, line, None,
+                           key_label)
 
-    def _bar_phase(self, label: str) -> str:
-        low = label.lower()
-        if "captur" in low or "graph" in low:
-            return "capturing"
-        if any(w in low for w in ("load", "checkpoint", "shard", "weight", "download", "fetch")):
-            return "loading"
-        if "compil" in low or "autotun" in low or "warm" in low:
-            return "compiling"
-        if any(w in low for w in ("train", "epoch", "step", "iter")):
-            return "training"
-        if "build" in low or "ninja" in low:
-            return "building"
+    def _unnamed_bar_phase(self) -> str:
         current = self.phase
         if current in ("training", "building"):
             return current
@@ -732,7 +774,7 @@ class _State:
         return {"capturing": "CUDA graphs", "loading": "weights", "training": "training",
                 "building": "build", "compiling": "compile"}.get(phase, "")
 
-    def _progress_record(self, body: str, line: int, ts: Optional[float]) -> None:
+    def _progress_record(self, body: str, line: int, ts: Optional[tuple[str, str]]) -> None:
         c = body[0]
         if c == "[":
             m = _NINJA.match(body)
@@ -786,10 +828,14 @@ class _State:
             self._set_progress("hint", "training", "epoch", epoch[0], total, None, None, line, ts)
 
     def _set_progress(self, source: str, phase: str, label: str, done: float, total: Optional[float],
-                      rate: Optional[float], eta: Optional[float], line: int, ts: Optional[float]) -> None:
+                      rate: Optional[float], eta: Optional[float], line: int, ts: Optional[tuple[str, str]],
+                      key_label: Optional[str] = None) -> None:
         self.seq += 1
-        key = (source, phase, re.sub(r"[\d.]+", "#", re.sub(r"\([^)]*\)", "", label)).strip(), total)
-        when = self.now if self.now is not None else ts
+        key = (source, phase, key_label if key_label is not None else _series_label(label), total)
+        if self.now is not None:
+            when: Optional[float] = self.now
+        else:
+            when = _ts_seconds(ts) if rate is None else None
         # Rates the bar does not print come from the clock: the caller's, else the lines' own timestamps.
         if self.series is None or self.series[0] != key or when is None or done < self.series[1]:
             self.series = (key, done, when) if when is not None else (key, done, float("nan"))
@@ -1036,6 +1082,37 @@ class _State:
         warnings = tuple(sorted(self.warnings.values(), key=lambda w: (w.line, w.code)))
         return LogAnalysis(engine=engine, phase=phase, progress=self.progress(), failure=failure,
                            ready_line=self.ready_line, serving=serving, warnings=warnings)
+
+
+def _label_phase(label: str) -> Optional[str]:
+    """The phase a progress bar's label names, or None for an unlabeled/unknown bar."""
+    low = label.lower()
+    if "captur" in low or "graph" in low:
+        return "capturing"
+    for word in ("load", "checkpoint", "shard", "weight", "download", "fetch"):
+        if word in low:
+            return "loading"
+    if "compil" in low or "autotun" in low or "warm" in low:
+        return "compiling"
+    for word in ("train", "epoch", "step", "iter"):
+        if word in low:
+            return "training"
+    if "build" in low or "ninja" in low:
+        return "building"
+    return None
+
+
+_SERIES_LABELS: dict[str, str] = {}
+
+
+def _series_label(label: str) -> str:
+    """A label with its changing parts (numbers, parenthesised state) removed: one bar, one series."""
+    key = _SERIES_LABELS.get(label)
+    if key is None:
+        if len(_SERIES_LABELS) >= 1024:
+            _SERIES_LABELS.clear()
+        key = _SERIES_LABELS[label] = re.sub(r"[\d.]+", "#", re.sub(r"\([^)]*\)", "", label)).strip()
+    return key
 
 
 def _is_build_tool(body: str) -> bool:
