@@ -431,6 +431,10 @@ class LogViewPane(ScrollView, can_focus=True):
         base = self.rich_style
         if self.wrap:
             return self._render_wrapped_row(y, width)
+        if self.following:
+            # Following shows the tail whatever scroll_y says: the scroll position is
+            # synced after layout, and a frame drawn before that must not show stale rows.
+            scroll_y = max(0, self._state.line_count - self.scrollable_content_region.height)
         line = scroll_y + y
         if line >= self._state.line_count:
             return Strip.blank(width, base)
