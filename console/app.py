@@ -154,13 +154,16 @@ class GpuDeckApp(App[int]):
         if isinstance(self.screen, HelpScreen):
             self.screen.dismiss(None)
             return
+        # gpudeck's own keys (those with an id: app, then view) first; Textual's generic ones after.
         # Keys sharing an action (q and ctrl+q both quit) share a line: "q, ^q  Quit".
-        by_action: dict[tuple[str, str], list[str]] = {}
+        by_action: dict[tuple[int, str, str], list[str]] = {}
         for active in self.screen.active_bindings.values():
             binding = active.binding
             if binding.description:
-                by_action.setdefault((binding.action, binding.description), []).append(self.get_key_display(binding))
-        keys = [(", ".join(dict.fromkeys(displays)), description) for (_, description), displays in by_action.items()]
+                rank = (0 if binding.id else 3) + (0 if active.node is self else 1 if active.node is self.screen else 2)
+                by_action.setdefault((rank, binding.action, binding.description), []).append(self.get_key_display(binding))
+        keys = [(", ".join(dict.fromkeys(displays)), description)
+                for (_, _, description), displays in sorted(by_action.items(), key=lambda item: item[0][0])]
         self.push_screen(HelpScreen(keys))
 
     def action_cycle_theme(self) -> None:

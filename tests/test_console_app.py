@@ -108,9 +108,9 @@ async def test_question_mark_opens_help_listing_the_keys_and_escape_closes_it() 
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("question_mark")
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "the help screen")
-        keys = {description: key for key, description in app.screen.keys}
-        assert keys["Theme"] == "t" and keys["Density"] == "d" and keys["Help"] == "?"
-        assert "q" in keys["Quit"].split(", ")
+        keys = app.screen.keys
+        assert {("q", "Quit"), ("?", "Help"), ("t", "Theme"), ("d", "Density"), ("p", "Pause")} <= set(keys)
+        assert keys[0] == ("q", "Quit")          # gpudeck's own keys come before Textual's generic ones
         await pilot.press("escape")
         await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen), "help to close")
 

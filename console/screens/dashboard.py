@@ -41,9 +41,6 @@ class DashboardScreen(Screen):
     DashboardScreen.-narrow #dashboard-lower > PortsTable {
         width: 100%;
     }
-    DashboardScreen GpuProcessTable {
-        min-height: 5;
-    }
     """
 
     # Side by side needs room for a readable host panel and a ports table with its process names.

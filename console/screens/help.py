@@ -47,7 +47,7 @@ class HelpScreen(ModalScreen[None]):
         width = max((len(k) for k, _ in self.keys), default=4)
         lines = [Content.styled("gpudeck keys", "bold $primary")]
         for key, description in self.keys:
-            lines.append(Content.assemble((key.rjust(width), "bold $accent"), "  ", description))
+            lines.append(Content.assemble((key.ljust(width), "bold $accent"), "  ", description))
         with VerticalScroll():
             yield Static(Content("\n").join(lines), id="help-keys")
             yield Static(LEGEND, id="help-legend", markup=False)

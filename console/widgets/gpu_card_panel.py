@@ -97,7 +97,7 @@ def render_gpu_line(s: GpuSample, recent_util: Sequence[Optional[float]], width:
     if active_throttle_reasons(s) and used + 4 + sim_w <= width:
         add("THR ", "bold $error")
     sim_label = "SIMULATED" if width - used >= 9 + 12 else "SIM"
-    spark_w = width - used - (len(sim_label) + 1 if sim else 0)
+    spark_w = width - used - (len(sim_label) if sim else 0)
     if spark_w >= 4:
         add(sparkline(recent_util, spark_w - 1) + " ", "$text-muted" if stale else "$primary")
     if sim:
@@ -111,6 +111,8 @@ class GpuCardPanel(Widget):
     DEFAULT_CSS = """
     GpuCardPanel {
         width: 1fr;
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
         height: 8;
         border: round $primary 60%;
         border-title-color: $foreground;

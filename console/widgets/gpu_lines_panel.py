@@ -19,6 +19,8 @@ class GpuLinesPanel(Widget):
     GpuLinesPanel {
         height: auto;
         width: 1fr;
+        text-wrap: nowrap;
+        text-overflow: clip;
     }
     GpuLinesPanel.-stale { color: $text-muted; }
     """

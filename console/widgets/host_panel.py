@@ -26,6 +26,8 @@ class HostPanel(Widget):
     DEFAULT_CSS = """
     HostPanel {
         height: auto;
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
         border: round $primary;
         border-title-color: $foreground;
         border-title-style: bold;
@@ -76,15 +78,18 @@ class HostPanel(Widget):
             return [Content.styled(self.message, "$text-muted")]
         width = max(width, 20)
         bar_w = max(6, min(30, width // 3))
-        lines = [Content.assemble(
+        cpu = [
             ("CPU  ", "$text-muted"),
             (hbar(None if h.cpu_percent is None else h.cpu_percent / 100, bar_w),
              f"{level_style(h.cpu_percent, 85, 97)} on $panel"),
             pct(h.cpu_percent, 4),
             ("  load ", "$text-muted"),
             " ".join(f"{v:.2f}" for v in h.load_avg),
-            (f"  {h.cpu_count} cores", "$text-muted"),
-        )]
+        ]
+        cores = f"  {h.cpu_count} cores"
+        if sum(len(p if isinstance(p, str) else p[0]) for p in cpu) + len(cores) <= width:
+            cpu.append((cores, "$text-muted"))
+        lines = [assemble(cpu)]
         lines.extend(self._core_lines(h, width))
         mem_frac = h.mem_used / h.mem_total if h.mem_total else None
         swap_frac = h.swap_used / h.swap_total if h.swap_total else None

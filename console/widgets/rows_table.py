@@ -40,6 +40,8 @@ class RowsTable(Widget, can_focus=True):
     DEFAULT_CSS = """
     RowsTable {
         height: auto;
+        text-wrap: nowrap;
+        text-overflow: clip;
         border: round $primary;
         border-title-color: $foreground;
         border-title-style: bold;
@@ -106,7 +108,7 @@ class RowsTable(Widget, can_focus=True):
             text, style = (cell, "") if isinstance(cell, str) else cell
             if header:
                 style = "bold $text-muted"
-            parts.append((_fit(text, w, column.right and not header), style) if style else _fit(text, w, column.right))
+            parts.append((_fit(text, w, column.right), style) if style else _fit(text, w, column.right))
             if i < len(widths) - 1:
                 parts.append(gap)
         return assemble(parts)
