@@ -1,0 +1,54 @@
+"""Regenerates docs/screenshot.svg: the dashboard on the SIMULATED box, deterministic (seed 0, fixed clock, UTC).
+
+    .venv/bin/python docs/make_screenshot.py [--size 120x36] [--theme gpudeck-dark]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from jobs.telemetry.history import History  # noqa: E402
+from jobs.telemetry.sampler import make_sampler  # noqa: E402
+
+from console.app import make_app  # noqa: E402
+from console.messages import SamplesCollected  # noqa: E402
+
+EPOCH = 1_800_000_000
+TICKS = 120   # two minutes of history: full sparklines
+
+
+async def shoot(width: int, height: int, theme: str, out: Path) -> None:
+    clock = iter(range(EPOCH, EPOCH + 10 * TICKS)).__next__
+    sampler = make_sampler(demo=True, seed=0, clock=lambda: float(clock()))
+    app = make_app(sampler=sampler, theme=theme, history=History(), start_sampling=False)
+    async with app.run_test(size=(width, height)) as pilot:
+        for _ in range(TICKS):
+            app.post_message(SamplesCollected(sampler.sample()))
+        await pilot.pause()
+        await pilot.pause()
+        out.write_text(app.export_screenshot(title="gpudeck --demo"), encoding="utf-8")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="120x36")
+    parser.add_argument("--theme", default="gpudeck-dark")
+    parser.add_argument("--out", default=str(REPO / "docs" / "screenshot.svg"))
+    args = parser.parse_args()
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    width, height = (int(v) for v in args.size.lower().split("x"))
+    asyncio.run(shoot(width, height, args.theme, Path(args.out)))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
