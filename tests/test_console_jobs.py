@@ -152,6 +152,24 @@ async def test_pane_follows_pauses_on_scroll_up_and_resumes_with_G(tmp_path: Pat
 
 
 @pilot_test
+async def test_reopening_another_file_follows_its_tail_with_the_scroll_position_in_sync(tmp_path: Path) -> None:
+    first = tmp_path / "run1.log"
+    first.write_bytes(b"".join(b"old %d\n" % i for i in range(100)))
+    app = LogApp(first)
+    async with app.run_test(size=(60, 20)) as pilot:
+        pane = app.query_one(LogViewPane)
+        await wait_for(pilot, lambda: pane.line_count == 100, "first file")
+        for n in range(3):
+            path = tmp_path / f"run{n + 2}.log"
+            path.write_bytes(b"".join(b"new %d\n" % i for i in range(100)))
+            pane.open(path)
+            await wait_for(pilot, lambda: pane.line_count == 100 and pane.path == path, "reopened")
+            await wait_for(pilot, lambda: pane.scroll_y == pane.max_scroll_y > 0, "scrolled to the end",
+                           detail=lambda: (pane.scroll_y, pane.max_scroll_y))
+            assert rendered_rows(pane)[-1] == "new 99" and pane.following
+
+
+@pilot_test
 async def test_search_finds_the_right_lines_and_counts_them(tmp_path: Path) -> None:
     path = tmp_path / "out.log"
     lines = [f"step {i} loss=0.{i:03d}" for i in range(3000)]

@@ -145,7 +145,7 @@ class LogViewPane(ScrollView, can_focus=True):
         self._grew_pending.clear()
         self.following = True
         self.virtual_size = Size(0, 0)
-        self.scroll_to(0, 0, animate=False)
+        self.scroll_to(0, 0, animate=False, force=True)
         self._watch(self.index)
         self.refresh()
         self._status_changed()
@@ -207,7 +207,9 @@ class LogViewPane(ScrollView, can_focus=True):
     def _scroll_to_end(self) -> None:
         self._auto_scrolling = True
         try:
-            self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
+            # force: right after the file grew, the scrollbar (and with it
+            # allow_vertical_scroll) is only updated at the next layout.
+            self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True, force=True)
         finally:
             self._auto_scrolling = False
 
@@ -253,7 +255,7 @@ class LogViewPane(ScrollView, can_focus=True):
         self._scroll_to_end()
 
     def action_top(self) -> None:
-        self.scroll_to(y=0, animate=False, immediate=True)
+        self.scroll_to(y=0, animate=False, immediate=True, force=True)
         if self.max_scroll_y > 0:
             self.following = False
 
@@ -283,7 +285,7 @@ class LogViewPane(ScrollView, can_focus=True):
         self.current_match = line
         self.following = False
         target = max(0, line - self.size.height // 2)
-        self.scroll_to(y=min(target, self.max_scroll_y), animate=False, immediate=True)
+        self.scroll_to(y=min(target, self.max_scroll_y), animate=False, immediate=True, force=True)
         # scrolling to the very bottom would resume following; the match stays marked
         self._wrap_layout_key = None
         self.refresh()
