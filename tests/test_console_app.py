@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from textual.widget import Widget
 
 from jobs.telemetry.history import History
 from jobs.telemetry.sampler import make_sampler
@@ -51,9 +52,12 @@ async def wait_for(pilot, predicate, what: str, timeout: float = DEADLINE_S):
 
 
 def rendered_text(widget) -> str:
-    """What a widget shows, as plain text (its render, plus border titles)."""
-    body = widget.render()
-    text = getattr(body, "plain", None) or str(body)
+    """What a widget shows, as plain text: its border titles, then its lines as painted."""
+    if type(widget).render_line is not Widget.render_line:       # Line API widgets paint line by line
+        text = "\n".join(widget.render_line(y).text for y in range(widget.size.height))
+    else:
+        body = widget.render()
+        text = getattr(body, "plain", None) or str(body)
     return f"{widget.border_title or ''}\n{widget.border_subtitle or ''}\n{text}"
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from textual.content import Content
+from textual.strip import Strip
 from textual.widget import Widget
 
 from console.format import safe_text
 from console.telemetry_view import TelemetryView
+from console.widgets.strip_painter import Part, StripPainter
 
 
 def clock_text(t: float) -> str:
@@ -30,6 +31,7 @@ class BoxHeaderPanel(Widget):
         self.view_title = view_title
         self.view: Optional[TelemetryView] = None
         self._shown: object = None
+        self._painter_: StripPainter | None = None
 
     def apply_telemetry(self, view: TelemetryView) -> None:
         snap = view.snapshot
@@ -40,10 +42,17 @@ class BoxHeaderPanel(Widget):
         if key != self._shown:
             self._shown = key
             self.view = view
+            self._painter.invalidate()
             self.refresh()
 
-    def render(self) -> Content:
-        parts: list = [(" gpudeck ", "bold $primary"), (f"{self.view_title} ", "$text-muted")]
+    def render_line(self, y: int) -> Strip:
+        self._painter.ensure()
+        if y > 0:
+            return self._painter.blank(self.size.width)
+        return self._painter.strip(self.parts(), self.size.width)
+
+    def parts(self) -> list[Part]:
+        parts: list[Part] = [(" gpudeck ", "bold $primary"), (f"{self.view_title} ", "$text-muted")]
         view = self.view
         snap = view.snapshot if view else None
         if snap is not None:
@@ -66,4 +75,10 @@ class BoxHeaderPanel(Widget):
             parts.append(f" at {clock_text(snap.time)}" if snap else "")
         else:
             parts.append((f"live · every {view.refresh_s:g}s · {clock_text(snap.time)}", "$text-muted"))
-        return Content.assemble(*parts)
+        return parts
+
+    @property
+    def _painter(self) -> StripPainter:
+        if self._painter_ is None:
+            self._painter_ = StripPainter(self)
+        return self._painter_

@@ -9,7 +9,7 @@ from textual.widget import Widget
 from jobs.telemetry.snapshot import GpuSample
 
 from console.widgets.border_titles import set_border_titles
-from console.widgets.content_parts import assemble
+from console.widgets.strip_painter import Part
 from console.format import NA, hbar, human_bytes, level_style, pct, short_gpu_name, sparkline
 
 # Reasons NVML reports in normal operation: showing them would cry wolf.
@@ -65,9 +65,9 @@ def _clock(mhz: Optional[int]) -> str:
     return NA if mhz is None else f"{mhz}MHz"
 
 
-def render_gpu_line(s: GpuSample, recent_util: Sequence[Optional[float]], width: int, stale: bool) -> Content:
+def gpu_line_parts(s: GpuSample, recent_util: Sequence[Optional[float]], width: int, stale: bool) -> list[Part]:
     """One GPU in one line of `width` cells: fixed fields first, the rest of the width to the sparkline."""
-    parts: list[tuple[str, str] | str] = []
+    parts: list[Part] = []
     used = 0
 
     def add(text: str, style: str = "") -> None:
@@ -102,7 +102,7 @@ def render_gpu_line(s: GpuSample, recent_util: Sequence[Optional[float]], width:
         add(sparkline(recent_util, spark_w - 1) + " ", "$text-muted" if stale else "$primary")
     if sim:
         add(sim_label, "bold $warning")
-    return assemble(parts)
+    return parts
 
 
 class GpuCardPanel(Widget):

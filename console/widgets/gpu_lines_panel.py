@@ -3,12 +3,13 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from textual.content import Content
+from textual.strip import Strip
 from textual.widget import Widget
 
 from jobs.telemetry.snapshot import GpuSample
 
-from console.widgets.gpu_card_panel import render_gpu_line
+from console.widgets.gpu_card_panel import gpu_line_parts
+from console.widgets.strip_painter import StripPainter
 
 # One widget rather than one per GPU: each widget repaint has a fixed cost (~0.3 ms on a
 # slow core) that eight separate lines would pay eight times per tick.
@@ -19,8 +20,6 @@ class GpuLinesPanel(Widget):
     GpuLinesPanel {
         height: auto;
         width: 1fr;
-        text-wrap: nowrap;
-        text-overflow: clip;
     }
     GpuLinesPanel.-stale { color: $text-muted; }
     """
@@ -29,7 +28,8 @@ class GpuLinesPanel(Widget):
         super().__init__(**kwargs)
         self._gpus: list[tuple[GpuSample, tuple[Optional[float], ...]]] = []
         self._stale = False
-        self._cache: dict[int, tuple[object, Content]] = {}
+        self._cache: dict[int, tuple[object, Strip]] = {}
+        self._painter_: StripPainter | None = None
 
     def update_lines(self, gpus: Sequence[tuple[GpuSample, Sequence[Optional[float]]]], stale: bool) -> None:
         new = [(g, tuple(recent)) for g, recent in gpus]
@@ -38,19 +38,27 @@ class GpuLinesPanel(Widget):
         layout = len(new) != len(self._gpus)
         self._gpus, self._stale = new, stale
         self.set_class(stale, "-stale")
+        self._painter.invalidate()
         self.refresh(layout=layout)
 
     def get_content_height(self, container, viewport, width: int) -> int:
         return max(1, len(self._gpus))
 
-    def render(self) -> Content:
+    def render_line(self, y: int) -> Strip:
         width = self.size.width
-        lines = []
-        for gpu, recent in self._gpus:
-            key = (gpu, recent, width, self._stale)
-            cached = self._cache.get(gpu.index)
-            if cached is None or cached[0] != key:
-                cached = (key, render_gpu_line(gpu, recent, width, self._stale))
-                self._cache[gpu.index] = cached
-            lines.append(cached[1])
-        return Content("\n").join(lines)
+        self._painter.ensure()
+        if y >= len(self._gpus):
+            return self._painter.blank(width)
+        gpu, recent = self._gpus[y]
+        key = (gpu, recent, width, self._stale, self._painter.generation)
+        cached = self._cache.get(y)
+        if cached is None or cached[0] != key:
+            cached = (key, self._painter.strip(gpu_line_parts(gpu, recent, width, self._stale), width))
+            self._cache[y] = cached
+        return cached[1]
+
+    @property
+    def _painter(self) -> StripPainter:
+        if self._painter_ is None:
+            self._painter_ = StripPainter(self)
+        return self._painter_

@@ -3,31 +3,105 @@ from __future__ import annotations
 
 from typing import Optional
 
-from textual.content import Content
+from textual.strip import Strip
 from textual.widget import Widget
 
 from jobs.telemetry.snapshot import HostSample
 
 from console.format import hbar, human_bytes, human_rate, level_style, pct, safe_text
-from console.widgets.border_titles import set_border_titles
-from console.widgets.content_parts import assemble
 from console.telemetry_view import TelemetryView
+from console.widgets.border_titles import set_border_titles
+from console.widgets.strip_painter import Part, StripPainter, plain
 
 _LEVELS = "▁▂▃▄▅▆▇█"
-# Few cores get a labelled bar each; many cores (a 128-core box) get one glyph each.
+# Few cores get a labelled bar each; many cores (a 192-core box) get one glyph each.
 LABELLED_CORES_MAX = 16
+
+Line = list[Part]
 
 
 def _core_glyph(value: float) -> str:
     return _LEVELS[min(len(_LEVELS) - 1, int(max(value, 0.0) / 100 * len(_LEVELS)))]
 
 
+def host_lines(h: Optional[HostSample], width: int, message: str) -> list[Line]:
+    """The panel's lines for `width` cells, as (text, style) parts."""
+    if h is None:
+        return [[(message, "$text-muted")]]
+    width = max(width, 20)
+    bar_w = max(6, min(30, width // 3))
+    cpu: Line = [
+        ("CPU  ", "$text-muted"),
+        (hbar(None if h.cpu_percent is None else h.cpu_percent / 100, bar_w),
+         f"{level_style(h.cpu_percent, 85, 97)} on $panel"),
+        pct(h.cpu_percent, 4),
+        ("  load ", "$text-muted"),
+        " ".join(f"{v:.2f}" for v in h.load_avg),
+    ]
+    cores = f"  {h.cpu_count} cores"
+    if len(plain(cpu)) + len(cores) <= width:
+        cpu.append((cores, "$text-muted"))
+    lines = [cpu]
+    lines.extend(_core_lines(h, width))
+    mem_frac = h.mem_used / h.mem_total if h.mem_total else None
+    swap_frac = h.swap_used / h.swap_total if h.swap_total else None
+    ram: Line = [
+        ("RAM  ", "$text-muted"),
+        (hbar(mem_frac, bar_w), f"{level_style(None if mem_frac is None else mem_frac * 100, 85, 95)} on $panel"),
+        f" {human_bytes(h.mem_used)}/{human_bytes(h.mem_total)}",
+    ]
+    swap: Line = [
+        ("swap ", "$text-muted"),
+        (hbar(swap_frac, min(bar_w, 10)),
+         f"{level_style(None if swap_frac is None else swap_frac * 100, 50, 80)} on $panel"),
+        f" {human_bytes(h.swap_used)}/{human_bytes(h.swap_total)}",
+    ]
+    if len(plain(ram)) + 2 + len(plain(swap)) <= width:
+        lines.append([*ram, "  ", *swap])
+    else:
+        lines.extend([ram, swap])
+    lines.append([
+        ("disk ", "$text-muted"), f"R {human_rate(h.disk_read_bps)}  W {human_rate(h.disk_write_bps)}",
+        ("   net ", "$text-muted"), f"rx {human_rate(h.net_rx_bps)}  tx {human_rate(h.net_tx_bps)}",
+    ])
+    return lines
+
+
+def _core_lines(h: HostSample, width: int) -> list[Line]:
+    cores = h.cpu_per_core
+    if not cores:
+        return []
+    if len(cores) <= LABELLED_CORES_MAX:
+        cell_w = 16   # "c12 ██████  97%" plus a gap
+        per_row = max(1, (width + 1) // cell_w)
+        rows: list[Line] = []
+        for start in range(0, len(cores), per_row):
+            row: Line = []
+            for i, v in enumerate(cores[start:start + per_row], start):
+                row += [(f"c{i:<2} ", "$text-muted"), (hbar(v / 100, 6), f"{level_style(v, 85, 97)} on $panel"),
+                        pct(v, 4), " "]
+            rows.append(row)
+        return rows
+    # One glyph per core, coloured by load, wrapped to the panel width after a label.
+    label = "core "
+    per_row = max(8, width - len(label))
+    rows = []
+    for start in range(0, len(cores), per_row):
+        row = [(label if start == 0 else " " * len(label), "$text-muted")]
+        for v in cores[start:start + per_row]:
+            glyph, style = _core_glyph(v), level_style(v, 85, 97)
+            if isinstance(row[-1], tuple) and row[-1][1] == style:
+                row[-1] = (row[-1][0] + glyph, style)     # one span per run of equal colour
+            else:
+                row.append((glyph, style))
+        rows.append(row)
+    return rows
+
+
 class HostPanel(Widget):
     DEFAULT_CSS = """
     HostPanel {
         height: auto;
-        text-wrap: nowrap;
-        text-overflow: ellipsis;
         border: round $primary;
         border-title-color: $foreground;
         border-title-style: bold;
@@ -43,7 +117,9 @@ class HostPanel(Widget):
         self.message = "waiting for the first sample…"
         self._shown: object = None
         self._line_count = 0
-        self._cache: tuple[int, list[Content]] = (-1, [])
+        self._lines: tuple[int, list[Line]] = (-1, [])
+        self._strips: dict[int, tuple[object, Strip]] = {}
+        self._painter_: StripPainter | None = None
 
     def apply_telemetry(self, view: TelemetryView) -> None:
         host = view.snapshot.host if view.snapshot else None
@@ -55,89 +131,39 @@ class HostPanel(Widget):
         if host is None and view.error:
             self.message = f"host data unavailable: {view.error}"
         self.set_class(view.stale, "-stale")
+        self._painter.invalidate()
         title = f"host · {safe_text(host.name, 60)}" if host else "host"
         set_border_titles(self, title + (" · STALE" if view.stale else ""))
         # Height depends on the core count and the width: re-layout only when the line count changes.
-        self._cache = (self.size.width, self._lines(self.size.width))
-        line_count = len(self._cache[1])
+        self._lines = (self.size.width, host_lines(host, self.size.width, self.message))
+        line_count = len(self._lines[1])
         self.refresh(layout=line_count != self._line_count)
         self._line_count = line_count
 
     def get_content_height(self, container, viewport, width: int) -> int:
-        return len(self._lines(width))
+        return len(host_lines(self.host, width, self.message))
 
-    def render(self) -> Content:
+    def lines(self) -> list[Line]:
         width = self.size.width
-        if self._cache[0] != width:
-            self._cache = (width, self._lines(width))
-        return Content("\n").join(self._cache[1])
+        if self._lines[0] != width:
+            self._lines = (width, host_lines(self.host, width, self.message))
+        return self._lines[1]
 
-    def _lines(self, width: int) -> list[Content]:
-        h = self.host
-        if h is None:
-            return [Content.styled(self.message, "$text-muted")]
-        width = max(width, 20)
-        bar_w = max(6, min(30, width // 3))
-        cpu = [
-            ("CPU  ", "$text-muted"),
-            (hbar(None if h.cpu_percent is None else h.cpu_percent / 100, bar_w),
-             f"{level_style(h.cpu_percent, 85, 97)} on $panel"),
-            pct(h.cpu_percent, 4),
-            ("  load ", "$text-muted"),
-            " ".join(f"{v:.2f}" for v in h.load_avg),
-        ]
-        cores = f"  {h.cpu_count} cores"
-        if sum(len(p if isinstance(p, str) else p[0]) for p in cpu) + len(cores) <= width:
-            cpu.append((cores, "$text-muted"))
-        lines = [assemble(cpu)]
-        lines.extend(self._core_lines(h, width))
-        mem_frac = h.mem_used / h.mem_total if h.mem_total else None
-        swap_frac = h.swap_used / h.swap_total if h.swap_total else None
-        ram = Content.assemble(
-            ("RAM  ", "$text-muted"),
-            (hbar(mem_frac, bar_w), f"{level_style(None if mem_frac is None else mem_frac * 100, 85, 95)} on $panel"),
-            f" {human_bytes(h.mem_used)}/{human_bytes(h.mem_total)}",
-        )
-        swap = Content.assemble(
-            ("swap ", "$text-muted"),
-            (hbar(swap_frac, min(bar_w, 10)), f"{level_style(None if swap_frac is None else swap_frac * 100, 50, 80)} on $panel"),
-            f" {human_bytes(h.swap_used)}/{human_bytes(h.swap_total)}",
-        )
-        if ram.cell_length + 2 + swap.cell_length <= width:
-            lines.append(Content.assemble(ram, "  ", swap))
-        else:
-            lines.extend([ram, swap])
-        io = Content.assemble(
-            ("disk ", "$text-muted"), f"R {human_rate(h.disk_read_bps)}  W {human_rate(h.disk_write_bps)}",
-            ("   net ", "$text-muted"), f"rx {human_rate(h.net_rx_bps)}  tx {human_rate(h.net_tx_bps)}",
-        )
-        lines.append(io)
-        return lines
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        lines = self.lines()
+        self._painter.ensure()
+        if y >= len(lines):
+            return self._painter.blank(width)
+        key = (lines[y], width, self._painter.generation)
+        cached = self._strips.get(y)
+        if cached is None or cached[0] != key:
+            cached = (key, self._painter.strip(lines[y], width))
+            self._strips[y] = cached
+        return cached[1]
 
-    def _core_lines(self, h: HostSample, width: int) -> list[Content]:
-        cores = h.cpu_per_core
-        if not cores:
-            return []
-        if len(cores) <= LABELLED_CORES_MAX:
-            cell_w = 16   # "c12 ██████  97%" plus a gap
-            per_row = max(1, (width + 1) // cell_w)
-            rows: list[Content] = []
-            for start in range(0, len(cores), per_row):
-                cells = []
-                for i, v in enumerate(cores[start:start + per_row], start):
-                    cells.append(Content.assemble(
-                        (f"c{i:<2} ", "$text-muted"),
-                        (hbar(v / 100, 6), f"{level_style(v, 85, 97)} on $panel"),
-                        pct(v, 4), " ",
-                    ))
-                rows.append(Content("").join(cells))
-            return rows
-        # One glyph per core, coloured by load, wrapped to the panel width after a label.
-        label = "core "
-        per_row = max(8, width - len(label))
-        rows = []
-        for start in range(0, len(cores), per_row):
-            chunk = cores[start:start + per_row]
-            glyphs = [(_core_glyph(v), level_style(v, 85, 97)) for v in chunk]
-            rows.append(assemble([(label if start == 0 else " " * len(label), "$text-muted"), *glyphs]))
-        return rows
+    @property
+    def _painter(self) -> StripPainter:
+        if self._painter_ is None:
+            self._painter_ = StripPainter(self)
+        return self._painter_

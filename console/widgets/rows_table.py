@@ -2,7 +2,7 @@
 
 Textual's DataTable re-renders every cell whenever any cell changes; the process table changes
 every tick (CPU%, SM%), which cost ~10 ms of CPU per tick on a 2-core box. This renders the
-table as one Content, re-building only rows whose cells changed.
+table line by line (Line API), re-building only the rows whose cells changed.
 """
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from typing import Optional, Sequence, Union
 
 from textual import events
 from textual.binding import Binding
-from textual.content import Content
+from textual.strip import Strip
 from textual.geometry import Region
 from textual.widget import Widget
 
 from console.widgets.border_titles import set_border_titles
-from console.widgets.content_parts import assemble
+from console.widgets.strip_painter import Part, StripPainter, plain
 
 # A cell is its text, or (text, style) where style may use theme variables ("bold $warning").
 Cell = Union[str, tuple[str, str]]
@@ -65,7 +65,9 @@ class RowsTable(Widget, can_focus=True):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._rows: dict[str, tuple[Cell, ...]] = {}
-        self._row_cache: dict[str, tuple[tuple[Cell, ...], int, Content]] = {}
+        self._row_cache: dict[str, tuple[object, Strip]] = {}
+        self._header: tuple[object, Strip] | None = None
+        self._painter_: StripPainter | None = None
         self._keys: list[str] = []
         self.cursor_key: Optional[str] = None
         self.title = ""
@@ -76,6 +78,7 @@ class RowsTable(Widget, can_focus=True):
         """Show exactly `rows` (in order); repaint only if something visible changed."""
         set_border_titles(self, title + (" · STALE" if stale else ""))
         self.set_class(stale, "-stale")
+        self._painter.invalidate()
         if rows == self._rows:
             return
         count_changed = len(rows) != len(self._rows)
@@ -101,37 +104,48 @@ class RowsTable(Widget, can_focus=True):
         flex = max(8, width - fixed)
         return [c.width if c.width is not None else flex for c in self.COLUMNS]
 
-    def _line(self, cells: Sequence[Cell], widths: list[int], header: bool = False) -> Content:
-        parts: list = []
+    def _line(self, cells: Sequence[Cell], widths: list[int], header: bool = False) -> list[Part]:
+        parts: list[Part] = []
         gap = " " * self.GAP
         for i, (column, cell, w) in enumerate(zip(self.COLUMNS, cells, widths)):
             text, style = (cell, "") if isinstance(cell, str) else cell
             if header:
                 style = "bold $text-muted"
-            parts.append((_fit(text, w, column.right), style) if style else _fit(text, w, column.right))
+            parts.append((_fit(text, w, column.right), style))
             if i < len(widths) - 1:
-                parts.append(gap)
-        return assemble(parts)
+                parts.append((gap, style if header else ""))
+        return parts
 
-    def render(self) -> Content:
+    def render_line(self, y: int) -> Strip:
         width = self.size.width
-        widths = self._widths(width)
-        lines = [self._line([c.label for c in self.COLUMNS], widths, header=True)]
+        self._painter.ensure()
+        generation = self._painter.generation
+        if y == 0:
+            key = ("header", width, generation)
+            if self._header is None or self._header[0] != key:
+                labels = [c.label for c in self.COLUMNS]
+                self._header = (key, self._painter.strip(self._line(labels, self._widths(width), True), width))
+            return self._header[1]
         if not self._rows:
-            lines.append(Content.styled(self.EMPTY, "$text-muted italic"))
-        for key, cells in self._rows.items():
-            cached = self._row_cache.get(key)
-            if cached is None or cached[0] != cells or cached[1] != width:
-                line = self._line(cells, widths)
-                self._row_cache[key] = (cells, width, line)
-            else:
-                line = cached[2]
-            if key == self.cursor_key and self.has_focus:
-                line = line.stylize("reverse")
-            elif key == self.cursor_key:
-                line = line.stylize("underline")
-            lines.append(line)
-        return Content("\n").join(lines)
+            return self._painter.strip([(self.EMPTY, "$text-muted italic")] if y == 1 else [], width)
+        if y - 1 >= len(self._keys):
+            return self._painter.blank(width)
+        row_key = self._keys[y - 1]
+        cells = self._rows[row_key]
+        cursor = "" if row_key != self.cursor_key else ("reverse" if self.has_focus else "underline")
+        key = (cells, width, generation, cursor)
+        cached = self._row_cache.get(row_key)
+        if cached is None or cached[0] != key:
+            parts = self._line(cells, self._widths(width))
+            if cursor:
+                parts = [(t, f"{s} {cursor}".strip()) for t, s in parts]
+            cached = (key, self._painter.strip(parts, width))
+            self._row_cache[row_key] = cached
+        return cached[1]
+
+    def row_text(self, row_key: str) -> str:
+        """One row as plain text (what the table shows for it, before cropping)."""
+        return plain(self._line(self._rows[row_key], self._widths(self.size.width or 120)))
 
     # -- cursor: keys and mouse --------------------------------------------------------------
 
@@ -167,3 +181,9 @@ class RowsTable(Widget, can_focus=True):
 
     def on_blur(self) -> None:
         self.refresh()
+
+    @property
+    def _painter(self) -> StripPainter:
+        if self._painter_ is None:
+            self._painter_ = StripPainter(self)
+        return self._painter_

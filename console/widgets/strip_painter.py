@@ -1,0 +1,88 @@
+"""Paints (text, style) parts straight into Strips, with theme styles resolved once per theme and background.
+
+Content -> Strip conversion costs ~14 us per span on a slow core; the dashboard repaints
+~100 spans per tick. Resolving each style string once and building Segments directly
+makes a repainted line cost a few microseconds. Style strings use theme variables
+("bold $warning", "$primary on $panel"); `$text-muted` is blended onto the widget's own
+background, as Textual does for translucent colours.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Union
+
+from rich.segment import Segment
+from rich.style import Style as RichStyle
+from textual.color import Color
+from textual.strip import Strip
+from textual.style import Style
+from textual.widget import Widget
+
+Part = Union[str, tuple[str, str]]
+
+
+class StripPainter:
+    """Owned by one widget. Call `invalidate()` whenever the widget's data or classes change
+    (once per tick), and `ensure()` at the top of `render_line`: the widget's base style
+    (walking the DOM costs ~0.1 ms) is then read once per repaint, not once per line."""
+
+    def __init__(self, widget: Widget) -> None:
+        self.widget = widget
+        self.generation = 0          # bumps when resolved styles change: line caches compare it
+        self._key: object = None
+        self._checked = False
+        self._base = RichStyle()
+        self._styles: dict[str, RichStyle] = {}
+        self._variables: dict[str, str] | None = None
+        widget.app.theme_changed_signal.subscribe(widget, self._theme_changed)
+
+    def _theme_changed(self, _theme: object) -> None:
+        self.invalidate()
+        self.widget.refresh()
+
+    def invalidate(self) -> None:
+        self._checked = False
+
+    def ensure(self) -> None:
+        """Drop resolved styles if the theme or the widget's own colours changed."""
+        if self._checked:
+            return
+        self._checked = True
+        base = self.widget.rich_style
+        key = (self.widget.app.theme, base)
+        if key != self._key:
+            self._key = key
+            self._base = base
+            self._styles.clear()
+            self._variables = None
+            self.generation += 1
+
+    def _resolve(self, style: str) -> RichStyle:
+        resolved = self._styles.get(style)
+        if resolved is None:
+            base = self._base
+            if not style:
+                resolved = base
+            else:
+                if self._variables is None:
+                    variables = dict(self.widget.app.theme_variables)
+                    background = Color.from_rich_color(base.bgcolor) if base.bgcolor else Color(0, 0, 0)
+                    variables["text-muted"] = (background + background.get_contrast_text(0.6)).hex
+                    self._variables = variables
+                resolved = base + Style.parse(style, self._variables).rich_style
+            self._styles[style] = resolved
+        return resolved
+
+    def strip(self, parts: Iterable[Part], width: int) -> Strip:
+        segments = []
+        for part in parts:
+            text, style = (part, "") if isinstance(part, str) else part
+            if text:
+                segments.append(Segment(text, self._resolve(style)))
+        return Strip(segments).adjust_cell_length(width, self._base)
+
+    def blank(self, width: int) -> Strip:
+        return Strip.blank(width, self._base)
+
+
+def plain(parts: Iterable[Part]) -> str:
+    return "".join(p if isinstance(p, str) else p[0] for p in parts)
