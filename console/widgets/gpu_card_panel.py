@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from textual.content import Content
+from textual.strip import Strip
 from textual.widget import Widget
 
 from jobs.telemetry.snapshot import GpuSample
 
 from console.widgets.border_titles import set_border_titles
-from console.widgets.strip_painter import Part
+from console.widgets.strip_painter import Part, StripPainter
 from console.format import NA, hbar, human_bytes, level_style, pct, short_gpu_name, sparkline
 
 # Reasons NVML reports in normal operation: showing them would cry wolf.
@@ -123,8 +123,6 @@ class GpuCardPanel(Widget):
     }
     GpuCardPanel.-stale {
         color: $text-muted;
-    }
-    GpuCardPanel.-stale {
         border: round $error 60%;
     }
     """
@@ -136,6 +134,9 @@ class GpuCardPanel(Widget):
         self.recent_util: Sequence[Optional[float]] = ()
         self.stale = False
         self._shown: object = None
+        self._lines_key: object = None
+        self._strips: list[Strip] = []
+        self._painter_: StripPainter | None = None
 
     def update_card(self, sample: GpuSample, recent_util: Sequence[Optional[float]], stale: bool) -> None:
         key = (sample, tuple(recent_util), stale)
@@ -148,6 +149,7 @@ class GpuCardPanel(Widget):
             self.stale = stale
             self.set_class(stale, "-stale")
         self._update_titles()
+        self._painter.invalidate()
         self.refresh()
 
     def _update_titles(self) -> None:
@@ -159,48 +161,46 @@ class GpuCardPanel(Widget):
             title += " · STALE"
         set_border_titles(self, title, "SIMULATED" if sample.simulated else None)
 
-    def render(self) -> Content:
-        sample = self.sample
-        if sample is None:
-            return Content.styled(f"GPU {self.index}: waiting for the first sample…", "$text-muted")
-        return self._render_card(sample, self.size.width)
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        painter = self._painter
+        painter.ensure()
+        key = (self.sample, tuple(self.recent_util), self.stale, width, painter.generation)
+        if key != self._lines_key:
+            self._lines_key = key
+            self._strips = [painter.strip(parts, width) for parts in self.card_lines(width)]
+        return self._strips[y] if y < len(self._strips) else painter.blank(width)
 
-    # -- a full card (roomy terminals) -------------------------------------------------------
+    @property
+    def _painter(self) -> StripPainter:
+        if self._painter_ is None:
+            self._painter_ = StripPainter(self)
+        return self._painter_
 
-    def _render_card(self, s: GpuSample, width: int) -> Content:
+    def card_lines(self, width: int) -> list[list[Part]]:
+        """The card's lines for `width` cells, as (text, style) parts."""
+        s = self.sample
+        if s is None:
+            return [[(f"GPU {self.index}: waiting for the first sample…", "$text-muted")]]
         mem_frac = _mem_fraction(s)
         mem_pct = None if mem_frac is None else mem_frac * 100
         label_w = 5
         tail_w = 5  # " 100%"
         bar_w = max(4, width - label_w - tail_w)
-        mem_text = _mem_text(s)
-        lines: list[Content] = []
-        lines.append(Content.assemble(
-            ("util ", "$text-muted"),
-            (hbar(None if s.util is None else s.util / 100, bar_w), "$primary on $panel"),
-            pct(s.util, 4),
-        ))
-        lines.append(Content.assemble(
-            ("mem  ", "$text-muted"),
-            (hbar(mem_frac, bar_w), f"{level_style(mem_pct, MEM_WARN, MEM_CRIT)} on $panel"),
-            pct(mem_pct, 4),
-        ))
         fan = "" if s.fan_pct is None else f"  fan {s.fan_pct:.0f}%"
-        lines.append(Content.assemble(
-            (_temp(s), level_style(s.temp, TEMP_WARN, TEMP_CRIT)),
-            ("  ", ""),
-            (_power(s, with_limit=True), level_style(_power_pct(s), POWER_WARN, POWER_CRIT)),
-            ("  " + mem_text, ""),
-            (fan, "$text-muted"),
-        ))
-        lines.append(Content.assemble(
-            ("SM ", "$text-muted"), _clock(s.sm_clock_mhz),
-            ("  mem ", "$text-muted"), _clock(s.mem_clock_mhz),
-        ))
         throttled = active_throttle_reasons(s)
-        if throttled:
-            lines.append(Content.styled(("throttle: " + ", ".join(throttled))[:width], "bold $error"))
-        else:
-            lines.append(Content.styled("no throttling", "$text-muted"))
-        lines.append(Content.styled(sparkline(self.recent_util, width), "$primary"))
-        return Content("\n").join(lines)
+        return [
+            [("util ", "$text-muted"),
+             (hbar(None if s.util is None else s.util / 100, bar_w), "$primary on $panel"),
+             pct(s.util, 4)],
+            [("mem  ", "$text-muted"),
+             (hbar(mem_frac, bar_w), f"{level_style(mem_pct, MEM_WARN, MEM_CRIT)} on $panel"),
+             pct(mem_pct, 4)],
+            [(_temp(s), level_style(s.temp, TEMP_WARN, TEMP_CRIT)), "  ",
+             (_power(s, with_limit=True), level_style(_power_pct(s), POWER_WARN, POWER_CRIT)),
+             "  " + _mem_text(s), (fan, "$text-muted")],
+            [("SM ", "$text-muted"), _clock(s.sm_clock_mhz), ("  mem ", "$text-muted"), _clock(s.mem_clock_mhz)],
+            [("throttle: " + ", ".join(throttled), "bold $error")] if throttled
+            else [("no throttling", "$text-muted")],
+            [(sparkline(self.recent_util, width), "$text-muted" if self.stale else "$primary")],
+        ]

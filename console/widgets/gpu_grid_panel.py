@@ -118,7 +118,6 @@ class GpuGridPanel(Container):
             self._show_message(f"No GPU: {snapshot.gpu_error or 'NVML reported no devices'}")
             return
         self._message.display = False
-        self._lines.display = True
         if count != self._gpu_count:
             self._gpu_count = count
             self._relayout()
@@ -140,7 +139,6 @@ class GpuGridPanel(Container):
     def _show_message(self, text: str) -> None:
         self._message.update(text)
         self._message.display = True
-        self._lines.display = False
         self._gpu_count = 0
         self._lines.update_lines([], False)
         if self._cards:

@@ -42,7 +42,7 @@ class GpuLinesPanel(Widget):
         self.refresh(layout=layout)
 
     def get_content_height(self, container, viewport, width: int) -> int:
-        return max(1, len(self._gpus))
+        return len(self._gpus)
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width

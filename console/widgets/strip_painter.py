@@ -14,7 +14,7 @@ from rich.segment import Segment
 from rich.style import Style as RichStyle
 from textual.color import Color
 from textual.strip import Strip
-from textual.style import Style
+from textual.markup import parse_style
 from textual.widget import Widget
 
 Part = Union[str, tuple[str, str]]
@@ -33,7 +33,7 @@ class StripPainter:
         self._base = RichStyle()
         self._styles: dict[str, RichStyle] = {}
         self._variables: dict[str, str] | None = None
-        widget.app.theme_changed_signal.subscribe(widget, self._theme_changed)
+        self._subscribed = False
 
     def _theme_changed(self, _theme: object) -> None:
         self.invalidate()
@@ -47,6 +47,10 @@ class StripPainter:
         if self._checked:
             return
         self._checked = True
+        if not self._subscribed:
+            # Subscribing needs a mounted widget: the first paint is the first safe moment.
+            self.widget.app.theme_changed_signal.subscribe(self.widget, self._theme_changed)
+            self._subscribed = True
         base = self.widget.rich_style
         key = (self.widget.app.theme, base)
         if key != self._key:
@@ -68,7 +72,7 @@ class StripPainter:
                     background = Color.from_rich_color(base.bgcolor) if base.bgcolor else Color(0, 0, 0)
                     variables["text-muted"] = (background + background.get_contrast_text(0.6)).hex
                     self._variables = variables
-                resolved = base + Style.parse(style, self._variables).rich_style
+                resolved = base + parse_style(style, self._variables).rich_style
             self._styles[style] = resolved
         return resolved
 
