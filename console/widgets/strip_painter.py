@@ -77,12 +77,21 @@ class StripPainter:
         return resolved
 
     def strip(self, parts: Iterable[Part], width: int) -> Strip:
-        segments = []
+        # Runs of equal style become one segment: everything downstream (filters, the
+        # compositor, the terminal's escape codes) costs per segment.
+        texts: list[str] = []
+        styles: list[RichStyle] = []
         for part in parts:
             text, style = (part, "") if isinstance(part, str) else part
-            if text:
-                segments.append(Segment(text, self._resolve(style)))
-        return Strip(segments).adjust_cell_length(width, self._base)
+            if not text:
+                continue
+            resolved = self._resolve(style)
+            if styles and styles[-1] is resolved:
+                texts[-1] += text
+            else:
+                texts.append(text)
+                styles.append(resolved)
+        return Strip([Segment(t, s) for t, s in zip(texts, styles)]).adjust_cell_length(width, self._base)
 
     def blank(self, width: int) -> Strip:
         return Strip.blank(width, self._base)
