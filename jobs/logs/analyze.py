@@ -19,6 +19,8 @@ from __future__ import annotations
 import copy
 import re
 from collections import deque
+from itertools import accumulate, compress, repeat
+from operator import is_
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Optional, Union
@@ -872,12 +874,30 @@ class _State:
     # ------------------------------------------------------------------ serving
 
     def _serving(self, stats: dict[str, float], line: int) -> None:
-        self.serving.update(stats)
+        # Two independent halves (disjoint fields): the fast scanner applies the first at the
+        # start of a run of stats lines and the second only where a later line does not overwrite it.
+        self.ready_mark(line)
+        self.serving_data(stats, line)
+
+    def ready_mark(self, line: int) -> None:
+        """What any serving-stats line says about the job: it is ready, and earlier errors did not kill it."""
         if self.phase != "ready":
             self.phase = "ready"
             self.bar = None
             self.hint = None
         self._recovered(line)
+
+    def serving_data_of(self, raw: bytes, line: int) -> None:
+        """serving_data() for a segment known to be a serving-stats line (see _classify_template)."""
+        if b"\x1b" in raw:
+            raw = _ANSI.sub(b"", raw)
+        stats = parse_serving_stats_line(_strip_prefixes(raw.decode("utf-8", "replace"))[0].strip())
+        if stats:
+            self.serving_data(stats, line)
+
+    def serving_data(self, stats: dict[str, float], line: int) -> None:
+        """The numbers of one serving-stats line: merged values, the spec-decode window, KV pressure."""
+        self.serving.update(stats)
         if "spec_accept_len" in stats or "spec_accept_rate" in stats:
             self.spec_recent.append((stats.get("spec_accept_len"), stats.get("spec_accept_rate")))
             lens = [a for a, _ in self.spec_recent if a is not None]
@@ -1120,6 +1140,147 @@ def _is_build_tool(body: str) -> bool:
                                    "make", "ld ", "fatbinary"))
 
 
+# --------------------------------------------------------------------------- the fast scanner's templates
+#
+# Most lines of a long log are repeats of a few shapes that differ only in their numbers
+# (stats lines, tqdm redraws, ninja steps, NCCL chatter). The fast scanner therefore looks
+# at each segment's *template* — its bytes with the digits 0-8 turned into 0 — once,
+# learns statically what examining such a segment can do, and then, per chunk, examines
+# only the segments whose effect a later segment of the chunk does not overwrite.
+#
+# Soundness rests on one property: every decision the handlers take is the same for all
+# segments of one template. Regexes test digits by class (\d), never by value, except
+# where a template is sent to full examination regardless (Xid codes, exit/signal numbers,
+# argparse usage proximity, V0 spec-decode token counts, step/epoch arithmetic, timestamped
+# build lines, KV-cache thresholds). '9' is kept because the anchor "signal 9" names it.
+# LogAnalyzer(exhaustive=True) examines every anchored segment; tests compare the two.
+
+_NORMALIZE = bytes.maketrans(b"012345678\r", b"000000000\n")
+assert not any(set(lit) & set(b"012345678") for lit in _FAMILY), "anchors must not name digits 0-8"
+
+K_INERT, K_BAR, K_BAR_GLUED, K_BUILD, K_SERVING, K_OTHER, K_GIANT = range(7)
+_SERVING_BIT = {key: 1 << i for i, key in enumerate(SERVING_KEYS)}
+_SPEC_BITS = _SERVING_BIT["spec_accept_rate"] | _SERVING_BIT["spec_accept_len"]
+_NO_WEAK: frozenset = frozenset()
+TEMPLATE_KEY_MAX = 2048                 # longer segments are classified each time, not remembered
+TEMPLATE_CACHE_BYTES = 8 * 1024 * 1024  # bound on remembered template bytes (memory stays flat)
+
+
+class _Template:
+    """What examining any segment of one template can do (see _classify_template)."""
+    __slots__ = ("fams", "kind", "named", "keys", "strong", "path", "weak")
+
+    def __init__(self, fams: int, kind: int, named: Optional[str] = None, keys: int = 0,
+                 hits: tuple[bool, bool, frozenset] = (False, False, _NO_WEAK)) -> None:
+        self.fams = fams
+        self.kind = kind
+        self.named = named          # K_BAR / K_BAR_GLUED: the phase the bar's label names (None: unnamed)
+        self.keys = keys            # K_SERVING: bit set of the SERVING_KEYS the line provides
+        self.strong, self.path, self.weak = hits   # what _engine() would find in it (engine not yet known)
+
+
+_GIANT_TEMPLATE = _Template(P | S | M | F | W | E, K_GIANT)
+_PROBE = _State()   # only ever asked _classify() on non-NVRM lines, which reads but never writes it
+
+
+def _engine_hits(text: str, body: str) -> tuple[bool, bool, frozenset]:
+    """What _State._engine(text, body) would look at, independent of what is already known."""
+    strong = _ENGINE_STRONG.search(text.lstrip()) is not None or _ENGINE_STRONG.search(body) is not None
+    path = _ENGINE_PATH.search(body) is not None
+    weak = frozenset(engine + rx.pattern for rx, engine, _ in _ENGINE_WEAK if rx.search(body))
+    return strong, path, weak
+
+
+def _progress_kind(body: str, ts: Optional[tuple[str, str]]) -> int:
+    """Mirror of _State._progress_record's branches: K_INERT (does nothing), K_BUILD (ninja/make step), K_OTHER."""
+    c = body[0]
+    if c == "[" and (_NINJA.match(body) or _MAKE.match(body)):
+        return K_BUILD if ts is None else K_OTHER        # a timestamp feeds a rate: every line counts
+    if c == "{" and (_LOSS_DICT.match(body) or _TRAIN_END.match(body)):
+        return K_OTHER
+    if "Num" in body or "optimization" in body:
+        return K_OTHER if (_NUM_EPOCHS.search(body) or _TOTAL_STEPS.search(body)) else K_INERT
+    if not ("tep" in body or "TEP" in body or "ter" in body or "poch" in body or "POCH" in body):
+        return K_INERT
+    return K_OTHER if (_STEP.search(body) or _EPOCH.search(body)) else K_INERT
+
+
+def _failure_inert(body: str, level: Optional[str]) -> bool:
+    """True if _State._failure(body, level, …) changes nothing, whatever the state and the digits."""
+    if _FRAME.match(body) or body.startswith("usage:"):
+        return False
+    if body[0] in "^~" or level in _NOT_FAILURE_LEVELS:
+        return True
+    if body.startswith("NVRM:") or "Xid" in body or "exit" in body or "signal" in body or _BAD_ARGS.search(body):
+        return False                                  # digit- or state-dependent verdicts
+    return _PROBE._classify(body, level, 0) is None
+
+
+def _classify_template(tpl: bytes, engine_known: bool) -> Union[int, _Template]:
+    """0 for a template the prefilter skips, else what examining it can do. Mirrors _State.examine."""
+    if len(tpl) > GIANT_SEGMENT:
+        return _GIANT_TEMPLATE
+    rx = _prefilter_in(tpl, engine_known)
+    m = rx.search(tpl)
+    if m is None:
+        return 0
+    fams = _families_in(rx, tpl, m, len(tpl))
+    raw = _ANSI.sub(b"", tpl) if b"\x1b" in tpl else tpl
+    text = raw.decode("utf-8", "replace")
+    no_hits = (False, False, _NO_WEAK)
+    if fams & P and "%" in text:                      # _examine_text: a tqdm bar
+        m = _TQDM.search(text)
+        if m is not None:
+            label = _strip_prefixes(text[:m.start()].strip())[0].strip().rstrip(":").strip()[:100]
+            hits = no_hits if engine_known else _engine_hits(label, label)
+            kind = K_BAR_GLUED if text[m.end():].strip() else K_BAR
+            return _Template(fams, kind, named=_label_phase(label), hits=hits)
+    msg, level, ts = _strip_prefixes(text)            # _record
+    body = msg.strip()
+    if not body:
+        return 0                                      # _record returns before anything
+    hits = no_hits if engine_known else _engine_hits(text, body)
+    if fams & S:
+        stats = parse_serving_stats_line(body)
+        if stats:
+            if "Avg prompt throughput" not in body and "acceptance" in body:
+                rate = _VLLM_SPEC_RATE.search(body)
+                if rate and not rate.group(2):
+                    return _Template(fams, K_OTHER)   # V0 spec metrics: which keys depends on token counts
+            keys = 0
+            for key in stats:
+                keys |= _SERVING_BIT[key]
+            return _Template(fams, K_SERVING, keys=keys, hits=hits)
+    if fams & M and _MARKERS.search(body):
+        return _Template(fams, K_OTHER)
+    kind = _progress_kind(body, ts) if fams & P else K_INERT
+    if kind == K_OTHER:
+        return _Template(fams, K_OTHER)
+    if fams & F and not _failure_inert(body, level):
+        return _Template(fams, K_OTHER)
+    if fams & W and (_OOM_RISK.search(body) or _KV_PRESSURE.search(body) or _JIT.search(body)):
+        return _Template(fams, K_OTHER)
+    if kind == K_INERT and hits == no_hits:
+        return 0
+    return _Template(fams, kind, hits=hits)
+
+
+# A chunk is "KV-safe" when none of its stats lines can raise kv_cache_pressure (KV use >= 95 %):
+# every "usage:" in it is followed by a plainly small number. Otherwise its stats lines are
+# all examined in full, because that warning keeps the line of the last line that raised it.
+_KV_SAFE_USAGE = re.compile(
+    rb"usage:(?:(?<=cache usage:) ?(?:\d|[1-8]\d|9[0-4])(?:\.\d{1,6})?(?![\d.])"
+    rb"|(?<=token usage:) ?(?:0|0?\.(?:[0-8]\d{0,5}|9[0-4]\d{0,4}))(?![\d.]))")
+
+
+def _kv_safe(data: bytes, state: "_State") -> bool:
+    kv = state.serving.get("kv_cache_pct")
+    if kv is not None and kv >= 95.0:
+        return False
+    n = data.count(b"usage:")
+    return n == 0 or len(_KV_SAFE_USAGE.findall(data)) == n
+
+
 # --------------------------------------------------------------------------- the incremental reader
 
 
@@ -1130,8 +1291,12 @@ class LogAnalyzer:
     line is kept up to GIANT_SEGMENT bytes, then only its head and a rolling tail.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, exhaustive: bool = False) -> None:
+        # exhaustive=True examines every anchored segment (the reference the fast scanner is tested against)
+        self.exhaustive = exhaustive
         self._state = _State()
+        self._templates: tuple[dict, dict] = ({}, {})   # per "engine known": template -> 0 | _Template
+        self._template_bytes = 0
         self._tail = b""                 # the incomplete segment (< GIANT_SEGMENT bytes)
         self._giant_head: Optional[bytes] = None
         self._giant_tail = b""
@@ -1187,7 +1352,168 @@ class LogAnalyzer:
                 self._state.examine(part, line, _families_in(rx, part, m, len(part)))
 
     def _scan(self, buf: bytes, end: int) -> None:
-        """Examine every complete segment of buf[:end] (buf[end-1] is a separator) that has an anchor hit."""
+        """Examine (or prove irrelevant) every complete segment of buf[:end] (buf[end-1] is a separator)."""
+        if self.exhaustive:
+            self._scan_exhaustive(buf, end)
+            return
+        data = buf if end == len(buf) else buf[:end]
+        while data:
+            data = self._scan_templates(data)
+
+    def _scan_templates(self, data: bytes) -> bytes:
+        """The fast scanner over complete segments; returns what is left to scan (after the engine became known).
+
+        Per segment it does C-level work only (translate, split, dict lookups); Python runs per
+        segment that can matter. Within the chunk, a run of tqdm redraws or build steps is
+        reduced to its last member (each overwrites the previous one's effect), a run of stats
+        lines to one ready mark plus the lines whose numbers are not overwritten later, and
+        templates proven inert are skipped. Everything else is examined as before, in order.
+        """
+        state = self._state
+        engine_known = state.engine_strong is not None
+        templates = self._templates[engine_known]
+        segs = data.translate(_NORMALIZE).split(b"\n")
+        segs.pop()                                    # data ends with a separator
+        infos = list(map(templates.get, segs))
+        if None in infos:
+            infos = self._learn(segs, infos, templates, engine_known)
+        sel = list(compress(range(len(segs)), infos))
+        base = self._line
+        has_cr = b"\r" in data
+        if not sel:
+            self._line = base + (data.count(b"\n") if has_cr else len(segs))
+            return b""
+        ends = list(accumulate(map(len, segs)))       # ends[i] + i: offset just past segment i
+
+        counted_off, counted_line = 0, base
+
+        def where(i: int) -> tuple[int, int]:
+            nonlocal counted_off, counted_line
+            start = ends[i] - len(segs[i]) + i
+            if not has_cr:
+                return start, base + i
+            counted_line += data.count(b"\n", counted_off, start)
+            counted_off = start
+            return start, counted_line
+
+        def examine(i: int) -> None:
+            start, line = where(i)
+            stop = start + len(segs[i])
+            if infos[i].kind == K_GIANT:
+                self._examine_giant(data[start:start + HEAD_BYTES], data[stop - TAIL_BYTES:stop], line)
+            else:
+                state.examine(data[start:stop], line, infos[i].fams)
+
+        run_kind = K_INERT        # K_BAR / K_BUILD while a run awaits its last member
+        run_named: Optional[str] = None
+        run_len = run_last = 0
+        serving_run = False       # a ready mark was applied and nothing was examined since
+        deferred: list[tuple[int, int, int]] = []  # (index, offset, line) of stats lines not applied yet
+        kv_safe: Optional[bool] = None
+        now_unset = state.now is None
+
+        def flush_run() -> None:
+            nonlocal run_kind, serving_run
+            state.seq += run_len - 1                  # the dropped members' progress updates
+            examine(run_last)
+            run_kind = K_INERT
+            serving_run = False
+
+        def flush_deferred() -> None:
+            # Keep each line that provides a number no later line provides, and the last
+            # SPEC_WINDOW spec-decode lines (their mean is judged); apply them in order.
+            covered, spec_left, keep = 0, SPEC_WINDOW, []
+            for entry in reversed(deferred):
+                info = infos[entry[0]]
+                need = info.keys & ~covered
+                if info.keys & _SPEC_BITS and spec_left:
+                    spec_left -= 1
+                    need = 1
+                if need:
+                    keep.append(entry)
+                    covered |= info.keys
+            for i, start, line in reversed(keep):
+                state.serving_data_of(data[start:start + len(segs[i])], line)
+            deferred.clear()
+
+        for i in sel:
+            info = infos[i]
+            kind = info.kind
+            if not engine_known and (info.strong or (info.path and state.engine_path is None)
+                                     or not info.weak <= state.weak_seen):
+                kind = K_OTHER                        # it may teach the engine something: examine it
+            if kind == K_INERT:
+                continue
+            if kind == K_SERVING:
+                if kv_safe is None:
+                    kv_safe = _kv_safe(data, state)
+                if kv_safe:
+                    if run_kind:
+                        flush_run()
+                    if not serving_run:
+                        state.ready_mark(0)           # its line is unused: a recovery names the error's line
+                        serving_run = True
+                    deferred.append((i, *where(i)))     # offsets are counted in order
+                    continue
+            elif kind == K_BAR or kind == K_BUILD:
+                if run_kind == kind and run_named == info.named:
+                    run_len += 1
+                    run_last = i
+                    continue
+                if run_kind:
+                    flush_run()
+                # A member's effect is overwritten by the next one's when nothing else depends on
+                # it: no clock-based rate, no error waiting for progress, a phase that is a fixed
+                # point (a loading bar may complete the load and turn later bars into capture).
+                if now_unset and state.progress_at_failure is None and (
+                        kind == K_BUILD or (info.named or state._unnamed_bar_phase()) != "loading"):
+                    run_kind, run_named, run_len, run_last = kind, info.named, 1, i
+                    continue
+            elif kind == K_BAR_GLUED and run_kind == K_BAR and run_named == info.named:
+                run_kind = K_INERT                    # its own bar overwrites the pending run's
+                state.seq += run_len
+            if run_kind:
+                flush_run()
+            if deferred and info.fams & S:
+                flush_deferred()
+            serving_run = False
+            examine(i)
+            if not engine_known and state.engine_strong is not None:
+                if deferred:
+                    flush_deferred()
+                start, line = where(i)
+                rest = start + len(segs[i]) + 1
+                self._line = line + (data[rest - 1] == 0x0A)
+                return data[rest:]
+        if run_kind:
+            flush_run()
+        if deferred:
+            flush_deferred()
+        self._line = base + (data.count(b"\n") if has_cr else len(segs))
+        return b""
+
+    def _learn(self, segs: list[bytes], infos: list, templates: dict, engine_known: bool) -> list:
+        """Classify the templates of this chunk not seen before; the cache stays bounded."""
+        new = set(compress(segs, map(is_, infos, repeat(None))))
+        if self._template_bytes > TEMPLATE_CACHE_BYTES:
+            for cache in self._templates:
+                cache.clear()
+            self._template_bytes = 0
+            new = set(segs)
+        transient = []
+        for tpl in new:
+            templates[tpl] = _classify_template(tpl, engine_known)
+            if len(tpl) > TEMPLATE_KEY_MAX:
+                transient.append(tpl)
+            else:
+                self._template_bytes += len(tpl) + 100
+        infos = list(map(templates.__getitem__, segs))
+        for tpl in transient:
+            del templates[tpl]
+        return infos
+
+    def _scan_exhaustive(self, buf: bytes, end: int) -> None:
+        """The reference scanner: examine every complete segment of buf[:end] that has an anchor hit."""
         line = self._line
         counted = 0
         pos = 0

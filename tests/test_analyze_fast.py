@@ -1,0 +1,159 @@
+"""The fast (template) scanner of the log analyzer gives exactly the answer of the exhaustive one, on any mix and any chunking."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jobs.logs import analyze as an
+from jobs.logs.analyze import LogAnalyzer
+
+FIXTURES = Path(__file__).parent / "fixtures" / "logs"
+FIXTURE_LINES = [ln for p in sorted(FIXTURES.glob("*.log")) for ln in p.read_bytes().split(b"\n")]
+
+
+def _n(r: random.Random) -> int:
+    return r.choice([0, 1, 7, 9, 12, 95, 99, 100, 137, 512, 4096, r.randint(0, 99999)])
+
+
+def _f(r: random.Random) -> str:
+    return r.choice(["0.0", "0.5", "0.94", "0.95", "0.99", "1.0", "1.2", "12.3", "94.9", "95.0", "99.9", "100.0",
+                     f"{r.uniform(0, 100):.{r.randint(0, 3)}f}"])
+
+
+def _bar(r: random.Random, label: str, total: int) -> str:
+    done = r.randint(0, total)
+    pct = done * 100 // max(total, 1)
+    fill = "#" * (pct // 10)
+    rate = r.choice([f"{r.uniform(0.1, 9):.2f}it/s", f"{r.uniform(0.1, 9):.2f}s/it", "?it/s"])
+    return f"{label}{pct:3d}%|{fill:10s}| {done}/{total} [00:{r.randint(0, 59):02d}<00:{r.randint(0, 59):02d}, {rate}]"
+
+
+# Each maker returns text for one or more physical lines (no trailing newline); numbers vary so
+# that many lines share a template.
+MAKERS = [
+    lambda r: "\r".join(_bar(r, r.choice(["", "Loading safetensors checkpoint shards: ", "Capturing batches: ",
+                                          "Training: ", "Epoch 1: ", "(Worker pid=3) Compiling: "]), 50)
+                        for _ in range(r.randint(1, 30))),
+    lambda r: "\r" + "\r".join(_bar(r, "", 20000) for _ in range(r.randint(1, 20)))
+    + r.choice(["", "{'loss': 0.5, 'grad_norm': 1.0, 'learning_rate': 1e-05, 'epoch': 0.%d}" % r.randint(1, 9),
+                "ERROR 05-07 10:00:00 [x.py:1] boom", "   "]),
+    lambda r: f"Loading safetensors checkpoint shards: {_n(r) % 101}% Completed | {r.randint(0, 9)}/9 [00:01<00:02,  1.50s/it]",
+    lambda r: f"[{r.randint(1, 500)}/{r.choice([500, 1000])}] /usr/bin/nvcc -c /src/{r.choice(['vllm', 'x'])}/k{_n(r)}.cu",
+    lambda r: f"[{r.randint(0, 100):3d}%] Building CXX object k{_n(r)}.o",
+    lambda r: f"#12 {r.uniform(1, 99):.2f} [{r.randint(1, 9)}/9] c++ -c a.cpp",
+    lambda r: f"(APIServer pid=1) INFO 05-07 10:{r.randint(0, 59):02d}:00 [loggers.py:1] Engine 000: Avg prompt throughput: "
+              f"{_f(r)} tokens/s, Avg generation throughput: {_f(r)} tokens/s, Running: {_n(r) % 70} reqs, "
+              f"Waiting: {r.choice([0, 0, 3])} reqs, GPU KV cache usage: {_f(r)}%, Prefix cache hit rate: 1.0%",
+    lambda r: f"INFO 05-07 10:00:00 [metrics.py:1] SpecDecoding metrics: Mean acceptance length: "
+              f"{r.choice(['1.01', '1.05', '2.50', '3.1'])}, Accepted: 7 tokens, Drafted: 9 tokens, "
+              f"Avg Draft acceptance rate: {r.choice(['1.2', '35.0', '4.0'])}%",
+    lambda r: "INFO 05-07 10:00:00 [metrics.py:1] Speculative metrics: Draft acceptance rate: 0.%d, "
+              "System efficiency: 0.5, Number of speculative tokens: 3, Number of accepted tokens: 9, "
+              "Number of draft tokens: %d, Number of emitted tokens: %d." % (r.randint(0, 9), r.choice([0, 30]), _n(r)),
+    lambda r: f"[2025-10-22 10:00:{r.randint(10, 59)} TP{r.randint(0, 7)}] Decode batch. #running-req: {_n(r)}, "
+              f"#token: {_n(r)}, token usage: {_f(r)}, accept len: {r.choice(['1.01', '2.5'])}, "
+              f"gen throughput (token/s): {_f(r)}, #queue-req: {r.choice([0, 2])}, ",
+    lambda r: f"[2025-10-22 10:00:00 TP0] Prefill batch. #new-seq: 1, #new-token: {_n(r)}, full token usage: {_f(r)}, "
+              f"#running-req: {_n(r)}, #queue-req: 0, ",
+    lambda r: f"node-{r.randint(0, 7)}:{_n(r)}:{_n(r)} [{r.randint(0, 7)}] NCCL INFO Channel {r.randint(0, 31):02d}/0 : "
+              f"via P2P/CUMEM/read",
+    lambda r: r.choice(["NCCL WARN NCCL error: unhandled system error", "[E ProcessGroupNCCL.cpp:563] timeout",
+                        "NCCL communicator was aborted on rank 1."]),
+    lambda r: f"NVRM: Xid (PCI:0000:{r.randint(10, 99)}:00): {r.choice([13, 31, 43, 45, 79, 94])}, pid={_n(r)}, name=python",
+    lambda r: f"Process exited with {r.choice(['exit code 137', 'exit code 1', 'exit code 0'])}",
+    lambda r: f"worker died due to signal {r.choice([9, 11, 6])}",
+    lambda r: r.choice(["Killed", "Traceback (most recent call last):", '  File "/a/b.py", line %d, in f' % _n(r),
+                        '    raise RuntimeError("CUDA error: x")', "RuntimeError: CUDA error: an illegal memory access",
+                        "ValueError: bad value %d" % _n(r), "torch.OutOfMemoryError: CUDA out of memory.",
+                        "usage: vllm serve [-h]", "vllm: error: unrecognized arguments: --x",
+                        "ERROR 05-07 10:00:00 [core.py:1] EngineCore failed to start.",
+                        "WARNING 05-07 10:00:00 [x.py:1] Error %d ignored" % _n(r), "    ^^^^^", "KeyboardInterrupt"]),
+    lambda r: r.choice(["(Worker_TP0 pid=30) INFO 05-07 10:00:00 [m.py:1] Starting to load model /m",
+                        "(Worker_TP0 pid=30) INFO 05-07 10:00:00 [m.py:1] Loading weights took %d.5 seconds" % _n(r),
+                        "(APIServer pid=1) INFO:     Application startup complete.",
+                        "[2025-10-22 10:00:00] The server is fired up and ready to roll!",
+                        "Capturing batches (bs=%d avail_mem=%d.1 GB)" % (_n(r), _n(r)),
+                        "-- The CXX compiler identification is GNU 11.4.0", "***** Running training *****",
+                        "  Num Epochs = %d" % r.randint(1, 9), "  Total optimization steps = %d" % _n(r),
+                        "step %d/%d loss=0.5" % (_n(r), _n(r)), "Epoch %d/%d" % (r.randint(0, 9), r.randint(1, 9)),
+                        "global_step=%d loss: 1.5" % _n(r), "Allowing ninja to set a default number of workers",
+                        "Prebuilt kernels not found, using JIT backend",
+                        "KV cache pool is full. Retract requests. #retracted_reqs: %d" % _n(r),
+                        "{'train_runtime': %d.5}" % _n(r), "flashinfer.jit: compiling", "from /src/sglang/srt/x.py"]),
+    lambda r: f'(APIServer pid=1) INFO:     10.1.{r.randint(0, 255)}.{r.randint(1, 254)}:{_n(r)} - "POST /v1/chat HTTP/1.1" 200 OK',
+    lambda r: r.choice(["", "   ", "\x1b[32mINFO\x1b[0m Loading weights took 1.0 seconds", "\xff\xfe broken \xc3",
+                        "usage: %s" % _f(r), "GPU KV cache usage:  97.0%", "token usage: 0.97, #queue-req: 3, "]),
+    lambda r: r.choice(FIXTURE_LINES).decode("utf-8", "replace"),
+    # buildkit steps carry a timestamp, so their rate comes from the first step of a series
+    lambda r: "\n".join(f"#12 {10 + 3 * k + r.random():.2f} [{k}/{r.choice([9, 9, 12])}] c++ -c a{k}.cpp"
+                        for k in range(r.randint(1, 4), r.randint(5, 9))),
+    # a loading bar that completes (and may restart) before unlabeled bars: those become capture
+    lambda r: "\r".join(f"Loading weights: {d * 100 // 4:3d}%|{'#' * d:4s}| {d}/4 [00:01<00:01, 1.00it/s]"
+                        for d in r.choice([[1, 4, 2], [1, 2, 4], [4, 4], [0, 1, 2], [4, 0]]))
+    + "\n" + "\r".join(_bar(r, "", 9) for _ in range(r.randint(1, 4))),
+]
+
+
+def _log(seed: int, n_lines: int) -> bytes:
+    r = random.Random(seed)
+    # Favour a few makers per log so that runs of one kind form, as in real logs.
+    favourites = r.sample(range(len(MAKERS)), 4)
+    parts = []
+    for _ in range(n_lines):
+        k = r.choice(favourites) if r.random() < 0.8 else r.randrange(len(MAKERS))
+        for _ in range(r.choice([1, 1, 1, 5])):
+            parts.append(MAKERS[k](r))
+    text = "\n".join(parts) + r.choice(["\n", "", "\r"])
+    data = text.encode("utf-8", "surrogateescape").replace("\xff\xfe".encode(), b"\xff\xfe")
+    if r.random() < 0.1:
+        cut = r.randrange(len(data) + 1)
+        data = data[:cut] + b"Z" * (an.GIANT_SEGMENT + 10) + b" CUDA error: at the end\n" + data[cut:]
+    return data
+
+
+def _run(data: bytes, cuts: list[int], nows: list, exhaustive: bool) -> list:
+    a = LogAnalyzer(exhaustive=exhaustive)
+    seen, prev = [], 0
+    for cut, now in zip(sorted(set(cuts)) + [len(data)], nows):
+        a.feed(data[prev:cut], now=now)
+        prev = cut
+        seen.append((a.line, a.result()))
+    a.finish()
+    seen.append((a.line, a.result()))
+    return seen
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**9), n_lines=st.integers(1, 120), data=st.data())
+def test_fast_scanner_equals_exhaustive_scanner(seed: int, n_lines: int, data: st.DataObject) -> None:
+    log = _log(seed, n_lines)
+    # Many cuts: the answer is compared after every feed, so transient differences show too.
+    cuts = data.draw(st.lists(st.integers(0, len(log)), max_size=40))
+    clock = data.draw(st.sampled_from(["none", "live"]))
+    nows = [None if clock == "none" else 1000.0 + 7 * k for k in range(len(cuts) + 1)]
+    assert _run(log, cuts, nows, exhaustive=False) == _run(log, cuts, nows, exhaustive=True)
+
+
+def test_fast_scanner_skips_work_on_repetitive_logs() -> None:
+    """A run of redraws and stats lines costs a handful of examinations, not one per line."""
+    r = random.Random(3)
+    stats = ("(APIServer pid=1) INFO 05-07 10:00:00 [loggers.py:1] Engine 000: Avg prompt throughput: {:.1f} tokens/s, "
+             "Avg generation throughput: {:.1f} tokens/s, Running: {} reqs, Waiting: 0 reqs, GPU KV cache usage: {:.1f}%")
+    spec = "INFO 05-07 10:00:00 [metrics.py:1] SpecDecoding metrics: Mean acceptance length: {:.2f}, Avg Draft acceptance rate: {:.1f}%"
+    data = ("\n".join(stats.format(r.uniform(0, 999), r.uniform(0, 999), r.randint(0, 64), r.uniform(0, 90)) + "\n"
+                      + spec.format(r.uniform(1, 3), r.uniform(10, 60)) for _ in range(2000)) + "\n"
+            + "\r".join(_bar(r, "Training: ", 50000) for _ in range(3000)) + "\n").encode()
+    calls = []
+    fast = LogAnalyzer()
+    original = fast._state.examine
+    fast._state.examine = lambda raw, line, fams=0: (calls.append(line), original(raw, line, fams))
+    fast.feed(data)
+    fast.finish()
+    full = LogAnalyzer(exhaustive=True)
+    full.feed(data)
+    full.finish()
+    assert fast.result() == full.result()
+    assert len(calls) < 20, len(calls)
