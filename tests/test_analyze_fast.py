@@ -157,3 +157,41 @@ def test_fast_scanner_skips_work_on_repetitive_logs() -> None:
     full.finish()
     assert fast.result() == full.result()
     assert len(calls) < 20, len(calls)
+
+
+def test_only_known_patterns_name_digit_values() -> None:
+    """Templates map every digit to 0; that is sound only while no pattern tests a digit's value
+    outside the contexts the fast scanner always examines in full (_DIGIT_VALUE_WORDS)."""
+    import re
+
+    allowed = {"_BUILD_SPECIFIC", "_HOST_OOM", "_KV_SAFE_USAGE"}   # the last one reads raw bytes, not templates
+    offenders = {}
+    for name, value in vars(an).items():
+        if not isinstance(value, re.Pattern):
+            continue
+        pat = value.pattern if isinstance(value.pattern, str) else value.pattern.decode("latin-1")
+        pat = re.sub(r"\(\?P<\w+>", "(", pat)                 # group names
+        pat = re.sub(r"\{\d*,?\d*\}", "", pat)                # quantifiers
+        pat = re.sub(r"\\x[0-9a-fA-F]{2}", "", pat)             # byte escapes
+        pat = re.sub(r"\\[dDwWsSbB]", "", pat)                # classes
+        pat = re.sub(r"\[[^\]]*0-9[^\]]*\]|\[0-\?\]", "", pat)  # classes with every digit
+        for m in re.finditer(r"\d", pat):
+            context = pat[max(0, m.start() - 60):m.start()]
+            if name not in allowed or not (name == "_KV_SAFE_USAGE"
+                                           or any(w in context for w in an._DIGIT_VALUE_WORDS)):
+                offenders.setdefault(name, []).append(pat[max(0, m.start() - 20):m.start() + 5])
+    assert not offenders, offenders
+
+
+def test_digit_value_lines_are_judged_per_segment() -> None:
+    lines = [b"collect2: error: ld failed", b"collect0: error: ld failed", b"worker died due to signal 9",
+             b"worker died due to signal 1", b"Process exited with exit code 137", b"Process exited with exit code 100",
+             b"NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus", b"NVRM: Xid (PCI:0000:3b:00): 43, pid=1"]
+    for line in lines:
+        for other in lines:
+            data = line + b"\n" + other + b"\n"
+            fast, full = LogAnalyzer(), LogAnalyzer(exhaustive=True)
+            for a in (fast, full):
+                a.feed(data)
+                a.finish()
+            assert fast.result() == full.result(), data

@@ -19,8 +19,8 @@ from __future__ import annotations
 import copy
 import re
 from collections import deque
-from itertools import accumulate, compress, repeat
-from operator import is_
+from itertools import accumulate, compress, groupby, repeat
+from operator import attrgetter, is_
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Optional, Union
@@ -1144,42 +1144,60 @@ def _is_build_tool(body: str) -> bool:
 #
 # Most lines of a long log are repeats of a few shapes that differ only in their numbers
 # (stats lines, tqdm redraws, ninja steps, NCCL chatter). The fast scanner therefore looks
-# at each segment's *template* — its bytes with the digits 0-8 turned into 0 — once,
-# learns statically what examining such a segment can do, and then, per chunk, examines
-# only the segments whose effect a later segment of the chunk does not overwrite.
+# at each segment's *template* — its bytes with every digit turned into 0 — once, learns
+# statically what examining such a segment can do, and then, per chunk, examines only the
+# segments whose effect no later segment of the chunk overwrites.
 #
 # Soundness rests on one property: every decision the handlers take is the same for all
-# segments of one template. Regexes test digits by class (\d), never by value, except
-# where a template is sent to full examination regardless (Xid codes, exit/signal numbers,
-# argparse usage proximity, V0 spec-decode token counts, step/epoch arithmetic, timestamped
-# build lines, KV-cache thresholds). '9' is kept because the anchor "signal 9" names it.
+# segments of one template. Regexes test digits by class (\d), never by value, except in
+# the contexts of _DIGIT_VALUE_WORDS, whose templates are examined in full every time (Xid
+# codes, exit/signal numbers, collect2) — tests/test_analyze_fast.py checks that no other
+# pattern names a digit. The anchor "signal 9" names one too: templates with "signal 0"
+# are re-filtered per segment. Value-dependent verdicts (argparse usage proximity, V0
+# spec-decode token counts, step/epoch arithmetic, timestamped build steps, KV-cache
+# thresholds) send segments to full examination as well.
 # LogAnalyzer(exhaustive=True) examines every anchored segment; tests compare the two.
 
-_NORMALIZE = bytes.maketrans(b"012345678\r", b"000000000\n")
-assert not any(set(lit) & set(b"012345678") for lit in _FAMILY), "anchors must not name digits 0-8"
+_NORMALIZE = bytes.maketrans(b"0123456789\r", b"0000000000\n")
+_DIGIT_VALUE_WORDS = ("Xid", "exit", "signal", "collect")
+_DIGIT_ANCHOR = b"signal 9"
+_DIGIT_ANCHOR_TEMPLATE = b"signal 0"
+assert [lit for lit in _FAMILY if set(lit) & set(b"0123456789")] == [_DIGIT_ANCHOR]
 
-K_INERT, K_BAR, K_BAR_GLUED, K_BUILD, K_SERVING, K_OTHER, K_GIANT = range(7)
+K_INERT, K_BAR, K_BAR_GLUED, K_BUILD, K_SERVING, K_OTHER, K_GIANT, K_REFILTER = range(8)
 _SERVING_BIT = {key: 1 << i for i, key in enumerate(SERVING_KEYS)}
+_ALL_SERVING_BITS = (1 << len(SERVING_KEYS)) - 1
 _SPEC_BITS = _SERVING_BIT["spec_accept_rate"] | _SERVING_BIT["spec_accept_len"]
 _NO_WEAK: frozenset = frozenset()
+_NO_HITS = (False, False, _NO_WEAK)
 TEMPLATE_KEY_MAX = 2048                 # longer segments are classified each time, not remembered
-TEMPLATE_CACHE_BYTES = 8 * 1024 * 1024  # bound on remembered template bytes (memory stays flat)
+TEMPLATE_CACHE_BYTES = 4 * 1024 * 1024  # bound on remembered template bytes (memory stays flat)
+_RUN_GROUPS: dict = {}
+_SKIP_GROUP = ("skip",)
 
 
 class _Template:
     """What examining any segment of one template can do (see _classify_template)."""
-    __slots__ = ("fams", "kind", "named", "keys", "strong", "path", "weak")
+    __slots__ = ("fams", "kind", "named", "keys", "strong", "path", "weak", "group")
 
     def __init__(self, fams: int, kind: int, named: Optional[str] = None, keys: int = 0,
-                 hits: tuple[bool, bool, frozenset] = (False, False, _NO_WEAK)) -> None:
+                 hits: tuple[bool, bool, frozenset] = _NO_HITS) -> None:
         self.fams = fams
         self.kind = kind
         self.named = named          # K_BAR / K_BAR_GLUED: the phase the bar's label names (None: unnamed)
         self.keys = keys            # K_SERVING: bit set of the SERVING_KEYS the line provides
         self.strong, self.path, self.weak = hits   # what _engine() would find in it (engine not yet known)
+        # Consecutive segments with one group key are handled together: a run of redraws of
+        # bars naming one phase, of build steps, of stats lines. Anything else, and anything
+        # that may teach the engine, is its own group (handled one segment at a time).
+        if hits == _NO_HITS and kind in (K_BAR, K_BUILD, K_SERVING):
+            self.group = _RUN_GROUPS.setdefault((kind, named), (kind, named))
+        else:
+            self.group = self
 
 
 _GIANT_TEMPLATE = _Template(P | S | M | F | W | E, K_GIANT)
+_REFILTER_TEMPLATE = _Template(P | S | M | F | W | E, K_REFILTER)
 _PROBE = _State()   # only ever asked _classify() on non-NVRM lines, which reads but never writes it
 
 
@@ -1211,7 +1229,7 @@ def _failure_inert(body: str, level: Optional[str]) -> bool:
         return False
     if body[0] in "^~" or level in _NOT_FAILURE_LEVELS:
         return True
-    if body.startswith("NVRM:") or "Xid" in body or "exit" in body or "signal" in body or _BAD_ARGS.search(body):
+    if body.startswith("NVRM:") or any(w in body for w in _DIGIT_VALUE_WORDS) or _BAD_ARGS.search(body):
         return False                                  # digit- or state-dependent verdicts
     return _PROBE._classify(body, level, 0) is None
 
@@ -1220,6 +1238,8 @@ def _classify_template(tpl: bytes, engine_known: bool) -> Union[int, _Template]:
     """0 for a template the prefilter skips, else what examining it can do. Mirrors _State.examine."""
     if len(tpl) > GIANT_SEGMENT:
         return _GIANT_TEMPLATE
+    if _DIGIT_ANCHOR_TEMPLATE in tpl:
+        return _REFILTER_TEMPLATE                     # "signal 9" is an anchor, "signal 1" is not
     rx = _prefilter_in(tpl, engine_known)
     m = rx.search(tpl)
     if m is None:
@@ -1227,7 +1247,7 @@ def _classify_template(tpl: bytes, engine_known: bool) -> Union[int, _Template]:
     fams = _families_in(rx, tpl, m, len(tpl))
     raw = _ANSI.sub(b"", tpl) if b"\x1b" in tpl else tpl
     text = raw.decode("utf-8", "replace")
-    no_hits = (False, False, _NO_WEAK)
+    no_hits = _NO_HITS
     if fams & P and "%" in text:                      # _examine_text: a tqdm bar
         m = _TQDM.search(text)
         if m is not None:
@@ -1363,11 +1383,12 @@ class LogAnalyzer:
     def _scan_templates(self, data: bytes) -> bytes:
         """The fast scanner over complete segments; returns what is left to scan (after the engine became known).
 
-        Per segment it does C-level work only (translate, split, dict lookups); Python runs per
-        segment that can matter. Within the chunk, a run of tqdm redraws or build steps is
-        reduced to its last member (each overwrites the previous one's effect), a run of stats
-        lines to one ready mark plus the lines whose numbers are not overwritten later, and
-        templates proven inert are skipped. Everything else is examined as before, in order.
+        Per segment it does C-level work only (translate, split, dict lookups, grouping);
+        Python runs per group of consecutive segments that can matter. Within the chunk, a
+        run of tqdm redraws or build steps is reduced to its last member (each overwrites the
+        previous one's effect), a run of stats lines to one ready mark plus, at the end, the
+        lines whose numbers no later line overwrites; templates proven inert are skipped.
+        Everything else is examined as the exhaustive scanner would, in order.
         """
         state = self._state
         engine_known = state.engine_strong is not None
@@ -1380,37 +1401,47 @@ class LogAnalyzer:
         sel = list(compress(range(len(segs)), infos))
         base = self._line
         has_cr = b"\r" in data
+        lines_in_data = data.count(b"\n") if has_cr else len(segs)
         if not sel:
-            self._line = base + (data.count(b"\n") if has_cr else len(segs))
+            self._line = base + lines_in_data
             return b""
         ends = list(accumulate(map(len, segs)))       # ends[i] + i: offset just past segment i
+        # Line numbers: a segment's index when no \r splits lines, else \n counted between
+        # successive positions (one cursor for in-order examination, one for deferred lines).
+        main_cursor, deferred_cursor = [0, base], [0, base]
 
-        counted_off, counted_line = 0, base
-
-        def where(i: int) -> tuple[int, int]:
-            nonlocal counted_off, counted_line
+        def where(i: int, cursor: list) -> tuple[int, int]:
             start = ends[i] - len(segs[i]) + i
             if not has_cr:
                 return start, base + i
-            counted_line += data.count(b"\n", counted_off, start)
-            counted_off = start
-            return start, counted_line
-
-        def examine(i: int) -> None:
-            start, line = where(i)
-            stop = start + len(segs[i])
-            if infos[i].kind == K_GIANT:
-                self._examine_giant(data[start:start + HEAD_BYTES], data[stop - TAIL_BYTES:stop], line)
-            else:
-                state.examine(data[start:stop], line, infos[i].fams)
+            cursor[1] += data.count(b"\n", cursor[0], start)
+            cursor[0] = start
+            return start, cursor[1]
 
         run_kind = K_INERT        # K_BAR / K_BUILD while a run awaits its last member
         run_named: Optional[str] = None
         run_len = run_last = 0
         serving_run = False       # a ready mark was applied and nothing was examined since
-        deferred: list[tuple[int, int, int]] = []  # (index, offset, line) of stats lines not applied yet
+        deferred: list[tuple[int, int]] = []   # (first, last) positions in sel of stats-line groups
         kv_safe: Optional[bool] = None
         now_unset = state.now is None
+
+        def examine(i: int) -> None:
+            start, line = where(i, main_cursor)
+            stop = start + len(segs[i])
+            kind = infos[i].kind
+            if kind == K_GIANT:
+                self._examine_giant(data[start:start + HEAD_BYTES], data[stop - TAIL_BYTES:stop], line)
+                return
+            raw = data[start:stop]
+            fams = infos[i].fams
+            if kind == K_REFILTER:
+                rx = _prefilter_in(raw, state.engine_strong is not None)
+                m = rx.search(raw)
+                if m is None:
+                    return
+                fams = _families_in(rx, raw, m, len(raw))
+            state.examine(raw, line, fams)
 
         def flush_run() -> None:
             nonlocal run_kind, serving_run
@@ -1423,74 +1454,101 @@ class LogAnalyzer:
             # Keep each line that provides a number no later line provides, and the last
             # SPEC_WINDOW spec-decode lines (their mean is judged); apply them in order.
             covered, spec_left, keep = 0, SPEC_WINDOW, []
-            for entry in reversed(deferred):
-                info = infos[entry[0]]
-                need = info.keys & ~covered
-                if info.keys & _SPEC_BITS and spec_left:
-                    spec_left -= 1
-                    need = 1
-                if need:
-                    keep.append(entry)
-                    covered |= info.keys
-            for i, start, line in reversed(keep):
+            for first, last in reversed(deferred):
+                for q in range(last, first - 1, -1):
+                    keys = infos[sel[q]].keys
+                    need = keys & ~covered
+                    if keys & _SPEC_BITS and spec_left:
+                        spec_left -= 1
+                        need = 1
+                    if need:
+                        keep.append(sel[q])
+                        covered |= keys
+                        if covered == _ALL_SERVING_BITS and not spec_left:
+                            break
+                else:
+                    continue
+                break
+            for i in reversed(keep):
+                start, line = where(i, deferred_cursor)
                 state.serving_data_of(data[start:start + len(segs[i])], line)
             deferred.clear()
 
-        for i in sel:
-            info = infos[i]
+        if engine_known:
+            groups = list(map(attrgetter("group"), map(infos.__getitem__, sel)))
+        else:
+            groups = [self._group_now(infos[i]) for i in sel]
+        for group, members in groupby(range(len(sel)), groups.__getitem__):
+            first = next(members)
+            tail = deque(members, maxlen=1)
+            last = tail[0] if tail else first
+            info = infos[sel[first]]
             kind = info.kind
-            if not engine_known and (info.strong or (info.path and state.engine_path is None)
-                                     or not info.weak <= state.weak_seen):
-                kind = K_OTHER                        # it may teach the engine something: examine it
-            if kind == K_INERT:
+            if group is _SKIP_GROUP:
                 continue
-            if kind == K_SERVING:
-                if kv_safe is None:
-                    kv_safe = _kv_safe(data, state)
-                if kv_safe:
+            if group is not info:                     # a run group (no engine to learn from it)
+                if kind == K_SERVING:
+                    if kv_safe is None:
+                        kv_safe = _kv_safe(data, state)
+                    if kv_safe:
+                        if run_kind:
+                            flush_run()
+                        if not serving_run:
+                            state.ready_mark(0)       # its line is unused: a recovery names the error's line
+                            serving_run = True
+                        deferred.append((first, last))
+                        continue
+                else:
                     if run_kind:
                         flush_run()
-                    if not serving_run:
-                        state.ready_mark(0)           # its line is unused: a recovery names the error's line
-                        serving_run = True
-                    deferred.append((i, *where(i)))     # offsets are counted in order
-                    continue
-            elif kind == K_BAR or kind == K_BUILD:
-                if run_kind == kind and run_named == info.named:
-                    run_len += 1
-                    run_last = i
-                    continue
+                    # A member's effect is overwritten by the next one's when nothing else depends
+                    # on it: no clock-based rate, no error waiting for progress, a phase that is a
+                    # fixed point (a loading bar may complete the load, turning later bars into capture).
+                    if now_unset and state.progress_at_failure is None and (
+                            kind == K_BUILD or (info.named or state._unnamed_bar_phase()) != "loading"):
+                        run_kind, run_named, run_len, run_last = kind, info.named, last - first + 1, sel[last]
+                        continue
+            for q in range(first, last + 1):          # one segment at a time, as the exhaustive scanner
+                i = sel[q]
+                if not engine_known and group is info and info.kind != K_OTHER and self._absorbed(info):
+                    if info.kind == K_INERT:
+                        continue
+                if kind == K_BAR_GLUED and run_kind == K_BAR and run_named == info.named:
+                    run_kind = K_INERT                # its own bar overwrites the pending run's
+                    state.seq += run_len
                 if run_kind:
                     flush_run()
-                # A member's effect is overwritten by the next one's when nothing else depends on
-                # it: no clock-based rate, no error waiting for progress, a phase that is a fixed
-                # point (a loading bar may complete the load and turn later bars into capture).
-                if now_unset and state.progress_at_failure is None and (
-                        kind == K_BUILD or (info.named or state._unnamed_bar_phase()) != "loading"):
-                    run_kind, run_named, run_len, run_last = kind, info.named, 1, i
-                    continue
-            elif kind == K_BAR_GLUED and run_kind == K_BAR and run_named == info.named:
-                run_kind = K_INERT                    # its own bar overwrites the pending run's
-                state.seq += run_len
-            if run_kind:
-                flush_run()
-            if deferred and info.fams & S:
-                flush_deferred()
-            serving_run = False
-            examine(i)
-            if not engine_known and state.engine_strong is not None:
-                if deferred:
+                if deferred and info.fams & S:
                     flush_deferred()
-                start, line = where(i)
-                rest = start + len(segs[i]) + 1
-                self._line = line + (data[rest - 1] == 0x0A)
-                return data[rest:]
+                serving_run = False
+                examine(i)
+                if not engine_known and state.engine_strong is not None:
+                    if deferred:
+                        flush_deferred()
+                    start, line = where(i, main_cursor)
+                    rest = start + len(segs[i]) + 1
+                    self._line = line + (data[rest - 1] == 0x0A)
+                    return data[rest:]
         if run_kind:
             flush_run()
         if deferred:
             flush_deferred()
-        self._line = base + (data.count(b"\n") if has_cr else len(segs))
+        self._line = base + lines_in_data
         return b""
+
+    def _absorbed(self, info: _Template) -> bool:
+        """True if examining a segment of this template can no longer teach the engine anything."""
+        state = self._state
+        return (state.engine_strong is not None or not info.strong and (not info.path or state.engine_path is not None)
+                and info.weak <= state.weak_seen)
+
+    def _group_now(self, info: _Template) -> Any:
+        """info.group, or for a template with engine hits already absorbed the group it would have without them."""
+        if info.group is not info or info.kind not in (K_INERT, K_BAR, K_BUILD, K_SERVING) or not self._absorbed(info):
+            return info.group
+        if info.kind == K_INERT:
+            return _SKIP_GROUP
+        return _RUN_GROUPS.setdefault((info.kind, info.named), (info.kind, info.named))
 
     def _learn(self, segs: list[bytes], infos: list, templates: dict, engine_known: bool) -> list:
         """Classify the templates of this chunk not seen before; the cache stays bounded."""
