@@ -19,8 +19,8 @@ from __future__ import annotations
 import copy
 import re
 from collections import deque
-from itertools import accumulate, compress, groupby, repeat
-from operator import attrgetter, is_
+from itertools import accumulate, compress, islice, repeat
+from operator import attrgetter, is_, is_not
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Optional, Union
@@ -1376,12 +1376,13 @@ class LogAnalyzer:
         if self.exhaustive:
             self._scan_exhaustive(buf, end)
             return
-        data = buf if end == len(buf) else buf[:end]
-        while data:
-            data = self._scan_templates(data)
+        rest: Optional[bytes] = buf
+        while rest is not None:
+            rest = self._scan_templates(rest)
 
-    def _scan_templates(self, data: bytes) -> bytes:
-        """The fast scanner over complete segments; returns what is left to scan (after the engine became known).
+    def _scan_templates(self, data: bytes) -> Optional[bytes]:
+        """The fast scanner over the complete segments of data (what follows its last separator is
+        left alone); returns what is left to scan when the engine became known, else None.
 
         Per segment it does C-level work only (translate, split, dict lookups, grouping);
         Python runs per group of consecutive segments that can matter. Within the chunk, a
@@ -1394,29 +1395,31 @@ class LogAnalyzer:
         engine_known = state.engine_strong is not None
         templates = self._templates[engine_known]
         segs = data.translate(_NORMALIZE).split(b"\n")
-        segs.pop()                                    # data ends with a separator
+        segs.pop()                                    # the incomplete segment after the last separator
         infos = list(map(templates.get, segs))
         if None in infos:
             infos = self._learn(segs, infos, templates, engine_known)
         sel = list(compress(range(len(segs)), infos))
         base = self._line
         has_cr = b"\r" in data
-        lines_in_data = data.count(b"\n") if has_cr else len(segs)
         if not sel:
-            self._line = base + lines_in_data
-            return b""
+            self._line = base + (data.count(b"\n") if has_cr else len(segs))
+            return None
         ends = list(accumulate(map(len, segs)))       # ends[i] + i: offset just past segment i
-        # Line numbers: a segment's index when no \r splits lines, else \n counted between
-        # successive positions (one cursor for in-order examination, one for deferred lines).
-        main_cursor, deferred_cursor = [0, base], [0, base]
+        # Line numbers: a segment's index when no \r splits lines, else \n counted from a cursor
+        # that follows the examined segments (deferred lines lie a little behind it).
+        cursor = [0, base]
 
-        def where(i: int, cursor: list) -> tuple[int, int]:
+        def where(i: int) -> tuple[int, int]:
             start = ends[i] - len(segs[i]) + i
             if not has_cr:
                 return start, base + i
-            cursor[1] += data.count(b"\n", cursor[0], start)
-            cursor[0] = start
-            return start, cursor[1]
+            off, line = cursor
+            if start < off:
+                return start, line - data.count(b"\n", start, off)
+            line += data.count(b"\n", off, start)
+            cursor[0], cursor[1] = start, line
+            return start, line
 
         run_kind = K_INERT        # K_BAR / K_BUILD while a run awaits its last member
         run_named: Optional[str] = None
@@ -1427,7 +1430,7 @@ class LogAnalyzer:
         now_unset = state.now is None
 
         def examine(i: int) -> None:
-            start, line = where(i, main_cursor)
+            start, line = where(i)
             stop = start + len(segs[i])
             kind = infos[i].kind
             if kind == K_GIANT:
@@ -1470,7 +1473,7 @@ class LogAnalyzer:
                     continue
                 break
             for i in reversed(keep):
-                start, line = where(i, deferred_cursor)
+                start, line = where(i)
                 state.serving_data_of(data[start:start + len(segs[i])], line)
             deferred.clear()
 
@@ -1478,10 +1481,13 @@ class LogAnalyzer:
             groups = list(map(attrgetter("group"), map(infos.__getitem__, sel)))
         else:
             groups = [self._group_now(infos[i]) for i in sel]
-        for group, members in groupby(range(len(sel)), groups.__getitem__):
-            first = next(members)
-            tail = deque(members, maxlen=1)
-            last = tail[0] if tail else first
+        # Where the group changes (C-level): consecutive members of one group are handled together.
+        bounds = list(compress(range(1, len(sel)), map(is_not, islice(groups, 1, None), groups)))
+        bounds.append(len(sel))
+        next_first = 0
+        for bound in bounds:
+            first, last, next_first = next_first, bound - 1, bound
+            group = groups[first]
             info = infos[sel[first]]
             kind = info.kind
             if group is _SKIP_GROUP:
@@ -1525,7 +1531,7 @@ class LogAnalyzer:
                 if not engine_known and state.engine_strong is not None:
                     if deferred:
                         flush_deferred()
-                    start, line = where(i, main_cursor)
+                    start, line = where(i)
                     rest = start + len(segs[i]) + 1
                     self._line = line + (data[rest - 1] == 0x0A)
                     return data[rest:]
@@ -1533,8 +1539,8 @@ class LogAnalyzer:
             flush_run()
         if deferred:
             flush_deferred()
-        self._line = base + lines_in_data
-        return b""
+        self._line = base + len(segs) if not has_cr else cursor[1] + data.count(b"\n", cursor[0])
+        return None
 
     def _absorbed(self, info: _Template) -> bool:
         """True if examining a segment of this template can no longer teach the engine anything."""
