@@ -164,7 +164,7 @@ def test_only_known_patterns_name_digit_values() -> None:
     outside the contexts the fast scanner always examines in full (_DIGIT_VALUE_WORDS)."""
     import re
 
-    allowed = {"_BUILD_SPECIFIC", "_HOST_OOM", "_KV_SAFE_USAGE"}   # the last one reads raw bytes, not templates
+    allowed = {"_BUILD_SPECIFIC", "_HOST_OOM", "_KV_UNSAFE_USAGE"}   # the last one reads raw bytes, not templates
     offenders = {}
     for name, value in vars(an).items():
         if not isinstance(value, re.Pattern):
@@ -177,7 +177,7 @@ def test_only_known_patterns_name_digit_values() -> None:
         pat = re.sub(r"\[[^\]]*0-9[^\]]*\]|\[0-\?\]", "", pat)  # classes with every digit
         for m in re.finditer(r"\d", pat):
             context = pat[max(0, m.start() - 60):m.start()]
-            if name not in allowed or not (name == "_KV_SAFE_USAGE"
+            if name not in allowed or not (name == "_KV_UNSAFE_USAGE"
                                            or any(w in context for w in an._DIGIT_VALUE_WORDS)):
                 offenders.setdefault(name, []).append(pat[max(0, m.start() - 20):m.start() + 5])
     assert not offenders, offenders

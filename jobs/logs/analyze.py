@@ -1288,17 +1288,14 @@ def _classify_template(tpl: bytes, engine_known: bool) -> Union[int, _Template]:
 # A chunk is "KV-safe" when none of its stats lines can raise kv_cache_pressure (KV use >= 95 %):
 # every "usage:" in it is followed by a plainly small number. Otherwise its stats lines are
 # all examined in full, because that warning keeps the line of the last line that raised it.
-_KV_SAFE_USAGE = re.compile(
-    rb"usage:(?:(?<=cache usage:) ?(?:\d|[1-8]\d|9[0-4])(?:\.\d{1,6})?(?![\d.])"
+_KV_UNSAFE_USAGE = re.compile(
+    rb"usage:(?!(?<=cache usage:) ?(?:\d|[1-8]\d|9[0-4])(?:\.\d{1,6})?(?![\d.])"
     rb"|(?<=token usage:) ?(?:0|0?\.(?:[0-8]\d{0,5}|9[0-4]\d{0,4}))(?![\d.]))")
 
 
 def _kv_safe(data: bytes, state: "_State") -> bool:
     kv = state.serving.get("kv_cache_pct")
-    if kv is not None and kv >= 95.0:
-        return False
-    n = data.count(b"usage:")
-    return n == 0 or len(_KV_SAFE_USAGE.findall(data)) == n
+    return (kv is None or kv < 95.0) and _KV_UNSAFE_USAGE.search(data) is None
 
 
 # --------------------------------------------------------------------------- the incremental reader
