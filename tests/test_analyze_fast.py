@@ -134,7 +134,16 @@ def test_fast_scanner_equals_exhaustive_scanner(seed: int, n_lines: int, data: s
     cuts = data.draw(st.lists(st.integers(0, len(log)), max_size=40))
     clock = data.draw(st.sampled_from(["none", "live"]))
     nows = [None if clock == "none" else 1000.0 + 7 * k for k in range(len(cuts) + 1)]
-    assert _run(log, cuts, nows, exhaustive=False) == _run(log, cuts, nows, exhaustive=True)
+    # Small limits reach the one-off batch, cache clearing and unremembered long templates.
+    limits = data.draw(st.sampled_from([None, (2, 4096, 64)]))
+    saved = an.TEMPLATE_ONE_OFFS_MAX, an.TEMPLATE_CACHE_BYTES, an.TEMPLATE_KEY_MAX
+    if limits:
+        an.TEMPLATE_ONE_OFFS_MAX, an.TEMPLATE_CACHE_BYTES, an.TEMPLATE_KEY_MAX = limits
+    try:
+        fast = _run(log, cuts, nows, exhaustive=False)
+    finally:
+        an.TEMPLATE_ONE_OFFS_MAX, an.TEMPLATE_CACHE_BYTES, an.TEMPLATE_KEY_MAX = saved
+    assert fast == _run(log, cuts, nows, exhaustive=True)
 
 
 def test_fast_scanner_skips_work_on_repetitive_logs() -> None:

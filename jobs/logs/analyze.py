@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import copy
 import re
-from collections import deque
+from bisect import bisect_right
+from collections import Counter, deque
 from itertools import accumulate, compress, islice, repeat
 from operator import attrgetter, is_, is_not
 from dataclasses import dataclass, field
@@ -1172,6 +1173,7 @@ _NO_WEAK: frozenset = frozenset()
 _NO_HITS = (False, False, _NO_WEAK)
 TEMPLATE_KEY_MAX = 2048                 # longer segments are classified each time, not remembered
 TEMPLATE_CACHE_BYTES = 4 * 1024 * 1024  # bound on remembered template bytes (memory stays flat)
+TEMPLATE_ONE_OFFS_MAX = 256             # more one-off templates than this in a chunk: see LogAnalyzer._learn
 _RUN_GROUPS: dict = {}
 _SKIP_GROUP = ("skip",)
 
@@ -1283,6 +1285,32 @@ def _classify_template(tpl: bytes, engine_known: bool) -> Union[int, _Template]:
     if kind == K_INERT and hits == no_hits:
         return 0
     return _Template(fams, kind, hits=hits)
+
+
+def _prefilter_one_offs(templates: list[bytes], engine_known: bool) -> dict[bytes, Union[int, _Template]]:
+    """0 or a K_OTHER template (examined in full) for each of many templates, with one prefilter pass over all."""
+    out: dict[bytes, Union[int, _Template]] = {}
+    batch = []
+    for tpl in templates:
+        if len(tpl) > GIANT_SEGMENT or _DIGIT_ANCHOR_TEMPLATE in tpl:
+            out[tpl] = _classify_template(tpl, engine_known)
+        else:
+            out[tpl] = 0
+            batch.append(tpl)
+    joined = b"\n".join(batch)
+    ends = list(accumulate(len(tpl) + 1 for tpl in batch))      # just past each template's separator
+    rx = _prefilter_in(joined, engine_known)
+    search = rx.search
+    pos = 0
+    while True:
+        m = search(joined, pos)
+        if m is None:
+            break
+        k = bisect_right(ends, m.start())
+        stop = ends[k] - 1
+        out[batch[k]] = _Template(_families_in(rx, joined, m, stop), K_OTHER)
+        pos = stop + 1
+    return out
 
 
 # A chunk is "KV-safe" when none of its stats lines can raise kv_cache_pressure (KV use >= 95 %):
@@ -1554,20 +1582,35 @@ class LogAnalyzer:
         return _RUN_GROUPS.setdefault((info.kind, info.named), (info.kind, info.named))
 
     def _learn(self, segs: list[bytes], infos: list, templates: dict, engine_known: bool) -> list:
-        """Classify the templates of this chunk not seen before; the cache stays bounded."""
-        new = set(compress(segs, map(is_, infos, repeat(None))))
+        """Classify the templates of this chunk not seen before; the cache stays bounded.
+
+        A chunk full of one-off lines (request ids, hashes) would pay a classification per
+        line and churn the cache: its one-off templates are instead prefiltered together in
+        one C-level pass, the anchored ones examined in full like the exhaustive scanner
+        does, and none of them is remembered.
+        """
         if self._template_bytes > TEMPLATE_CACHE_BYTES:
             for cache in self._templates:
                 cache.clear()
             self._template_bytes = 0
-            new = set(segs)
-        transient = []
+            new = Counter(segs)
+        else:
+            new = Counter(compress(segs, map(is_, infos, repeat(None))))
+        transient: dict[bytes, Union[int, _Template]] = {}
+        if len(new) > TEMPLATE_ONE_OFFS_MAX:
+            one_offs = [tpl for tpl, n in new.items() if n == 1]
+            if len(one_offs) > TEMPLATE_ONE_OFFS_MAX:
+                transient = _prefilter_one_offs(one_offs, engine_known)
         for tpl in new:
-            templates[tpl] = _classify_template(tpl, engine_known)
+            if tpl in transient:
+                continue
+            info = _classify_template(tpl, engine_known)
             if len(tpl) > TEMPLATE_KEY_MAX:
-                transient.append(tpl)
+                transient[tpl] = info
             else:
+                templates[tpl] = info
                 self._template_bytes += len(tpl) + 100
+        templates.update(transient)
         infos = list(map(templates.__getitem__, segs))
         for tpl in transient:
             del templates[tpl]
