@@ -230,3 +230,32 @@ def test_read_after_close_does_not_restart_nvml():
     src.close()
     assert src.read() == ((), "GPU source closed")
     assert inits["n"] == 1 and nvml.shutdowns == 1
+
+
+def test_memory_used_is_counted_as_nvidia_smi_does_when_the_v2_call_exists():
+    # NVML v1 counts the driver's reserved memory as used (an idle H200 shows ~600 MiB);
+    # nvidia-smi and the v2 call do not. gpudeck must agree with nvidia-smi.
+    nvml = make_fake_nvml(count=1)
+    nvml.nvmlMemory_v2 = 0x2000028
+    v1 = nvml.nvmlDeviceGetMemoryInfo
+
+    def memory_info(handle, version=None):
+        if version is None:
+            return v1(handle)
+        assert version == nvml.nvmlMemory_v2
+        return SimpleNamespace(used=4 * 2**20, total=140 * GiB, free=140 * GiB - 604 * 2**20, reserved=600 * 2**20)
+
+    nvml.nvmlDeviceGetMemoryInfo = memory_info
+    src = NvmlGpuSource(nvml, pcie=False)
+    (g,), _ = src.read()
+    assert g.mem_used == 4 * 2**20
+
+
+def test_memory_falls_back_to_v1_where_the_binding_has_no_v2():
+    nvml = make_fake_nvml(count=1)
+    nvml.nvmlMemory_v2 = 0x2000028          # advertised, but the function takes no version
+    src = NvmlGpuSource(nvml, pcie=False)
+    for _ in range(3):
+        (g,), _ = src.read()
+    assert g.mem_used == 10 * GiB
+    assert "mem_v2" in src.unsupported_fields(0)

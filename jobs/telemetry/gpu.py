@@ -254,11 +254,23 @@ class NvmlGpuSource:
             except Exception as exc:  # noqa: BLE001 - a sampler must degrade, never crash
                 return (), f"NVML read failed: {exc}"
 
+    def _memory_info(self, dev: _Device, handle: Any) -> Any:
+        """Memory as nvidia-smi counts it: the v2 call, whose `used` leaves out the driver's
+        reserved memory (~600 MiB on an H200); v1 (used = total - free) where v2 is missing."""
+        version = getattr(self._nvml, "nvmlMemory_v2", None)
+        if version is not None and "mem_v2" not in dev.unsupported:
+            self.calls += 1
+            try:
+                return self._nvml.nvmlDeviceGetMemoryInfo(handle, version)
+            except Exception:  # noqa: BLE001 - old driver/binding: never ask v2 again
+                dev.unsupported.add("mem_v2")
+        return self._call(dev, "mem", "nvmlDeviceGetMemoryInfo", handle)
+
     def _read_device(self, dev: _Device, now: float) -> GpuSample:
         h = dev.handle
         call = self._call
         util = call(dev, "util", "nvmlDeviceGetUtilizationRates", h)
-        mem = call(dev, "mem", "nvmlDeviceGetMemoryInfo", h)
+        mem = self._memory_info(dev, h)
         temp = call(dev, "temp", "nvmlDeviceGetTemperature", h, _TEMPERATURE_GPU)
         power_mw = call(dev, "power", "nvmlDeviceGetPowerUsage", h)
         if now - dev.power_limit_at >= _POWER_LIMIT_TTL_S:

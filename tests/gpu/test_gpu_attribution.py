@@ -39,6 +39,7 @@ WORKERS = """
 import os, sys, time, torch, multiprocessing as mp
 
 def worker(rank):
+    torch.cuda.set_device(rank)   # else synchronize() opens a context on cuda:0 as well
     x = torch.empty(int((1 + rank) * 2**30), dtype=torch.uint8, device=f"cuda:{rank}")
     x.fill_(1); torch.cuda.synchronize()
     print(f"worker {rank} pid {os.getpid()} on cuda:{rank} visible={os.environ.get('CUDA_VISIBLE_DEVICES')}", flush=True)
