@@ -365,3 +365,64 @@ def test_cli_names_a_broken_config_file_in_one_line(tmp_path) -> None:
     (tmp_path / "gpudeck" / "config.toml").write_text('theme = "sepia"\n')
     result = _gpudeck("--demo", config_home=tmp_path)
     assert result.returncode == 2 and "unknown theme 'sepia' (config.toml theme)" in result.stderr
+
+
+# -- the real thing: `gpudeck` in a pseudo-terminal ------------------------------------------
+
+def _run_in_pty(args: list[str], wanted: list[bytes], tmp_path: Path) -> tuple[int, bytes]:
+    """Start `python -m console ARGS` on a real pty, wait until every `wanted` text was drawn,
+    press q, and return (exit status, everything written to the terminal)."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    pid, master = pty.fork()
+    if pid == 0:
+        env = dict(os.environ, TERM="xterm-256color", PYTHONPATH=str(REPO), XDG_CONFIG_HOME=str(tmp_path))
+        os.chdir(REPO)
+        os.execve(sys.executable, [sys.executable, "-m", "console", *args], env)
+    fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 110, 0, 0))
+    output = b""
+    status = None
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline and not all(w in output for w in wanted):
+            if select.select([master], [], [], 0.2)[0]:
+                output += os.read(master, 65536)
+        drawn = all(w in output for w in wanted)
+        os.write(master, b"q")
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:
+            if select.select([master], [], [], 0.1)[0]:
+                try:
+                    output += os.read(master, 65536)
+                except OSError:       # the console exited: the pty closed
+                    pass
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+    finally:
+        if status is None:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        os.close(master)
+    assert status is not None, f"gpudeck did not exit after q; saw {output[-2000:]!r}"
+    assert drawn, f"never drew {[w for w in wanted if w not in output]}; saw {output[-2000:]!r}"
+    return os.waitstatus_to_exitcode(status), output
+
+
+def test_gpudeck_opens_the_demo_console_in_a_real_terminal_and_q_quits(tmp_path) -> None:
+    code, output = _run_in_pty(["--demo"], [b"SIMULATED", b"h200-sim-01", b"GPUs (8)"], tmp_path)
+    assert code == 0
+    assert b"SIMULATED" in output and b"Traceback" not in output
+
+
+def test_gpudeck_opens_on_this_machine_and_shows_its_gpus_or_why_not(tmp_path) -> None:
+    # Live sampler: NVML, psutil, sockets. Without a driver the GPU area says why.
+    import socket
+    code, output = _run_in_pty([], [b"host \xc2\xb7 " + socket.gethostname().encode()[:20]], tmp_path)
+    assert code == 0 and b"Traceback" not in output
+    assert b"No GPU: " in output or b"GPUs (" in output
+    assert b"SIMULATED" not in output
