@@ -1,12 +1,13 @@
 """Benchmark: analyze_file on a generated few-hundred-MB GPU-box log vs `grep -c .` on the same file; speed ratio and peak memory.
 
-    python bench/bench_analyze.py [--mb 300] [--path /tmp/gpudeck-bench.log] [--keep]
+    python bench/bench_analyze.py [--mb 300] [--path /tmp/gpudeck-bench.log] [--keep] [--exhaustive]
 
 The log mixes what a long day on the box writes: a vLLM startup and hours of serving
 (access lines, stats + spec-decode lines, the odd request traceback), SGLang decode
 batches, an HF-Trainer run (tqdm redrawn with \\r, loss dicts glued on), a kernel build
 (ninja lines, compiler warnings) and NCCL_DEBUG=INFO chatter, ending in a CUDA OOM.
-Analysis runs in a child process so its peak RSS is its own.
+Analysis runs in a child process so its peak RSS is its own. --exhaustive times the
+reference scanner (every anchored segment examined: the analyzer before its template scanner).
 """
 from __future__ import annotations
 
@@ -127,7 +128,7 @@ sys.path.insert(0, {root!r})
 from jobs.logs.analyze import analyze_file
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t = time.perf_counter()
-r = analyze_file({path!r})
+r = analyze_file({path!r}, exhaustive={exhaustive!r})
 dt = time.perf_counter() - t
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(dt, base, peak, r.phase, r.failure.cause if r.failure else None, r.failure.line if r.failure else None)
@@ -149,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--path", default="/tmp/gpudeck-bench.log")
     parser.add_argument("--keep", action="store_true", help="keep (and reuse) the generated log")
     parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--exhaustive", action="store_true", help="time the reference (exhaustive) scanner")
     args = parser.parse_args(argv)
     path = Path(args.path)
     if not (args.keep and path.exists()):
@@ -162,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     grep_s = time_grep(path)
     results = []
     for _ in range(args.runs):
-        out = subprocess.run([sys.executable, "-c", _CHILD.format(root=str(ROOT), path=str(path))],
+        out = subprocess.run([sys.executable, "-c", _CHILD.format(root=str(ROOT), path=str(path), exhaustive=args.exhaustive)],
                              check=True, capture_output=True, text=True).stdout.split()
         results.append(out)
     best = min(results, key=lambda r: float(r[0]))
@@ -170,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     mb = size / 1e6
     print(f"file: {mb:.0f} MB, {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     print(f"grep -c .    : {grep_s:.3f} s  ({mb / grep_s:.0f} MB/s)")
-    print(f"analyze_file : {analyze_s:.3f} s  ({mb / analyze_s:.0f} MB/s)  -> {best[3]}, failure {best[4]} at line {best[5]}")
+    name = "exhaustive" if args.exhaustive else "analyze_file"
+    print(f"{name:13s}: {analyze_s:.3f} s  ({mb / analyze_s:.0f} MB/s)  -> {best[3]}, failure {best[4]} at line {best[5]}")
     print(f"ratio        : analyze takes {analyze_s / grep_s:.1f}x grep's time ({100 * grep_s / analyze_s:.1f}% of grep's speed)")
     print(f"peak RSS     : {peak_kb / 1024:.1f} MiB (interpreter + imports alone: {base_kb / 1024:.1f} MiB)")
     if not args.keep:

@@ -105,8 +105,11 @@ def _log(seed: int, n_lines: int) -> bytes:
     for _ in range(n_lines):
         k = r.choice(favourites) if r.random() < 0.8 else r.randrange(len(MAKERS))
         for _ in range(r.choice([1, 1, 1, 5])):
-            parts.append(MAKERS[k](r))
-    text = "\n".join(parts) + r.choice(["\n", "", "\r"])
+            part = MAKERS[k](r)
+            if r.random() < 0.05:
+                part = f"\x1b[3{r.randint(0, 7)}m{part}\x1b[0m"   # coloured (ANSI stripped before reading)
+            parts.append(part)
+    text = r.choice(["\n", "\n", "\r\n"]).join(parts) + r.choice(["\n", "", "\r"])
     data = text.encode("utf-8", "surrogateescape").replace("\xff\xfe".encode(), b"\xff\xfe")
     if r.random() < 0.1:
         cut = r.randrange(len(data) + 1)
