@@ -1,7 +1,8 @@
 """Benchmark: the console's own CPU use, running `gpudeck --demo` in a real pseudo-terminal for a minute.
 
 Not a test: it prints one figure (percent of one core) and the machine it ran on.
-    .venv/bin/python bench/bench_console_cpu.py [--seconds 60] [--refresh 1] [--size 120x36]
+    .venv/bin/python bench/bench_console_cpu.py [--seconds 60] [--refresh 1] [--size 120x36] [--runs 3]
+    .venv/bin/python bench/bench_console_cpu.py --real      # this machine's NVML/psutil sampler, not the demo
 """
 from __future__ import annotations
 
@@ -67,6 +68,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=8.0, help="seconds to let the app start before measuring")
     parser.add_argument("--refresh", type=float, default=1.0)
     parser.add_argument("--size", default="120x36")
+    parser.add_argument("--real", action="store_true", help="this machine's real sampler (NVML) instead of --demo")
     parser.add_argument("--runs", type=int, default=1, help="repeat and report the median (the machine is noisy)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--profile", metavar="FILE", help="run the console under cProfile, writing stats to FILE")
@@ -82,7 +84,7 @@ def main() -> int:
             print(json.dumps(result))
         else:
             print(f"console CPU: {result['cpu_percent_of_one_core']:.2f}% of one core over {result['wall_seconds']:.0f} s "
-                  f"(--demo, refresh {args.refresh:g} s, {cols}x{rows}); {result['ms_cpu_per_tick']:.1f} ms CPU per tick; "
+                  f"({'real sampler' if args.real else '--demo'}, refresh {args.refresh:g} s, {cols}x{rows}); {result['ms_cpu_per_tick']:.1f} ms CPU per tick; "
                   f"{result['terminal_bytes_per_s']} B/s to the terminal; calibration loop {result['calibration_ms']:.1f} ms")
     if len(results) > 1 and not args.json:
         figures = sorted(r["cpu_percent_of_one_core"] for r in results)
@@ -98,10 +100,12 @@ def run_once(args: argparse.Namespace, cols: int, rows: int) -> dict | None:
     pid, master = pty.fork()
     if pid == 0:  # child: becomes the console, with the pty as its controlling terminal
         os.chdir(REPO)
-        env = dict(os.environ, TERM="xterm-256color", COLORTERM="truecolor", PYTHONPATH=str(REPO))
+        pythonpath = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(REPO)) if p)
+        env = dict(os.environ, TERM="xterm-256color", COLORTERM="truecolor", PYTHONPATH=pythonpath)
         env.pop("TEXTUAL", None)
         profile = ["-m", "cProfile", "-o", args.profile] if args.profile else []
-        os.execve(sys.executable, [sys.executable, *profile, "-m", "console", "--demo", "--refresh", str(args.refresh)], env)
+        source = [] if args.real else ["--demo"]
+        os.execve(sys.executable, [sys.executable, *profile, "-m", "console", *source, "--refresh", str(args.refresh)], env)
     fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
     stop = threading.Event()
     written = [0]
@@ -141,6 +145,7 @@ def run_once(args: argparse.Namespace, cols: int, rows: int) -> dict | None:
         "ms_cpu_per_tick": round(1000.0 * cpu_s / (wall / args.refresh), 2),
         "terminal_bytes_per_s": round((b1 - b0) / wall),
         "calibration_ms": round(max(calibration, calibration_ms()), 2),
+        "source": "real" if args.real else "demo",
         "refresh_s": args.refresh,
         "size": f"{cols}x{rows}",
         "machine": f"{os.cpu_count()} cores {platform.machine()} ({cpu_model()}), Python {platform.python_version()}",
