@@ -74,7 +74,8 @@ class GpuGridPanel(Container):
         self._cards: dict[int, GpuCardPanel] = {}
         self._cards_mode = False
         self._view: Optional[TelemetryView] = None
-        self._message = Static("waiting for the first sample…", classes="gpu-message", markup=False)
+        self._message_text = "waiting for the first sample…"
+        self._message = Static(self._message_text, classes="gpu-message", markup=False)
         self._lines = GpuLinesPanel()
         self._grid = Grid()
 
@@ -100,7 +101,8 @@ class GpuGridPanel(Container):
         changed = cards != self._cards_mode
         self._cards_mode = cards
         self.set_class(cards, "-cards")
-        self._grid.styles.grid_size_columns = cols
+        if self._grid.styles.grid_size_columns != cols:
+            self._grid.styles.grid_size_columns = cols
         if changed and self._view is not None:
             self.apply_telemetry(self._view)    # the newly shown form has not been kept up to date
 
@@ -137,11 +139,16 @@ class GpuGridPanel(Container):
             card.update_card(gpu, view.values(("gpu", gpu.index, "util"), max(card.size.width, 40)), view.stale)
 
     def _show_message(self, text: str) -> None:
-        self._message.update(text)
+        # Called every tick on a box without GPUs: touch nothing that did not change
+        # (Static.update and style assignments each cost a full layout pass).
+        if text != self._message_text:
+            self._message_text = text
+            self._message.update(text)
         self._message.display = True
-        self._gpu_count = 0
-        self._lines.update_lines([], False)
-        if self._cards:
-            self._grid.remove_children()
-            self._cards = {}
-        self._relayout()
+        if self._gpu_count or self._cards:
+            self._gpu_count = 0
+            self._lines.update_lines([], False)
+            if self._cards:
+                self._grid.remove_children()
+                self._cards = {}
+            self._relayout()
