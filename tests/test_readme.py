@@ -1,0 +1,51 @@
+"""The README is part of the contract: its commands exist, every command is documented, its jobs.toml loads."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from console.cli import build_parser
+from jobs.spec import load_jobs
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+
+
+def parser_commands() -> set[str]:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    return set(sub.choices)
+
+
+def readme_commands() -> set[str]:
+    return set(re.findall(r"^\| `gpudeck ([a-z-]+)", README, flags=re.M))
+
+
+def test_every_command_in_the_readme_exists():
+    missing = readme_commands() - parser_commands()
+    assert not missing, f"README documents commands the CLI lacks: {sorted(missing)}"
+
+
+def test_every_command_is_in_the_readme():
+    undocumented = parser_commands() - readme_commands()
+    assert not undocumented, f"commands missing from the README's table: {sorted(undocumented)}"
+
+
+def test_quickstart_has_exactly_the_install_and_the_test_command():
+    quick = README.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```sh\n(.*?)```", quick, flags=re.S)
+    assert [b.strip() for b in blocks] == [
+        "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/gpudeck --demo",
+        ".venv/bin/python -m pytest",
+    ]
+    ci = (Path(__file__).resolve().parent.parent / ".ci" / "run").read_text()
+    assert ".venv/bin/python -m pytest" in ci
+
+
+def test_the_readme_jobs_toml_example_loads(tmp_path):
+    block = re.search(r"## jobs.toml\n.*?```toml\n(.*?)```", README, flags=re.S).group(1)
+    path = tmp_path / "jobs.toml"
+    path.write_text(block)
+    jobs = load_jobs(path).jobs
+    assert list(jobs) == ["vllm-k2", "synth-data", "finetune"]
+    assert jobs["vllm-k2"].port == 8000 and jobs["vllm-k2"].gpus == tuple(range(8))
+    assert jobs["finetune"].needs == ("synth-data",)
