@@ -27,7 +27,10 @@ def _init():
         _nvml = pynvml
     except Exception as exc:          # no library, no driver, no GPU: all "unavailable"
         _nvml = False
-        _nvml_error = f"{type(exc).__name__}: {exc}"
+        # The same one-line wording as the dashboard's GPU panel (stdlib-only module).
+        from jobs.telemetry.gpu import describe_init_error
+        _nvml_error = describe_init_error(exc) if not isinstance(exc, ImportError) else \
+            "nvidia-ml-py (pynvml) is not installed"
     return _nvml or None
 
 

@@ -21,6 +21,20 @@ def _cell(value) -> str:
     return "-" if value is None or value == "" else str(value)
 
 
+def _phase_text(job: dict) -> str:
+    """`loading 33/85 ETA 12m` — the phase and, while there is one, the progress."""
+    phase = job.get("phase")
+    if not phase or phase == "unknown":
+        return "-"
+    progress = job.get("progress") or {}
+    if progress.get("total"):
+        text = f"{phase} {progress.get('done')}/{progress['total']}"
+        if progress.get("eta_s") is not None:
+            text += f" ETA {human_age(progress['eta_s'])}"
+        return text
+    return phase
+
+
 def run_jobs(args: argparse.Namespace) -> int:
     from jobs.supervisor import jobs_payload
     sup = supervisor(args)
@@ -29,7 +43,7 @@ def run_jobs(args: argparse.Namespace) -> int:
         print(json.dumps(payload, indent=1, default=str))
         return 0
     now = time.time()
-    rows = [("NAME", "KIND", "STATE", "PID", "RUNTIME", "PORT", "GPUS", "EXIT", "RUN")]
+    rows = [("NAME", "KIND", "STATE", "PID", "RUNTIME", "PORT", "GPUS", "EXIT", "PHASE", "RUN")]
     for job in payload["jobs"]:
         runtime = None
         if job.get("started_at"):
@@ -43,10 +57,17 @@ def run_jobs(args: argparse.Namespace) -> int:
             exit_text = f"{exit_text} ({job['signal']})"
         rows.append((job["name"], job["kind"], job["state"], _cell(job.get("pid")), _cell(runtime),
                      _cell(port), ",".join(map(str, job.get("gpus") or [])) or "-", _cell(exit_text),
-                     _cell(job.get("run_id"))))
+                     _phase_text(job), _cell(job.get("run_id"))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    for job in payload["jobs"]:
+        # Alerts and failures under the table, one line each: what the operator must act on.
+        for alert in job.get("alerts") or []:
+            print(f"! {job['name']}: {alert.get('code')}: {alert.get('message')}")
+        failure = job.get("failure")
+        if failure and not any(a.get("code") == "crashed" for a in job.get("alerts") or []):
+            print(f"! {job['name']}: {failure.get('cause')} at log line {failure.get('line')}: {failure.get('hint')}")
     for pipe in payload.get("pipelines", []):
         stages = " → ".join(f"{s['name']}[{s['status']}]" for s in pipe["stages"])
         print(f"pipeline {pipe['id']} {pipe['target']}: {pipe['state']}  {stages}")
