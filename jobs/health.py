@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
+from jobs.procs import port_listening
+from jobs.runs import append_jsonl as append_event, write_json_atomic
 from jobs.stalls import GpuReading, HealthRules, HealthUpdate, Observation, RunEnd
 
 HEALTH = "health.json"
@@ -55,25 +57,6 @@ def as_dict(value: Any) -> Any:
     return str(value)
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    # Readers (jobs --json, the console) must never see half a file: write, then rename.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1, sort_keys=True, default=str)
-        fh.write("\n")
-    os.replace(tmp, path)
-
-
-def append_event(path: Path, record: dict) -> None:
-    # One write() on an O_APPEND fd: lines from the runner and supervisor never interleave.
-    line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
-
-
 def read_meminfo() -> tuple[Optional[int], Optional[int]]:
     """(MemAvailable, MemTotal) in bytes from /proc/meminfo; (None, None) where it cannot be read."""
     values: dict[str, int] = {}
@@ -86,23 +69,6 @@ def read_meminfo() -> tuple[Optional[int], Optional[int]]:
     except (OSError, ValueError, IndexError):
         return None, None
     return values.get("MemAvailable"), values.get("MemTotal")
-
-
-def port_listening(port: int) -> Optional[bool]:
-    """Is anything LISTENing on TCP `port` (v4 or v6)? None when /proc/net cannot be read."""
-    seen_any = False
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(name, "r", encoding="ascii", errors="replace") as fh:
-                lines = fh.read().splitlines()[1:]
-        except OSError:
-            continue
-        seen_any = True
-        for line in lines:
-            fields = line.split()
-            if len(fields) > 3 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                return True
-    return False if seen_any else None
 
 
 def _num(d: Mapping[str, Any], *keys: str) -> Optional[float]:
