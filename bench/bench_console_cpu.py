@@ -70,10 +70,19 @@ def main() -> int:
     parser.add_argument("--size", default="120x36")
     parser.add_argument("--real", action="store_true", help="this machine's real sampler (NVML) instead of --demo")
     parser.add_argument("--runs", type=int, default=1, help="repeat and report the median (the machine is noisy)")
+    parser.add_argument("--baseline", action="store_true",
+                        help="first measure the same console idle (no ticks): on a shared VM the idle figure "
+                             "itself drifts 5x, so a tick figure means something only next to it")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--profile", metavar="FILE", help="run the console under cProfile, writing stats to FILE")
     args = parser.parse_args()
     cols, rows = (int(v) for v in args.size.lower().split("x"))
+    if args.baseline:
+        idle = run_once(argparse.Namespace(**{**vars(args), "refresh": 3600.0}), cols, rows)
+        if idle is None:
+            return 1
+        print(f"baseline: the same console idle (no sampling ticks) uses {idle['cpu_percent_of_one_core']:.2f}% "
+              f"of one core; calibration loop {idle['calibration_ms']:.1f} ms")
     results = []
     for _ in range(args.runs):
         result = run_once(args, cols, rows)
