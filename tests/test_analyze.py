@@ -314,3 +314,30 @@ def test_parse_sglang_decode_and_prefill() -> None:
 def test_parse_other_lines_is_none() -> None:
     assert parse_serving_stats_line('INFO:     1.2.3.4:5 - "POST /v1/completions HTTP/1.1" 200 OK') is None
     assert parse_serving_stats_line("Capturing batches (bs=1): 100%|#| 52/52") is None
+
+
+def test_a_leading_annotation_header_is_not_read_as_output_but_keeps_line_numbers():
+    from jobs.logs.analyze import LogAnalyzer
+    log = (b"# source: https://example.invalid/issue/1\n"
+           b"# expect: RuntimeError: CUDA out of memory would be the cause\n"
+           b"INFO starting\n"
+           b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    whole = LogAnalyzer()
+    whole.feed(log)
+    got = whole.result().to_json()
+    assert got["failure"]["cause"] == "cuda_oom"
+    assert got["failure"]["line"] == 4            # the header's two lines still count
+    bytewise = LogAnalyzer()
+    for i in range(len(log)):
+        bytewise.feed(log[i:i + 1])
+    assert bytewise.result().to_json() == got
+
+
+def test_only_the_leading_block_of_hash_lines_is_skipped():
+    from jobs.logs.analyze import LogAnalyzer
+    a = LogAnalyzer()
+    a.feed(b"# header\nINFO starting\n# a comment the job printed\nRuntimeError: boom\n")
+    assert a.result().to_json()["failure"]["line"] == 4
+    header_only = LogAnalyzer()
+    header_only.feed(b"# expect: torch.OutOfMemoryError: CUDA out of memory\n")
+    assert header_only.result().to_json()["failure"] is None

@@ -1353,6 +1353,9 @@ class LogAnalyzer:
         self._giant_tail = b""
         self._line = 1                   # physical line number of the incomplete segment
         self.bytes_fed = 0
+        # A leading block of `#` lines is an annotation (an excerpt's `# source:` / `# expect:`
+        # header), not output: its lines are counted but not read. None once the header is over.
+        self._header: Optional[bytes] = b""
 
     @property
     def line(self) -> int:
@@ -1365,6 +1368,10 @@ class LogAnalyzer:
             return
         self.bytes_fed += len(data)
         self._state.now = now
+        if self._header is not None:
+            data = self._skip_annotation_header(data)
+            if not data:
+                return
         if self._giant_head is not None:
             data = self._feed_giant(data)
             if data is None:
@@ -1380,6 +1387,29 @@ class LogAnalyzer:
             self._tail = b""
         else:
             self._tail = bytes(rest)
+
+    def _skip_annotation_header(self, data: bytes) -> bytes:
+        """Blank the leading `#` lines (keeping their newlines, so line numbers hold); the same
+        whatever the chunking, since an undecided first line waits for its newline."""
+        buf = self._header + data
+        blanked = 0
+        pos = 0
+        while True:
+            if pos >= len(buf):
+                self._header = b""
+                return b"\n" * blanked
+            if buf[pos] != 0x23:                      # not '#': the log itself starts here
+                self._header = None
+                return b"\n" * blanked + buf[pos:]
+            nl = buf.find(b"\n", pos)
+            if nl < 0:
+                if len(buf) - pos > 65536:            # no annotation is that long: treat it as output
+                    self._header = None
+                    return b"\n" * blanked + buf[pos:]
+                self._header = buf[pos:]
+                return b"\n" * blanked
+            blanked += 1
+            pos = nl + 1
 
     def _feed_giant(self, data: bytes) -> Optional[bytes]:
         nl, cr = data.find(b"\n"), data.find(b"\r")
