@@ -341,3 +341,15 @@ def test_only_the_leading_block_of_hash_lines_is_skipped():
     header_only = LogAnalyzer()
     header_only.feed(b"# expect: torch.OutOfMemoryError: CUDA out of memory\n")
     assert header_only.result().to_json()["failure"] is None
+
+
+def test_a_loss_dict_glued_onto_a_trainer_bar_keeps_the_bars_done_and_total():
+    from jobs.logs.analyze import LogAnalyzer
+    a = LogAnalyzer()
+    a.feed(b" 44%|\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88\xe2\x96\x8d     | 440/1000 [10:00<12:43,  1.36s/it]"
+           b"\r 45%|\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88\xe2\x96\x8c     | 450/1000 [10:13<12:30,  1.36s/it]"
+           b"\r{'loss': 0.8123, 'learning_rate': 1e-05, 'epoch': 2.25}\n")
+    got = a.result().to_json()
+    assert got["phase"] == "training"
+    assert (got["progress"]["done"], got["progress"]["total"]) == (450, 1000)
+    assert got["progress"]["eta_s"] == 750          # 12:30 left, as the bar says

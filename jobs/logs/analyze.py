@@ -874,7 +874,10 @@ class _State:
 
     def progress(self) -> Optional[Progress]:
         bar, hint = self.bar, self.hint
-        if hint is not None and (bar is None or (hint[0] > bar[0] and hint[1] != bar[1])):
+        # A newer hint of another phase wins — unless it only says "epoch 2.25" where the bar
+        # still counts done/total (a loss dict glued onto a Trainer bar): the bar is the better answer.
+        if hint is not None and (bar is None or (hint[0] > bar[0] and hint[1] != bar[1]
+                                                 and (hint[2].total is not None or bar[2].total is None))):
             return hint[2]
         return bar[2] if bar is not None else None
 
