@@ -12,7 +12,8 @@ import pytest
 from textual.app import App, ComposeResult
 
 from console.screens.confirm import ConfirmScreen
-from console.screens.jobs import JobsScreen, banner_lines, health_of, live_jobs_note, row_cells
+from console.screens.jobs import (CELL_GAP, JobsScreen, banner_lines, health_of, layout_cells, live_jobs_note,
+                                  row_cells, table_layout)
 from console.widgets.log_index import BLOCK, LogIndex, LogSearch
 from console.widgets.log_view import LogView, LogViewPane
 
@@ -472,6 +473,32 @@ def test_jobs_screen_snapshot(snap_compare) -> None:
         await pilot.pause(0.1)
 
     assert snap_compare(SnapshotApp(), terminal_size=(80, 24), run_before=settle)
+
+
+def test_jobs_screen_snapshot_120x36(snap_compare) -> None:
+    async def settle(pilot) -> None:
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, JobsScreen) and pilot.app.screen.refreshes, "rows")
+        await pilot.pause(0.1)
+
+    assert snap_compare(SnapshotApp(), terminal_size=(120, 36), run_before=settle)
+
+
+@pytest.mark.parametrize("width", [40, 60, 76, 96, 116, 156, 196, 300])
+def test_table_columns_fit_the_width_and_keep_state_and_progress(width: int) -> None:
+    layout = table_layout(FAKE_JOBS, NOW, width)
+    keys = [c.key for c in layout.columns]
+    assert sum(c.width + CELL_GAP for c in layout.columns) <= width
+    assert {"name", "state", "phase"} <= set(keys) and keys[-1] == "phase"
+    state = next(c for c in layout.columns if c.key == "state")
+    assert state.width >= len("STALLED") and state.width >= len("stopping")
+    if width >= 116:
+        assert "pid" in keys
+    if width >= 196:
+        assert {"kind", "alerts", "run"} <= set(keys)
+    cells = layout_cells(FAKE_JOBS[1], NOW, layout)
+    # Every cell is padded to its column: the row's health style spans the row with no gaps.
+    assert [c.cell_len for c in cells] == [c.width + CELL_GAP for c in layout.columns]
+    assert cells[keys.index("state")].plain.strip() == "STALLED"
 
 
 def test_engine_rows_mark_foreign_engines_and_keep_history() -> None:

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from rich.cells import cell_len
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -18,6 +19,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from console.format import human_age, safe_text
 from console.screens.confirm import ConfirmScreen
+from console.widgets.border_titles import set_border_titles
 from console.widgets.engine_panel import EnginePanel, EngineRow, engine_rows
 from console.widgets.log_view import LogView, LogViewPane
 
@@ -38,6 +40,8 @@ HEALTH_STYLES = {
     "failed": "bold $error",
 }
 COLUMNS = ("name", "kind", "state", "runtime", "port", "gpus", "exit", "phase / progress", "alerts")
+# Every state word a row can show; the state column always fits the longest.
+STATE_WORDS = ("idle", "starting", "running", "stopping", "stopped", "exited", "lost", "STALLED")
 NO_JOBS_FILE = ("no jobs file: pass --jobs FILE, set GPUDECK_JOBS, or create ./jobs.toml "
                 "or ~/.config/gpudeck/jobs.toml — the dashboard works without one")
 
@@ -133,13 +137,100 @@ def resolve_style(style: str, variables: dict[str, str]) -> str:
 
 
 def row_cells(job: dict, now: float, variables: Optional[dict[str, str]] = None) -> list[Text]:
+    """The full-width cells of COLUMNS (what `jobs --json` says, in words)."""
     style = resolve_style(HEALTH_STYLES[health_of(job)], variables or {})
-    state = str(job.get("state") or "?")
-    if health_of(job) == "stalled":
-        state = "STALLED"
-    texts = [safe_text(str(job.get("name")), 40), str(job.get("kind") or ""), state, runtime_text(job, now),
-             port_text(job), gpus_text(job.get("gpus")), exit_text(job), progress_text(job), alerts_text(job)]
-    return [Text(text, style=style, no_wrap=True, overflow="ellipsis") for text in texts]
+    texts = cell_texts(job, now, compact=False)
+    keys = ("name", "kind", "state", "runtime", "port", "gpus", "exit", "phase", "alerts")
+    return [Text(texts[key], style=style, no_wrap=True, overflow="ellipsis") for key in keys]
+
+
+def cell_texts(job: dict, now: float, compact: bool) -> dict[str, str]:
+    """Each column's text; `compact` (narrow tables) leaves out a phase that only repeats the state."""
+    state = "STALLED" if health_of(job) == "stalled" else str(job.get("state") or "?")
+    progress = progress_text(job)
+    if compact and job.get("phase") == job.get("state") and progress.startswith(f"{state} "):
+        progress = progress[len(state) + 1:]
+    return {"name": safe_text(str(job.get("name")), 40), "kind": str(job.get("kind") or ""), "state": state,
+            "runtime": runtime_text(job, now), "pid": str(job.get("pid") or "—"), "port": port_text(job),
+            "gpus": gpus_text(job.get("gpus")), "exit": exit_text(job), "phase": progress,
+            "alerts": alerts_text(job), "run": safe_text(str(job.get("run_id") or "—"), 32)}
+
+
+# -- the table's columns for a width ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TableColumn:
+    key: str
+    label: str
+    width: int              # cells of text; each cell also carries CELL_GAP trailing blanks
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    columns: tuple[TableColumn, ...]
+    compact: bool           # narrow: see cell_texts
+
+
+CELL_GAP = 1                # inside the cell, so a row's health style spans the row without gaps
+PHASE_KEY = "phase"
+# (key, label, cap on its width, priority): lower priority goes first when the width runs short,
+# and goes when "phase / progress" would get fewer than `keep_while_phase` cells.
+TABLE_COLUMNS = (
+    ("name", "name", 24, None),
+    ("kind", "kind", 8, 4),
+    ("state", "state", 10, None),
+    ("runtime", "runtime", 8, 9),
+    ("pid", "pid", 8, 3),
+    ("run", "run", 24, 1),
+    ("port", "port", 11, 8),
+    ("gpus", "gpus", 9, 6),
+    ("exit", "exit", 8, 7),
+    ("alerts", "alerts", 24, 2),
+    (PHASE_KEY, "phase / progress", None, None),     # last: it takes what is left
+)
+KEEP_WHILE_PHASE = {"kind": 28, "gpus": 16, "exit": 14, "port": 14, "runtime": 12, "pid": 40, "alerts": 40,
+                    "run": 40}
+COMPACT_BELOW = 110         # table widths under this leave out a phase that repeats the state
+
+
+def table_layout(jobs: list[dict], now: float, width: int) -> TableLayout:
+    """Columns that fit `width` cells: low-value ones dropped first, "phase / progress" takes the rest."""
+    compact = width < COMPACT_BELOW
+    texts = [cell_texts(job, now, compact) for job in jobs]
+
+    def needed(key: str, label: str, cap: int) -> int:
+        longest = max([cell_len(label)] + [cell_len(t[key]) for t in texts])
+        if key == "state":
+            longest = max([longest] + [len(word) for word in STATE_WORDS])
+        return min(longest, cap)
+
+    sized = {key: needed(key, label, cap) for key, label, cap, _ in TABLE_COLUMNS if cap is not None}
+    kept = {key for key, *_ in TABLE_COLUMNS}
+
+    def phase_width() -> int:
+        used = sum(sized[key] + CELL_GAP for key in kept if key != PHASE_KEY)
+        return width - used - CELL_GAP
+
+    for key, _, _, _priority in sorted((c for c in TABLE_COLUMNS if c[3] is not None), key=lambda c: c[3]):
+        if phase_width() < KEEP_WHILE_PHASE[key]:
+            kept.discard(key)
+    columns = tuple(TableColumn(key, label, sized[key] if key != PHASE_KEY else max(1, phase_width()))
+                    for key, label, _, _ in TABLE_COLUMNS if key in kept)
+    return TableLayout(columns, compact)
+
+
+def fitted(text: str, width: int, style: str = "") -> Text:
+    """`text` cut with an ellipsis or padded to `width`, plus the gap, all in `style`."""
+    cell = Text(text, style=style, no_wrap=True)
+    cell.truncate(width, overflow="ellipsis", pad=True)
+    cell.append(" " * CELL_GAP)
+    return cell
+
+
+def layout_cells(job: dict, now: float, layout: TableLayout, variables: Optional[dict[str, str]] = None) -> list[Text]:
+    style = resolve_style(HEALTH_STYLES[health_of(job)], variables or {})
+    texts = cell_texts(job, now, layout.compact)
+    return [fitted(texts[column.key], column.width, style) for column in layout.columns]
 
 
 def alert_key(job: str, alert: dict) -> tuple:
@@ -244,16 +335,25 @@ class PivotStepped(Message):
 class JobsScreen(Screen):
     """Jobs table over a log pane; everything it shows comes from the core, polled off the UI thread."""
 
+    # Panels look like the dashboard's: round $primary borders with bold titles, $accent when focused.
     DEFAULT_CSS = """
     JobsScreen #jobs-reason { height: auto; color: $warning; padding: 0 1; display: none; }
     JobsScreen #jobs-reason.-shown { display: block; }
     JobsScreen #jobs-banner { height: auto; max-height: 4; color: $error; background: $error 15%;
                               padding: 0 1; display: none; text-wrap: nowrap; text-overflow: ellipsis; }
     JobsScreen #jobs-banner.-shown { display: block; }
-    JobsScreen #jobs-table { height: auto; max-height: 60%; }
+    JobsScreen #jobs-table, JobsScreen #engines, JobsScreen LogView, JobsScreen #jobs-log-hint {
+        border: round $primary; border-title-color: $foreground; border-title-style: bold; }
+    JobsScreen #jobs-table { height: auto; max-height: 60%; padding: 0 1; overflow-x: hidden;
+                             background: $background; }
+    JobsScreen #jobs-table:focus { border: round $accent; }
     JobsScreen.-log-open #jobs-table { max-height: 40%; }
-    JobsScreen LogView { display: none; border-top: solid $panel; }
+    JobsScreen #engines { padding: 0 1; }
+    JobsScreen LogView { display: none; }
+    JobsScreen LogView:focus-within { border: round $accent; }
     JobsScreen.-log-open LogView { display: block; }
+    JobsScreen #jobs-log-hint { height: 1fr; color: $text-muted; padding: 0 1; }
+    JobsScreen.-log-open #jobs-log-hint { display: none; }
     """
 
     BINDINGS = [
@@ -293,6 +393,7 @@ class JobsScreen(Screen):
         self._log_job: Optional[str] = None
         self._log_path: Optional[str] = None
         self._busy: set[str] = set()             # jobs with an action in flight
+        self._layout: Optional[TableLayout] = None
         self._foreign: list[dict] = []           # last engine discovery (worker-owned)
         self._discovered_at = 0.0
         self._discover_engines = supervisor is None   # injected state: no live discovery
@@ -306,18 +407,32 @@ class JobsScreen(Screen):
         yield Static("", id="jobs-reason", markup=False)
         yield Static("", id="jobs-banner", markup=False)
         with Vertical(id="jobs-body"):
-            table: DataTable = DataTable(id="jobs-table", cursor_type="row", zebra_stripes=False)
+            # No cell padding: each cell carries its own gap, so a row's style has no holes.
+            table: DataTable = DataTable(id="jobs-table", cursor_type="row", zebra_stripes=False, cell_padding=0)
+            table.border_title = "jobs"
             yield table
-            yield EnginePanel(clock=self.clock, id="engines")
-            yield LogView(id="jobs-log")
+            engines = EnginePanel(clock=self.clock, id="engines")
+            engines.border_title = "engines"
+            yield engines
+            log = LogView(id="jobs-log")
+            log.border_title = "log"
+            yield log
+            hint = Static("Enter or l on a job follows its log here; Esc closes it", id="jobs-log-hint", markup=False)
+            hint.border_title = "log"
+            yield hint
         yield Footer()
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        for column in COLUMNS:
-            table.add_column(column, key=column)
         table.focus()
+        # A vertical scrollbar (the log pane opened on a short screen) narrows the table: re-fit the columns.
+        self.watch(table, "show_vertical_scrollbar", lambda _: self.call_after_refresh(self._render_table),
+                   init=False)
         self._load()
+
+    def on_resize(self, event: events.Resize) -> None:
+        # The columns depend on the width: lay them out again once the table has its new size.
+        self.call_after_refresh(self._render_table)
 
     def apply_telemetry(self, view: Any) -> None:
         """The app's telemetry-screen protocol: only the header uses it here."""
@@ -435,29 +550,43 @@ class JobsScreen(Screen):
         self.jobs = list(message.jobs)
         self.log_paths = dict(message.log_paths)
         if message.engines is not None:
-            self.query_one(EnginePanel).update_engines(message.engines)
+            panel = self.query_one(EnginePanel)
+            panel.update_engines(message.engines)
+            set_border_titles(panel, f"engines ({len(message.engines)})")
         self._render_table()
         self._announce_alerts()
         self._reattach_log()
         self._schedule_poll()
 
+    def _table_width(self, table: DataTable) -> int:
+        width = table.scrollable_content_region.width
+        # Before the first layout the table has no size: the screen less the border and padding.
+        return width if width > 0 else max(20, self.size.width - 4)
+
     def _render_table(self) -> None:
         table = self.query_one(DataTable)
         now = self.clock()
         variables = self.app.get_css_variables()
+        layout = table_layout(self.jobs, now, self._table_width(table))
         names = [str(job.get("name")) for job in self.jobs]
         current = [str(key.value) for key in table.rows]
-        if names != current:
+        set_border_titles(table, f"jobs ({len(self.jobs)})")
+        if layout != self._layout or names != current:
             cursor = table.cursor_row
-            table.clear()
+            table.clear(columns=layout != self._layout)
+            if layout != self._layout:
+                self._layout = layout
+                for column in layout.columns:
+                    table.add_column(fitted(column.label, column.width), width=column.width + CELL_GAP,
+                                     key=column.key)
             for job in self.jobs:
-                table.add_row(*row_cells(job, now, variables), key=str(job.get("name")))
+                table.add_row(*layout_cells(job, now, layout, variables), key=str(job.get("name")))
             if self.jobs:
                 table.move_cursor(row=min(max(cursor, 0), len(self.jobs) - 1))
             return
         for job in self.jobs:
-            for column, cell in zip(COLUMNS, row_cells(job, now, variables)):
-                table.update_cell(str(job.get("name")), column, cell, update_width=True)
+            for column, cell in zip(layout.columns, layout_cells(job, now, layout, variables)):
+                table.update_cell(str(job.get("name")), column.key, cell)
 
     def _announce_alerts(self) -> None:
         lines = banner_lines(self.jobs, self.clock())
