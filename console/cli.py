@@ -52,6 +52,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:
+        # An unusable state dir (a file, read-only, full disk) or an unreadable path
+        # is the environment, not a bug: one line, never a traceback.
+        print(f"gpudeck: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -31,9 +31,13 @@ class ProcessId:
 
     @classmethod
     def from_jsonable(cls, data: Optional[dict]) -> Optional["ProcessId"]:
-        if not data or data.get("pid") is None or data.get("start") is None:
+        # A hand-edited or corrupt meta.json names no process rather than crashing its readers.
+        if not isinstance(data, dict) or data.get("pid") is None or data.get("start") is None:
             return None
-        return cls(int(data["pid"]), int(data["start"]))
+        try:
+            return cls(int(data["pid"]), int(data["start"]))
+        except (TypeError, ValueError):
+            return None
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,17 @@ def read_jsonl(path: Path) -> list[dict]:
     return records
 
 
+def _timestamp(value: Any) -> Optional[float]:
+    """A timestamp from meta.json or exit.json; None when missing or corrupt (hand-edited, torn)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _number(value: Any) -> float:
+    return _timestamp(value) or 0.0
+
+
 @dataclass(frozen=True)
 class RunState:
     """What a run is doing now, derived from its files and /proc."""
@@ -212,12 +223,12 @@ class Run:
         runner_alive = runner is not None and is_alive(runner.pid, runner.start)
         job_alive = job is not None and is_alive(job.pid, job.start)
         common = dict(job_pid=job.pid if job else None, pgid=meta.get("pgid"),
-                      started_at=meta.get("started_at") or meta.get("created_at"),
+                      started_at=_timestamp(meta.get("started_at")) or _timestamp(meta.get("created_at")),
                       runner_alive=runner_alive, job_alive=job_alive)
         record = self.exit_record()
         if record is not None:
             state = "stopped" if record.get("stopped_by_request") else "exited"
-            return RunState(state=state, ended_at=record.get("ended_at"),
+            return RunState(state=state, ended_at=_timestamp(record.get("ended_at")),
                             exit_code=record.get("exit_code"), signal=record.get("signal"), **common)
         if runner_alive or job_alive:
             # A job whose runner was killed still runs (its output still reaches
@@ -225,7 +236,7 @@ class Run:
             if self.stop_requested():
                 return RunState(state="stopping", **common)
             return RunState(state="running" if job is not None else "starting", **common)
-        if runner is None and job is None and now - float(meta.get("created_at") or 0) < STARTING_GRACE_S:
+        if runner is None and job is None and now - _number(meta.get("created_at")) < STARTING_GRACE_S:
             return RunState(state="starting", **common)
         return RunState(state="lost", **common)
 

@@ -1,0 +1,121 @@
+"""Review regressions in the headless core: hostile state on disk, start/stop races, foreign-stop PID checks."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import psutil
+
+from jobs import procs
+from jobs.runs import latest_run
+from jobs.spec import load_jobs
+from jobs.supervisor import Supervisor
+
+from runsupport import PY, REPO, cli, cli_env, state, wait_for, write_jobs  # noqa: F401
+
+
+def test_unusable_state_dir_is_one_line_not_a_traceback(tmp_path, state):
+    jobs = write_jobs(tmp_path / "jobs.toml", {"svc": {"cmd": "sleep 300"}})
+    not_a_dir = tmp_path / "afile"
+    not_a_dir.write_text("")
+    env = cli_env(not_a_dir)
+    for command in (["start", "svc"], ["run", "svc"]):
+        done = cli(["--jobs", str(jobs), *command], env)
+        err = done.stderr.decode()
+        assert done.returncode != 0, command
+        assert "Traceback" not in err, err
+        assert err.startswith("gpudeck: ") and err.count("\n") == 1, err
+
+
+def test_corrupt_meta_json_fields_are_one_line_or_tolerated(tmp_path, state):
+    jobs = write_jobs(tmp_path / "jobs.toml", {"quick": {"cmd": "echo hi"}})
+    env = cli_env(state)
+    assert cli(["--jobs", str(jobs), "start", "quick"], env).returncode == 0
+    run = latest_run("quick")
+    wait_for(lambda: run.exit_record(), what="exit record")
+    for bad in ({"runner": "x"}, {"runner": {"pid": "abc", "start": 1}}, {"job_process": [1, 2]},
+                {"created_at": "abc"}):
+        run.exit_path.unlink(missing_ok=True)
+        run.meta_path.write_text(json.dumps(bad))
+        for command in (["jobs"], ["jobs", "--json"], ["stop", "quick"]):
+            done = cli(["--jobs", str(jobs), *command], env)
+            assert "Traceback" not in done.stderr.decode(), (bad, command, done.stderr.decode())
+
+
+def test_stop_before_a_slow_runner_launched_the_job_keeps_the_job_from_starting(tmp_path, state, monkeypatch):
+    """start immediately followed by stop, on a box so loaded that the runner is not up yet."""
+    import jobs.supervisor as supervisor_module
+    monkeypatch.setattr(supervisor_module, "STARTING_STOP_WAIT_S", 0.3)
+    marker = tmp_path / "ran"
+    sup = Supervisor(load_jobs(write_jobs(tmp_path / "jobs.toml",
+                                          {"svc": {"cmd": f"touch {marker}; sleep 300"}})))
+    # What start() writes before it launches the runner; the runner itself comes late.
+    real_popen = subprocess.Popen
+    launched = []
+
+    def no_runner(argv, **kw):
+        if argv[1:3] == ["-m", "jobs.runner"]:
+            launched.append(argv)
+            return real_popen(["true"], **kw)
+        return real_popen(argv, **kw)
+    monkeypatch.setattr(supervisor_module.subprocess, "Popen", no_runner)
+    sup.start("svc")
+    monkeypatch.setattr(supervisor_module.subprocess, "Popen", real_popen)
+    report = sup.stop("svc")
+    assert launched
+    # The runner finally gets the CPU.
+    runner = subprocess.Popen([PY, "-m", "jobs.runner", launched[0][-1]], cwd=REPO)
+    run = latest_run("svc")
+    try:
+        wait_for(lambda: marker.exists() or run.exit_record(), timeout=60, what="job start or exit record")
+        assert not marker.exists(), f"the job ran after stop said {report.message!r}"
+        record = run.exit_record()
+        assert record is not None and record.get("stopped_by_request"), record
+        assert sup.job_state("svc").state == "stopped"
+        assert runner.wait(timeout=30) == 0
+    finally:
+        runner.kill()
+        runner.wait(timeout=10)
+
+
+def test_foreign_stop_never_signals_a_member_pid_that_was_reused(tmp_path):
+    from jobs.engines.pivot import PlannedStop, stop_foreign
+    root = subprocess.Popen([PY, "-c", "import time; time.sleep(300)"])
+    bystander = subprocess.Popen([PY, "-c", "import time; time.sleep(300)"])
+    try:
+        root_time = psutil.Process(root.pid).create_time()
+        # The plan saw a member with the bystander's PID, but an earlier process: the PID was reused since.
+        stop = PlannedStop(kind="foreign", pid=root.pid, engine="vllm", cmdline="vllm serve", gpu_mem=None,
+                           port=None, create_time=root_time,
+                           members=((root.pid, "vllm"), (bystander.pid, "VLLM::Worker")),
+                           member_create_times=((root.pid, root_time),
+                                                (bystander.pid, root_time - 1000.0)))
+        ok, detail = stop_foreign(stop, grace_s=5)
+        assert root.wait(timeout=10) is not None
+        time.sleep(0.2)
+        assert bystander.poll() is None, f"a reused PID was signalled ({detail})"
+    finally:
+        for p in (root, bystander):
+            p.kill()
+            p.wait(timeout=10)
+
+
+def test_foreign_stop_without_member_times_leaves_unverifiable_members_alone(tmp_path):
+    from jobs.engines.pivot import PlannedStop, stop_foreign
+    root = subprocess.Popen([PY, "-c", "import time; time.sleep(300)"])
+    bystander = subprocess.Popen([PY, "-c", "import time; time.sleep(300)"])
+    try:
+        root.kill()
+        root.wait(timeout=10)
+        # The root is gone; nothing proves the remaining member PID is still the engine's.
+        stop = PlannedStop(kind="foreign", pid=root.pid, engine="vllm", cmdline="vllm serve", gpu_mem=None,
+                           port=None, create_time=time.time() - 50,
+                           members=((root.pid, "vllm"), (bystander.pid, "VLLM::Worker")))
+        stop_foreign(stop, grace_s=2)
+        time.sleep(0.2)
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait(timeout=10)
