@@ -180,6 +180,14 @@ class Runner:
         self.meta = self.run.meta()
         self.meta = self.run.update_meta(runner=self.me.to_jsonable() if self.me else None,
                                          runner_host=socket.gethostname())
+        if self.run.stop_requested():
+            # `stop` came while this runner was still coming up (start at once followed by
+            # stop on a loaded box): the job is never launched, and the run says why.
+            self.run.add_event("JobNotStarted", reason="stop requested before launch")
+            self.run.write_exit({"exit_code": None, "signal": None, "ended_at": time.time(),
+                                 "stopped_by_request": True, "leftovers": [],
+                                 "note": "stopped before the job was launched"})
+            return 0
         log_fd = os.open(self.run.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         cwd = self.meta.get("cwd") or None
         try:
@@ -204,6 +212,10 @@ class Runner:
             job_process=self.job.to_jsonable() if self.job else {"pid": pid, "start": None},
             pgid=self.pgid, started_at=started)
         self.run.add_event("JobStarted", pid=pid, pgid=self.pgid)
+        if self.run.stop_requested():
+            # A stop that came between the check above and the pid being recorded found
+            # no job to signal: the runner carries it out itself.
+            self._begin_stop("stop requested while the job was being launched")
         self.monitors = load_monitors(self.run, self.meta)
         self._watch()
         self._finish()

@@ -28,6 +28,8 @@ LIVE_STATES = ("starting", "running", "stopping")
 # `start` waits at most this long for the runner to report the job's pid; past
 # it, start returns anyway and the job shows as "starting".
 START_WAIT_S = 0.8
+# `stop` of a run still "starting" waits this long for the runner to report the job's pid.
+STARTING_STOP_WAIT_S = 5.0
 # After SIGKILL, how long to keep re-killing and waiting for the tree to vanish.
 KILL_WAIT_S = 10.0
 # How long the runner gets to write exit.json once the job is gone.
@@ -348,15 +350,24 @@ class Supervisor:
             return self._verify(StopReport(job=name, run_id=None, was_running=False, port=spec.port,
                                            message=f"{name} was never started by gpudeck; nothing signalled"),
                                 spec, None, started)
-        if run.state().state == "starting":
-            # The runner is about to write the job's pid: stopping before that would miss it.
-            deadline = time.monotonic() + 5.0
-            while run.state().state == "starting" and time.monotonic() < deadline:
+        was_starting = run.state().state == "starting"
+        if was_starting:
+            # Recorded first: a runner not yet up (a loaded box) reads it and never launches
+            # the job; one already up has its pid written within the wait below.
+            run.add_event("StopRequested", by="supervisor", pid=os.getpid(), before_launch=True)
+            # (With that event recorded the state reads "stopping" once the runner is up,
+            # so wait on the files themselves.)
+            deadline = time.monotonic() + STARTING_STOP_WAIT_S
+            while not self._launch_settled(run) and time.monotonic() < deadline:
                 time.sleep(0.02)
         procs = run_processes(run)
         rs = run.state()
         report = StopReport(job=name, run_id=run.run_id, was_running=bool(procs) or rs.state in LIVE_STATES,
                             port=spec.port)
+        if was_starting and not procs and not self._launch_settled(run):
+            report.message = (f"{name} (run {run.run_id}) was still starting: its runner will not "
+                              f"launch the job")
+            return self._verify(report, spec, run, started)
         if not procs:
             report.message = f"{name} is not running (run {run.run_id} {rs.state})"
             return self._verify(report, spec, run, started)
@@ -390,6 +401,15 @@ class Supervisor:
         self._await_exit_record(run)
         report.message = f"stopped {name} (run {run.run_id})" + (" after SIGKILL" if report.escalated else "")
         return self._verify(report, spec, run, started)
+
+    @staticmethod
+    def _launch_settled(run: Run) -> bool:
+        """The runner has recorded the job's pid or the run's end, or it died before either."""
+        meta = run.meta()
+        if meta.get("job_process") or run.exit_record() is not None:
+            return True
+        runner = ProcessId.from_jsonable(meta.get("runner"))
+        return runner is not None and not is_alive(runner.pid, runner.start)
 
     def _kill_all(self, run: Run) -> list[int]:
         killed: set[int] = set()

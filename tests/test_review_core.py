@@ -119,3 +119,16 @@ def test_foreign_stop_without_member_times_leaves_unverifiable_members_alone(tmp
     finally:
         bystander.kill()
         bystander.wait(timeout=10)
+
+
+def test_start_at_once_followed_by_stop_leaves_nothing_running(tmp_path, state):
+    marker = tmp_path / "ran"
+    sup = Supervisor(load_jobs(write_jobs(tmp_path / "jobs.toml",
+                                          {"svc": {"cmd": f"echo x >> {marker}; exec sleep 300"}})))
+    for _ in range(3):
+        sup.start("svc")
+        report = sup.stop("svc")
+        run = latest_run("svc")
+        wait_for(lambda: run.exit_record(), timeout=30, what="exit record")
+        assert sup.job_state("svc").state == "stopped", report.message
+        assert not [st for st in procs.tagged(run.run_id)], report.message
