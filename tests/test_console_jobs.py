@@ -483,6 +483,21 @@ def test_jobs_screen_snapshot_120x36(snap_compare) -> None:
     assert snap_compare(SnapshotApp(), terminal_size=(120, 36), run_before=settle)
 
 
+@pilot_test
+async def test_resizing_the_terminal_lays_the_columns_out_again() -> None:
+    app = SnapshotApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen.refreshes
+                                and app.screen, "rows")
+        keys = lambda: [c.key for c in screen._layout.columns]  # noqa: E731
+        assert "run" not in keys() and "kind" not in keys()
+        await pilot.resize_terminal(200, 60)
+        await wait_for(pilot, lambda: "run" in keys(), "wide columns", detail=keys)
+        table = screen.query_one("#jobs-table")
+        assert not table.show_horizontal_scrollbar
+        assert [str(c.key.value) for c in table.ordered_columns] == keys()
+
+
 @pytest.mark.parametrize("width", [40, 60, 76, 96, 116, 156, 196, 300])
 def test_table_columns_fit_the_width_and_keep_state_and_progress(width: int) -> None:
     layout = table_layout(FAKE_JOBS, NOW, width)
