@@ -26,6 +26,7 @@ class EngineMember:
     pid: int
     title: str                       # process title (VLLM::Worker_TP3) or program name
     gpu_mem: Optional[int] = None    # bytes on all GPUs; None when NVML does not say
+    create_time: float = 0.0         # with pid, names this very process (a PID is reused)
 
 
 @dataclass(frozen=True)
@@ -211,7 +212,7 @@ def discover_engines(live_runs: Optional[Mapping[int, tuple[str, str]]] = None, 
             cmdline=" ".join(root.cmdline).strip() or root.name,
             managed=run_id is not None, job=job, run_id=run_id, orphan=orphan,
             create_time=root.create_time, model=launch.model if launch else None,
-            members=tuple(EngineMember(m.pid, _title(m.name, m.cmdline), mem.get(m.pid))
+            members=tuple(EngineMember(m.pid, _title(m.name, m.cmdline), mem.get(m.pid), m.create_time)
                           for m in members),
             gpus=tuple(sorted(set().union(*(gpus.get(m.pid, set()) for m in members))))))
     return engines

@@ -47,6 +47,8 @@ class PlannedStop:
     create_time: float = 0.0
     members: tuple[tuple[int, str], ...] = ()
     gpus: tuple[int, ...] = ()
+    # (pid, create_time) of each member as planned: only these very processes are signalled.
+    member_create_times: tuple[tuple[int, float], ...] = ()
 
     def describe(self) -> str:
         mem = f", {self.gpu_mem / 2**30:.1f} GiB GPU memory" if self.gpu_mem else ""
@@ -123,7 +125,8 @@ class PivotResult:
 def _planned(e: EngineProcess, kind: str) -> PlannedStop:
     return PlannedStop(kind=kind, pid=e.pid, engine=e.engine, cmdline=e.cmdline, gpu_mem=e.gpu_mem,
                        port=e.port, job=e.job, run_id=e.run_id, create_time=e.create_time,
-                       members=tuple((m.pid, m.title) for m in e.members), gpus=e.gpus)
+                       members=tuple((m.pid, m.title) for m in e.members), gpus=e.gpus,
+                       member_create_times=tuple((m.pid, m.create_time) for m in e.members))
 
 
 def plan_pivot(supervisor, target: str, *, stop_foreign: bool = False,
@@ -269,15 +272,22 @@ def verify_port_free(port: int, *, deadline_s: float = PORT_FREE_DEADLINE_S,
 def stop_foreign(stop: PlannedStop, *, grace_s: float = FOREIGN_GRACE_S) -> tuple[bool, str]:
     """SIGTERM the foreign engine's processes (pid + start time checked), wait, SIGKILL what is left."""
     import psutil
+    planned_times = dict(stop.member_create_times)
+    planned_times.setdefault(stop.pid, stop.create_time)
     procs = []
     for pid, _title in stop.members or ((stop.pid, ""),):
         try:
             p = psutil.Process(pid)
+            started = p.create_time()
         except psutil.Error:
             continue
-        # Only the very process the operator saw: a reused PID is never signalled.
-        if pid == stop.pid and stop.create_time and abs(p.create_time() - stop.create_time) > 0.05:
-            return False, f"PID {pid} is now a different process; nothing signalled"
+        # Only the very processes the operator saw: a reused PID is never signalled, and a
+        # member whose start the plan did not record is left alone (nothing proves it is the engine's).
+        planned = planned_times.get(pid)
+        if not planned or abs(started - planned) > 0.05:
+            if pid == stop.pid:
+                return False, f"PID {pid} is now a different process; nothing signalled"
+            continue
         procs.append(p)
     for p in procs:
         try:
