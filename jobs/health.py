@@ -408,9 +408,15 @@ def job_health(run_dir: Optional[Path]) -> dict:
         return {"phase": None, "progress": None, "alerts": []}
     health = read_health(run_dir)
     if health is not None:
-        return {"phase": health.get("phase"), "progress": health.get("progress"),
-                "alerts": list(health.get("alerts") or []), "failure": health.get("failure"),
-                "serving": health.get("serving")}
+        # Typed as the faces expect them: a hand-edited or version-skewed health.json
+        # loses the odd field instead of crashing `gpudeck jobs` and the console.
+        def typed(key: str, kind: type) -> Any:
+            value = health.get(key)
+            return value if isinstance(value, kind) else None
+        alerts = health.get("alerts")
+        return {"phase": typed("phase", str), "progress": typed("progress", dict),
+                "alerts": [a for a in alerts if isinstance(a, dict)] if isinstance(alerts, list) else [],
+                "failure": typed("failure", dict), "serving": typed("serving", dict)}
     analysis = analyze_tail(run_dir)
     alerts: list[dict] = []
     try:
@@ -422,7 +428,8 @@ def job_health(run_dir: Optional[Path]) -> dict:
         rules = HealthRules(job=Path(run_dir).parent.name, run_id=Path(run_dir).name)
         signal = record.get("signal")
         signal = _signal_number(signal) if isinstance(signal, str) else signal
-        rules.end(RunEnd(time=float(record.get("ended_at") or time.time()),
+        ended_at = record.get("ended_at")
+        rules.end(RunEnd(time=float(ended_at) if isinstance(ended_at, (int, float)) else time.time(),
                          exit_code=record.get("exit_code") if isinstance(record.get("exit_code"), int) else None,
                          signal=signal if isinstance(signal, int) else None,
                          stopped=bool(record.get("stopped_by_request")), failure=analysis.get("failure")))

@@ -132,3 +132,16 @@ def test_start_at_once_followed_by_stop_leaves_nothing_running(tmp_path, state):
         wait_for(lambda: run.exit_record(), timeout=30, what="exit record")
         assert sup.job_state("svc").state == "stopped", report.message
         assert not [st for st in procs.tagged(run.run_id)], report.message
+
+
+def test_health_json_with_wrong_typed_fields_does_not_crash_the_jobs_table(tmp_path, state):
+    jobs = write_jobs(tmp_path / "jobs.toml", {"quick": {"cmd": "echo hi"}})
+    env = cli_env(state)
+    assert cli(["--jobs", str(jobs), "start", "quick"], env).returncode == 0
+    run = latest_run("quick")
+    wait_for(lambda: run.exit_record(), what="exit record")
+    for bad in ({"phase": 5, "alerts": "x", "progress": "y", "failure": 3},
+                {"alerts": [1, "x"], "progress": ["z"], "serving": 2}):
+        (run.path / "health.json").write_text(json.dumps(bad))
+        done = cli(["--jobs", str(jobs), "jobs"], env)
+        assert done.returncode == 0 and "Traceback" not in done.stderr.decode(), done.stderr.decode()
