@@ -7,6 +7,7 @@ with start times, exit records, stop requests) lives in the run directories.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import os
 import signal
 import socket
@@ -21,7 +22,7 @@ from jobs import paths
 from jobs.procs import (RUN_TAG, ProcessId, ProcStat, all_stats, cmdline, descendants, group_members,
                         is_alive, listening_ports, port_owners, signal_group, signal_name, signal_number,
                         signal_process, tagged)
-from jobs.runs import Run, RunState, create_run, latest_run, list_runs, prune_runs
+from jobs.runs import Run, RunState, create_run, job_dir, latest_run, list_runs, prune_runs
 from jobs.spec import JobsFile, JobSpec
 
 LIVE_STATES = ("starting", "running", "stopping")
@@ -250,12 +251,23 @@ class Supervisor:
     def start(self, name: str, *, pipeline: Optional[str] = None) -> str:
         """Start a run of `name` under a detached runner; returns its run id within about a second."""
         spec = self.spec(name)
-        current = self.latest(name)
-        if current is not None:
-            st = current.state()
-            if st.state in LIVE_STATES:
-                raise JobAlreadyRunning(name, current.run_id)
-        run = create_run(name, self.state_dir)
+        job_runs = job_dir(name, self.state_dir)
+        job_runs.mkdir(parents=True, exist_ok=True)
+        # Check-and-create under a lock: two CLIs (or a CLI and the console) starting the
+        # same job at once would otherwise both see it idle and start it twice. Once
+        # meta.json has created_at, the new run reads "starting" (live) to everyone.
+        lock_fd = os.open(job_runs / ".start.lock", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+            current = self.latest(name)
+            if current is not None:
+                st = current.state()
+                if st.state in LIVE_STATES:
+                    raise JobAlreadyRunning(name, current.run_id)
+            run = create_run(name, self.state_dir)
+            run.update_meta(job=name, run_id=run.run_id, created_at=time.time())
+        finally:
+            os.close(lock_fd)
         run.log_path.touch()          # readers (logs -f, the console) may open it at once
         env = {str(k): str(v) for k, v in spec.env.items()}
         if spec.gpus:

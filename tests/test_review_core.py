@@ -145,3 +145,19 @@ def test_health_json_with_wrong_typed_fields_does_not_crash_the_jobs_table(tmp_p
         (run.path / "health.json").write_text(json.dumps(bad))
         done = cli(["--jobs", str(jobs), "jobs"], env)
         assert done.returncode == 0 and "Traceback" not in done.stderr.decode(), done.stderr.decode()
+
+
+def test_two_clis_starting_the_same_job_at_once_start_it_once(tmp_path, state):
+    jobs = write_jobs(tmp_path / "jobs.toml", {"svc": {"cmd": "sleep 300"}})
+    env = cli_env(state)
+    for attempt in range(12):
+        clis = [subprocess.Popen([PY, "-m", "console.cli", "--jobs", str(jobs), "start", "svc"], cwd=REPO,
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(4)]
+        codes = [p.wait(timeout=60) for p in clis]
+        for p in clis:
+            p.stdout.close()
+            p.stderr.close()
+        live = [r for r in __import__("jobs.runs").runs.list_runs("svc")
+                if r.state().state in ("starting", "running")]
+        assert codes.count(0) == 1 and len(live) == 1, (attempt, codes, live)
+        Supervisor(load_jobs(jobs)).stop("svc", timeout=5)
