@@ -9,6 +9,7 @@ first failure. Progress is events.jsonl; the end is result.json.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -161,25 +162,31 @@ def start_pipeline(supervisor, target: str) -> Pipeline:
     """Plan, record and launch a detached pipeline for `target`; returns at once."""
     from jobs.supervisor import spec_snapshot
     stages = plan(supervisor.jobs_file, target)
-    current = latest_pipeline(target, supervisor.state_dir)
-    if current is not None and current.state() == "running":
-        raise PipelineError(f"a pipeline for {target} is already running ({current.pipeline_id})")
     parent = pipelines_root(supervisor.state_dir) / target
     parent.mkdir(parents=True, exist_ok=True)
-    while True:
-        path = parent / new_run_id()
-        try:
-            path.mkdir()
-            break
-        except FileExistsError:
-            continue
-    pipe = Pipeline(path)
-    write_json_atomic(path / META, {
-        "target": target, "stages": stages, "created_at": time.time(),
-        "jobs_file": str(supervisor.jobs_file.path), "state_dir": str(supervisor.state_dir),
-        "specs": {name: spec_snapshot(supervisor.jobs_file.jobs[name]) for name in stages},
-        "vars": dict(getattr(supervisor.jobs_file, "vars", {}) or {}),
-    })
+    # Check-then-create under a per-target lock: two `gpudeck run X` at once start one pipeline.
+    lock_fd = os.open(parent / ".start.lock", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        current = latest_pipeline(target, supervisor.state_dir)
+        if current is not None and current.state() == "running":
+            raise PipelineError(f"a pipeline for {target} is already running ({current.pipeline_id})")
+        while True:
+            path = parent / new_run_id()
+            try:
+                path.mkdir()
+                break
+            except FileExistsError:
+                continue
+        pipe = Pipeline(path)
+        write_json_atomic(path / META, {
+            "target": target, "stages": stages, "created_at": time.time(),
+            "jobs_file": str(supervisor.jobs_file.path), "state_dir": str(supervisor.state_dir),
+            "specs": {name: spec_snapshot(supervisor.jobs_file.jobs[name]) for name in stages},
+            "vars": dict(getattr(supervisor.jobs_file, "vars", {}) or {}),
+        })
+    finally:
+        os.close(lock_fd)          # closing the fd releases the lock
     with open(path / "pipeline.log", "ab") as diag:
         launcher = subprocess.Popen(
             [sys.executable, "-m", "jobs.pipeline", "--detach", str(path)],

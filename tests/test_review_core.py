@@ -161,3 +161,23 @@ def test_two_clis_starting_the_same_job_at_once_start_it_once(tmp_path, state):
                 if r.state().state in ("starting", "running")]
         assert codes.count(0) == 1 and len(live) == 1, (attempt, codes, live)
         Supervisor(load_jobs(jobs)).stop("svc", timeout=5)
+
+
+def test_two_clis_running_the_same_pipeline_at_once_start_one_pipeline(tmp_path, state):
+    from jobs.pipeline import list_pipelines
+    jobs = write_jobs(tmp_path / "jobs.toml", {"first": {"cmd": "sleep 300"},
+                                                "second": {"cmd": "true", "needs": ["first"]}})
+    env = cli_env(state)
+    for attempt in range(6):
+        clis = [subprocess.Popen([PY, "-m", "console.cli", "--jobs", str(jobs), "run", "second"], cwd=REPO,
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(4)]
+        codes = [p.wait(timeout=60) for p in clis]
+        for p in clis:
+            p.stdout.close()
+            p.stderr.close()
+        running = [p for p in list_pipelines("second", state) if p.state() == "running"]
+        assert codes.count(0) == 1 and len(running) == 1, (attempt, codes, running)
+        cli(["--jobs", str(jobs), "stop", "second"], env)
+        cli(["--jobs", str(jobs), "stop", "first"], env)
+        wait_for(lambda: all(p.state() != "running" for p in list_pipelines("second", state)),
+                 timeout=30, what="the pipeline to end")
