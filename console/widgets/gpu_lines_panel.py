@@ -9,7 +9,7 @@ from textual.widget import Widget
 from jobs.telemetry.snapshot import GpuSample
 
 from console.widgets.gpu_card_panel import gpu_line_parts
-from console.widgets.strip_painter import StripPainter
+from console.widgets.strip_painter import Part, StripPainter, refresh_changed_lines
 
 # One widget rather than one per GPU: each widget repaint has a fixed cost (~0.3 ms on a
 # slow core) that eight separate lines would pay eight times per tick.
@@ -28,6 +28,7 @@ class GpuLinesPanel(Widget):
         super().__init__(**kwargs)
         self._gpus: list[tuple[GpuSample, tuple[Optional[float], ...]]] = []
         self._stale = False
+        self._lines: tuple[int, list[list[Part]]] = (-1, [])    # (width, each GPU's line as parts)
         self._cache: dict[int, tuple[object, Strip]] = {}
         self._painter_: StripPainter | None = None
 
@@ -35,25 +36,42 @@ class GpuLinesPanel(Widget):
         new = [(g, tuple(recent)) for g, recent in gpus]
         if new == self._gpus and stale == self._stale:
             return
-        layout = len(new) != len(self._gpus)
+        restyled = stale != self._stale
+        count_changed = len(new) != len(self._gpus)
         self._gpus, self._stale = new, stale
         self.set_class(stale, "-stale")
         self._painter.invalidate()
-        self.refresh(layout=layout)
+        width = self.size.width
+        shown = self._lines[1] if self._lines[0] == width and not restyled else None
+        self._lines = (width, self._build(width))
+        if shown is None:
+            self.refresh(layout=count_changed)
+        else:
+            # A sample that moved only below what a line shows (power 465.3 -> 465.4 W) repaints nothing.
+            refresh_changed_lines(self, shown, self._lines[1])
+
+    def _build(self, width: int) -> list[list[Part]]:
+        return [gpu_line_parts(gpu, recent, width, self._stale) for gpu, recent in self._gpus]
+
+    def lines(self) -> list[list[Part]]:
+        width = self.size.width
+        if self._lines[0] != width:
+            self._lines = (width, self._build(width))
+        return self._lines[1]
 
     def get_content_height(self, container, viewport, width: int) -> int:
         return len(self._gpus)
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
+        lines = self.lines()
         self._painter.ensure()
-        if y >= len(self._gpus):
+        if y >= len(lines):
             return self._painter.blank(width)
-        gpu, recent = self._gpus[y]
-        key = (gpu, recent, width, self._stale, self._painter.generation)
+        key = (lines[y], width, self._painter.generation)
         cached = self._cache.get(y)
         if cached is None or cached[0] != key:
-            cached = (key, self._painter.strip(gpu_line_parts(gpu, recent, width, self._stale), width))
+            cached = (key, self._painter.strip(lines[y], width))
             self._cache[y] = cached
         return cached[1]
 

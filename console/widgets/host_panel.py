@@ -11,7 +11,7 @@ from jobs.telemetry.snapshot import HostSample
 from console.format import hbar, human_bytes, human_rate, level_style, pct, safe_text
 from console.telemetry_view import TelemetryView
 from console.widgets.border_titles import set_border_titles
-from console.widgets.strip_painter import Part, StripPainter, plain
+from console.widgets.strip_painter import Part, StripPainter, plain, refresh_changed_lines
 
 _LEVELS = "▁▂▃▄▅▆▇█"
 # Few cores get a labelled bar each; many cores (a 192-core box) get one glyph each.
@@ -126,6 +126,7 @@ class HostPanel(Widget):
         key = (host, view.stale, view.error if host is None else None)
         if key == self._shown:
             return
+        restyled = self.has_class("-stale") != view.stale
         self._shown = key
         self.host = host
         if host is None and view.error:
@@ -134,10 +135,16 @@ class HostPanel(Widget):
         self._painter.invalidate()
         title = f"host · {safe_text(host.name, 60)}" if host else "host"
         set_border_titles(self, title + (" · STALE" if view.stale else ""))
-        # Height depends on the core count and the width: re-layout only when the line count changes.
-        self._lines = (self.size.width, host_lines(host, self.size.width, self.message))
+        width = self.size.width
+        shown = self._lines[1] if self._lines[0] == width and not restyled else None
+        self._lines = (width, host_lines(host, width, self.message))
         line_count = len(self._lines[1])
-        self.refresh(layout=line_count != self._line_count)
+        if shown is None:
+            # Height depends on the core count and the width: re-layout only when the line count changes.
+            self.refresh(layout=line_count != self._line_count)
+        else:
+            # Most ticks change the CPU, one core row and the disk/net line; the rest stays put.
+            refresh_changed_lines(self, shown, self._lines[1])
         self._line_count = line_count
 
     def get_content_height(self, container, viewport, width: int) -> int:

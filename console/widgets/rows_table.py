@@ -15,7 +15,7 @@ from textual.geometry import Region
 from textual.widget import Widget
 
 from console.widgets.border_titles import set_border_titles
-from console.widgets.strip_painter import Part, StripPainter, plain
+from console.widgets.strip_painter import Part, StripPainter, plain, refresh_changed_lines
 
 # A cell is its text, or (text, style) where style may use theme variables ("bold $warning").
 Cell = Union[str, tuple[str, str]]
@@ -82,13 +82,19 @@ class RowsTable(Widget, can_focus=True):
         if rows == self._rows:
             return
         count_changed = len(rows) != len(self._rows)
+        shown = self._rows
+        same_rows = list(rows) == self._keys
         self._rows = dict(rows)
         self._keys = list(rows)
         for gone in set(self._row_cache) - set(rows):
             del self._row_cache[gone]
         if self.cursor_key is not None and self.cursor_key not in rows:
             self.cursor_key = None
-        self.refresh(layout=count_changed)
+        if same_rows:
+            # The same rows in the same order: repaint only those whose cells changed (CPU%, SM%…).
+            refresh_changed_lines(self, [shown[k] for k in self._keys], [rows[k] for k in self._keys], top=1)
+        else:
+            self.refresh(layout=count_changed)
 
     @property
     def row_keys(self) -> list[str]:

@@ -8,11 +8,12 @@ background, as Textual does for translucent colours.
 """
 from __future__ import annotations
 
-from typing import Iterable, Union
+from typing import Iterable, Sequence, Union
 
 from rich.segment import Segment
 from rich.style import Style as RichStyle
 from textual.color import Color
+from textual.geometry import Region
 from textual.strip import Strip
 from textual.markup import parse_style
 from textual.widget import Widget
@@ -99,3 +100,22 @@ class StripPainter:
 
 def plain(parts: Iterable[Part]) -> str:
     return "".join(p if isinstance(p, str) else p[0] for p in parts)
+
+
+def refresh_changed_lines(widget: Widget, shown: Sequence[object], new: Sequence[object], top: int = 0) -> None:
+    """Repaint only the content lines whose description changed between `shown` and `new`.
+
+    `widget.refresh()` repaints every line of the widget through Textual's styles cache and
+    compositor (~0.08 ms a line on a slow core) and re-sends them to the terminal, borders
+    included; most lines of a panel show the same text from one tick to the next. A line
+    count change re-lays out the widget; a widget not laid out yet is repainted whole.
+    """
+    width = widget.size.width
+    if len(shown) != len(new):
+        widget.refresh(layout=True)
+    elif not width:
+        widget.refresh()
+    else:
+        changed = [Region(0, top + y, width, 1) for y, (old, now) in enumerate(zip(shown, new)) if old != now]
+        if changed:
+            widget.refresh(*changed)
