@@ -9,7 +9,7 @@ from textual.widget import Widget
 from jobs.telemetry.snapshot import GpuSample
 
 from console.widgets.border_titles import set_border_titles
-from console.widgets.strip_painter import Part, StripPainter
+from console.widgets.strip_painter import Part, StripPainter, refresh_changed_lines
 from console.format import NA, hbar, human_bytes, level_style, pct, short_gpu_name, sparkline
 
 # Reasons NVML reports in normal operation: showing them would cry wolf.
@@ -134,8 +134,8 @@ class GpuCardPanel(Widget):
         self.recent_util: Sequence[Optional[float]] = ()
         self.stale = False
         self._shown: object = None
-        self._lines_key: object = None
-        self._strips: list[Strip] = []
+        self._lines: tuple[int, list[list[Part]]] = (-1, [])    # (width, the card's lines as parts)
+        self._strips: dict[int, tuple[object, Strip]] = {}
         self._painter_: StripPainter | None = None
 
     def update_card(self, sample: GpuSample, recent_util: Sequence[Optional[float]], stale: bool) -> None:
@@ -145,12 +145,20 @@ class GpuCardPanel(Widget):
         self._shown = key
         self.sample = sample
         self.recent_util = recent_util
-        if stale != self.stale:
+        restyled = stale != self.stale
+        if restyled:
             self.stale = stale
             self.set_class(stale, "-stale")
         self._update_titles()
         self._painter.invalidate()
-        self.refresh()
+        width = self.size.width
+        shown = self._lines[1] if self._lines[0] == width and not restyled else None
+        self._lines = (width, self.card_lines(width))
+        if shown is None:
+            self.refresh()
+        else:
+            # Clocks, memory and throttling rarely move: most ticks repaint util, temp/power and the sparkline.
+            refresh_changed_lines(self, shown, self._lines[1])
 
     def _update_titles(self) -> None:
         sample = self.sample
@@ -161,15 +169,25 @@ class GpuCardPanel(Widget):
             title += " · STALE"
         set_border_titles(self, title, "SIMULATED" if sample.simulated else None)
 
+    def lines(self) -> list[list[Part]]:
+        width = self.size.width
+        if self._lines[0] != width:
+            self._lines = (width, self.card_lines(width))
+        return self._lines[1]
+
     def render_line(self, y: int) -> Strip:
         width = self.size.width
+        lines = self.lines()
         painter = self._painter
         painter.ensure()
-        key = (self.sample, tuple(self.recent_util), self.stale, width, painter.generation)
-        if key != self._lines_key:
-            self._lines_key = key
-            self._strips = [painter.strip(parts, width) for parts in self.card_lines(width)]
-        return self._strips[y] if y < len(self._strips) else painter.blank(width)
+        if y >= len(lines):
+            return painter.blank(width)
+        key = (lines[y], width, painter.generation)
+        cached = self._strips.get(y)
+        if cached is None or cached[0] != key:
+            cached = (key, painter.strip(lines[y], width))
+            self._strips[y] = cached
+        return cached[1]
 
     @property
     def _painter(self) -> StripPainter:
