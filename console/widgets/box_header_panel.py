@@ -9,14 +9,14 @@ from textual.widget import Widget
 
 from console.format import safe_text
 from console.telemetry_view import TelemetryView
-from console.widgets.strip_painter import Part, StripPainter
+from console.widgets.strip_painter import PaintedLines, Part
 
 
 def clock_text(t: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t))
 
 
-class BoxHeaderPanel(Widget):
+class BoxHeaderPanel(PaintedLines, Widget):
     DEFAULT_CSS = """
     BoxHeaderPanel {
         dock: top;
@@ -31,7 +31,6 @@ class BoxHeaderPanel(Widget):
         self.view_title = view_title
         self.view: Optional[TelemetryView] = None
         self._shown: object = None
-        self._painter_: StripPainter | None = None
 
     def apply_telemetry(self, view: TelemetryView) -> None:
         snap = view.snapshot
@@ -76,9 +75,3 @@ class BoxHeaderPanel(Widget):
         else:
             parts.append((f"live · every {view.refresh_s:g}s · {clock_text(snap.time)}", "$text-muted"))
         return parts
-
-    @property
-    def _painter(self) -> StripPainter:
-        if self._painter_ is None:
-            self._painter_ = StripPainter(self)
-        return self._painter_

@@ -9,7 +9,7 @@ from textual.widget import Widget
 from jobs.telemetry.snapshot import GpuSample
 
 from console.widgets.border_titles import set_border_titles
-from console.widgets.strip_painter import Part, StripPainter, refresh_changed_lines
+from console.widgets.strip_painter import PaintedLines, Part, refresh_changed_lines
 from console.format import NA, hbar, human_bytes, level_style, pct, short_gpu_name, sparkline
 
 # Reasons NVML reports in normal operation: showing them would cry wolf.
@@ -105,7 +105,7 @@ def gpu_line_parts(s: GpuSample, recent_util: Sequence[Optional[float]], width: 
     return parts
 
 
-class GpuCardPanel(Widget):
+class GpuCardPanel(PaintedLines, Widget):
     """Renders one GpuSample; redraws only when what it shows changed."""
 
     DEFAULT_CSS = """
@@ -135,8 +135,6 @@ class GpuCardPanel(Widget):
         self.stale = False
         self._shown: object = None
         self._lines: tuple[int, list[list[Part]]] = (-1, [])    # (width, the card's lines as parts)
-        self._strips: dict[int, tuple[object, Strip]] = {}
-        self._painter_: StripPainter | None = None
 
     def update_card(self, sample: GpuSample, recent_util: Sequence[Optional[float]], stale: bool) -> None:
         key = (sample, tuple(recent_util), stale)
@@ -176,24 +174,7 @@ class GpuCardPanel(Widget):
         return self._lines[1]
 
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
-        lines = self.lines()
-        painter = self._painter
-        painter.ensure()
-        if y >= len(lines):
-            return painter.blank(width)
-        key = (lines[y], width, painter.generation)
-        cached = self._strips.get(y)
-        if cached is None or cached[0] != key:
-            cached = (key, painter.strip(lines[y], width))
-            self._strips[y] = cached
-        return cached[1]
-
-    @property
-    def _painter(self) -> StripPainter:
-        if self._painter_ is None:
-            self._painter_ = StripPainter(self)
-        return self._painter_
+        return self.painted_line(y, self.lines())
 
     def card_lines(self, width: int) -> list[list[Part]]:
         """The card's lines for `width` cells, as (text, style) parts."""

@@ -9,13 +9,13 @@ from textual.widget import Widget
 from jobs.telemetry.snapshot import GpuSample
 
 from console.widgets.gpu_card_panel import gpu_line_parts
-from console.widgets.strip_painter import Part, StripPainter, refresh_changed_lines
+from console.widgets.strip_painter import PaintedLines, Part, refresh_changed_lines
 
 # One widget rather than one per GPU: each widget repaint has a fixed cost (~0.3 ms on a
 # slow core) that eight separate lines would pay eight times per tick.
 
 
-class GpuLinesPanel(Widget):
+class GpuLinesPanel(PaintedLines, Widget):
     DEFAULT_CSS = """
     GpuLinesPanel {
         height: auto;
@@ -29,8 +29,6 @@ class GpuLinesPanel(Widget):
         self._gpus: list[tuple[GpuSample, tuple[Optional[float], ...]]] = []
         self._stale = False
         self._lines: tuple[int, list[list[Part]]] = (-1, [])    # (width, each GPU's line as parts)
-        self._cache: dict[int, tuple[object, Strip]] = {}
-        self._painter_: StripPainter | None = None
 
     def update_lines(self, gpus: Sequence[tuple[GpuSample, Sequence[Optional[float]]]], stale: bool) -> None:
         new = [(g, tuple(recent)) for g, recent in gpus]
@@ -63,20 +61,4 @@ class GpuLinesPanel(Widget):
         return len(self._gpus)
 
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
-        lines = self.lines()
-        self._painter.ensure()
-        if y >= len(lines):
-            return self._painter.blank(width)
-        key = (lines[y], width, self._painter.generation)
-        cached = self._cache.get(y)
-        if cached is None or cached[0] != key:
-            cached = (key, self._painter.strip(lines[y], width))
-            self._cache[y] = cached
-        return cached[1]
-
-    @property
-    def _painter(self) -> StripPainter:
-        if self._painter_ is None:
-            self._painter_ = StripPainter(self)
-        return self._painter_
+        return self.painted_line(y, self.lines())

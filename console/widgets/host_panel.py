@@ -11,7 +11,7 @@ from jobs.telemetry.snapshot import HostSample
 from console.format import hbar, human_bytes, human_rate, level_style, pct, safe_text
 from console.telemetry_view import TelemetryView
 from console.widgets.border_titles import set_border_titles
-from console.widgets.strip_painter import Part, StripPainter, plain, refresh_changed_lines
+from console.widgets.strip_painter import PaintedLines, Part, plain, refresh_changed_lines
 
 _LEVELS = "▁▂▃▄▅▆▇█"
 # Few cores get a labelled bar each; many cores (a 192-core box) get one glyph each.
@@ -98,7 +98,7 @@ def _core_lines(h: HostSample, width: int) -> list[Line]:
     return rows
 
 
-class HostPanel(Widget):
+class HostPanel(PaintedLines, Widget):
     DEFAULT_CSS = """
     HostPanel {
         height: auto;
@@ -118,8 +118,6 @@ class HostPanel(Widget):
         self._shown: object = None
         self._line_count = 0
         self._lines: tuple[int, list[Line]] = (-1, [])
-        self._strips: dict[int, tuple[object, Strip]] = {}
-        self._painter_: StripPainter | None = None
 
     def apply_telemetry(self, view: TelemetryView) -> None:
         host = view.snapshot.host if view.snapshot else None
@@ -157,20 +155,4 @@ class HostPanel(Widget):
         return self._lines[1]
 
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
-        lines = self.lines()
-        self._painter.ensure()
-        if y >= len(lines):
-            return self._painter.blank(width)
-        key = (lines[y], width, self._painter.generation)
-        cached = self._strips.get(y)
-        if cached is None or cached[0] != key:
-            cached = (key, self._painter.strip(lines[y], width))
-            self._strips[y] = cached
-        return cached[1]
-
-    @property
-    def _painter(self) -> StripPainter:
-        if self._painter_ is None:
-            self._painter_ = StripPainter(self)
-        return self._painter_
+        return self.painted_line(y, self.lines())

@@ -15,7 +15,7 @@ from textual.geometry import Region
 from textual.widget import Widget
 
 from console.widgets.border_titles import set_border_titles
-from console.widgets.strip_painter import Part, StripPainter, plain, refresh_changed_lines
+from console.widgets.strip_painter import PaintedLines, Part, plain, refresh_changed_lines
 
 # A cell is its text, or (text, style) where style may use theme variables ("bold $warning").
 Cell = Union[str, tuple[str, str]]
@@ -36,7 +36,7 @@ def _fit(text: str, width: int, right: bool) -> str:
     return text.rjust(width) if right else text.ljust(width)
 
 
-class RowsTable(Widget, can_focus=True):
+class RowsTable(PaintedLines, Widget, can_focus=True):
     DEFAULT_CSS = """
     RowsTable {
         height: auto;
@@ -67,7 +67,6 @@ class RowsTable(Widget, can_focus=True):
         self._rows: dict[str, tuple[Cell, ...]] = {}
         self._row_cache: dict[str, tuple[object, Strip]] = {}
         self._header: tuple[object, Strip] | None = None
-        self._painter_: StripPainter | None = None
         self._keys: list[str] = []
         self.cursor_key: Optional[str] = None
         self.title = ""
@@ -187,9 +186,3 @@ class RowsTable(Widget, can_focus=True):
 
     def on_blur(self) -> None:
         self.refresh()
-
-    @property
-    def _painter(self) -> StripPainter:
-        if self._painter_ is None:
-            self._painter_ = StripPainter(self)
-        return self._painter_

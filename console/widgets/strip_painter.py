@@ -119,3 +119,33 @@ def refresh_changed_lines(widget: Widget, shown: Sequence[object], new: Sequence
         changed = [Region(0, top + y, width, 1) for y, (old, now) in enumerate(zip(shown, new)) if old != now]
         if changed:
             widget.refresh(*changed)
+
+
+class PaintedLines:
+    """Mixin for widgets whose lines are lists of (text, style) parts painted by a StripPainter.
+
+    Each line's Strip is cached by (parts, width, theme generation), so a line whose text
+    and styles did not change costs a dict lookup when Textual asks for it again.
+    """
+
+    _painter_: StripPainter | None = None
+
+    @property
+    def _painter(self) -> StripPainter:
+        if self._painter_ is None:
+            self._painter_ = StripPainter(self)      # type: ignore[arg-type]
+        return self._painter_
+
+    def painted_line(self, y: int, lines: Sequence[object]) -> Strip:
+        width = self.size.width                      # type: ignore[attr-defined]
+        painter = self._painter
+        painter.ensure()
+        if y >= len(lines):
+            return painter.blank(width)
+        cache: dict[int, tuple[object, Strip]] = self.__dict__.setdefault("_painted_strips", {})
+        key = (lines[y], width, painter.generation)
+        cached = cache.get(y)
+        if cached is None or cached[0] != key:
+            cached = (key, painter.strip(lines[y], width))
+            cache[y] = cached
+        return cached[1]
