@@ -138,6 +138,9 @@ class GpuDeckApp(App[int]):
         )
 
     def _push_telemetry(self) -> None:
+        if not self.screen_stack:
+            # A tick that lands while the app starts or shuts down has no screen to show it on.
+            return
         apply = getattr(self.screen, "apply_telemetry", None)
         if apply is None:
             # A modal (help, palette) is on top: update the view underneath it.

@@ -426,3 +426,20 @@ def test_gpudeck_opens_on_this_machine_and_shows_its_gpus_or_why_not(tmp_path) -
     assert code == 0 and b"Traceback" not in output
     assert b"No GPU: " in output or b"GPUs (" in output
     assert b"SIMULATED" not in output
+
+
+@pilot_test
+async def test_a_tick_that_lands_with_no_screen_on_the_stack_is_dropped_not_a_crash() -> None:
+    # Seen under load: a worker's SamplesCollected arrived while the app was shutting down
+    # (screen stack already empty) and took the app down with ScreenStackError.
+    app = demo_app(refresh=0.05)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None, "a first sample")
+        stack = app._screen_stacks[app._current_mode]
+        saved = list(stack)
+        stack.clear()
+        try:
+            app._push_telemetry()           # must not raise ScreenStackError
+        finally:
+            stack.extend(saved)
+        assert app.is_running
