@@ -443,3 +443,15 @@ async def test_a_tick_that_lands_with_no_screen_on_the_stack_is_dropped_not_a_cr
         finally:
             stack.extend(saved)
         assert app.is_running
+
+
+def test_a_tick_that_reaches_the_dashboard_before_its_widgets_mount_is_skipped() -> None:
+    # Seen under load: the first SamplesCollected arrived between the screen's creation and
+    # the mounting of its widgets, and query_one(BoxHeaderPanel) took the app down.
+    from console.screens.dashboard import DashboardScreen
+    from jobs.telemetry.sampler import make_sampler
+    from console.telemetry_view import TelemetryView
+    screen = DashboardScreen()
+    view = TelemetryView(snapshot=make_sampler(demo=True).sample(), history=None, stale=False,
+                         error=None, paused=False, refresh_s=1.0)
+    screen.apply_telemetry(view)            # no widgets yet: must not raise

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from textual import events
+from textual.css.query import NoMatches
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
@@ -61,7 +62,12 @@ class DashboardScreen(Screen):
             yield GpuProcessTable(id="gpu-processes")
         yield Footer()
 
+    # Ticks and resizes can reach the screen before its widgets are mounted (seen on a
+    # loaded machine): until on_mount they are skipped, and on_mount catches up.
+    _mounted_widgets = False
+
     def on_mount(self) -> None:
+        self._mounted_widgets = True
         self.query_one(GpuGridPanel).set_screen_size(*self.app.size)
         view = getattr(self.app, "telemetry", None)
         if view is not None:
@@ -74,14 +80,26 @@ class DashboardScreen(Screen):
             self.apply_telemetry(view)
 
     def on_resize(self, event: events.Resize) -> None:
+        if not self._mounted_widgets:
+            return
         self.query_one(GpuGridPanel).set_screen_size(event.size.width, event.size.height)
 
     def apply_telemetry(self, view: TelemetryView) -> None:
-        self.query_one(BoxHeaderPanel).apply_telemetry(view)
-        self.query_one(GpuGridPanel).apply_telemetry(view)
-        self.query_one(HostPanel).apply_telemetry(view)
-        self.query_one(PortsTable).apply_snapshot(view.snapshot, view.stale)
-        self.query_one(GpuProcessTable).apply_snapshot(view.snapshot, view.stale)
+        if not self._mounted_widgets:
+            return
+        try:
+            header = self.query_one(BoxHeaderPanel)
+            grid = self.query_one(GpuGridPanel)
+            host = self.query_one(HostPanel)
+            ports = self.query_one(PortsTable)
+            processes = self.query_one(GpuProcessTable)
+        except NoMatches:
+            return    # the app is shutting down and the widgets are already gone
+        header.apply_telemetry(view)
+        grid.apply_telemetry(view)
+        host.apply_telemetry(view)
+        ports.apply_snapshot(view.snapshot, view.stale)
+        processes.apply_snapshot(view.snapshot, view.stale)
 
     def action_cycle_density(self) -> None:
         grid = self.query_one(GpuGridPanel)
