@@ -19,6 +19,7 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from jobs import gpuprocs  # noqa: E402
 from jobs.telemetry.history import History  # noqa: E402
 from jobs.telemetry.sampler import LiveSampler, make_sampler  # noqa: E402
 
@@ -77,14 +78,6 @@ def measure(sampler, ticks: int, history: History | None = None) -> tuple[float,
     return cpu, wall, len(snap.gpus)
 
 
-def nvml_present() -> bool:
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        pynvml.nvmlShutdown()
-        return True
-    except Exception:  # noqa: BLE001
-        return False
 
 
 def main() -> int:
@@ -123,7 +116,7 @@ def main() -> int:
         for w in workers:
             w.kill()
             w.wait()
-    if nvml_present():
+    if gpuprocs.available():
         run("live, real NVML (PCIe thread on)", make_sampler())
         run("live, real NVML (PCIe thread off)", LiveSampler(pcie=False))
     else:

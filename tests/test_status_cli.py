@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from jobs import gpuprocs
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -18,14 +20,6 @@ def gpudeck(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)
 
 
-def nvml_usable() -> bool:
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        pynvml.nvmlShutdown()
-        return True
-    except Exception:  # noqa: BLE001
-        return False
 
 
 def test_json_lists_the_socket_this_test_opened_with_its_pid():
@@ -48,7 +42,7 @@ def test_json_lists_the_socket_this_test_opened_with_its_pid():
         assert key in host
 
 
-@pytest.mark.skipif(nvml_usable(), reason="this machine has a working NVIDIA driver")
+@pytest.mark.skipif(gpuprocs.available(), reason="this machine has a working NVIDIA driver")
 def test_without_a_gpu_the_reason_is_given_and_require_gpu_fails_in_one_line():
     out = gpudeck("status", "--json", "--interval", "0")
     assert out.returncode == 0, out.stderr

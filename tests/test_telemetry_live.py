@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from jobs import gpuprocs
+
 from jobs.telemetry.host import HostSampler
 from jobs.telemetry.ports import PortScanner, read_proc_net_listeners, read_sock_diag_listeners
 from jobs.telemetry.procs import ProcTable
@@ -18,14 +20,6 @@ from jobs.telemetry.sampler import LiveSampler, make_sampler
 HAS_PROC_NET = os.path.exists("/proc/net/tcp")
 
 
-def nvml_usable() -> bool:
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        pynvml.nvmlShutdown()
-        return True
-    except Exception:  # noqa: BLE001
-        return False
 
 
 def listener(family=socket.AF_INET, host="127.0.0.1") -> socket.socket:
@@ -195,7 +189,7 @@ def test_gpu_pid_in_a_container_namespace_needs_proof():
 
 # -- the whole live sampler ------------------------------------------------------------
 
-@pytest.mark.skipif(nvml_usable(), reason="this machine has a working NVIDIA driver")
+@pytest.mark.skipif(gpuprocs.available(), reason="this machine has a working NVIDIA driver")
 def test_no_gpu_machine_says_why():
     sampler = make_sampler()
     try:

@@ -10,16 +10,10 @@ from pathlib import Path
 
 import pytest
 
-pynvml = pytest.importorskip("pynvml")
-try:
-    pynvml.nvmlInit()
-except Exception as exc:  # no driver / no GPU
-    pytest.skip(f"NVML unavailable: {exc}", allow_module_level=True)
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("torch has no CUDA device", allow_module_level=True)
-if pynvml.nvmlDeviceGetCount() < 2:
-    pytest.skip("needs at least two GPUs", allow_module_level=True)
+from gpusupport import require_cuda, require_nvml  # noqa: E402
+
+pynvml = require_nvml()
+torch = require_cuda(min_gpus=2)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from runsupport import state, wait_for, write_jobs  # noqa: E402,F401

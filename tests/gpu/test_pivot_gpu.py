@@ -14,17 +14,13 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pynvml = pytest.importorskip("pynvml")
+from gpusupport import require_cuda, require_nvml  # noqa: E402
+
+torch = require_cuda()
+pynvml = require_nvml()
 
 pytestmark = pytest.mark.gpu
 
-if not torch.cuda.is_available():
-    pytest.skip("torch sees no CUDA GPU", allow_module_level=True)
-try:
-    pynvml.nvmlInit()
-except Exception as exc:  # no driver / no GPU
-    pytest.skip(f"NVML unavailable: {exc}", allow_module_level=True)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 

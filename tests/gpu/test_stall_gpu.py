@@ -13,20 +13,16 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pynvml = pytest.importorskip("pynvml")
+from gpusupport import require_cuda, require_nvml  # noqa: E402
+
+torch = require_cuda()
+pynvml = require_nvml()
 
 from jobs.spec import load_jobs  # noqa: E402
 from jobs.supervisor import Supervisor, jobs_payload  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-if not torch.cuda.is_available():
-    pytest.skip("torch sees no CUDA GPU", allow_module_level=True)
-try:
-    pynvml.nvmlInit()
-except Exception as exc:  # no driver / no GPU
-    pytest.skip(f"NVML unavailable: {exc}", allow_module_level=True)
 
 STALL_AFTER = 5.0
 PY = sys.executable
