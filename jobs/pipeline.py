@@ -293,8 +293,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     if len(args) != 1:
         print("usage: python -m jobs.pipeline [--detach] PIPELINE_DIR", file=sys.stderr)
         return 2
-    if detach and os.fork() > 0:
-        os._exit(0)
+    if detach:
+        from jobs.runner import detach as fork_away   # the same double fork as a run's runner
+        fork_away()
     runner = PipelineRunner(Path(args[0]))
     try:
         return runner.main()

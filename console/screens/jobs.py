@@ -657,12 +657,17 @@ class JobsScreen(Screen):
         job = self.selected_job
         return None if job is None else str(job.get("name"))
 
-    def action_start_job(self) -> None:
+    def _selected_idle_name(self) -> Optional[str]:
+        """The selected job, unless an action on it is still in progress (then say so)."""
         name = self._selected_name()
-        if name is None:
-            return
-        if name in self._busy:
+        if name is not None and name in self._busy:
             self.notify(f"{name}: an action is already in progress", severity="warning", timeout=3)
+            return None
+        return name
+
+    def action_start_job(self) -> None:
+        name = self._selected_idle_name()
+        if name is None:
             return
         self._busy.add(name)
         self.notify(f"starting {name}…", timeout=2)
@@ -684,11 +689,8 @@ class JobsScreen(Screen):
         self._plan_stop_for_selected(restart=True)
 
     def _plan_stop_for_selected(self, restart: bool) -> None:
-        name = self._selected_name()
+        name = self._selected_idle_name()
         if name is None:
-            return
-        if name in self._busy:
-            self.notify(f"{name}: an action is already in progress", severity="warning", timeout=3)
             return
         self._plan_stop(name, restart)
 
