@@ -125,7 +125,7 @@ def generate(path: Path, megabytes: int, seed: int = 7) -> int:
 _CHILD = """
 import resource, sys, time
 sys.path.insert(0, {root!r})
-from jobs.logs.analyze import analyze_file
+from gpudeck.jobs.logs.analyze import analyze_file
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t = time.perf_counter()
 r = analyze_file({path!r}, exhaustive={exhaustive!r})

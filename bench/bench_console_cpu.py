@@ -114,7 +114,7 @@ def run_once(args: argparse.Namespace, cols: int, rows: int) -> dict | None:
         env.pop("TEXTUAL", None)
         profile = ["-m", "cProfile", "-o", args.profile] if args.profile else []
         source = [] if args.real else ["--demo"]
-        os.execve(sys.executable, [sys.executable, *profile, "-m", "console", *source, "--refresh", str(args.refresh)], env)
+        os.execve(sys.executable, [sys.executable, *profile, "-m", "gpudeck.console", *source, "--refresh", str(args.refresh)], env)
     fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
     stop = threading.Event()
     written = [0]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from jobs.health import HealthMonitor  # noqa: E402
+from gpudeck.jobs.health import HealthMonitor  # noqa: E402
 
 LINE = ("(EngineCore_DP0 pid=4242) INFO 11-29 12:00:{s:02d} [loggers.py:123] Engine 000: Avg prompt throughput: "
         "0.0 tokens/s, Avg generation throughput: 812.4 tokens/s, Running: 8 reqs, Waiting: 2 reqs, "

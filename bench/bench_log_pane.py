@@ -17,7 +17,7 @@ import psutil
 from textual.app import App, ComposeResult
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from console.widgets.log_view import LogView, LogViewPane  # noqa: E402
+from gpudeck.console.widgets.log_view import LogView, LogViewPane  # noqa: E402
 
 LINE_BYTES = 100   # fixed-size lines: lines in the file = size // LINE_BYTES, no counting needed
 

@@ -22,12 +22,12 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "engines"))
 
-from jobs.engines.monitor import EngineMonitor  # noqa: E402
-from jobs.engines.pivot import plan_pivot, execute_pivot  # noqa: E402
-from jobs.engines.profiles import engine_settings  # noqa: E402
-from jobs.runs import latest_run  # noqa: E402
-from jobs.spec import load_jobs  # noqa: E402
-from jobs.supervisor import Supervisor  # noqa: E402
+from gpudeck.jobs.engines.monitor import EngineMonitor  # noqa: E402
+from gpudeck.jobs.engines.pivot import plan_pivot, execute_pivot  # noqa: E402
+from gpudeck.jobs.engines.profiles import engine_settings  # noqa: E402
+from gpudeck.jobs.runs import latest_run  # noqa: E402
+from gpudeck.jobs.spec import load_jobs  # noqa: E402
+from gpudeck.jobs.supervisor import Supervisor  # noqa: E402
 from runsupport import kill_run_leftovers, write_jobs  # noqa: E402
 from vllm_env import ensure_vllm_env  # noqa: E402
 

@@ -19,9 +19,9 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from jobs import gpuprocs  # noqa: E402
-from jobs.telemetry.history import History  # noqa: E402
-from jobs.telemetry.sampler import LiveSampler, make_sampler  # noqa: E402
+from gpudeck.jobs import gpuprocs  # noqa: E402
+from gpudeck.jobs.telemetry.history import History  # noqa: E402
+from gpudeck.jobs.telemetry.sampler import LiveSampler, make_sampler  # noqa: E402
 
 
 def fake_nvml(gpus: int, pids: list[int]):
@@ -141,7 +141,7 @@ class _NoGpu:
 
 
 def _fake_source(n: int, pids: list[int]):
-    from jobs.telemetry.gpu import NvmlGpuSource
+    from gpudeck.jobs.telemetry.gpu import NvmlGpuSource
     return NvmlGpuSource(fake_nvml(n, pids), pcie=False)
 
 

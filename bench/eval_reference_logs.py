@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from jobs.logs.analyze import LogAnalyzer  # noqa: E402
+from gpudeck.jobs.logs.analyze import LogAnalyzer  # noqa: E402
 
 DEFAULT_FOLDER = ROOT.parent / "shared" / "reference-logs"
 

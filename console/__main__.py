@@ -1,4 +1,4 @@
-"""`python -m console` runs the gpudeck CLI."""
-from console.cli import main
+"""`python -m gpudeck.console` runs the gpudeck CLI."""
+from gpudeck.console.cli import main
 
 raise SystemExit(main())

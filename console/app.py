@@ -11,16 +11,16 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.worker import Worker, WorkerState
 
-from jobs.telemetry.snapshot import Snapshot
+from gpudeck.jobs.telemetry.snapshot import Snapshot
 
-from console.config import load_console_config
-from console.errors import CliError
-from console.messages import SampleFailed, SamplesCollected
-from console.screens.dashboard import DashboardScreen
-from console.screens.help import HelpScreen
-from console.screens.jobs import JobsScreen, live_jobs_note
-from console.telemetry_view import TelemetryView
-from themes import DEFAULT_THEME, GPUDECK_THEMES, THEME_CYCLE, is_known_theme, known_theme_names, next_theme
+from gpudeck.console.config import load_console_config
+from gpudeck.console.errors import CliError
+from gpudeck.console.messages import SampleFailed, SamplesCollected
+from gpudeck.console.screens.dashboard import DashboardScreen
+from gpudeck.console.screens.help import HelpScreen
+from gpudeck.console.screens.jobs import JobsScreen, live_jobs_note
+from gpudeck.console.telemetry_view import TelemetryView
+from gpudeck.themes import DEFAULT_THEME, GPUDECK_THEMES, THEME_CYCLE, is_known_theme, known_theme_names, next_theme
 
 # The views, in the order of their number keys. A new view (the jobs screen…) adds one
 # entry here: (mode name, key, title, screen class). The app binds the key and switches mode.
@@ -220,10 +220,10 @@ def make_app(
 ) -> GpuDeckApp:
     """The app factory that `gpudeck` and the tests share (no sampler given: build the real or demo one)."""
     if sampler is None:
-        from jobs.telemetry.sampler import make_sampler
+        from gpudeck.jobs.telemetry.sampler import make_sampler
         sampler = make_sampler(demo=demo, seed=seed)
     if history is None:
-        from jobs.telemetry.history import History
+        from gpudeck.jobs.telemetry.history import History
         history = History(capacity=HISTORY_CAPACITY)
     app = GpuDeckApp(sampler, theme=theme or DEFAULT_THEME, refresh=refresh,
                      history=history, start_sampling=start_sampling)
@@ -251,7 +251,7 @@ def run_console(args: argparse.Namespace) -> int:
     refresh = float(getattr(args, "refresh", 1.0) or 1.0)
     if not 0.05 <= refresh <= 3600:
         raise CliError(f"--refresh must be between 0.05 and 3600 seconds, got {refresh:g}", code=2)
-    from jobs.telemetry.sampler import make_sampler
+    from gpudeck.jobs.telemetry.sampler import make_sampler
     sampler = make_sampler(demo=bool(getattr(args, "demo", False)))
     try:
         app = make_app(sampler=sampler, theme=theme, refresh=refresh,

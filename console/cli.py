@@ -6,10 +6,10 @@ import importlib
 import pkgutil
 import sys
 
-from jobs import __version__
+from gpudeck.jobs import __version__
 
-import console.commands as _commands_pkg
-from console.errors import CliError
+import gpudeck.console.commands as _commands_pkg
+from gpudeck.console.errors import CliError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Each module in console/commands registers its own subcommand(s): adding a
     # command never means editing this file.
     for info in sorted(pkgutil.iter_modules(_commands_pkg.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"console.commands.{info.name}")
+        module = importlib.import_module(f"gpudeck.console.commands.{info.name}")
         register = getattr(module, "register", None)
         if register is not None:
             register(sub)
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command is None:
-            from console.app import run_console
+            from gpudeck.console.app import run_console
             return run_console(args)
         return int(args.handler(args) or 0)
     except CliError as exc:

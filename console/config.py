@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from jobs.paths import config_dir
+from gpudeck.jobs.paths import config_dir
 
-from console.errors import CliError
+from gpudeck.console.errors import CliError
 
 if sys.version_info >= (3, 11):
     import tomllib

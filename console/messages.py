@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from jobs.telemetry.snapshot import Snapshot
+from gpudeck.jobs.telemetry.snapshot import Snapshot
 
 
 class SamplesCollected(Message):

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol, Sequence
 
-from jobs.telemetry.snapshot import Snapshot
+from gpudeck.jobs.telemetry.snapshot import Snapshot
 
 
 class SeriesSource(Protocol):

@@ -14,11 +14,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from jobs.telemetry.history import History  # noqa: E402
-from jobs.telemetry.sampler import make_sampler  # noqa: E402
+from gpudeck.jobs.telemetry.history import History  # noqa: E402
+from gpudeck.jobs.telemetry.sampler import make_sampler  # noqa: E402
 
-from console.app import make_app  # noqa: E402
-from console.messages import SamplesCollected  # noqa: E402
+from gpudeck.console.app import make_app  # noqa: E402
+from gpudeck.console.messages import SamplesCollected  # noqa: E402
 
 EPOCH = 1_800_000_000
 TICKS = 120   # two minutes of history: full sparklines

@@ -28,7 +28,7 @@ def _init():
     except Exception as exc:          # no library, no driver, no GPU: all "unavailable"
         _nvml = False
         # The same one-line wording as the dashboard's GPU panel (stdlib-only module).
-        from jobs.telemetry.gpu import describe_init_error
+        from gpudeck.jobs.telemetry.gpu import describe_init_error
         _nvml_error = describe_init_error(exc) if not isinstance(exc, ImportError) else \
             "nvidia-ml-py (pynvml) is not installed"
     return _nvml or None

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-from jobs.procs import port_listening
-from jobs.runs import append_jsonl as append_event, write_json_atomic
-from jobs.stalls import GpuReading, HealthRules, HealthUpdate, Observation, RunEnd
+from gpudeck.jobs.procs import port_listening
+from gpudeck.jobs.runs import append_jsonl as append_event, write_json_atomic
+from gpudeck.jobs.stalls import GpuReading, HealthRules, HealthUpdate, Observation, RunEnd
 
 HEALTH = "health.json"
 ON_ALERT_LOG = "on_alert.log"
@@ -36,7 +36,7 @@ class _NoAnalyzer:
 
 def make_analyzer() -> Any:
     try:
-        from jobs.logs.analyze import LogAnalyzer
+        from gpudeck.jobs.logs.analyze import LogAnalyzer
     except Exception:      # analyzer missing or broken: degrade to process-only health
         return _NoAnalyzer()
     return LogAnalyzer()

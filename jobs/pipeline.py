@@ -1,7 +1,7 @@
 """Pipelines: run a job after everything it `needs`, as a detached stdlib-only process that advances with no console open.
 
 `start_pipeline()` writes <state_dir>/pipelines/<target>/<id>/meta.json (the
-stages and a snapshot of their specs) and launches `python -m jobs.pipeline
+stages and a snapshot of their specs) and launches `python -m gpudeck.jobs.pipeline
 --detach DIR`, which runs each stage in dependency order: skip it when its
 `done_when` path exists, else start it (through the Supervisor, so it is an
 ordinary run with its own run directory) and wait for its exit; stop at the
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from jobs import paths
-from jobs.procs import ProcessId, identity, is_alive, signal_process
-from jobs.runs import append_jsonl, new_run_id, read_json, read_jsonl, write_json_atomic
+from gpudeck.jobs import paths
+from gpudeck.jobs.procs import ProcessId, identity, is_alive, signal_process
+from gpudeck.jobs.runs import append_jsonl, new_run_id, read_json, read_jsonl, write_json_atomic
 
 META = "meta.json"
 EVENTS = "events.jsonl"
@@ -160,7 +160,7 @@ def pipelines_payload(state_dir: Optional[Path] = None) -> list[dict]:
 
 def start_pipeline(supervisor, target: str) -> Pipeline:
     """Plan, record and launch a detached pipeline for `target`; returns at once."""
-    from jobs.supervisor import spec_snapshot
+    from gpudeck.jobs.supervisor import spec_snapshot
     stages = plan(supervisor.jobs_file, target)
     parent = pipelines_root(supervisor.state_dir) / target
     parent.mkdir(parents=True, exist_ok=True)
@@ -189,7 +189,7 @@ def start_pipeline(supervisor, target: str) -> Pipeline:
         os.close(lock_fd)          # closing the fd releases the lock
     with open(path / "pipeline.log", "ab") as diag:
         launcher = subprocess.Popen(
-            [sys.executable, "-m", "jobs.pipeline", "--detach", str(path)],
+            [sys.executable, "-m", "gpudeck.jobs.pipeline", "--detach", str(path)],
             cwd=str(_PACKAGE_ROOT), env={k: v for k, v in os.environ.items() if k != "GPUDECK_RUN_ID"},
             stdin=subprocess.DEVNULL, stdout=diag, stderr=diag, start_new_session=True, close_fds=True)
     try:
@@ -213,8 +213,8 @@ class PipelineRunner:
         self.stop_requested = False
 
     def _supervisor(self):
-        from jobs.spec import JobsFile
-        from jobs.supervisor import Supervisor, spec_from_snapshot
+        from gpudeck.jobs.spec import JobsFile
+        from gpudeck.jobs.supervisor import Supervisor, spec_from_snapshot
         meta = self.pipe.meta()
         specs = {name: spec_from_snapshot(data) for name, data in meta["specs"].items()}
         jobs_file = JobsFile(path=Path(meta["jobs_file"]), jobs=specs, vars=meta.get("vars") or {})
@@ -238,7 +238,7 @@ class PipelineRunner:
             if done is not None and done.exists():
                 self.pipe.add_event("StageSkipped", stage=stage, reason=f"{done} exists")
                 continue
-            from jobs.supervisor import JobAlreadyRunning
+            from gpudeck.jobs.supervisor import JobAlreadyRunning
             try:
                 run_id = sup.start(stage, pipeline=self.pipe.pipeline_id)
             except JobAlreadyRunning as exc:
@@ -262,7 +262,7 @@ class PipelineRunner:
         self.stop_requested = True
 
     def _wait(self, sup, stage: str, run_id: str) -> Optional[dict]:
-        from jobs.runs import find_run
+        from gpudeck.jobs.runs import find_run
         run = find_run(stage, run_id, sup.state_dir)
         stop_sent = False
         while run is not None:
@@ -291,10 +291,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     detach = "--detach" in args
     args = [a for a in args if a != "--detach"]
     if len(args) != 1:
-        print("usage: python -m jobs.pipeline [--detach] PIPELINE_DIR", file=sys.stderr)
+        print("usage: python -m gpudeck.jobs.pipeline [--detach] PIPELINE_DIR", file=sys.stderr)
         return 2
     if detach:
-        from jobs.runner import detach as fork_away   # the same double fork as a run's runner
+        from gpudeck.jobs.runner import detach as fork_away   # the same double fork as a run's runner
         fork_away()
     runner = PipelineRunner(Path(args[0]))
     try:

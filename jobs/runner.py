@@ -1,6 +1,6 @@
 """The runner: a small stdlib-only process that owns one run of one job, from start to exit record.
 
-Started by the supervisor as `python -m jobs.runner --detach RUN_DIR` in a new
+Started by the supervisor as `python -m gpudeck.jobs.runner --detach RUN_DIR` in a new
 session. It outlives whoever started it (console, CLI, SSH session): it ignores
 SIGHUP/SIGINT, forks away from its parent, and is a child subreaper so that
 processes orphaned inside the job (vLLM's EngineCore and workers after their
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from jobs.procs import (RUN_TAG, ProcessId, ProcStat, all_stats, descendants, identity, io_bytes,
+from gpudeck.jobs.procs import (RUN_TAG, ProcessId, ProcStat, all_stats, descendants, identity, io_bytes,
                         signal_group, signal_name, signal_number, signal_process, tagged)
-from jobs.runs import Run
+from gpudeck.jobs.runs import Run
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NAME = 15
@@ -75,26 +75,26 @@ class Monitor:
 
 
 def load_monitors(run: Run, meta: dict) -> list[Any]:
-    """Monitors from `jobs.runner_monitors.make_monitors(run, meta)`, if that module exists.
+    """Monitors from `gpudeck.jobs.runner_monitors.make_monitors(run, meta)`, if that module exists.
 
     The module is optional and owned by the stall-detection side; it must stay
     stdlib-only like this one.
     """
     try:
         import importlib
-        module = importlib.import_module("jobs.runner_monitors")
+        module = importlib.import_module("gpudeck.jobs.runner_monitors")
     except ModuleNotFoundError as exc:
-        if exc.name == "jobs.runner_monitors":
+        if exc.name == "gpudeck.jobs.runner_monitors":
             return []
-        run.add_event("MonitorFailed", monitor="jobs.runner_monitors", error=repr(exc))
+        run.add_event("MonitorFailed", monitor="gpudeck.jobs.runner_monitors", error=repr(exc))
         return []
     except Exception as exc:
-        run.add_event("MonitorFailed", monitor="jobs.runner_monitors", error=repr(exc))
+        run.add_event("MonitorFailed", monitor="gpudeck.jobs.runner_monitors", error=repr(exc))
         return []
     try:
         return list(module.make_monitors(run, meta))
     except Exception as exc:
-        run.add_event("MonitorFailed", monitor="jobs.runner_monitors.make_monitors", error=repr(exc))
+        run.add_event("MonitorFailed", monitor="gpudeck.jobs.runner_monitors.make_monitors", error=repr(exc))
         return []
 
 
@@ -364,7 +364,7 @@ class Runner:
 
     def _gpu_sample(self, pids: set[int]) -> Optional[dict]:
         try:
-            from jobs import gpuprocs
+            from gpudeck.jobs import gpuprocs
             if not gpuprocs.available():
                 return None
             holders = gpuprocs.holders() or []
@@ -389,7 +389,7 @@ class Runner:
         size, grew = self._update_times(now)
         sample = self._sample(now, size)
         try:
-            from jobs.runs import append_jsonl
+            from gpudeck.jobs.runs import append_jsonl
             append_jsonl(self.run.samples_path, sample)
         except OSError:
             pass
@@ -441,7 +441,7 @@ class Runner:
         procs = self.run_processes()
         if not procs:
             return []
-        from jobs.procs import cmdline
+        from gpudeck.jobs.procs import cmdline
         left = [{"pid": st.pid, "command": cmdline(st.pid) or st.comm} for st in procs]
         _, timeout = self._stop_settings()
         grace = min(timeout, LEFTOVER_GRACE_CAP_S)
@@ -479,7 +479,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     do_detach = "--detach" in args
     args = [a for a in args if a != "--detach"]
     if len(args) != 1:
-        print("usage: python -m jobs.runner [--detach] RUN_DIR", file=sys.stderr)
+        print("usage: python -m gpudeck.jobs.runner [--detach] RUN_DIR", file=sys.stderr)
         return 2
     if do_detach:
         detach()

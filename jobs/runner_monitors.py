@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.health import HealthMonitor
+from gpudeck.jobs.health import HealthMonitor
 
 
 class HealthRunnerMonitor:
@@ -20,5 +20,5 @@ class HealthRunnerMonitor:
 
 
 def make_monitors(run: Any, meta: dict) -> list[Any]:
-    """Called once by the runner after the job started (see jobs.runner.load_monitors)."""
+    """Called once by the runner after the job started (see gpudeck.jobs.runner.load_monitors)."""
     return [HealthRunnerMonitor(run, meta)]

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from jobs import paths
-from jobs.procs import ProcessId, is_alive
+from gpudeck.jobs import paths
+from gpudeck.jobs.procs import ProcessId, is_alive
 
 META = "meta.json"
 OUTPUT = "output.log"

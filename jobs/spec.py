@@ -1004,7 +1004,7 @@ def _port_from_command(cmd: Any) -> Optional[int]:
     if cmd is None:
         return None
     # Imported here: the engine profiles are stdlib-only but not needed to load most files.
-    from jobs.engines.profiles import parse_launch
+    from gpudeck.jobs.engines.profiles import parse_launch
     try:
         launch = parse_launch(cmd)
     except Exception:  # a command gpudeck cannot parse still loads; the default port applies

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from jobs import paths
-from jobs.procs import (RUN_TAG, ProcessId, ProcStat, all_stats, cmdline, descendants, group_members,
+from gpudeck.jobs import paths
+from gpudeck.jobs.procs import (RUN_TAG, ProcessId, ProcStat, all_stats, cmdline, descendants, group_members,
                         is_alive, listening_ports, port_owners, signal_group, signal_name, signal_number,
                         signal_process, tagged)
-from jobs.runs import Run, RunState, create_run, job_dir, latest_run, list_runs, prune_runs
-from jobs.spec import JobsFile, JobSpec
+from gpudeck.jobs.runs import Run, RunState, create_run, job_dir, latest_run, list_runs, prune_runs
+from gpudeck.jobs.spec import JobsFile, JobSpec
 
 LIVE_STATES = ("starting", "running", "stopping")
 # `start` waits at most this long for the runner to report the job's pid; past
@@ -287,7 +287,7 @@ class Supervisor:
         # The runner's own diagnostics (a traceback if it ever fails) go beside the run.
         with open(run.path / "runner.log", "ab") as diag:
             launcher = subprocess.Popen(
-                [sys.executable, "-m", "jobs.runner", "--detach", str(run.path)],
+                [sys.executable, "-m", "gpudeck.jobs.runner", "--detach", str(run.path)],
                 cwd=str(_PACKAGE_ROOT), env=runner_env, stdin=subprocess.DEVNULL,
                 stdout=diag, stderr=diag, start_new_session=True, close_fds=True)
         # The launcher forks the real runner and exits: reaping it here leaves no zombie.
@@ -346,7 +346,7 @@ class Supervisor:
         if run_id is None:
             run = self.latest(name)
         else:
-            from jobs.runs import find_run
+            from gpudeck.jobs.runs import find_run
             run = find_run(name, run_id, self.state_dir)
         if run is None:
             raise SupervisorError(f"{name} has no run{' ' + run_id if run_id else ''}")
@@ -460,7 +460,7 @@ class Supervisor:
                           note="recorded by the supervisor")
 
     def _verify(self, report: StopReport, spec: JobSpec, run: Optional[Run], started: float) -> StopReport:
-        from jobs import gpuprocs
+        from gpudeck.jobs import gpuprocs
         left = run_processes(run) if run is not None else []
         holders = gpuprocs.holders()
         report.gpu_checked = holders is not None
@@ -514,7 +514,7 @@ class Supervisor:
         run = self.latest(name)
         if run is None:
             return []
-        from jobs import gpuprocs
+        from gpudeck.jobs import gpuprocs
         mem_by_pid: dict[int, list] = {}
         for h in gpuprocs.holders() or []:
             mem_by_pid.setdefault(h.pid, []).append(h)
@@ -539,7 +539,7 @@ def jobs_payload(supervisor: Supervisor) -> dict:
             _engine_fields(supervisor, state, data)
         jobs.append(data)
     try:
-        from jobs.pipeline import pipelines_payload
+        from gpudeck.jobs.pipeline import pipelines_payload
         pipes = pipelines_payload(supervisor.state_dir)
     except Exception:           # a broken pipeline record must not hide the jobs
         pipes = []
@@ -549,7 +549,7 @@ def jobs_payload(supervisor: Supervisor) -> dict:
 def _engine_fields(supervisor: Supervisor, state: JobState, data: dict) -> None:
     """Engine jobs: phase `ready` only when the engine answers; serving from /metrics when it has them."""
     try:
-        from jobs.engines.monitor import engine_fields
+        from gpudeck.jobs.engines.monitor import engine_fields
         fields = engine_fields(supervisor.spec(state.name), supervisor.latest(state.name))
     except Exception as exc:      # an engine probe must not hide the job
         data["engine_error"] = str(exc)
@@ -572,7 +572,7 @@ def _engine_fields(supervisor: Supervisor, state: JobState, data: dict) -> None:
 
 def _health_fields(supervisor: Supervisor, state: JobState) -> dict:
     """phase, progress, alerts (and failure, serving) of the job's latest run, from its health.json."""
-    from jobs.health import job_health
+    from gpudeck.jobs.health import job_health
     run = supervisor.latest(state.name) if state.run_id else None
     try:
         return job_health(run.path if run is not None else None)

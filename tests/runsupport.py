@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from jobs import procs
+from gpudeck.jobs import procs
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -52,7 +52,7 @@ def wait_for(predicate: Callable[[], object], timeout: float = 20.0, interval: f
 
 
 def cli(args: list[str], env: dict, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([PY, "-m", "console.cli", *args], cwd=REPO, env=env, capture_output=True,
+    return subprocess.run([PY, "-m", "gpudeck.console.cli", *args], cwd=REPO, env=env, capture_output=True,
                           timeout=timeout, **kw)
 
 
@@ -82,8 +82,8 @@ def kill_run_leftovers(run_id: Optional[str]) -> None:
 
 def cleanup_state(state_dir: Path) -> None:
     """Kill every pipeline process and every process of every run under `state_dir`."""
-    from jobs.pipeline import list_pipelines
-    from jobs.runs import iter_all_runs
+    from gpudeck.jobs.pipeline import list_pipelines
+    from gpudeck.jobs.runs import iter_all_runs
     for pipe in list_pipelines(None, state_dir):
         proc = pipe.process()
         if proc is not None:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.logs.analyze import (CAUSES, PHASES, LogAnalyzer, analyze_bytes, analyze_file,
+from gpudeck.jobs.logs.analyze import (CAUSES, PHASES, LogAnalyzer, analyze_bytes, analyze_file,
                                parse_serving_stats_line)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
@@ -317,7 +317,7 @@ def test_parse_other_lines_is_none() -> None:
 
 
 def test_a_leading_annotation_header_is_not_read_as_output_but_keeps_line_numbers():
-    from jobs.logs.analyze import LogAnalyzer
+    from gpudeck.jobs.logs.analyze import LogAnalyzer
     log = (b"# source: https://example.invalid/issue/1\n"
            b"# expect: RuntimeError: CUDA out of memory would be the cause\n"
            b"INFO starting\n"
@@ -334,7 +334,7 @@ def test_a_leading_annotation_header_is_not_read_as_output_but_keeps_line_number
 
 
 def test_only_the_leading_block_of_hash_lines_is_skipped():
-    from jobs.logs.analyze import LogAnalyzer
+    from gpudeck.jobs.logs.analyze import LogAnalyzer
     a = LogAnalyzer()
     a.feed(b"# header\nINFO starting\n# a comment the job printed\nRuntimeError: boom\n")
     assert a.result().to_json()["failure"]["line"] == 4
@@ -344,7 +344,7 @@ def test_only_the_leading_block_of_hash_lines_is_skipped():
 
 
 def test_a_loss_dict_glued_onto_a_trainer_bar_keeps_the_bars_done_and_total():
-    from jobs.logs.analyze import LogAnalyzer
+    from gpudeck.jobs.logs.analyze import LogAnalyzer
     a = LogAnalyzer()
     a.feed(b" 44%|\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88\xe2\x96\x8d     | 440/1000 [10:00<12:43,  1.36s/it]"
            b"\r 45%|\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88\xe2\x96\x8c     | 450/1000 [10:13<12:30,  1.36s/it]"

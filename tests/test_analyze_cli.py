@@ -14,7 +14,7 @@ REFERENCE = ROOT.parent / "shared" / "reference-logs"
 
 
 def gpudeck(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "console", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "gpudeck.console", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs.logs import analyze as an
-from jobs.logs.analyze import LogAnalyzer
+from gpudeck.jobs.logs import analyze as an
+from gpudeck.jobs.logs.analyze import LogAnalyzer
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 FIXTURE_LINES = [ln for p in sorted(FIXTURES.glob("*.log")) for ln in p.read_bytes().split(b"\n")]

@@ -8,8 +8,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs.logs import analyze as an
-from jobs.logs.analyze import LogAnalyzer, analyze_bytes, analyze_file
+from gpudeck.jobs.logs import analyze as an
+from gpudeck.jobs.logs.analyze import LogAnalyzer, analyze_bytes, analyze_file
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 

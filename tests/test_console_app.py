@@ -13,23 +13,23 @@ from pathlib import Path
 import pytest
 from textual.widget import Widget
 
-from jobs.telemetry.history import History
-from jobs.telemetry.sampler import make_sampler
-from jobs.telemetry.snapshot import GpuProcess, GpuSample, HostSample, ProcInfo, Snapshot
+from gpudeck.jobs.telemetry.history import History
+from gpudeck.jobs.telemetry.sampler import make_sampler
+from gpudeck.jobs.telemetry.snapshot import GpuProcess, GpuSample, HostSample, ProcInfo, Snapshot
 
-from console.app import GpuDeckApp, make_app, resolve_theme
-from console.config import load_console_config
-from console.errors import CliError
-from console.messages import SamplesCollected
-from console.screens.dashboard import DashboardScreen
-from console.screens.help import HelpScreen
-from console.widgets.box_header_panel import BoxHeaderPanel
-from console.widgets.gpu_card_panel import GpuCardPanel
-from console.widgets.gpu_grid_panel import GpuGridPanel, choose_layout
-from console.widgets.gpu_lines_panel import GpuLinesPanel
-from console.widgets.gpu_process_table import UNKNOWN_PID, GpuProcessTable
-from console.widgets.host_panel import HostPanel
-from console.widgets.ports_table import PortsTable
+from gpudeck.console.app import GpuDeckApp, make_app, resolve_theme
+from gpudeck.console.config import load_console_config
+from gpudeck.console.errors import CliError
+from gpudeck.console.messages import SamplesCollected
+from gpudeck.console.screens.dashboard import DashboardScreen
+from gpudeck.console.screens.help import HelpScreen
+from gpudeck.console.widgets.box_header_panel import BoxHeaderPanel
+from gpudeck.console.widgets.gpu_card_panel import GpuCardPanel
+from gpudeck.console.widgets.gpu_grid_panel import GpuGridPanel, choose_layout
+from gpudeck.console.widgets.gpu_lines_panel import GpuLinesPanel
+from gpudeck.console.widgets.gpu_process_table import UNKNOWN_PID, GpuProcessTable
+from gpudeck.console.widgets.host_panel import HostPanel
+from gpudeck.console.widgets.ports_table import PortsTable
 
 REPO = Path(__file__).resolve().parent.parent
 DEADLINE_S = 30.0   # generous: two cores shared by many test runs
@@ -344,7 +344,7 @@ def test_theme_flag_beats_config_and_unknown_names_are_one_line_errors(tmp_path,
 
 def _gpudeck(*args: str, config_home: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, XDG_CONFIG_HOME=str(config_home), PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "console", *args], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "gpudeck.console", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
 
 
@@ -370,7 +370,7 @@ def test_cli_names_a_broken_config_file_in_one_line(tmp_path) -> None:
 # -- the real thing: `gpudeck` in a pseudo-terminal ------------------------------------------
 
 def _run_in_pty(args: list[str], wanted: list[bytes], tmp_path: Path) -> tuple[int, bytes]:
-    """Start `python -m console ARGS` on a real pty, wait until every `wanted` text was drawn,
+    """Start `python -m gpudeck.console ARGS` on a real pty, wait until every `wanted` text was drawn,
     press q, and return (exit status, everything written to the terminal)."""
     import fcntl
     import pty
@@ -382,7 +382,7 @@ def _run_in_pty(args: list[str], wanted: list[bytes], tmp_path: Path) -> tuple[i
     if pid == 0:
         env = dict(os.environ, TERM="xterm-256color", PYTHONPATH=str(REPO), XDG_CONFIG_HOME=str(tmp_path))
         os.chdir(REPO)
-        os.execve(sys.executable, [sys.executable, "-m", "console", *args], env)
+        os.execve(sys.executable, [sys.executable, "-m", "gpudeck.console", *args], env)
     fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 110, 0, 0))
     output = b""
     status = None
@@ -448,9 +448,9 @@ async def test_a_tick_that_lands_with_no_screen_on_the_stack_is_dropped_not_a_cr
 def test_a_tick_that_reaches_the_dashboard_before_its_widgets_mount_is_skipped() -> None:
     # Seen under load: the first SamplesCollected arrived between the screen's creation and
     # the mounting of its widgets, and query_one(BoxHeaderPanel) took the app down.
-    from console.screens.dashboard import DashboardScreen
-    from jobs.telemetry.sampler import make_sampler
-    from console.telemetry_view import TelemetryView
+    from gpudeck.console.screens.dashboard import DashboardScreen
+    from gpudeck.jobs.telemetry.sampler import make_sampler
+    from gpudeck.console.telemetry_view import TelemetryView
     screen = DashboardScreen()
     view = TelemetryView(snapshot=make_sampler(demo=True).sample(), history=None, stale=False,
                          error=None, paused=False, refresh_s=1.0)

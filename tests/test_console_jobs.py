@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from textual.app import App, ComposeResult
 
-from console.screens.confirm import ConfirmScreen
-from console.screens.jobs import (CELL_GAP, JobsScreen, banner_lines, health_of, layout_cells, live_jobs_note,
+from gpudeck.console.screens.confirm import ConfirmScreen
+from gpudeck.console.screens.jobs import (CELL_GAP, JobsScreen, banner_lines, health_of, layout_cells, live_jobs_note,
                                   row_cells, table_layout)
-from console.widgets.log_index import BLOCK, LogIndex, LogSearch
-from console.widgets.log_view import LogView, LogViewPane
+from gpudeck.console.widgets.log_index import BLOCK, LogIndex, LogSearch
+from gpudeck.console.widgets.log_view import LogView, LogViewPane
 
 DEADLINE_S = 30.0   # generous: two cores shared by many test runs
 
@@ -273,8 +273,8 @@ def jobs_env(tmp_path: Path, monkeypatch):
     jobs_file = tmp_path / "jobs.toml"
     jobs_file.write_text(JOBS_TOML.format(port=_free_port(), port_a=_free_port(), port_b=_free_port()))
     yield jobs_file
-    from jobs.spec import load_jobs
-    from jobs.supervisor import Supervisor
+    from gpudeck.jobs.spec import load_jobs
+    from gpudeck.jobs.supervisor import Supervisor
     supervisor = Supervisor(load_jobs(jobs_file), state)
     for name in supervisor.jobs_file.jobs:
         supervisor.stop(name, timeout=2)
@@ -288,8 +288,8 @@ def _free_port() -> int:
 
 
 def make_console(jobs_file: Path | None):
-    from console.app import make_app
-    from jobs.telemetry.sampler import make_sampler
+    from gpudeck.console.app import make_app
+    from gpudeck.jobs.telemetry.sampler import make_sampler
     return make_app(sampler=make_sampler(demo=True), start_sampling=False, refresh=0.3,
                     jobs_file=None if jobs_file is None else str(jobs_file))
 
@@ -450,7 +450,7 @@ class FakeSupervisor:
         return None
 
     def spec(self, name: str):
-        from jobs.spec import JobSpec
+        from gpudeck.jobs.spec import JobSpec
         job = next(j for j in FAKE_JOBS if j["name"] == name)
         engine = name.split("-")[0] if name in self.COMMANDS else None
         return JobSpec(name=name, cmd=self.COMMANDS.get(name, "true"), kind=job["kind"], engine=engine,
@@ -459,7 +459,7 @@ class FakeSupervisor:
 
 class SnapshotApp(App):
     def on_mount(self) -> None:
-        from themes import DEFAULT_THEME, GPUDECK_THEMES
+        from gpudeck.themes import DEFAULT_THEME, GPUDECK_THEMES
         for theme in GPUDECK_THEMES.values():
             self.register_theme(theme)
         self.theme = DEFAULT_THEME
@@ -517,7 +517,7 @@ def test_table_columns_fit_the_width_and_keep_state_and_progress(width: int) -> 
 
 
 def test_engine_rows_mark_foreign_engines_and_keep_history() -> None:
-    from console.widgets.engine_panel import EnginePanel, engine_rows
+    from gpudeck.console.widgets.engine_panel import EnginePanel, engine_rows
     foreign = [{"pid": 4412, "engine": "vllm", "port": 8000, "gpu_mem": 71 * 2**30, "cmdline": "vllm serve x",
                 "managed": False, "orphan": True, "model": "x", "create_time": NOW - 60},
                {"pid": 9, "engine": "vllm", "managed": True, "job": "vllm-k2"}]

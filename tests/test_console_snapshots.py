@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from jobs.telemetry.history import History
-from jobs.telemetry.sampler import make_sampler
-from jobs.telemetry.snapshot import HostSample, Snapshot
+from gpudeck.jobs.telemetry.history import History
+from gpudeck.jobs.telemetry.sampler import make_sampler
+from gpudeck.jobs.telemetry.snapshot import HostSample, Snapshot
 
-from console.app import make_app
-from console.messages import SampleFailed, SamplesCollected
+from gpudeck.console.app import make_app
+from gpudeck.console.messages import SampleFailed, SamplesCollected
 
 EPOCH = 1_800_000_000.0      # a fixed wall clock: the header shows snapshot time
 HISTORY_TICKS = 90           # enough ticks to fill the sparklines

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.health import HealthMonitor, job_health, read_health
+from gpudeck.jobs.health import HealthMonitor, job_health, read_health
 
 
 class ScriptedAnalyzer:

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-import jobs
+import gpudeck.jobs as jobs
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def core_modules() -> list[str]:
-    names = ["jobs"]
-    for info in pkgutil.walk_packages(jobs.__path__, prefix="jobs."):
+    names = ["gpudeck.jobs"]
+    for info in pkgutil.walk_packages(jobs.__path__, prefix="gpudeck.jobs."):
         names.append(info.name)
     return sorted(names)
 
@@ -48,8 +48,8 @@ def test_core_module_never_imports_textual_or_rich(module):
 
 # The runner (and what it runs each tick) must also work on a remote box with
 # nothing but Python: no third-party import at all.
-STDLIB_ONLY = ["jobs.runner", "jobs.procs", "jobs.runs", "jobs.logs.analyze",
-               "jobs.logs.sanitize", "jobs.stalls", "jobs.health", "jobs.pipeline"]
+STDLIB_ONLY = ["gpudeck.jobs.runner", "gpudeck.jobs.procs", "gpudeck.jobs.runs", "gpudeck.jobs.logs.analyze",
+               "gpudeck.jobs.logs.sanitize", "gpudeck.jobs.stalls", "gpudeck.jobs.health", "gpudeck.jobs.pipeline"]
 THIRD_PARTY = ("psutil", "pynvml", "prometheus_client", "asyncssh", "textual", "rich")
 
 
@@ -64,5 +64,5 @@ def test_runner_side_is_stdlib_only(module):
 
 def test_console_is_the_only_face():
     # The console may import the core; the reverse direction is what the tests above forbid.
-    loaded = modules_loaded_by("console.cli")
-    assert "jobs" in loaded
+    loaded = modules_loaded_by("gpudeck.console.cli")
+    assert "gpudeck.jobs" in loaded

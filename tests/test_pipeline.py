@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from jobs.pipeline import PipelineError, latest_pipeline, plan, start_pipeline
-from jobs.runs import latest_run
-from jobs.spec import JobSpec, JobsFile, load_jobs
-from jobs.supervisor import Supervisor
+from gpudeck.jobs.pipeline import PipelineError, latest_pipeline, plan, start_pipeline
+from gpudeck.jobs.runs import latest_run
+from gpudeck.jobs.spec import JobSpec, JobsFile, load_jobs
+from gpudeck.jobs.supervisor import Supervisor
 
 from runsupport import cli, cli_env, state, wait_for, write_jobs  # noqa: F401
 

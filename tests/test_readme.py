@@ -4,8 +4,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from console.cli import build_parser
-from jobs.spec import load_jobs
+from gpudeck.console.cli import build_parser
+from gpudeck.jobs.spec import load_jobs
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 

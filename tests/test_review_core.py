@@ -8,10 +8,10 @@ import time
 
 import psutil
 
-from jobs import procs
-from jobs.runs import latest_run
-from jobs.spec import load_jobs
-from jobs.supervisor import Supervisor
+from gpudeck.jobs import procs
+from gpudeck.jobs.runs import latest_run
+from gpudeck.jobs.spec import load_jobs
+from gpudeck.jobs.supervisor import Supervisor
 
 from runsupport import PY, REPO, cli, cli_env, state, wait_for, write_jobs  # noqa: F401
 
@@ -46,7 +46,7 @@ def test_corrupt_meta_json_fields_are_one_line_or_tolerated(tmp_path, state):
 
 def test_stop_before_a_slow_runner_launched_the_job_keeps_the_job_from_starting(tmp_path, state, monkeypatch):
     """start immediately followed by stop, on a box so loaded that the runner is not up yet."""
-    import jobs.supervisor as supervisor_module
+    import gpudeck.jobs.supervisor as supervisor_module
     monkeypatch.setattr(supervisor_module, "STARTING_STOP_WAIT_S", 0.3)
     marker = tmp_path / "ran"
     sup = Supervisor(load_jobs(write_jobs(tmp_path / "jobs.toml",
@@ -56,7 +56,7 @@ def test_stop_before_a_slow_runner_launched_the_job_keeps_the_job_from_starting(
     launched = []
 
     def no_runner(argv, **kw):
-        if argv[1:3] == ["-m", "jobs.runner"]:
+        if argv[1:3] == ["-m", "gpudeck.jobs.runner"]:
             launched.append(argv)
             return real_popen(["true"], **kw)
         return real_popen(argv, **kw)
@@ -66,7 +66,7 @@ def test_stop_before_a_slow_runner_launched_the_job_keeps_the_job_from_starting(
     report = sup.stop("svc")
     assert launched
     # The runner finally gets the CPU.
-    runner = subprocess.Popen([PY, "-m", "jobs.runner", launched[0][-1]], cwd=REPO)
+    runner = subprocess.Popen([PY, "-m", "gpudeck.jobs.runner", launched[0][-1]], cwd=REPO)
     run = latest_run("svc")
     try:
         wait_for(lambda: marker.exists() or run.exit_record(), timeout=60, what="job start or exit record")
@@ -81,7 +81,7 @@ def test_stop_before_a_slow_runner_launched_the_job_keeps_the_job_from_starting(
 
 
 def test_foreign_stop_never_signals_a_member_pid_that_was_reused(tmp_path):
-    from jobs.engines.pivot import PlannedStop, stop_foreign
+    from gpudeck.jobs.engines.pivot import PlannedStop, stop_foreign
     root = subprocess.Popen([PY, "-c", "import time; time.sleep(300)"])
     bystander = subprocess.Popen([PY, "-c", "import time; time.sleep(300)"])
     try:
@@ -103,7 +103,7 @@ def test_foreign_stop_never_signals_a_member_pid_that_was_reused(tmp_path):
 
 
 def test_foreign_stop_without_member_times_leaves_unverifiable_members_alone(tmp_path):
-    from jobs.engines.pivot import PlannedStop, stop_foreign
+    from gpudeck.jobs.engines.pivot import PlannedStop, stop_foreign
     root = subprocess.Popen([PY, "-c", "import time; time.sleep(300)"])
     bystander = subprocess.Popen([PY, "-c", "import time; time.sleep(300)"])
     try:
@@ -151,25 +151,25 @@ def test_two_clis_starting_the_same_job_at_once_start_it_once(tmp_path, state):
     jobs = write_jobs(tmp_path / "jobs.toml", {"svc": {"cmd": "sleep 300"}})
     env = cli_env(state)
     for attempt in range(12):
-        clis = [subprocess.Popen([PY, "-m", "console.cli", "--jobs", str(jobs), "start", "svc"], cwd=REPO,
+        clis = [subprocess.Popen([PY, "-m", "gpudeck.console.cli", "--jobs", str(jobs), "start", "svc"], cwd=REPO,
                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(4)]
         codes = [p.wait(timeout=60) for p in clis]
         for p in clis:
             p.stdout.close()
             p.stderr.close()
-        live = [r for r in __import__("jobs.runs").runs.list_runs("svc")
+        live = [r for r in __import__("gpudeck.jobs.runs").jobs.runs.list_runs("svc")
                 if r.state().state in ("starting", "running")]
         assert codes.count(0) == 1 and len(live) == 1, (attempt, codes, live)
         Supervisor(load_jobs(jobs)).stop("svc", timeout=5)
 
 
 def test_two_clis_running_the_same_pipeline_at_once_start_one_pipeline(tmp_path, state):
-    from jobs.pipeline import list_pipelines
+    from gpudeck.jobs.pipeline import list_pipelines
     jobs = write_jobs(tmp_path / "jobs.toml", {"first": {"cmd": "sleep 300"},
                                                 "second": {"cmd": "true", "needs": ["first"]}})
     env = cli_env(state)
     for attempt in range(6):
-        clis = [subprocess.Popen([PY, "-m", "console.cli", "--jobs", str(jobs), "run", "second"], cwd=REPO,
+        clis = [subprocess.Popen([PY, "-m", "gpudeck.console.cli", "--jobs", str(jobs), "run", "second"], cwd=REPO,
                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(4)]
         codes = [p.wait(timeout=60) for p in clis]
         for p in clis:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from jobs import procs
-from jobs.runs import latest_run
-from jobs.spec import load_jobs
-from jobs.supervisor import Supervisor
+from gpudeck.jobs import procs
+from gpudeck.jobs.runs import latest_run
+from gpudeck.jobs.spec import load_jobs
+from gpudeck.jobs.supervisor import Supervisor
 
 from runsupport import PY, cli, cli_env, pid_alive, state, tagged_pids, wait_for, write_jobs  # noqa: F401
 
@@ -136,7 +136,7 @@ def test_job_outlives_the_cli_session_and_hangup(tmp_path, state):
     # The CLI runs inside a session of its own (like an SSH login); the whole
     # session is then hung up and SIGKILLed.
     session = subprocess.Popen(
-        ["bash", "-c", f"{PY} -m console.cli --jobs {jobs} start long; sleep 300"],
+        ["bash", "-c", f"{PY} -m gpudeck.console.cli --jobs {jobs} start long; sleep 300"],
         cwd=str(Path(__file__).resolve().parent.parent), env=env, start_new_session=True,
         stdout=subprocess.PIPE)
     run_id = session.stdout.readline().decode().strip()
@@ -183,7 +183,7 @@ def test_command_that_cannot_start_is_an_exit_record(tmp_path, state):
 
 
 def test_runner_module_imports_without_side_effects():
-    out = subprocess.run([PY, "-c", "import os, jobs.runner, json; print(json.dumps(os.getpid()))"],
+    out = subprocess.run([PY, "-c", "import os, gpudeck.jobs.runner, json; print(json.dumps(os.getpid()))"],
                          cwd=str(Path(__file__).resolve().parent.parent), capture_output=True, text=True,
                          timeout=30)
     assert out.returncode == 0 and json.loads(out.stdout)

@@ -1,4 +1,4 @@
-"""jobs.procs on real processes: identity with start time, trees, run tags, signals that never hit a reused PID."""
+"""gpudeck.jobs.procs on real processes: identity with start time, trees, run tags, signals that never hit a reused PID."""
 from __future__ import annotations
 
 import os
@@ -6,8 +6,8 @@ import signal
 import subprocess
 import sys
 
-from jobs import procs
-from jobs.procs import ProcessId
+from gpudeck.jobs import procs
+from gpudeck.jobs.procs import ProcessId
 
 from runsupport import wait_for
 

@@ -7,9 +7,9 @@ import sys
 
 from hypothesis import given, settings, strategies as st
 
-from jobs.logs.follow import LogFollower, follow, tail_offset
-from jobs.logs.sanitize import MAX_LINE_CHARS, fold, sanitize_block, sanitize_line
-from jobs.runs import latest_run
+from gpudeck.jobs.logs.follow import LogFollower, follow, tail_offset
+from gpudeck.jobs.logs.sanitize import MAX_LINE_CHARS, fold, sanitize_block, sanitize_line
+from gpudeck.jobs.runs import latest_run
 
 from runsupport import cli, cli_env, state, wait_for, write_jobs  # noqa: F401
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs.paths import find_jobs_file
-from jobs.spec import (
+from gpudeck.jobs.paths import find_jobs_file
+from gpudeck.jobs.spec import (
     JOB_KEYS, SpecError, check_jobs, load_jobs, parse_duration, pipeline_order,
 )
 
@@ -428,7 +428,7 @@ def gpudeck(*args: str, cwd: Path = REPO, env: dict | None = None) -> subprocess
     full_env = {k: v for k, v in os.environ.items() if k != "GPUDECK_JOBS"}
     full_env["PYTHONPATH"] = str(REPO)
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "console", *args], cwd=cwd, env=full_env,
+    return subprocess.run([sys.executable, "-m", "gpudeck.console", *args], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -501,7 +501,7 @@ def test_engine_port_comes_from_the_command_line_when_not_declared(tmp_path):
         '[jobs.b]\nengine = "sglang"\ncmd = ["python", "-m", "sglang.launch_server", "--model-path", "/m"]\n'
         '[jobs.c]\nengine = "vllm"\nport = 9000\ncmd = "vllm serve /m --port 8100"\n'
     )
-    from jobs.spec import load_jobs
+    from gpudeck.jobs.spec import load_jobs
     jobs = load_jobs(path).jobs
     assert jobs["a"].port == 8100          # from --port
     assert jobs["b"].port == 30000         # SGLang's default

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from jobs.spec import load_jobs
-from jobs.supervisor import Supervisor, jobs_payload
+from gpudeck.jobs.spec import load_jobs
+from gpudeck.jobs.supervisor import Supervisor, jobs_payload
 
 STALL_AFTER = 3.0
 # The issue's bound: flagged within stall_after plus two seconds of going quiet.
 FLAG_WITHIN = STALL_AFTER + 2.0
 PY = sys.executable
-# Phase and failure cause come from the log analyzer (jobs.logs.analyze); stalls do not need it.
-HAVE_ANALYZER = importlib.util.find_spec("jobs.logs.analyze") is not None
+# Phase and failure cause come from the log analyzer (gpudeck.jobs.logs.analyze); stalls do not need it.
+HAVE_ANALYZER = importlib.util.find_spec("gpudeck.jobs.logs.analyze") is not None
 
 LOADING = r"""
 printf 'INFO 11-29 12:00:01 [api_server.py:1] Starting engine on port %s\n' "$PORT"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.stalls import (GIB, GpuReading, HealthRules, Observation, RunEnd, default_stall_after,
+from gpudeck.jobs.stalls import (GIB, GpuReading, HealthRules, Observation, RunEnd, default_stall_after,
                          suggest_max_jobs)
 
 T0 = 1_700_000_000.0

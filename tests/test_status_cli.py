@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from jobs import gpuprocs
+from gpudeck.jobs import gpuprocs
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def gpudeck(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "console", *args], cwd=REPO, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "gpudeck.console", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -84,8 +84,8 @@ def test_negative_interval_is_a_one_line_error():
 def test_payload_carries_later_layers_without_letting_them_overwrite_core_keys():
     import dataclasses
 
-    from jobs.telemetry.simulated import SimulatedBox
-    from jobs.telemetry.status import status_payload
+    from gpudeck.jobs.telemetry.simulated import SimulatedBox
+    from gpudeck.jobs.telemetry.status import status_payload
 
     snap = SimulatedBox(0).snapshot(0)
     snap = dataclasses.replace(snap, extra={"engines": [{"name": "vllm", "port": 8000}], "gpus": "clobber"})

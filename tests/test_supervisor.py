@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from jobs import procs
-from jobs.runs import create_run, latest_run, list_runs
-from jobs.spec import load_jobs
-from jobs.supervisor import JobAlreadyRunning, Supervisor, run_processes
+from gpudeck.jobs import procs
+from gpudeck.jobs.runs import create_run, latest_run, list_runs
+from gpudeck.jobs.spec import load_jobs
+from gpudeck.jobs.supervisor import JobAlreadyRunning, Supervisor, run_processes
 
 from runsupport import PY, pid_alive, state, tagged_pids, wait_for, write_jobs  # noqa: F401
 

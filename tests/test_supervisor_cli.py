@@ -8,8 +8,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from jobs import procs
-from jobs.runs import latest_run, list_runs
+from gpudeck.jobs import procs
+from gpudeck.jobs.runs import latest_run, list_runs
 
 from runsupport import PY, REPO, cli, cli_env, state, wait_for, write_jobs  # noqa: F401
 
@@ -41,7 +41,7 @@ def test_no_line_lost_while_the_cli_is_sigkilled_and_restarted_20_times(tmp_path
     run = latest_run("counter")
     job = wait_for(lambda: run.job_id(), what="job pid")
     for attempt in range(20):
-        follower = subprocess.Popen([PY, "-m", "console.cli", "--jobs", str(jobs), "logs", "counter", "-f"],
+        follower = subprocess.Popen([PY, "-m", "gpudeck.console.cli", "--jobs", str(jobs), "logs", "counter", "-f"],
                                     cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         seen = []
         deadline = time.monotonic() + 30
@@ -139,7 +139,7 @@ def test_user_errors_are_one_line(tmp_path, state):
     empty.mkdir()
     for args in (["start", "x"], ["stop", "x"], ["restart", "x"], ["jobs"], ["jobs", "--json"], ["run", "x"],
                  ["logs", "x"]):
-        out = subprocess.run([PY, "-m", "console.cli", *args], cwd=empty, env={**env, "PYTHONPATH": str(REPO)},
+        out = subprocess.run([PY, "-m", "gpudeck.console.cli", *args], cwd=empty, env={**env, "PYTHONPATH": str(REPO)},
                              capture_output=True, timeout=60)
         err = out.stderr.decode()
         assert out.returncode != 0 and err.startswith("gpudeck: ") and err.count("\n") == 1, (args, err)

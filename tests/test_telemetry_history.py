@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.telemetry.history import DEFAULT_CAPACITY, History
-from jobs.telemetry.simulated import SimulatedBox
-from jobs.telemetry.snapshot import GpuProcess, GpuSample, HostSample, Snapshot
+from gpudeck.jobs.telemetry.history import DEFAULT_CAPACITY, History
+from gpudeck.jobs.telemetry.simulated import SimulatedBox
+from gpudeck.jobs.telemetry.snapshot import GpuProcess, GpuSample, HostSample, Snapshot
 
 
 def snap(t: float, util: float | None = 10.0, gpus: int = 1, pids=()) -> Snapshot:

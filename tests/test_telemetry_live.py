@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from jobs import gpuprocs
+from gpudeck.jobs import gpuprocs
 
-from jobs.telemetry.host import HostSampler
-from jobs.telemetry.ports import PortScanner, read_proc_net_listeners, read_sock_diag_listeners
-from jobs.telemetry.procs import ProcTable
-from jobs.telemetry.sampler import LiveSampler, make_sampler
+from gpudeck.jobs.telemetry.host import HostSampler
+from gpudeck.jobs.telemetry.ports import PortScanner, read_proc_net_listeners, read_sock_diag_listeners
+from gpudeck.jobs.telemetry.procs import ProcTable
+from gpudeck.jobs.telemetry.sampler import LiveSampler, make_sampler
 
 HAS_PROC_NET = os.path.exists("/proc/net/tcp")
 

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from jobs.telemetry.gpu import NvmlGpuSource, decode_throttle_reasons
-from jobs.telemetry.sampler import LiveSampler
+from gpudeck.jobs.telemetry.gpu import NvmlGpuSource, decode_throttle_reasons
+from gpudeck.jobs.telemetry.sampler import LiveSampler
 
 NOT_SUPPORTED = 3
 NOT_FOUND = 6
@@ -203,7 +203,7 @@ def test_unknown_pid_is_labelled_not_guessed(monkeypatch):
     mine, theirs = procs[os.getpid()], procs[foreign]
     assert theirs.proc.known is False and theirs.proc.cmdline is None and theirs.mem_used == GiB
     # Our own process is only trusted here if this is the host PID namespace or it holds /dev/nvidia*.
-    from jobs.telemetry.procs import in_host_pid_namespace
+    from gpudeck.jobs.telemetry.procs import in_host_pid_namespace
     if in_host_pid_namespace():
         assert mine.proc.known is True and "pytest" in (mine.proc.cmdline or "")
     else:

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 
-from jobs.telemetry.sampler import make_sampler
-from jobs.telemetry.simulated import GPU_MEM_TOTAL, SimulatedBox
-from jobs.telemetry.status import status_payload
+from gpudeck.jobs.telemetry.sampler import make_sampler
+from gpudeck.jobs.telemetry.simulated import GPU_MEM_TOTAL, SimulatedBox
+from gpudeck.jobs.telemetry.status import status_payload
 
 GiB = 1024 ** 3
 

@@ -1,1 +1,1 @@
-"""One module per CLI subcommand; each exposes `register(subparsers)` and is discovered by console.cli."""
+"""One module per CLI subcommand; each exposes `register(subparsers)` and is discovered by gpudeck.console.cli."""

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.paths import find_jobs_file
+from gpudeck.jobs.paths import find_jobs_file
 
-from console.errors import CliError
+from gpudeck.console.errors import CliError
 
 NO_JOBS_FILE = ("no jobs file: pass --jobs FILE, set GPUDECK_JOBS, or create ./jobs.toml "
                 "or ~/.config/gpudeck/jobs.toml")
@@ -17,7 +17,7 @@ def load_jobs_file(args: argparse.Namespace):
         raise CliError(NO_JOBS_FILE, code=2)
     if not path.exists():
         raise CliError(f"{path}: no such file", code=2)
-    from jobs.spec import SpecError, load_jobs
+    from gpudeck.jobs.spec import SpecError, load_jobs
     try:
         return load_jobs(path)
     except SpecError as exc:
@@ -26,12 +26,12 @@ def load_jobs_file(args: argparse.Namespace):
 
 
 def supervisor(args: argparse.Namespace):
-    from jobs.supervisor import Supervisor
+    from gpudeck.jobs.supervisor import Supervisor
     return Supervisor(load_jobs_file(args))
 
 
 def known_job(sup, name: str) -> None:
-    from jobs.supervisor import UnknownJob
+    from gpudeck.jobs.supervisor import UnknownJob
     try:
         sup.spec(name)
     except UnknownJob as exc:

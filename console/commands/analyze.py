@@ -6,10 +6,10 @@ import json
 import sys
 from typing import Optional
 
-from jobs.logs.analyze import LogAnalysis, analyze_file
-from jobs.logs.sanitize import sanitize_text
+from gpudeck.jobs.logs.analyze import LogAnalysis, analyze_file
+from gpudeck.jobs.logs.sanitize import sanitize_text
 
-from console.errors import CliError
+from gpudeck.console.errors import CliError
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs.paths import find_jobs_file
-from jobs.spec import check_jobs, load_jobs, SpecError
+from gpudeck.jobs.paths import find_jobs_file
+from gpudeck.jobs.spec import check_jobs, load_jobs, SpecError
 
-from console.errors import CliError
+from gpudeck.console.errors import CliError
 
 # How many job names the success line lists before it says "and N more".
 _NAMES_SHOWN = 12

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from console.errors import CliError
+from gpudeck.console.errors import CliError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,10 +22,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_doctor_cmd(args: argparse.Namespace) -> int:
-    from jobs.engines.doctor import doctor_payload, run_doctor
+    from gpudeck.jobs.engines.doctor import doctor_payload, run_doctor
     sup = None
     if args.job is not None:
-        from console.commands._jobs_file import known_job, supervisor
+        from gpudeck.console.commands._jobs_file import known_job, supervisor
         sup = supervisor(args)
         known_job(sup, args.job)
     checks = run_doctor(sup, args.job)

@@ -5,8 +5,8 @@ import argparse
 import json
 import time
 
-from console.commands._jobs_file import supervisor
-from console.format import human_age
+from gpudeck.console.commands._jobs_file import supervisor
+from gpudeck.console.format import human_age
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,7 +36,7 @@ def _phase_text(job: dict) -> str:
 
 
 def run_jobs(args: argparse.Namespace) -> int:
-    from jobs.supervisor import jobs_payload
+    from gpudeck.jobs.supervisor import jobs_payload
     sup = supervisor(args)
     payload = jobs_payload(sup)
     if args.json:

@@ -5,11 +5,11 @@ import argparse
 import sys
 from typing import BinaryIO, Optional
 
-from jobs.logs.follow import LogFollower, LogLine, follow, tail_offset
-from jobs.logs.sanitize import MAX_LINE_CHARS, sanitize_line
-from jobs.paths import find_jobs_file
+from gpudeck.jobs.logs.follow import LogFollower, LogLine, follow, tail_offset
+from gpudeck.jobs.logs.sanitize import MAX_LINE_CHARS, sanitize_line
+from gpudeck.jobs.paths import find_jobs_file
 
-from console.errors import CliError
+from gpudeck.console.errors import CliError
 
 # Keep up to this much of a \r-redrawn long line's last segment to show it at the end.
 _TAIL_KEEP = 64 * 1024
@@ -78,17 +78,17 @@ class LinePrinter:
 
 
 def _find_run(args: argparse.Namespace):
-    from jobs.runs import find_run, latest_run, list_runs
+    from gpudeck.jobs.runs import find_run, latest_run, list_runs
     path = find_jobs_file(getattr(args, "jobs_file", None))
     if path is not None and path.exists():
-        from console.commands._jobs_file import load_jobs_file
+        from gpudeck.console.commands._jobs_file import load_jobs_file
         jobs_file = load_jobs_file(args)
         if args.job not in jobs_file.jobs and not list_runs(args.job):
             raise CliError(f"no job named {args.job!r} in {jobs_file.path}", code=2)
     elif not list_runs(args.job):
         # Logs are read from the state directory; without a jobs file there is
         # still something to show if the job ever ran.
-        from console.commands._jobs_file import NO_JOBS_FILE
+        from gpudeck.console.commands._jobs_file import NO_JOBS_FILE
         raise CliError(NO_JOBS_FILE if path is None else f"{path}: no such file", code=2)
     run = find_run(args.job, args.run) if args.run else latest_run(args.job)
     if run is None:

@@ -5,8 +5,8 @@ import argparse
 import json
 import sys
 
-from console.commands._jobs_file import supervisor
-from console.errors import CliError
+from gpudeck.console.commands._jobs_file import supervisor
+from gpudeck.console.errors import CliError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_pivot(args: argparse.Namespace) -> int:
-    from jobs.engines.pivot import PivotError, execute_pivot, plan_pivot
+    from gpudeck.jobs.engines.pivot import PivotError, execute_pivot, plan_pivot
     sup = supervisor(args)
     try:
         plan = plan_pivot(sup, args.target, stop_foreign=args.stop_foreign)

@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from console.commands._jobs_file import known_job, supervisor
-from console.errors import CliError
+from gpudeck.console.commands._jobs_file import known_job, supervisor
+from gpudeck.console.errors import CliError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_restart(args: argparse.Namespace) -> int:
-    from jobs.supervisor import SupervisorError
+    from gpudeck.jobs.supervisor import SupervisorError
     sup = supervisor(args)
     known_job(sup, args.job)
     try:

@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from console.commands._jobs_file import known_job, supervisor
-from console.errors import CliError
+from gpudeck.console.commands._jobs_file import known_job, supervisor
+from gpudeck.console.errors import CliError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +37,7 @@ def describe_event(ev: dict) -> str | None:
 
 
 def run_pipeline(args: argparse.Namespace) -> int:
-    from jobs.pipeline import PipelineError, start_pipeline
+    from gpudeck.jobs.pipeline import PipelineError, start_pipeline
     sup = supervisor(args)
     known_job(sup, args.job)
     try:

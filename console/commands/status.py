@@ -6,10 +6,10 @@ import json
 import sys
 import threading
 
-from jobs.telemetry.sampler import make_sampler
-from jobs.telemetry.status import render_status_text, status_payload
+from gpudeck.jobs.telemetry.sampler import make_sampler
+from gpudeck.jobs.telemetry.status import render_status_text, status_payload
 
-from console.errors import CliError
+from gpudeck.console.errors import CliError
 
 # Rates (CPU %, disk and network bytes/s) need two readings; this is the gap between them.
 _DEFAULT_INTERVAL_S = 0.5
@@ -46,7 +46,7 @@ def run_status(args: argparse.Namespace) -> int:
         sampler.close()
     if not sampler.simulated:
         # Every vLLM/SGLang on the box, gpudeck's (managed) or not (foreign).
-        from jobs.engines.discovery import discover_engines, engines_payload
+        from gpudeck.jobs.engines.discovery import discover_engines, engines_payload
         snapshot.extra["engines"] = engines_payload(discover_engines())
     if args.json:
         json.dump(status_payload(snapshot), sys.stdout, indent=2)

@@ -5,8 +5,8 @@ import argparse
 import json
 import sys
 
-from console.commands._jobs_file import known_job, supervisor
-from console.errors import CliError
+from gpudeck.console.commands._jobs_file import known_job, supervisor
+from gpudeck.console.errors import CliError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,7 +36,7 @@ def print_report(report, as_json: bool) -> int:
 
 
 def run_stop(args: argparse.Namespace) -> int:
-    from jobs.supervisor import SupervisorError
+    from gpudeck.jobs.supervisor import SupervisorError
     sup = supervisor(args)
     known_job(sup, args.job)
     stop_active_pipeline(sup, args.job)
@@ -49,7 +49,7 @@ def run_stop(args: argparse.Namespace) -> int:
 
 def stop_active_pipeline(sup, job: str) -> None:
     """Stopping a pipeline's target stops the pipeline too (it stops its current stage itself)."""
-    from jobs.pipeline import latest_pipeline, stop_pipeline
+    from gpudeck.jobs.pipeline import latest_pipeline, stop_pipeline
     pipe = latest_pipeline(job, sup.state_dir)
     if pipe is not None and pipe.state() == "running":
         if stop_pipeline(pipe):

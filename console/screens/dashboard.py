@@ -9,12 +9,12 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from console.telemetry_view import TelemetryView
-from console.widgets.box_header_panel import BoxHeaderPanel
-from console.widgets.gpu_grid_panel import Density, GpuGridPanel
-from console.widgets.gpu_process_table import GpuProcessTable
-from console.widgets.host_panel import HostPanel
-from console.widgets.ports_table import PortsTable
+from gpudeck.console.telemetry_view import TelemetryView
+from gpudeck.console.widgets.box_header_panel import BoxHeaderPanel
+from gpudeck.console.widgets.gpu_grid_panel import Density, GpuGridPanel
+from gpudeck.console.widgets.gpu_process_table import GpuProcessTable
+from gpudeck.console.widgets.host_panel import HostPanel
+from gpudeck.console.widgets.ports_table import PortsTable
 
 DENSITY_CYCLE: tuple[Density, ...] = ("auto", "lines", "cards")
 

@@ -17,11 +17,11 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Static
 
-from console.format import human_age, safe_text
-from console.screens.confirm import ConfirmScreen
-from console.widgets.border_titles import set_border_titles
-from console.widgets.engine_panel import EnginePanel, EngineRow, engine_rows
-from console.widgets.log_view import LogView, LogViewPane
+from gpudeck.console.format import human_age, safe_text
+from gpudeck.console.screens.confirm import ConfirmScreen
+from gpudeck.console.widgets.border_titles import set_border_titles
+from gpudeck.console.widgets.engine_panel import EnginePanel, EngineRow, engine_rows
+from gpudeck.console.widgets.log_view import LogView, LogViewPane
 
 # Engine discovery walks every process's environment: often enough to catch a
 # foreign vLLM appearing, rarely enough to stay cheap on a busy box.
@@ -252,9 +252,9 @@ def banner_lines(jobs: list[dict], now: float) -> list[str]:
 def live_jobs_note(jobs_file_arg: Optional[str]) -> Optional[str]:
     """What quitting the console leaves behind, in one line (None when nothing runs)."""
     try:
-        from jobs.paths import find_jobs_file
-        from jobs.spec import load_jobs
-        from jobs.supervisor import Supervisor
+        from gpudeck.jobs.paths import find_jobs_file
+        from gpudeck.jobs.spec import load_jobs
+        from gpudeck.jobs.supervisor import Supervisor
         path = find_jobs_file(jobs_file_arg)
         if path is None or not path.exists():
             return None
@@ -400,7 +400,7 @@ class JobsScreen(Screen):
 
     def compose(self) -> ComposeResult:
         try:
-            from console.widgets.box_header_panel import BoxHeaderPanel
+            from gpudeck.console.widgets.box_header_panel import BoxHeaderPanel
             yield BoxHeaderPanel("jobs", id="header")
         except ImportError:  # pragma: no cover - the header is the dashboard's; the view works without it
             pass
@@ -463,9 +463,9 @@ class JobsScreen(Screen):
             return
         arg = self.jobs_file_arg if self.jobs_file_arg is not None else getattr(self.app, "jobs_file", None)
         try:
-            from jobs.paths import find_jobs_file
-            from jobs.spec import SpecError, load_jobs
-            from jobs.supervisor import Supervisor
+            from gpudeck.jobs.paths import find_jobs_file
+            from gpudeck.jobs.spec import SpecError, load_jobs
+            from gpudeck.jobs.supervisor import Supervisor
             path = find_jobs_file(arg)
             if path is None:
                 self.post_message(JobsLoaded(reason=NO_JOBS_FILE))
@@ -501,7 +501,7 @@ class JobsScreen(Screen):
             if self._payload is not None:
                 payload = self._payload(supervisor)
             else:
-                from jobs.supervisor import jobs_payload
+                from gpudeck.jobs.supervisor import jobs_payload
                 payload = jobs_payload(supervisor)
             jobs = list(payload["jobs"])
             log_paths = {}
@@ -517,7 +517,7 @@ class JobsScreen(Screen):
         """Worker side: engine jobs with their engine/model/port, plus foreign engines (re-discovered every 5 s)."""
         specs: dict[str, tuple] = {}
         try:
-            from jobs.engines.profiles import engine_settings
+            from gpudeck.jobs.engines.profiles import engine_settings
             for job in jobs:
                 spec = supervisor.spec(job["name"])
                 settings = engine_settings(spec)
@@ -529,7 +529,7 @@ class JobsScreen(Screen):
             specs = {j["name"]: (None, None, j.get("port")) for j in jobs if j.get("kind") == "engine"}
         if self._discover_engines and time.monotonic() - self._discovered_at >= DISCOVERY_INTERVAL_S:
             try:
-                from jobs.engines.discovery import discover_engines
+                from gpudeck.jobs.engines.discovery import discover_engines
                 self._foreign = [e.to_dict() for e in discover_engines() if not e.managed]
             except Exception:
                 self._foreign = []
@@ -771,7 +771,7 @@ class JobsScreen(Screen):
     @work(thread=True, group="jobs-action", exit_on_error=False)
     def _plan_pivot(self, target: str) -> None:
         try:
-            from jobs.engines.pivot import plan_pivot
+            from gpudeck.jobs.engines.pivot import plan_pivot
             plan = plan_pivot(self.supervisor, target)
         except Exception as exc:      # PivotError says why in words; anything else too
             self.post_message(PivotPlanned(target, [], error=str(exc)))
@@ -796,7 +796,7 @@ class JobsScreen(Screen):
     @work(thread=True, group="jobs-action", exit_on_error=False)
     def _pivot(self, target: str, plan: Any) -> None:
         try:
-            from jobs.engines.pivot import execute_pivot
+            from gpudeck.jobs.engines.pivot import execute_pivot
             result = execute_pivot(
                 self.supervisor, plan,
                 on_step=lambda step: self.post_message(PivotStepped(target, step.line(), step.ok)))
@@ -817,8 +817,8 @@ class JobsScreen(Screen):
 
 def stop_plan(supervisor: Any, name: str) -> StopPlan:
     """Exactly the processes a stop will signal, named (pid and command line)."""
-    from jobs.procs import cmdline
-    from jobs.supervisor import run_processes
+    from gpudeck.jobs.procs import cmdline
+    from gpudeck.jobs.supervisor import run_processes
     supervisor.spec(name)
     run = supervisor.latest(name)
     if run is None:

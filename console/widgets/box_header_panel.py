@@ -7,9 +7,9 @@ from typing import Optional
 from textual.strip import Strip
 from textual.widget import Widget
 
-from console.format import safe_text
-from console.telemetry_view import TelemetryView
-from console.widgets.strip_painter import PaintedLines, Part
+from gpudeck.console.format import safe_text
+from gpudeck.console.telemetry_view import TelemetryView
+from gpudeck.console.widgets.strip_painter import PaintedLines, Part
 
 
 def clock_text(t: float) -> str:

@@ -8,7 +8,7 @@ from typing import Any, Iterable, Optional
 from textual.content import Content
 from textual.widget import Widget
 
-from console.format import human_age, human_bytes, safe_text, sparkline
+from gpudeck.console.format import human_age, human_bytes, safe_text, sparkline
 
 HISTORY = 40          # samples kept per engine and number: 40 s at the default refresh
 SPARK_WIDTH = 10

@@ -6,11 +6,11 @@ from typing import Optional, Sequence
 from textual.strip import Strip
 from textual.widget import Widget
 
-from jobs.telemetry.snapshot import GpuSample
+from gpudeck.jobs.telemetry.snapshot import GpuSample
 
-from console.widgets.border_titles import set_border_titles
-from console.widgets.strip_painter import PaintedLines, Part, refresh_changed_lines
-from console.format import NA, hbar, human_bytes, level_style, pct, short_gpu_name, sparkline
+from gpudeck.console.widgets.border_titles import set_border_titles
+from gpudeck.console.widgets.strip_painter import PaintedLines, Part, refresh_changed_lines
+from gpudeck.console.format import NA, hbar, human_bytes, level_style, pct, short_gpu_name, sparkline
 
 # Reasons NVML reports in normal operation: showing them would cry wolf.
 BENIGN_THROTTLE_REASONS = frozenset({

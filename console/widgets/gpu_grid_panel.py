@@ -8,10 +8,10 @@ from textual.app import ComposeResult
 from textual.containers import Container, Grid
 from textual.widgets import Static
 
-from console.telemetry_view import TelemetryView
-from console.widgets.border_titles import set_border_titles
-from console.widgets.gpu_card_panel import CARD_HEIGHT, GpuCardPanel
-from console.widgets.gpu_lines_panel import GpuLinesPanel
+from gpudeck.console.telemetry_view import TelemetryView
+from gpudeck.console.widgets.border_titles import set_border_titles
+from gpudeck.console.widgets.gpu_card_panel import CARD_HEIGHT, GpuCardPanel
+from gpudeck.console.widgets.gpu_lines_panel import GpuLinesPanel
 
 Density = Literal["auto", "lines", "cards"]
 

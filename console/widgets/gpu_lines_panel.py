@@ -6,10 +6,10 @@ from typing import Optional, Sequence
 from textual.strip import Strip
 from textual.widget import Widget
 
-from jobs.telemetry.snapshot import GpuSample
+from gpudeck.jobs.telemetry.snapshot import GpuSample
 
-from console.widgets.gpu_card_panel import gpu_line_parts
-from console.widgets.strip_painter import PaintedLines, Part, refresh_changed_lines
+from gpudeck.console.widgets.gpu_card_panel import gpu_line_parts
+from gpudeck.console.widgets.strip_painter import PaintedLines, Part, refresh_changed_lines
 
 # One widget rather than one per GPU: each widget repaint has a fixed cost (~0.3 ms on a
 # slow core) that eight separate lines would pay eight times per tick.

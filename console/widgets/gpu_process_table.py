@@ -1,10 +1,10 @@
 """Every process on every GPU: who it is, what it holds, what it costs."""
 from __future__ import annotations
 
-from jobs.telemetry.snapshot import Snapshot
+from gpudeck.jobs.telemetry.snapshot import Snapshot
 
-from console.format import NA, human_age, human_bytes, safe_text
-from console.widgets.rows_table import Cell, Column, RowsTable
+from gpudeck.console.format import NA, human_age, human_bytes, safe_text
+from gpudeck.console.widgets.rows_table import Cell, Column, RowsTable
 
 UNKNOWN_PID = "pid not in this /proc (other PID namespace?)"
 

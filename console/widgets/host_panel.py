@@ -6,12 +6,12 @@ from typing import Optional
 from textual.strip import Strip
 from textual.widget import Widget
 
-from jobs.telemetry.snapshot import HostSample
+from gpudeck.jobs.telemetry.snapshot import HostSample
 
-from console.format import hbar, human_bytes, human_rate, level_style, pct, safe_text
-from console.telemetry_view import TelemetryView
-from console.widgets.border_titles import set_border_titles
-from console.widgets.strip_painter import PaintedLines, Part, plain, refresh_changed_lines
+from gpudeck.console.format import hbar, human_bytes, human_rate, level_style, pct, safe_text
+from gpudeck.console.telemetry_view import TelemetryView
+from gpudeck.console.widgets.border_titles import set_border_titles
+from gpudeck.console.widgets.strip_painter import PaintedLines, Part, plain, refresh_changed_lines
 
 _LEVELS = "▁▂▃▄▅▆▇█"
 # Few cores get a labelled bar each; many cores (a 192-core box) get one glyph each.

@@ -21,9 +21,9 @@ from textual.strip import Strip
 from textual.widgets import Input, Static
 from textual.worker import get_current_worker
 
-from jobs.logs.sanitize import sanitize_line
+from gpudeck.jobs.logs.sanitize import sanitize_line
 
-from console.widgets.log_index import IndexState, LogIndex, LogSearch
+from gpudeck.console.widgets.log_index import IndexState, LogIndex, LogSearch
 
 # Belt and braces after the core sanitiser: nothing below 0x20 ever reaches Rich.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")

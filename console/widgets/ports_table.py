@@ -1,10 +1,10 @@
 """Listening TCP ports and who owns them."""
 from __future__ import annotations
 
-from jobs.telemetry.snapshot import Snapshot
+from gpudeck.jobs.telemetry.snapshot import Snapshot
 
-from console.format import safe_text
-from console.widgets.rows_table import Cell, Column, RowsTable
+from gpudeck.console.format import safe_text
+from gpudeck.console.widgets.rows_table import Cell, Column, RowsTable
 
 
 class PortsTable(RowsTable):

@@ -14,8 +14,8 @@ from textual.strip import Strip
 from textual.geometry import Region
 from textual.widget import Widget
 
-from console.widgets.border_titles import set_border_titles
-from console.widgets.strip_painter import PaintedLines, Part, plain, refresh_changed_lines
+from gpudeck.console.widgets.border_titles import set_border_titles
+from gpudeck.console.widgets.strip_painter import PaintedLines, Part, plain, refresh_changed_lines
 
 # A cell is its text, or (text, style) where style may use theme variables ("bold $warning").
 Cell = Union[str, tuple[str, str]]

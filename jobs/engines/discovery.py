@@ -11,7 +11,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Mapping, Optional
 
-from jobs.engines.profiles import PROFILES, find_invocation, parse_launch
+from gpudeck.jobs.engines.profiles import PROFILES, find_invocation, parse_launch
 
 RUN_TAG = "GPUDECK_RUN_ID"
 JOB_TAG = "GPUDECK_JOB"
@@ -90,7 +90,7 @@ def _title(name: str, cmdline: list[str]) -> str:
 def gpu_memory_by_pid() -> tuple[dict[int, int], dict[int, set[int]]]:
     """({pid: bytes}, {pid: {gpu index}}) from NVML; empty when NVML is unavailable."""
     try:
-        from jobs import gpuprocs
+        from gpudeck.jobs import gpuprocs
         holders = gpuprocs.holders()
     except Exception:
         holders = None

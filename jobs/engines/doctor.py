@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from jobs.engines.profiles import argv_of, engine_settings
+from gpudeck.jobs.engines.profiles import argv_of, engine_settings
 
 PROBE_TIMEOUT_S = 180.0          # importing vLLM takes ~10-20 s; a cold disk far more
 GPU_IDLE_BYTES = 2 * 2**30
@@ -51,7 +51,7 @@ def _skip(name, detail):
 # --------------------------------------------------------------------------- GPU box
 
 def _nvml():
-    from jobs import gpuprocs
+    from gpudeck.jobs import gpuprocs
     return gpuprocs._init(), gpuprocs.unavailable_reason()
 
 
@@ -91,8 +91,8 @@ def check_gpus_free(gpus: tuple[int, ...]) -> Check:
     if nvml is None:
         # The driver check already fails for this; one failure per cause.
         return _skip("gpus_free", "cannot tell without NVML (see nvidia_driver)")
-    from jobs import gpuprocs
-    from jobs.engines.discovery import _environ_tags
+    from gpudeck.jobs import gpuprocs
+    from gpudeck.jobs.engines.discovery import _environ_tags
     holders = gpuprocs.holders() or []
     busy = []
     try:
@@ -247,7 +247,7 @@ def _arch_check(devices: list[dict], torch_arches: list[str], kernel_arches: Opt
 def check_port_free(port: Optional[int], job_live: bool) -> Check:
     if port is None:
         return _skip("port_free", "the job declares no port")
-    from jobs.procs import cmdline, port_listening, port_owners
+    from gpudeck.jobs.procs import cmdline, port_listening, port_owners
     if not port_listening(port):
         return _ok("port_free", f"port {port} free")
     owners = port_owners(port)

@@ -135,9 +135,9 @@ _KV_ANY = re.compile(r"KV cache usage:\s*([-+]?\d+(?:\.\d+)?)\s*%")
 def serving_from_log_line(engine: str, line: str) -> Optional[dict[str, float]]:
     """Serving fields one periodic stats line carries (a partial dict), or None for other lines.
 
-    The parsing is the log analyzer's (jobs.logs.analyze), shared with post-mortems.
+    The parsing is the log analyzer's (gpudeck.jobs.logs.analyze), shared with post-mortems.
     """
-    from jobs.logs.analyze import parse_serving_stats_line
+    from gpudeck.jobs.logs.analyze import parse_serving_stats_line
     out = parse_serving_stats_line(line)
     if out is None:
         return None
@@ -251,5 +251,5 @@ def _vllm_spec(now: dict[str, float], before: dict[str, float]) -> dict[str, Opt
 
 def scrape(url: str, timeout: float = 2.0) -> tuple[Optional[int], str]:
     """GET a /metrics URL: (status, body)."""
-    from jobs.engines.readiness import http_get
+    from gpudeck.jobs.engines.readiness import http_get
     return http_get(url, timeout=timeout)

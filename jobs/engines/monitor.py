@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from jobs.engines.metrics import EngineAlert, Serving, ServingTracker, scrape
-from jobs.engines.profiles import EngineSettings
-from jobs.engines.readiness import LogLineWatcher, Readiness, check_readiness
+from gpudeck.jobs.engines.metrics import EngineAlert, Serving, ServingTracker, scrape
+from gpudeck.jobs.engines.profiles import EngineSettings
+from gpudeck.jobs.engines.readiness import LogLineWatcher, Readiness, check_readiness
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _MAX_READ = 4 << 20
@@ -129,8 +129,8 @@ def engine_fields(spec, run) -> Optional[dict]:
     import json
     from dataclasses import replace as _replace
 
-    from jobs.engines.metrics import _Baseline, parse_metrics
-    from jobs.engines.profiles import engine_settings
+    from gpudeck.jobs.engines.metrics import _Baseline, parse_metrics
+    from gpudeck.jobs.engines.profiles import engine_settings
     settings = engine_settings(spec)
     if settings is None or run is None:
         return None

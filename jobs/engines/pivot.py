@@ -14,9 +14,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
-from jobs.engines.discovery import EngineProcess, discover_engines
-from jobs.engines.profiles import EngineSettings, engine_settings
-from jobs.engines.readiness import wait_until_ready
+from gpudeck.jobs.engines.discovery import EngineProcess, discover_engines
+from gpudeck.jobs.engines.profiles import EngineSettings, engine_settings
+from gpudeck.jobs.engines.readiness import wait_until_ready
 
 # Foreign engines get this long between SIGTERM and SIGKILL: vLLM's and SGLang's
 # shutdown (workers, NCCL teardown) takes 2-30 s.
@@ -132,7 +132,7 @@ def _planned(e: EngineProcess, kind: str) -> PlannedStop:
 def plan_pivot(supervisor, target: str, *, stop_foreign: bool = False,
                engines: Optional[list[EngineProcess]] = None) -> PivotPlan:
     """What a pivot to `target` would stop. Raises PivotError when it makes no sense."""
-    from jobs.supervisor import UnknownJob
+    from gpudeck.jobs.supervisor import UnknownJob
     try:
         spec = supervisor.spec(target)
     except UnknownJob as exc:
@@ -178,7 +178,7 @@ def plan_pivot(supervisor, target: str, *, stop_foreign: bool = False,
 
 def _gpu_state() -> Optional[tuple[dict[int, list[tuple[int, Optional[int]]]], dict[int, int]]]:
     """({gpu: [(pid, bytes)]}, {gpu: used bytes}) from NVML, or None when NVML is unavailable."""
-    from jobs import gpuprocs
+    from gpudeck.jobs import gpuprocs
     holders = gpuprocs.holders()
     if holders is None:
         return None
@@ -209,7 +209,7 @@ def _proc_title(pid: int) -> str:
 
 
 def _owner_note(pid: int, managed_pids: set[int]) -> str:
-    from jobs.engines.discovery import _environ_tags
+    from gpudeck.jobs.engines.discovery import _environ_tags
     run_id, job = _environ_tags(pid)
     if run_id or pid in managed_pids:
         return f"started by gpudeck{' (job ' + job + ')' if job else ''}"
@@ -223,7 +223,7 @@ def verify_gpus_free(gpus: tuple[int, ...], stopped_pids: set[int], *,
     """Wait until no process holds memory on `gpus` (all when empty) and memory is back near idle."""
     state = _gpu_state()
     if state is None:
-        from jobs import gpuprocs
+        from gpudeck.jobs import gpuprocs
         return True, f"not applicable: NVML unavailable ({gpuprocs.unavailable_reason() or 'no NVIDIA driver'})"
     end = clock() + deadline_s
     while True:
@@ -256,7 +256,7 @@ def verify_gpus_free(gpus: tuple[int, ...], stopped_pids: set[int], *,
 def verify_port_free(port: int, *, deadline_s: float = PORT_FREE_DEADLINE_S,
                      clock: Callable[[], float] = time.monotonic,
                      sleep: Callable[[float], None] = time.sleep) -> tuple[bool, str]:
-    from jobs.procs import cmdline, port_listening as listening, port_owners
+    from gpudeck.jobs.procs import cmdline, port_listening as listening, port_owners
     end = clock() + deadline_s
     # /proc/net/tcp, not a connect(): probing by connecting fills a stuck listener's
     # backlog until connects time out and the port merely looks free.
@@ -314,7 +314,7 @@ def execute_pivot(supervisor, plan: PivotPlan, *, wait: bool = False,
                   gpu_deadline_s: float = GPU_RELEASE_DEADLINE_S,
                   ready_deadline_s: float = READY_DEADLINE_S) -> PivotResult:
     """Carry `plan` out; the first failed step ends the pivot (the target is then not started)."""
-    from jobs.runs import find_run
+    from gpudeck.jobs.runs import find_run
     started = time.monotonic()
     steps: list[PivotStep] = []
     stopped_runs = []

@@ -333,7 +333,7 @@ class EngineSettings:
 
 
 def engine_settings(spec) -> Optional[EngineSettings]:
-    """Settings for a JobSpec (jobs.spec.JobSpec) with `engine` set, or whose command launches one."""
+    """Settings for a JobSpec (gpudeck.jobs.spec.JobSpec) with `engine` set, or whose command launches one."""
     engine = getattr(spec, "engine", None) or detect_engine(spec.cmd)
     if not engine:
         return None

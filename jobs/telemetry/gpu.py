@@ -6,7 +6,7 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from jobs.telemetry.snapshot import GpuProcess, GpuSample
+from gpudeck.jobs.telemetry.snapshot import GpuProcess, GpuSample
 
 # NVML return codes (stable ABI values; spelled out so a fake module need not define them).
 _ERR_UNINITIALIZED = 1

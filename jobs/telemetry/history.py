@@ -34,7 +34,7 @@ import threading
 from collections import deque
 from typing import Hashable, Optional
 
-from jobs.telemetry.snapshot import Snapshot
+from gpudeck.jobs.telemetry.snapshot import Snapshot
 
 DEFAULT_CAPACITY = 900          # 15 minutes at the default 1 s refresh (>= 10 minutes at 0.66 s)
 

@@ -8,7 +8,7 @@ from typing import Callable, Optional
 
 import psutil
 
-from jobs.telemetry.snapshot import HostSample
+from gpudeck.jobs.telemetry.snapshot import HostSample
 
 
 # /proc/stat counts in 10 ms jiffies: a CPU figure over a shorter window is noise.

@@ -10,7 +10,7 @@ from typing import Callable, Optional
 
 import psutil
 
-from jobs.telemetry.snapshot import PortListener
+from gpudeck.jobs.telemetry.snapshot import PortListener
 
 _TCP_LISTEN = "0A"
 # Finding a socket's owner means reading every process's fd table: expensive on a

@@ -7,7 +7,7 @@ from typing import Callable, Iterable, Optional
 
 import psutil
 
-from jobs.telemetry.snapshot import ProcInfo
+from gpudeck.jobs.telemetry.snapshot import ProcInfo
 
 _CMDLINE_MAX = 4096       # a vLLM command line can be huge; the UI never needs more than this
 # Between fork and exec a child shows its parent's (or an empty) command line; facts read

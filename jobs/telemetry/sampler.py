@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from jobs.telemetry.snapshot import GpuSample, HostSample, PortListener, ProcInfo, Snapshot
+from gpudeck.jobs.telemetry.snapshot import GpuSample, HostSample, PortListener, ProcInfo, Snapshot
 
 Clock = Callable[[], float]
 
@@ -49,10 +49,10 @@ class LiveSampler(Sampler):
     def __init__(self, clock: Optional[Clock] = None, *, gpu_source: Any = None, pcie: bool = True) -> None:
         super().__init__(clock)
         # Imported here so `--demo` never touches NVML or walks /proc.
-        from jobs.telemetry.gpu import NvmlGpuSource
-        from jobs.telemetry.host import HostSampler
-        from jobs.telemetry.ports import PortScanner
-        from jobs.telemetry.procs import ProcTable
+        from gpudeck.jobs.telemetry.gpu import NvmlGpuSource
+        from gpudeck.jobs.telemetry.host import HostSampler
+        from gpudeck.jobs.telemetry.ports import PortScanner
+        from gpudeck.jobs.telemetry.procs import ProcTable
 
         self._gpu = gpu_source if gpu_source is not None else NvmlGpuSource(pcie=pcie)
         self._host: Optional[HostSampler] = None
@@ -140,7 +140,7 @@ class SimulatedSampler(Sampler):
 
     def __init__(self, seed: int = 0, clock: Optional[Clock] = None, start_step: int = 0) -> None:
         super().__init__(clock)
-        from jobs.telemetry.simulated import SimulatedBox
+        from gpudeck.jobs.telemetry.simulated import SimulatedBox
 
         self.box = SimulatedBox(seed)
         self.step = start_step

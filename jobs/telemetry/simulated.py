@@ -9,7 +9,7 @@ import math
 import random
 from typing import Optional
 
-from jobs.telemetry.snapshot import GpuProcess, GpuSample, HostSample, PortListener, ProcInfo, Snapshot
+from gpudeck.jobs.telemetry.snapshot import GpuProcess, GpuSample, HostSample, PortListener, ProcInfo, Snapshot
 
 GPU_COUNT = 8
 GPU_NAME = "NVIDIA H200"

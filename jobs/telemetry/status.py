@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from typing import Any, Optional
 
-from jobs.telemetry.snapshot import GpuProcess, PortListener, ProcInfo, Snapshot, to_jsonable
+from gpudeck.jobs.telemetry.snapshot import GpuProcess, PortListener, ProcInfo, Snapshot, to_jsonable
 
 _PROC_FIELDS = ("name", "cmdline", "user", "cpu_percent", "rss", "age_s", "known")
 _CORE_KEYS = ("time", "simulated", "host", "gpus", "gpu_error", "ports")

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from jobs import gpuprocs
-from jobs.engines.doctor import build_parallelism, check_build, interpreter_checks
+from gpudeck.jobs import gpuprocs
+from gpudeck.jobs.engines.doctor import build_parallelism, check_build, interpreter_checks
 from runsupport import cli, cli_env, write_jobs
 
 

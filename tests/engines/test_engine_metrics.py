@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.engines.metrics import (ServingTracker, Serving, parse_metrics, serving_from_log_line,
+from gpudeck.jobs.engines.metrics import (ServingTracker, Serving, parse_metrics, serving_from_log_line,
                                   spec_alert)
 
 FIXTURES = Path(__file__).parent / "fixtures"

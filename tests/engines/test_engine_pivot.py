@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from jobs.engines.discovery import discover_engines
-from jobs.engines.pivot import PivotError, plan_pivot, pivot
-from jobs.engines.readiness import port_listening
-from jobs.runs import latest_run
-from jobs.spec import load_jobs
-from jobs.supervisor import Supervisor
+from gpudeck.jobs.engines.discovery import discover_engines
+from gpudeck.jobs.engines.pivot import PivotError, plan_pivot, pivot
+from gpudeck.jobs.engines.readiness import port_listening
+from gpudeck.jobs.runs import latest_run
+from gpudeck.jobs.spec import load_jobs
+from gpudeck.jobs.supervisor import Supervisor
 from runsupport import REPO, cli, cli_env, kill_run_leftovers, tagged_pids, wait_for, write_jobs
 
 STANDIN = Path(__file__).parent / "sglang_standin.py"

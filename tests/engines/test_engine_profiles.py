@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from jobs.engines.profiles import (SGLANG, VLLM, detect_engine, engine_settings, infer_python,
+from gpudeck.jobs.engines.profiles import (SGLANG, VLLM, detect_engine, engine_settings, infer_python,
                                    parse_launch, profile_for)
-from jobs.spec import JobSpec
+from gpudeck.jobs.spec import JobSpec
 
 
 def test_defaults_of_both_engines():

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from jobs.engines.monitor import EngineMonitor
-from jobs.engines.profiles import engine_settings
-from jobs.spec import JobSpec
+from gpudeck.jobs.engines.monitor import EngineMonitor
+from gpudeck.jobs.engines.profiles import engine_settings
+from gpudeck.jobs.spec import JobSpec
 
 STANDIN = Path(__file__).parent / "sglang_standin.py"
 

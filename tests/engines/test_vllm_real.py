@@ -14,14 +14,14 @@ import urllib.request
 
 import pytest
 
-from jobs.engines.discovery import discover_engines
-from jobs.engines.monitor import EngineMonitor
-from jobs.engines.pivot import pivot
-from jobs.engines.profiles import engine_settings
-from jobs.procs import port_listening, read_stat
-from jobs.runs import latest_run
-from jobs.spec import load_jobs
-from jobs.supervisor import Supervisor
+from gpudeck.jobs.engines.discovery import discover_engines
+from gpudeck.jobs.engines.monitor import EngineMonitor
+from gpudeck.jobs.engines.pivot import pivot
+from gpudeck.jobs.engines.profiles import engine_settings
+from gpudeck.jobs.procs import port_listening, read_stat
+from gpudeck.jobs.runs import latest_run
+from gpudeck.jobs.spec import load_jobs
+from gpudeck.jobs.supervisor import Supervisor
 from runsupport import kill_run_leftovers, tagged_pids, wait_for, write_jobs
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]

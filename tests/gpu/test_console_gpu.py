@@ -34,15 +34,15 @@ NAMES = _device_names()
 if not NAMES:
     pytest.skip("no NVIDIA GPU / driver here", allow_module_level=True)
 
-from jobs.telemetry.history import History  # noqa: E402
-from jobs.telemetry.sampler import make_sampler  # noqa: E402
+from gpudeck.jobs.telemetry.history import History  # noqa: E402
+from gpudeck.jobs.telemetry.sampler import make_sampler  # noqa: E402
 
-from console.app import make_app  # noqa: E402
-from console.format import short_gpu_name  # noqa: E402
-from console.widgets.box_header_panel import BoxHeaderPanel  # noqa: E402
-from console.widgets.gpu_card_panel import GpuCardPanel  # noqa: E402
-from console.widgets.gpu_grid_panel import GpuGridPanel  # noqa: E402
-from console.widgets.gpu_lines_panel import GpuLinesPanel  # noqa: E402
+from gpudeck.console.app import make_app  # noqa: E402
+from gpudeck.console.format import short_gpu_name  # noqa: E402
+from gpudeck.console.widgets.box_header_panel import BoxHeaderPanel  # noqa: E402
+from gpudeck.console.widgets.gpu_card_panel import GpuCardPanel  # noqa: E402
+from gpudeck.console.widgets.gpu_grid_panel import GpuGridPanel  # noqa: E402
+from gpudeck.console.widgets.gpu_lines_panel import GpuLinesPanel  # noqa: E402
 
 
 def _lines_text(widget) -> str:

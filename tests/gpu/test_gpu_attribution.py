@@ -18,11 +18,11 @@ torch = require_cuda(min_gpus=2)
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from runsupport import state, wait_for, write_jobs  # noqa: E402,F401
 
-from jobs.runs import latest_run  # noqa: E402
-from jobs.spec import load_jobs  # noqa: E402
-from jobs.supervisor import Supervisor  # noqa: E402
-from jobs.telemetry.sampler import make_sampler  # noqa: E402
-from jobs.telemetry.status import status_payload  # noqa: E402
+from gpudeck.jobs.runs import latest_run  # noqa: E402
+from gpudeck.jobs.spec import load_jobs  # noqa: E402
+from gpudeck.jobs.supervisor import Supervisor  # noqa: E402
+from gpudeck.jobs.telemetry.sampler import make_sampler  # noqa: E402
+from gpudeck.jobs.telemetry.status import status_payload  # noqa: E402
 
 GIB = 2 ** 30
 PY = sys.executable

@@ -34,8 +34,8 @@ def _nvml_ok() -> bool:
 if not _nvml_ok():
     pytest.skip("no NVIDIA GPU / driver here", allow_module_level=True)
 
-from jobs.telemetry.procs import in_host_pid_namespace  # noqa: E402
-from jobs.telemetry.sampler import make_sampler  # noqa: E402
+from gpudeck.jobs.telemetry.procs import in_host_pid_namespace  # noqa: E402
+from gpudeck.jobs.telemetry.sampler import make_sampler  # noqa: E402
 
 
 @pytest.fixture

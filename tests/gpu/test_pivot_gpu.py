@@ -24,10 +24,10 @@ pytestmark = pytest.mark.gpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from jobs.engines.pivot import pivot  # noqa: E402
-from jobs.runs import latest_run  # noqa: E402
-from jobs.spec import load_jobs  # noqa: E402
-from jobs.supervisor import Supervisor  # noqa: E402
+from gpudeck.jobs.engines.pivot import pivot  # noqa: E402
+from gpudeck.jobs.runs import latest_run  # noqa: E402
+from gpudeck.jobs.spec import load_jobs  # noqa: E402
+from gpudeck.jobs.supervisor import Supervisor  # noqa: E402
 from runsupport import kill_run_leftovers, wait_for, write_jobs  # noqa: E402
 
 STANDIN = Path(__file__).resolve().parent / "torch_engine_standin.py"

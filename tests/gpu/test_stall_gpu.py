@@ -18,8 +18,8 @@ from gpusupport import require_cuda, require_nvml  # noqa: E402
 torch = require_cuda()
 pynvml = require_nvml()
 
-from jobs.spec import load_jobs  # noqa: E402
-from jobs.supervisor import Supervisor, jobs_payload  # noqa: E402
+from gpudeck.jobs.spec import load_jobs  # noqa: E402
+from gpudeck.jobs.supervisor import Supervisor, jobs_payload  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

@@ -20,9 +20,9 @@ torch = require_cuda()
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from runsupport import state, wait_for, write_jobs  # noqa: E402,F401
 
-from jobs.runs import latest_run  # noqa: E402
-from jobs.spec import load_jobs  # noqa: E402
-from jobs.supervisor import Supervisor, run_processes  # noqa: E402
+from gpudeck.jobs.runs import latest_run  # noqa: E402
+from gpudeck.jobs.spec import load_jobs  # noqa: E402
+from gpudeck.jobs.supervisor import Supervisor, run_processes  # noqa: E402
 
 GIB = 2 ** 30
 PY = sys.executable
