@@ -23,6 +23,7 @@ from typing import Optional
 from gpudeck.jobs import paths
 from gpudeck.jobs.procs import ProcessId, identity, is_alive, signal_process
 from gpudeck.jobs.runs import append_jsonl, new_run_id, read_json, read_jsonl, write_json_atomic
+from gpudeck.jobs.spec import spec_snapshot
 
 META = "meta.json"
 EVENTS = "events.jsonl"
@@ -150,17 +151,8 @@ def latest_pipeline(target: str, state_dir: Optional[Path] = None) -> Optional[P
     return found[-1] if found else None
 
 
-def pipelines_payload(state_dir: Optional[Path] = None) -> list[dict]:
-    """The latest pipeline of each target, for `jobs --json` and the console."""
-    latest: dict[str, Pipeline] = {}
-    for p in list_pipelines(None, state_dir):
-        latest[p.target] = p
-    return [p.to_jsonable() for p in latest.values()]
-
-
 def start_pipeline(supervisor, target: str) -> Pipeline:
     """Plan, record and launch a detached pipeline for `target`; returns at once."""
-    from gpudeck.jobs.supervisor import spec_snapshot
     stages = plan(supervisor.jobs_file, target)
     parent = pipelines_root(supervisor.state_dir) / target
     parent.mkdir(parents=True, exist_ok=True)
@@ -213,8 +205,8 @@ class PipelineRunner:
         self.stop_requested = False
 
     def _supervisor(self):
-        from gpudeck.jobs.spec import JobsFile
-        from gpudeck.jobs.supervisor import Supervisor, spec_from_snapshot
+        from gpudeck.jobs.spec import JobsFile, spec_from_snapshot
+        from gpudeck.jobs.supervisor import Supervisor
         meta = self.pipe.meta()
         specs = {name: spec_from_snapshot(data) for name, data in meta["specs"].items()}
         jobs_file = JobsFile(path=Path(meta["jobs_file"]), jobs=specs, vars=meta.get("vars") or {})

@@ -6,7 +6,7 @@ import difflib
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -64,6 +64,27 @@ class JobsFile:
         spec = self.jobs.get(job)
         own = spec.on_alert if spec is not None else None
         return own if own is not None else self.on_alert
+
+
+def spec_snapshot(spec: JobSpec) -> dict:
+    """The spec as plain JSON (tuples as lists): what a run's meta.json and a pipeline record keep."""
+    data = asdict(spec)
+    for key, value in list(data.items()):
+        if isinstance(value, tuple):
+            data[key] = list(value)
+    return data
+
+
+def spec_from_snapshot(data: dict) -> JobSpec:
+    """The JobSpec back from spec_snapshot(); keys this version does not know are ignored."""
+    names = {f.name for f in fields(JobSpec)}
+    kwargs = {k: v for k, v in data.items() if k in names}
+    for key in ("gpus", "needs"):
+        if key in kwargs and kwargs[key] is not None:
+            kwargs[key] = tuple(kwargs[key])
+    if isinstance(kwargs.get("cmd"), list):
+        kwargs["cmd"] = tuple(kwargs["cmd"])
+    return JobSpec(**kwargs)
 
 
 class SpecError(Exception):

@@ -23,7 +23,7 @@ from gpudeck.jobs.procs import (RUN_TAG, ProcessId, ProcStat, all_stats, cmdline
                         is_alive, listening_ports, port_owners, signal_group, signal_name, signal_number,
                         signal_process, tagged)
 from gpudeck.jobs.runs import Run, RunState, create_run, job_dir, latest_run, list_runs, prune_runs
-from gpudeck.jobs.spec import JobsFile, JobSpec
+from gpudeck.jobs.spec import JobsFile, JobSpec, spec_snapshot
 
 LIVE_STATES = ("starting", "running", "stopping")
 # `start` waits at most this long for the runner to report the job's pid; past
@@ -148,25 +148,6 @@ class StopReport:
         if not self.gpu_checked and self.was_running:
             out.append(f"GPU memory not checked: {self.gpu_unavailable_reason or 'NVML unavailable'}")
         return out
-
-
-def spec_snapshot(spec: JobSpec) -> dict:
-    data = dataclasses.asdict(spec)
-    for key, value in list(data.items()):
-        if isinstance(value, tuple):
-            data[key] = list(value)
-    return data
-
-
-def spec_from_snapshot(data: dict) -> JobSpec:
-    names = {f.name for f in dataclasses.fields(JobSpec)}
-    kwargs = {k: v for k, v in data.items() if k in names}
-    for key in ("gpus", "needs"):
-        if key in kwargs and kwargs[key] is not None:
-            kwargs[key] = tuple(kwargs[key])
-    if isinstance(kwargs.get("cmd"), list):
-        kwargs["cmd"] = tuple(kwargs["cmd"])
-    return JobSpec(**kwargs)
 
 
 def run_processes(run: Run, stats: Optional[dict[int, ProcStat]] = None) -> list[ProcStat]:
@@ -524,57 +505,3 @@ class Supervisor:
     def restart(self, name: str) -> tuple[StopReport, str]:
         report = self.stop(name)
         return report, self.start(name)
-
-
-def jobs_payload(supervisor: Supervisor) -> dict:
-    """The `jobs --json` document: {"jobs": [...], "pipelines": [...]}.
-
-    Later features (phase, progress, alerts, serving) add keys to each job dict here.
-    """
-    jobs = []
-    for state in supervisor.job_states():
-        data = state.to_jsonable()
-        data.update(_health_fields(supervisor, state))
-        if state.live:
-            _engine_fields(supervisor, state, data)
-        jobs.append(data)
-    try:
-        from gpudeck.jobs.pipeline import pipelines_payload
-        pipes = pipelines_payload(supervisor.state_dir)
-    except Exception:           # a broken pipeline record must not hide the jobs
-        pipes = []
-    return {"jobs": jobs, "pipelines": pipes}
-
-
-def _engine_fields(supervisor: Supervisor, state: JobState, data: dict) -> None:
-    """Engine jobs: phase `ready` only when the engine answers; serving from /metrics when it has them."""
-    try:
-        from gpudeck.jobs.engines.monitor import engine_fields
-        fields = engine_fields(supervisor.spec(state.name), supervisor.latest(state.name))
-    except Exception as exc:      # an engine probe must not hide the job
-        data["engine_error"] = str(exc)
-        return
-    if fields is None:
-        return
-    data["engine_status"] = fields
-    if fields["ready"]:
-        data["phase"] = "ready"
-    elif data.get("phase") == "ready":
-        data["phase"] = "starting" if fields.get("ready_at") is None else "unresponsive"
-    if fields["serving"] is not None:
-        data["serving"] = fields["serving"]
-    for alert in fields["alerts"]:
-        if all(a.get("code") != alert["kind"] for a in data.get("alerts") or []):
-            data.setdefault("alerts", []).append({
-                "code": alert["kind"], "message": alert["detail"], "severity": "warning",
-                "since": None, "job": state.name, "run_id": state.run_id})
-
-
-def _health_fields(supervisor: Supervisor, state: JobState) -> dict:
-    """phase, progress, alerts (and failure, serving) of the job's latest run, from its health.json."""
-    from gpudeck.jobs.health import job_health
-    run = supervisor.latest(state.name) if state.run_id else None
-    try:
-        return job_health(run.path if run is not None else None)
-    except Exception as exc:      # a corrupt run dir must not hide the job
-        return {"phase": None, "progress": None, "alerts": [], "health_error": str(exc)}

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from gpudeck.jobs.spec import load_jobs
-from gpudeck.jobs.supervisor import Supervisor, jobs_payload
+from gpudeck.jobs.payload import jobs_payload
+from gpudeck.jobs.supervisor import Supervisor
 
 STALL_AFTER = 3.0
 # The bound: flagged within stall_after plus two seconds of going quiet.

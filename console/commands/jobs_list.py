@@ -36,7 +36,7 @@ def _phase_text(job: dict) -> str:
 
 
 def run_jobs(args: argparse.Namespace) -> int:
-    from gpudeck.jobs.supervisor import jobs_payload
+    from gpudeck.jobs.payload import jobs_payload
     sup = supervisor(args)
     payload = jobs_payload(sup)
     if args.json:

@@ -501,7 +501,7 @@ class JobsScreen(Screen):
             if self._payload is not None:
                 payload = self._payload(supervisor)
             else:
-                from gpudeck.jobs.supervisor import jobs_payload
+                from gpudeck.jobs.payload import jobs_payload
                 payload = jobs_payload(supervisor)
             jobs = list(payload["jobs"])
             log_paths = {}

@@ -19,7 +19,8 @@ torch = require_cuda()
 pynvml = require_nvml()
 
 from gpudeck.jobs.spec import load_jobs  # noqa: E402
-from gpudeck.jobs.supervisor import Supervisor, jobs_payload  # noqa: E402
+from gpudeck.jobs.payload import jobs_payload  # noqa: E402
+from gpudeck.jobs.supervisor import Supervisor  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
