@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import pkgutil
 import sys
 
@@ -37,9 +38,60 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class TerminalSafeStream(io.TextIOBase):
+    """stdout/stderr of a CLI command: every line written goes through the core's sanitizer.
+
+    Commands print job names, alert messages, foreign processes' argv, model paths:
+    whatever a command forgets to clean, no escape sequence, C1 control or bidi
+    override reaches the operator's terminal. Newlines and TABs pass; bytes written
+    to `.buffer` (`logs`, already sanitised line by line) are left alone.
+    """
+
+    def __init__(self, raw: "io.TextIOBase") -> None:
+        super().__init__()
+        self.raw = raw
+
+    def write(self, text: str) -> int:
+        from gpudeck.jobs.logs.sanitize import sanitize_text
+        self.raw.write("\n".join(sanitize_text(part) for part in text.split("\n")))
+        return len(text)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return self.raw.isatty()
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
+    @property
+    def buffer(self):          # noqa: ANN201 - the underlying binary stream
+        return self.raw.buffer
+
+    @property
+    def encoding(self) -> str:   # type: ignore[override]
+        return self.raw.encoding
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    saved = sys.stdout, sys.stderr
+    if args.command is not None and not isinstance(sys.stdout, TerminalSafeStream):
+        # Not for the console itself: Textual owns the terminal there.
+        sys.stdout = TerminalSafeStream(sys.stdout)
+        sys.stderr = TerminalSafeStream(sys.stderr)
+    try:
+        return _dispatch(args)
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     try:
         if args.command is None:
             from gpudeck.console.app import run_console

@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 from typing import Iterable, Optional
 
+from gpudeck.jobs.logs.sanitize import terminal_text
+
 NA = "n/a"
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
@@ -93,11 +95,15 @@ def level_style(value: Optional[float], warn: float, crit: float) -> str:
 
 
 def safe_text(text: Optional[str], limit: int = 400) -> str:
-    """Process names and command lines come from other users: no control characters reach the terminal."""
+    """One table cell or message from a job, a log or another user's process: the core's sanitizer, on one line.
+
+    Escape sequences are removed and bidi controls shown escaped (sanitize_text);
+    a TAB becomes a space and anything else unprintable left (line separators) a '?'.
+    """
     if not text:
         return ""
-    cleaned = "".join(ch if ch.isprintable() else "?" for ch in text[:limit])
-    return cleaned
+    cleaned = terminal_text(text, limit).replace("\t", " ")
+    return "".join(ch if ch.isprintable() else "?" for ch in cleaned)
 
 
 def short_gpu_name(name: Optional[str]) -> str:

@@ -7,6 +7,7 @@ import time
 
 from gpudeck.console.commands._jobs_file import supervisor
 from gpudeck.console.format import human_age
+from gpudeck.jobs.logs.sanitize import terminal_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -58,6 +59,8 @@ def run_jobs(args: argparse.Namespace) -> int:
         rows.append((job["name"], job["kind"], job["state"], _cell(job.get("pid")), _cell(runtime),
                      _cell(port), ",".join(map(str, job.get("gpus") or [])) or "-", _cell(exit_text),
                      _phase_text(job), _cell(job.get("run_id"))))
+    # Sanitised before the widths are measured: what is measured is what is shown.
+    rows = [tuple(terminal_text(cell) for cell in row) for row in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())

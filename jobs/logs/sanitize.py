@@ -3,9 +3,14 @@
 Job output is untrusted bytes: a colour code is harmless, but OSC 52 writes the
 operator's clipboard, other sequences retitle windows, move the cursor or hide
 lines. Every sequence is removed (not interpreted), every other control except
-TAB is dropped, invalid UTF-8 becomes U+FFFD, and a `\\r`-redrawn progress line
-shows what a terminal would have left visible: its last segment. Only the
-display is changed; the bytes on disk stay exactly what the job wrote.
+TAB is dropped, invalid UTF-8 becomes U+FFFD, bidirectional-override controls
+(which make text read differently from what it is) are shown escaped as `<U+202E>`,
+and a `\\r`-redrawn progress line shows what a terminal would have left visible:
+its last segment. Only the display is changed; the bytes on disk stay exactly
+what the job wrote.
+
+`sanitize_text` is THE sanitizer for every string that came from a job, a log, a
+process table or a config before it reaches a terminal (CLI and console alike).
 """
 from __future__ import annotations
 
@@ -26,7 +31,10 @@ _SEQUENCE = re.compile(
 )
 # Everything below 0x20 except TAB, DEL, and the C1 range.
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
-_NEEDS_WORK = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+# Bidi embeddings/overrides/isolates and the implicit marks: "Trojan Source" text
+# that displays in another order than it reads. Shown, not obeyed.
+_BIDI = re.compile(r"[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
+_NEEDS_WORK = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
 
 
 def last_segment(raw: bytes) -> bytes:
@@ -46,7 +54,19 @@ def sanitize_text(text: str) -> str:
     if not _NEEDS_WORK.search(text):
         return text
     text = _SEQUENCE.sub("", text)
-    return _CONTROL.sub("", text)
+    text = _CONTROL.sub("", text)
+    return _BIDI.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
+
+
+def terminal_text(value: object, limit: int | None = None) -> str:
+    """Any value (None, a number, a job's message) as one terminal-safe line, cut to `limit` chars."""
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else str(value)
+    if limit is not None and len(text) > limit * 2:
+        text = text[:limit * 2]          # bound the work before sanitising a huge value
+    text = sanitize_text(text)
+    return text[:limit] if limit is not None else text
 
 
 def sanitize_line(raw: bytes, max_chars: int | None = MAX_LINE_CHARS) -> str:
