@@ -125,10 +125,12 @@ def generate(path: Path, megabytes: int, seed: int = 7) -> int:
 _CHILD = """
 import resource, sys, time
 sys.path.insert(0, {root!r})
-from gpudeck.jobs.logs.analyze import analyze_file
+sys.path.insert(0, {root!r} + "/tests")
+from gpudeck.jobs.logs.analyze import LogAnalyzer, analyze_file
+from analyze_reference import ReferenceAnalyzer
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t = time.perf_counter()
-r = analyze_file({path!r}, exhaustive={exhaustive!r})
+r = analyze_file({path!r}, analyzer=ReferenceAnalyzer() if {exhaustive!r} else LogAnalyzer())
 dt = time.perf_counter() - t
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(dt, base, peak, r.phase, r.failure.cause if r.failure else None, r.failure.line if r.failure else None)

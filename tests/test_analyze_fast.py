@@ -7,8 +7,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from analyze_reference import ReferenceAnalyzer
 from gpudeck.jobs.logs import analyze as an
-from gpudeck.jobs.logs.analyze import LogAnalyzer
+from gpudeck.jobs.logs.analyze import LogAnalyzer, patterns, scanner, templates
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 FIXTURE_LINES = [ln for p in sorted(FIXTURES.glob("*.log")) for ln in p.read_bytes().split(b"\n")]
@@ -118,7 +119,7 @@ def _log(seed: int, n_lines: int) -> bytes:
 
 
 def _run(data: bytes, cuts: list[int], nows: list, exhaustive: bool) -> list:
-    a = LogAnalyzer(exhaustive=exhaustive)
+    a = ReferenceAnalyzer() if exhaustive else LogAnalyzer()
     seen, prev = [], 0
     for cut, now in zip(sorted(set(cuts)) + [len(data)], nows):
         a.feed(data[prev:cut], now=now)
@@ -139,13 +140,13 @@ def test_fast_scanner_equals_exhaustive_scanner(seed: int, n_lines: int, data: s
     nows = [None if clock == "none" else 1000.0 + 7 * k for k in range(len(cuts) + 1)]
     # Small limits reach the one-off batch, cache clearing and unremembered long templates.
     limits = data.draw(st.sampled_from([None, (2, 4096, 64)]))
-    saved = an.TEMPLATE_ONE_OFFS_MAX, an.TEMPLATE_CACHE_BYTES, an.TEMPLATE_KEY_MAX
+    saved = scanner.TEMPLATE_ONE_OFFS_MAX, scanner.TEMPLATE_CACHE_BYTES, scanner.TEMPLATE_KEY_MAX
     if limits:
-        an.TEMPLATE_ONE_OFFS_MAX, an.TEMPLATE_CACHE_BYTES, an.TEMPLATE_KEY_MAX = limits
+        scanner.TEMPLATE_ONE_OFFS_MAX, scanner.TEMPLATE_CACHE_BYTES, scanner.TEMPLATE_KEY_MAX = limits
     try:
         fast = _run(log, cuts, nows, exhaustive=False)
     finally:
-        an.TEMPLATE_ONE_OFFS_MAX, an.TEMPLATE_CACHE_BYTES, an.TEMPLATE_KEY_MAX = saved
+        scanner.TEMPLATE_ONE_OFFS_MAX, scanner.TEMPLATE_CACHE_BYTES, scanner.TEMPLATE_KEY_MAX = saved
     assert fast == _run(log, cuts, nows, exhaustive=True)
 
 
@@ -164,7 +165,7 @@ def test_fast_scanner_skips_work_on_repetitive_logs() -> None:
     fast._state.examine = lambda raw, line, fams=0: (calls.append(line), original(raw, line, fams))
     fast.feed(data)
     fast.finish()
-    full = LogAnalyzer(exhaustive=True)
+    full = ReferenceAnalyzer()
     full.feed(data)
     full.finish()
     assert fast.result() == full.result()
@@ -176,9 +177,9 @@ def test_only_known_patterns_name_digit_values() -> None:
     outside the contexts the fast scanner always examines in full (_DIGIT_VALUE_WORDS)."""
     import re
 
-    allowed = {"_BUILD_SPECIFIC", "_HOST_OOM", "_KV_UNSAFE_USAGE"}   # the last one reads raw bytes, not templates
+    allowed = {"BUILD_SPECIFIC", "HOST_OOM", "_KV_UNSAFE_USAGE"}   # the last one reads raw bytes, not templates
     offenders = {}
-    for name, value in vars(an).items():
+    for name, value in [*vars(patterns).items(), *vars(templates).items()]:
         if not isinstance(value, re.Pattern):
             continue
         pat = value.pattern if isinstance(value.pattern, str) else value.pattern.decode("latin-1")
@@ -190,7 +191,7 @@ def test_only_known_patterns_name_digit_values() -> None:
         for m in re.finditer(r"\d", pat):
             context = pat[max(0, m.start() - 60):m.start()]
             if name not in allowed or not (name == "_KV_UNSAFE_USAGE"
-                                           or any(w in context for w in an._DIGIT_VALUE_WORDS)):
+                                           or any(w in context for w in templates._DIGIT_VALUE_WORDS)):
                 offenders.setdefault(name, []).append(pat[max(0, m.start() - 20):m.start() + 5])
     assert not offenders, offenders
 
@@ -202,7 +203,7 @@ def test_digit_value_lines_are_judged_per_segment() -> None:
     for line in lines:
         for other in lines:
             data = line + b"\n" + other + b"\n"
-            fast, full = LogAnalyzer(), LogAnalyzer(exhaustive=True)
+            fast, full = LogAnalyzer(), ReferenceAnalyzer()
             for a in (fast, full):
                 a.feed(data)
                 a.finish()

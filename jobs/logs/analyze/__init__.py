@@ -1,0 +1,39 @@
+"""Log intelligence: reads engine/build/training logs incrementally for progress, phase, engine, failure cause, serving numbers and warnings.
+
+Stdlib only: the runner process runs this on live logs. The package's parts:
+- model: the vocabulary (phases, causes, handler families) and the result dataclasses;
+- patterns: every signature (byte anchors, record prefixes, progress/serving/engine/phase/failure patterns);
+- state: the state machine one examined log record updates;
+- templates: what any segment of one digit-normalised shape can do, learned once per shape;
+- scanner: LogAnalyzer, the incremental reader that examines only what can matter.
+
+How it stays fast and flat on logs of hundreds of MB:
+- bytes are cut into *segments* at every ``\\n`` and ``\\r`` (a tqdm bar rewrites itself
+  with ``\\r`` on one physical line; each rewrite is a segment with that line's number);
+- what defines the answer (the *reference* scanner, tests/analyze_reference.py, kept out of
+  production): every segment with a hit of the anchor prefilter is decoded and examined, in order;
+- what runs (the *template* scanner, same answer, much faster): a segment's template is its
+  bytes with digits turned into 0, so the thousands of stats lines, bar redraws, build
+  steps and NCCL chatter lines of a log share a few templates. Each template is prefiltered
+  and classified once (inert / bar redraw / build step / stats line / other); per chunk,
+  everything is C-level (translate, split, dict lookups, grouping) except the segments
+  whose effect no later segment of the chunk overwrites, which are examined as before.
+  Chunks of one-off lines (request ids) fall back to one C-level prefilter pass;
+- a segment longer than ``GIANT_SEGMENT`` is examined on its first ``HEAD_BYTES`` and last
+  ``TAIL_BYTES`` only, and an incomplete one is kept as head + rolling suffix, so memory is
+  bounded whatever the line length (the template cache is bounded too);
+- the answer depends only on the bytes, never on how they were split into ``feed()``
+  calls, so live (incremental) and whole-file analysis agree.
+"""
+from __future__ import annotations
+
+from .model import (CAUSES, GIANT_SEGMENT, HEAD_BYTES, PHASES, READ_CHUNK, SERVING_KEYS, TAIL_BYTES, WARNING_CODES,
+                    Failure, Family, LogAnalysis, LogWarning, Progress, ServingNumbers)
+from .patterns import parse_serving_stats_line
+from .scanner import LogAnalyzer, analyze_bytes, analyze_file
+from .templates import TEMPLATE_CACHE_BYTES, TEMPLATE_KEY_MAX, TEMPLATE_ONE_OFFS_MAX, Kind
+
+__all__ = ["CAUSES", "GIANT_SEGMENT", "HEAD_BYTES", "PHASES", "READ_CHUNK", "SERVING_KEYS", "TAIL_BYTES",
+           "TEMPLATE_CACHE_BYTES", "TEMPLATE_KEY_MAX", "TEMPLATE_ONE_OFFS_MAX", "WARNING_CODES", "Failure", "Family",
+           "Kind", "LogAnalysis", "LogAnalyzer", "LogWarning", "Progress", "ServingNumbers", "analyze_bytes",
+           "analyze_file", "parse_serving_stats_line"]

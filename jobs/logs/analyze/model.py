@@ -1,0 +1,127 @@
+"""The log analysis's vocabulary: phases, causes, limits, handler families and the result dataclasses."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntFlag
+from typing import Any, Optional, Union
+
+Number = Union[int, float]
+
+PHASES = ("starting", "loading", "compiling", "capturing", "ready", "building", "training", "failed", "unknown")
+CAUSES = ("cuda_oom", "host_oom", "nccl", "cuda_error", "import_error", "syntax_error", "bad_arguments",
+          "build_failed", "hang", "gpu_fault", "exception")
+SERVING_KEYS = ("running", "waiting", "kv_cache_pct", "gen_tokens_per_s", "prompt_tokens_per_s",
+                "spec_accept_rate", "spec_accept_len")
+
+# Warning codes this module can emit (and what they mean to an operator).
+WARNING_CODES = {
+    "spec_decode_ineffective": "speculative decoding accepts so little that it slows serving down",
+    "oom_risk": "a build shows signs of heading for the host OOM killer",
+    "kv_cache_pressure": "the KV cache is full: requests are preempted/retracted or queue up",
+    "jit_compile": "kernels are JIT-compiled on first use: startup may be silent for minutes",
+    "error_recovered": "an error was logged but the job carried on (served, or progress advanced)",
+}
+
+GIANT_SEGMENT = 64 * 1024      # a segment longer than this is examined on its ends only
+HEAD_BYTES = 8 * 1024
+TAIL_BYTES = 8 * 1024
+READ_CHUNK = 4 * 1024 * 1024   # analyze_file: big enough to amortise Python overhead, small enough to stay flat
+MAX_MESSAGE = 400              # characters kept of a failure/warning message
+
+# Spec-decode judgement: mean acceptance length 1.0 means no draft token is ever accepted.
+SPEC_MIN_ACCEPT_LEN = 1.3
+SPEC_MIN_ACCEPT_RATE = 0.10
+SPEC_WINDOW = 5                # judge the mean of the last few stats windows, not one noisy one
+RECOVERY_ADVANCES = 3          # progress updates past a logged error that prove the job carried on
+
+
+class Family(IntFlag):
+    """The handler families a segment can concern (named by the prefilter anchors it contains)."""
+    PROGRESS = 1
+    SERVING = 2
+    MARKER = 4      # phase markers
+    FAILURE = 8
+    WARNING = 16
+    ENGINE = 32
+
+
+# Plain ints on the hot paths: IntFlag's & and | run in Python, int's in C (Family(x) names a set).
+P, S, M, F, W, E = (int(f) for f in Family)
+ALL_FAMILIES = P | S | M | F | W | E
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Progress:
+    done: Number
+    total: Optional[Number]
+    label: str
+    rate: Optional[float] = None       # units of done per second
+    eta_s: Optional[float] = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"done": self.done, "total": self.total, "label": self.label,
+                "rate": _round(self.rate), "eta_s": _round(self.eta_s, 1)}
+
+
+@dataclass(frozen=True)
+class Failure:
+    cause: str
+    line: int
+    message: str
+    hint: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cause": self.cause, "line": self.line, "message": self.message, "hint": self.hint}
+
+
+@dataclass(frozen=True)
+class LogWarning:
+    code: str
+    line: int
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"code": self.code, "line": self.line, "message": self.message}
+
+
+@dataclass(frozen=True)
+class ServingNumbers:
+    running: Optional[float] = None
+    waiting: Optional[float] = None
+    kv_cache_pct: Optional[float] = None
+    gen_tokens_per_s: Optional[float] = None
+    prompt_tokens_per_s: Optional[float] = None
+    spec_accept_rate: Optional[float] = None     # 0..1
+    spec_accept_len: Optional[float] = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in SERVING_KEYS}
+
+
+@dataclass(frozen=True)
+class LogAnalysis:
+    engine: Optional[str] = None
+    phase: str = "unknown"
+    progress: Optional[Progress] = None
+    failure: Optional[Failure] = None
+    ready_line: Optional[int] = None
+    serving: Optional[ServingNumbers] = None
+    warnings: tuple[LogWarning, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "phase": self.phase,
+            "progress": self.progress.to_json() if self.progress else None,
+            "failure": self.failure.to_json() if self.failure else None,
+            "ready_line": self.ready_line,
+            "serving": self.serving.to_json() if self.serving else None,
+            "warnings": [w.to_json() for w in self.warnings],
+        }
+
+
+def _round(value: Optional[float], digits: int = 4) -> Optional[float]:
+    return None if value is None else round(value, digits)

@@ -1,0 +1,482 @@
+"""The signatures: byte anchors of the prefilter, record prefixes, progress/serving/engine/phase/failure patterns and hints."""
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Optional
+
+from .model import E, F, M, Number, P, S, W
+
+
+# --------------------------------------------------------------------------- the byte-level prefilter
+
+# Every segment that can change the analysis contains one of these anchors; each names
+# the families of handlers its segment needs (P progress, S serving, M phase markers,
+# F failures, W warnings, E engine). Python's regex engine tries the alternation at
+# every byte that can start an anchor, so anchors start with bytes that are rare in
+# logs (capitals, punctuation); those made of common lowercase letters join the pattern
+# only for chunks that contain them (an exact `in` check, so which segments are
+# examined never depends on how the bytes were chunked). No ^ anchors: a segment can
+# start after \r as well as after \n.
+_RARE_ANCHORS: list[tuple[bytes, int]] = [
+    # failures
+    (b"Error", F), (b"ERROR", F), (b"xception", F), (b"Traceback", F), (b"Killed", F), (b"killed", F),
+    (b"SIGKILL", F), (b"SIGSEGV", F), (b"NCCL", F), (b"Xid", F), (b"NVRM", F), (b"Watchdog", F), (b"watchdog", F),
+    (b"CUDA", F), (b"xit code", F), (b"xit status", F), (b"xited with", F), (b"quit", F), (b"Out of memory", F),
+    (b"-kill", F), (b"FAILED", F), (b"Failed", F), (b"Segmentation fault", F), (b"(core dumped", F),
+    (b"GLIBC", F), (b"FATAL", F), (b"CRITICAL", F), (b"_alloc", F | W), (b"Cannot allocate", F | W),
+    (b"xhausted", F | W), (b"Interrupt", F), (b"File \"", F), (b"Timeout", F), (b"Not enough memory", F),
+    (b"No available memory", F), (b"No module named", F), (b"Aborted", F), (b"Fatal", F),
+    (b"EngineDead", F), (b"EngineCore", F | E), (b"CMake Error", F | M), (b"ptxas", F), (b"ninja: build stopped", F),
+    # phases
+    (b"Load weight", M), (b"Loading", M | P), (b"Loaded", M), (b"Model loading", M), (b"Starting", M),
+    (b"Started", M), (b"Compiling", M), (b"Dynamo", M), (b"_compile", M), (b".compile", M), (b"Captur", M | P),
+    (b"Capture", M), (b"Graph captur", M), (b"KV cache", M | W), (b"KV Cache", M), (b"Memory pool", M),
+    (b"API server", M), (b"Application startup", M), (b"Waiting for application", M), (b"Uvicorn", M),
+    (b"The server is fired", M), (b"Available", M), (b"Building", M), (b"Configuring", M), (b"-- The C", M),
+    (b"build_ext", M), (b"scikit-build", M), (b"Running training", M | P), (b"Num Epochs", P), (b"Num epochs", P),
+    (b"Total optimization", P), (b"JIT", M | W), (b"Prebuilt", M | W), (b"MAX_JOBS", W), (b"Allowing ninja", W),
+    (b"Emitting ninja", M), (b"Linking", M), (b"Initializing a V", M | E), (b"ServerArgs", M), (b"Server args", M),
+    (b"PreemptionMode", W), (b"Retract", W),
+    # serving
+    (b"Avg prompt", S), (b"Avg generation", S), (b"Decode batch", S | E), (b"Prefill batch", S | E),
+    (b"SpecDecoding", S), (b"Speculative metrics", S),
+    # progress
+    (b"%|", P), (b"% Completed", P), (b"%]", P), (b"Step", P), (b"STEP", P), (b"Epoch", P), (b"EPOCH", P),
+    (b"{'", P), (b'{"', P),
+]
+_COMMON_ANCHORS: list[tuple[bytes, int]] = [
+    (b"error", F), (b"failed", F), (b"out of memory", F | W), (b"signal 9", F), (b"died", F), (b"usage:", F),
+    (b"timed out", F), (b"undefined symbol", F), (b"step", P), (b"epoch", P), (b"retract", W), (b"preempted", W),
+    (b"make -j", W),
+]
+# Until the engine is known for sure, every line of an engine's log carries its
+# signature (a `(Worker_TP0 pid=…)` prefix, a `[… TP3]` rank tag): look at those too.
+_ENGINE_ANCHORS: list[tuple[bytes, int]] = [
+    (b"pid=", E), (b"vllm", E), (b"VLLM", E), (b"vLLM", E), (b"sglang", E), (b"SGLang", E), (b"sgl_kernel", E),
+]
+_NINJA_ANCHOR = rb"\[\d+/\d+\]"           # [12/345]
+_RANK_ANCHOR = rb"TP\d"                   # [2025-… TP3]
+
+FAMILY: dict[bytes, int] = {}
+for _lit, _fam in _RARE_ANCHORS + _COMMON_ANCHORS + _ENGINE_ANCHORS:
+    FAMILY[_lit] = FAMILY.get(_lit, 0) | _fam
+
+
+def _family(hit: bytes) -> int:
+    fam = FAMILY.get(hit)
+    if fam is not None:
+        return fam
+    return P if hit[:1] == b"[" else E        # the two regex anchors
+
+
+def _trie_pattern(literals: list[bytes], extra: list[bytes]) -> bytes:
+    """One alternation factored as a trie, every branch starting with a literal byte.
+
+    Python's regex engine tries a flat alternation branch by branch at every candidate
+    byte; a trie tries one branch per distinct first byte, and as long as every top-level
+    branch starts with a literal the engine skips non-candidate bytes in C (a non-literal
+    branch there makes it try every position: several times slower).
+    """
+    trie: dict = {}
+    for word in literals:
+        node = trie
+        for byte in word:
+            node = node.setdefault(byte, {})
+        node[None] = {}
+
+    def build(node: dict) -> bytes:
+        items = sorted((k, v) for k, v in node.items() if k is not None)
+        if not items:
+            return b""
+        alts = [re.escape(bytes([k])) + build(v) for k, v in items]
+        body = alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
+        return b"(?:" + body + b")?" if None in node else body
+
+    top = [re.escape(bytes([k])) + build(v) for k, v in sorted((k, v) for k, v in trie.items() if k is not None)]
+    return b"(?:" + b"|".join(top + extra) + b")"
+
+
+_prefilters: dict[tuple[bytes, ...], re.Pattern] = {}
+
+
+def _prefilter_for(extra: tuple[bytes, ...]) -> re.Pattern:
+    rx = _prefilters.get(extra)
+    if rx is None:
+        if len(_prefilters) > 256:      # bounded: combinations seen in practice are few
+            _prefilters.clear()
+        literals = [lit for lit, _ in _RARE_ANCHORS] + [lit for lit in extra if lit != _RANK_ANCHOR]
+        specials = [_NINJA_ANCHOR] + ([_RANK_ANCHOR] if _RANK_ANCHOR in extra else [])
+        rx = _prefilters[extra] = re.compile(_trie_pattern(literals, specials))
+    return rx
+
+
+def prefilter_in(data: bytes, engine_known: bool) -> re.Pattern:
+    """The prefilter for `data`: rare anchors, plus the common ones `data` actually contains."""
+    extra = [lit for lit, _ in _COMMON_ANCHORS if lit in data]
+    if not engine_known:
+        extra += [lit for lit, _ in _ENGINE_ANCHORS if lit in data]
+        extra.append(_RANK_ANCHOR)
+    return _prefilter_for(tuple(extra))
+
+
+def families_in(rx: re.Pattern, data: bytes, m: re.Match, stop: int) -> int:
+    """Family bits of every anchor in data[m.start():stop] (m is the first hit)."""
+    fams = _family(m.group())
+    q = m.end()
+    search = rx.search
+    while q < stop:
+        m = search(data, q, stop)
+        if m is None:
+            break
+        fams |= _family(m.group())
+        q = m.end()
+    return fams
+
+
+ANSI = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[()][0-9A-Za-z]|[@-Z\\-_])")
+
+
+# --------------------------------------------------------------------------- record structure
+
+_LEVELS = "INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL|NOTICE"
+# One prefix at a time, re-applied: worker tags, timestamps, logger headers, rank tags.
+_PREFIX = re.compile(
+    r"(?:"
+    r"\((?:[A-Za-z][\w\-:]*\s+)?pid=\d+(?:,\s*ip=[^)]*)?\)"                                   # (Worker_TP0 pid=1)
+    r"|\[rank\d+\]:?"                                                                          # [rank0]:
+    r"|\[(?:PG [^\]]*?)?Rank \d+\]"                                                            # [PG ID 0 PG GUID 0 Rank 1]
+    r"|\[(?P<ts1>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:\s+[A-Z]{1,4}\d+)*\]"          # [2025-.. DP0 TP0]
+    r"|\[(?P<ts2>\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:\s+[A-Z]{1,4}\d+)*\]"                            # [23:03:43 TP0]
+    r"|(?P<lvl1>" + _LEVELS + r")\s+(?P<ts3>\d\d-\d\d\s\d\d:\d\d:\d\d)(?:\.\d+)?\s+\[[^\]]*\]"   # vLLM header
+    r"|(?P<ts4>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"              # 2025-.. [- INFO -]
+    r"(?:\s*[-|]\s*(?P<lvl2>" + _LEVELS + r")\s*[-|:]\s*(?:[\w.]+(?:\s*\[[^\]]*\])?\s*[:|\-]\s)?)?"
+    r"|(?P<lvl3>" + _LEVELS + r")(?::\s*|\s+-\s+|\s+(?=\[))"                                   # INFO:  / INFO - 
+    r"|\[(?P<lvl4>[EWIF])\s[^\]]*\.(?:cpp|cc|cu|h|hpp|c):\d+\]"                                 # [E ProcessGroupNCCL.cpp:563]
+    r"|\[?(?P<lvl5>[EWIF])\d{3,4}\s\d\d:\d\d:\d\d\.\d+(?:\s+\d+)?\s\S+:\d+\]"                         # glog, bare or [bracketed]
+    r"|\[\s*\d+\.\d+\]"                                                                       # dmesg
+    r"|(?:#\d+\s)?(?P<ts5>\d+\.\d+)(?=\s\S)"                                                  # buildkit 25.88
+    r")\s?")
+_LEVEL_OF = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "FATAL"}
+
+
+def strip_prefixes(text: str) -> tuple[str, Optional[str], Optional[tuple[str, str]]]:
+    """(message, level, raw timestamp) with worker/rank/time/logger prefixes removed.
+
+    The timestamp stays raw ((kind, text)); ts_seconds parses it only where a rate needs it.
+    """
+    level: Optional[str] = None
+    ts: Optional[tuple[str, str]] = None
+    for _ in range(6):
+        m = _PREFIX.match(text)
+        if m is None or m.end() == 0:
+            break
+        g = m.groupdict()
+        lvl = g["lvl1"] or g["lvl2"] or g["lvl3"] or g["lvl4"] or g["lvl5"]
+        if lvl:
+            level = _LEVEL_OF.get(lvl, lvl)
+        for key in ("ts1", "ts4", "ts3", "ts2", "ts5"):
+            if g[key]:
+                ts = (key, g[key])
+                break
+        text = text[m.end():]
+    return text, level, ts
+
+
+def ts_seconds(ts: Optional[tuple[str, str]]) -> Optional[float]:
+    return _parse_ts(*ts) if ts is not None else None
+
+
+def _parse_ts(kind: str, raw: str) -> Optional[float]:
+    try:
+        if kind in ("ts1", "ts4"):     # YYYY-MM-DD HH:MM:SS
+            return datetime(int(raw[0:4]), int(raw[5:7]), int(raw[8:10]), int(raw[11:13]), int(raw[14:16]),
+                            int(raw[17:19])).timestamp()
+        if kind == "ts3":   # vLLM's MM-DD HH:MM:SS omits the year: fine for the differences rates are made of
+            return datetime(2000, int(raw[0:2]), int(raw[3:5]), int(raw[6:8]), int(raw[9:11]),
+                            int(raw[12:14])).timestamp()
+        if kind == "ts2":
+            h, m, s = raw.split(":")
+            return int(h) * 3600 + int(m) * 60 + int(s)
+        return float(raw)
+    except ValueError:
+        return None
+
+
+# --------------------------------------------------------------------------- progress formats
+
+SIZE = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+TQDM = re.compile(
+    r"(?P<pct>\d{1,3})%\s*(?:\|[^|\r\n]{0,400}\||Completed\s*\|)\s*"
+    r"(?P<n>\d+(?:\.\d+)?)(?P<nu>[kKMGT]?)/(?P<N>\d+(?:\.\d+)?)(?P<Nu>[kKMGT]?)"
+    r"(?:\s*\[(?P<inner>[^\]\r\n]{0,200})\])?")
+TQDM_TIMES = re.compile(r"^\s*(?P<el>[\d:]+)\s*<\s*(?P<rem>[\d:]+|\?)")
+TQDM_RATE = re.compile(r"(?P<v>\d+(?:\.\d+)?|\?)\s*(?P<u>[kKMGT]?)(?P<a>[A-Za-z]*)/(?P<b>[A-Za-z]+)")
+NINJA = re.compile(r"^\[(\d+)/(\d+)\]\s")
+MAKE = re.compile(r"^\[\s*(\d{1,3})%\]\s")
+STEP = re.compile(r"\b(?:global[_ ])?(?:step|Step|STEP|iter|Iter|iteration|Iteration)\b\s*[:=#]?\s*\[?\s*(\d+)\s*(?:/\s*(\d+))?")
+EPOCH = re.compile(r"\b(?:epoch|Epoch|EPOCH)\b\s*[:=#]?\s*\[?\s*(\d+(?:\.\d+)?)\s*(?:/\s*(\d+))?")
+LOSS_DICT = re.compile(r"""^\{['"](?:loss|train_loss|eval_loss)['"]\s*:.*['"]epoch['"]\s*:\s*([\d.]+)""")
+TRAIN_END = re.compile(r"""^\{['"]train_runtime['"]""")
+NUM_EPOCHS = re.compile(r"Num [Ee]pochs\s*=\s*([\d,]+)")
+TOTAL_STEPS = re.compile(r"Total optimization steps\s*=\s*([\d,]+)")
+
+
+def clock(text: str) -> Optional[float]:
+    parts = text.split(":")
+    try:
+        value = 0.0
+        for part in parts:
+            value = value * 60 + float(part)
+        return value
+    except ValueError:
+        return None
+
+
+def num(value: float) -> Number:
+    return int(value) if float(value).is_integer() else value
+
+
+# --------------------------------------------------------------------------- serving stats lines
+
+_F = r"([-+]?\d+(?:\.\d+)?)"
+# vLLM: "Engine 000: Avg prompt throughput: …" (V1) and "Avg prompt throughput: …" (V0) alike.
+_VLLM_STATS = re.compile(
+    r"Avg prompt throughput:\s*" + _F + r"[^,]*,\s*Avg generation throughput:\s*" + _F +
+    r"(?:.*?Running:\s*" + _F + r"\s*req)?(?:.*?(?:Waiting|Pending):\s*" + _F + r"\s*req)?"
+    r"(?:.*?GPU KV cache usage:\s*" + _F + r"\s*%)?")
+_VLLM_SPEC_LEN = re.compile(r"Mean acceptance length:\s*" + _F)
+VLLM_SPEC_RATE = re.compile(r"Draft acceptance rate:\s*" + _F + r"\s*(%?)")
+# SGLang "Decode batch. …" / "Prefill batch. …": one pass over "name: value" pairs.
+_SGLANG_FIELD = re.compile(r"(#running-req|#queue-req|(?<![#\w])(?:full )?token usage|gen throughput \(token/s\)"
+                           r"|input throughput \(token/s\)|accept len(?:gth)?|accept rate):\s*" + _F)
+_SGLANG_KEY = {"#running-req": ("running", 1.0), "#queue-req": ("waiting", 1.0),
+               "token usage": ("kv_cache_pct", 100.0), "full token usage": ("kv_cache_pct", 100.0),
+               "gen throughput (token/s)": ("gen_tokens_per_s", 1.0),
+               "input throughput (token/s)": ("prompt_tokens_per_s", 1.0),
+               "accept len": ("spec_accept_len", 1.0), "accept length": ("spec_accept_len", 1.0),
+               "accept rate": ("spec_accept_rate", 1.0)}
+_V0_SPEC_K = re.compile(r"Number of speculative tokens:\s*(\d+)")
+_V0_SPEC_DRAFT = re.compile(r"Number of draft tokens:\s*(\d+)")
+_V0_SPEC_EMITTED = re.compile(r"Number of emitted tokens:\s*(\d+)")
+
+
+def parse_serving_stats_line(line: str) -> Optional[dict[str, float]]:
+    """Serving numbers from one engine stats line (vLLM `Engine 000: Avg prompt throughput …`,
+    `SpecDecoding metrics: …`, V0 `Speculative metrics: …`; SGLang `Decode batch. …` /
+    `Prefill batch. …`), as a partial dict over SERVING_KEYS; None for any other line.
+
+    kv_cache_pct is 0..100, spec_accept_rate 0..1. Prefixes and ANSI colour are tolerated.
+    """
+    if "\x1b" in line:
+        line = ANSI.sub(b"", line.encode("utf-8", "replace")).decode("utf-8", "replace")
+    out: dict[str, float] = {}
+    if "Avg prompt throughput" in line:
+        m = _VLLM_STATS.search(line)
+        if m:
+            for key, value in zip(("prompt_tokens_per_s", "gen_tokens_per_s", "running", "waiting", "kv_cache_pct"),
+                                  m.groups()):
+                if value is not None:
+                    out[key] = float(value)
+    elif "acceptance" in line:
+        m = _VLLM_SPEC_LEN.search(line)
+        if m:
+            out["spec_accept_len"] = float(m.group(1))
+        m = VLLM_SPEC_RATE.search(line)
+        if m:
+            out["spec_accept_rate"] = float(m.group(1)) / (100.0 if m.group(2) else 1.0)
+            if not m.group(2):     # V0 "Speculative metrics": a fraction, and the length from token counts
+                k, drafted, emitted = (_V0_SPEC_K.search(line), _V0_SPEC_DRAFT.search(line),
+                                       _V0_SPEC_EMITTED.search(line))
+                if k and drafted and emitted and int(drafted.group(1)) > 0:
+                    steps = int(drafted.group(1)) / max(1, int(k.group(1)))
+                    out["spec_accept_len"] = int(emitted.group(1)) / steps
+    elif "batch." in line:
+        for name, value in _SGLANG_FIELD.findall(line):
+            key, scale = _SGLANG_KEY[name]
+            if key not in out:
+                out[key] = float(value) * scale
+        if "Prefill batch" in line:
+            out.pop("gen_tokens_per_s", None)      # the decode rate lives on decode lines only
+    return out or None
+
+
+# --------------------------------------------------------------------------- engine signatures
+
+ENGINE_STRONG = re.compile(
+    r"(?P<vllm>^\((?:APIServer|EngineCore[\w]*|Worker[\w]*|VllmWorker[\w]*|RayWorkerWrapper|VLLM[\w:]*) pid="
+    r"|Starting vLLM|vLLM API server|Engine \d{3}:|usage: vllm|^vllm: error|vllm serve|VLLM::|vLLM is using"
+    r"|Initializing a V\d LLM engine|vllm_config|from vllm|vllm\.entrypoints)"
+    r"|(?P<sglang>\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?(?:\s+(?:DP|PP|EP)\d+)*\s+TP\d+\]"
+    r"|sglang::|Decode batch\.|Prefill batch\.|fired up and ready to roll|Capturing batches|Capture cuda graph"
+    r"|Load weight (?:begin|end)|sglang\.launch_server|sglang serve|KV Cache is allocated|Memory pool end)")
+ENGINE_PATH = re.compile(r"(?P<vllm>/vllm/|\bvllm\._C\b)|(?P<sglang>/sglang/|/sgl_kernel/|\bsglang\.srt\b)")
+# Weak hints, weighted: vLLM's shard-loader bar (SGLang reuses it), flashinfer JIT (SGLang's default backend).
+ENGINE_WEAK = [(re.compile(r"checkpoint shards:\s*\d+% Completed"), "vllm", 1),
+                (re.compile(r"flashinfer\.\s*jit"), "sglang", 2)]
+
+
+# --------------------------------------------------------------------------- phase markers
+
+MARKERS = re.compile(
+    r"(?P<loading>Load weight begin|Loading (?:model )?weights(?! took)|Starting to load model|Loading model from"
+    r"|Loading safetensors|Loading pt checkpoint)"
+    r"|(?P<loaded>Loading weights took|Model loading took|Load weight end|Loaded model weights)"
+    r"|(?P<compiling>Dynamo bytecode transform|Compiling a graph|torch\.compile(?! takes)|torch_compile_cache"
+    r"|Prebuilt kernels not found|Loading JIT ops|JIT compil|Compiling (?:kernel|module|model))"
+    r"|(?P<compiled>torch\.compile takes)"
+    r"|(?P<capturing>Capture cuda graph begin|Capturing CUDA graph|Capturing cudagraph|Capturing the model for CUDA graph"
+    r"|Capturing batches)"
+    r"|(?P<captured>Capture cuda graph end|Graph capturing finished)"
+    r"|(?P<starting>GPU KV cache size|Available KV cache memory|KV Cache is allocated|Memory pool end"
+    r"|Starting vLLM API server|Available routes are|Started server process|Waiting for application startup"
+    r"|Uvicorn running on|Initializing a V\d LLM engine|Server args|server_args=)"
+    r"|(?P<startup_complete>Application startup complete)"
+    r"|(?P<ready>fired up and ready to roll)"
+    r"|(?P<building>Building (?:CUDA|CXX|C) object|\*\*\* Configuring CMake|-- Configuring (?:done|incomplete)"
+    r"|-- The (?:C|CXX|CUDA) compiler identification|Building wheel|running build_ext|Emitting ninja build file"
+    r"|scikit-build-core|Linking (?:CUDA|CXX|C) (?:shared|static)|Building extension)"
+    r"|(?P<training>\*+ Running training \*+)")
+
+
+# --------------------------------------------------------------------------- failure signatures
+
+CODE_INDENT = 4     # traceback source lines are indented by >= 4 spaces; exception lines by 0
+EXC_LINE = re.compile(
+    r"^(?:-\s+)?(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Fault))(?::\s*(?P<msg>.*))?$")
+FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
+XID = re.compile(r"\bXid\b\s*(?:\([^)]*\))?\s*:?\s*(\d+)")
+XID_APP = {13, 31, 43, 45, 68, 69}           # application faults and their clean-up, not the hardware
+XID_NOISE = {43, 45}                          # a consequence of an app being killed
+GPU_FAULT = re.compile(r"fallen off the bus|GPU is lost|[Uu]ncorrectable ECC|cudaErrorECCUncorrectable"
+                        r"|GPU requires reset|NVRM: GPU at PCI.*has fallen")
+CUDA_OOM = re.compile(
+    r"CUDA out of memory|OutOfMemoryError|CUDA (?:driver )?error: out of memory|cudaErrorMemoryAllocation"
+    r"|CUBLAS_STATUS_ALLOC_FAILED|No available memory for the cache blocks|Not enough memory\. Please try to increase"
+    r"|can be stored in KV cache|Capture cuda graph failed:.*out of memory|insufficient (?:GPU|device) memory"
+    r"|out of memory on (?:device|GPU)")
+HOST_OOM = re.compile(
+    r"^Killed\s*$|^Killed process|\d+\s+Killed\b|\bKilled\s{2,}\S|died due to signal 9|Killed signal terminated program"
+    r"|internal compiler error: Killed|(?:exit|exited with) (?:code|status)[:= ]*(?:137|-9)\b"
+    r"|non-zero exit status (?:137|-9)\b|Signals\.SIGKILL|killed by signal(?: 9\b|:? Killed)|received signal 9\b"
+    r"|terminated by signal 9\b|Out of memory: Kill|invoked oom-killer|oom-kill|oom_reaper|^MemoryError\b"
+    r"|std::bad_alloc|Cannot allocate memory|virtual memory exhausted|out of memory allocating")
+NCCL = re.compile(
+    r"NCCL error|nccl(?:System|Internal|UnhandledCuda|InvalidUsage|Remote|InvalidArgument)Error"
+    r"|collective operation timeout|NCCL communicator was aborted|NCCL (?:timeout|Timeout)|DistBackendError"
+    r"|Timeout at NCCL work|NCCL operations have failed")
+CUDA_ERR = re.compile(
+    r"CUDA error|CUDA driver error|illegal memory access|device-side assert|CUBLAS_STATUS_(?!SUCCESS)[A-Z_]+"
+    r"|CUDNN_STATUS_[A-Z_]+|cuDNN error|cudaError[A-Z]\w+|no kernel image is available|misaligned address"
+    r"|unspecified launch failure|CUDA driver version is insufficient|illegal instruction was encountered")
+HANG = re.compile(r"Watchdog timeout \(|watchdog_timeout=\d+\)|[Hh]ang detected|detected a hang"
+                   r"|execute_model timed out|ENGINE_ITERATION_TIMEOUT")
+IMPORT = re.compile(r"undefined symbol|cannot open shared object file|No module named|GLIBC(?:XX)?_[\d.]+'? not found"
+                     r"|DLL load failed|cannot import name")
+BAD_ARGS = re.compile(
+    r"^[\w.\-]+(?: [\w\-]+)?: error: (?:unrecognized arguments|the following arguments are required|argument \S+"
+    r"|invalid choice|ambiguous option|unrecognized option|expected one argument)"
+    r"|^Error: (?:No such option|Got unexpected extra argument|Invalid value for|Missing (?:option|argument))")
+BUILD_SPECIFIC = re.compile(
+    r"^\S+?:\d+:(?:\d+:)? (?:fatal )?error: |^\S+\(\d+\): (?:catastrophic )?error|^nvcc fatal|CMake Error"
+    r"|ptxas (?:fatal|error)|died due to signal (?!9\b)\d+|undefined reference to|collect2: error|ld returned \d+ exit status"
+    r"|^\S+: fatal error: |^nvcc (?:error|fatal)\s*:"
+    r"|^(?:[\w.+-]*-)?(?:c\+\+|g\+\+|gcc|cc|clang(?:\+\+)?|ld|ld\.\w+)(?:-\d+)?: (?:fatal )?error: ")
+BUILD_UMBRELLA = re.compile(
+    r"ninja: build stopped|^make(?:\[\d+\])?: \*\*\*|error: command '[^']*' failed|subprocess-exited-with-error"
+    r"|Failed building wheel|did not run successfully|Error compiling objects for extension|^FAILED: "
+    r"|CalledProcessError.*(?:cmake|ninja|make|nvcc|setup\.py)")
+ENGINE_UMBRELLA = re.compile(
+    r"Engine core initialization failed|EngineCore failed to start|Scheduler hit an exception"
+    r"|Received sigquit from a child process|EngineDeadError|EngineCore encountered a fatal error"
+    r"|died unexpectedly|[Ww]orker.* died|Child process .* died|terminate called after throwing"
+    r"|Traceback \(most recent call last\)|Initialization failed\. detoken|Capture cuda graph failed")
+CRASH = re.compile(r"Segmentation fault|SIGSEGV|core dumped|Aborted \(core dumped\)|Fatal Python error")
+NOT_FAILURE_LEVELS = ("INFO", "DEBUG", "NOTICE")
+
+OOM_RISK = re.compile(r"Allowing ninja to set a default number of workers|make -j(?:\s|$)"
+                       r"|virtual memory exhausted|Cannot allocate memory|std::bad_alloc")
+KV_PRESSURE = re.compile(r"preempted by PreemptionMode|not enough KV cache space|KV cache pool is full"
+                          r"|Decode out of memory|[Rr]etract(?:ed)? requests")
+JIT = re.compile(r"Prebuilt kernels not found|using JIT backend|Loading JIT ops|JIT compil")
+
+HINTS = {
+    "cuda_oom": "GPU memory exhausted — lower --gpu-memory-utilization / --mem-fraction-static, max model length "
+                "or batch size, or spread the model over more GPUs (tensor parallel)",
+    "cuda_oom_capture": "GPU memory ran out while capturing CUDA graphs — lower --cuda-graph-max-bs / "
+                        "--max-num-seqs, leave more memory free (--mem-fraction-static), or disable CUDA graphs",
+    "host_oom_build": "killed by the host OOM killer — lower MAX_JOBS (or CMAKE_BUILD_PARALLEL_LEVEL) and NVCC_THREADS",
+    "host_oom": "killed by the host OOM killer (SIGKILL) — free host RAM, lower CPU-side memory use "
+                "(swap space, loader workers), or check `dmesg` for the kill",
+    "nccl": "NCCL collective failed — rerun with NCCL_DEBUG=INFO; check P2P/NVLink/IB topology (try "
+            "NCCL_P2P_DISABLE=1) and that every rank started",
+    "nccl_timeout": "an NCCL collective timed out — a rank is stuck or the GPUs cannot talk to each other; "
+                    "rerun with NCCL_DEBUG=INFO, try NCCL_P2P_DISABLE=1 / --disable-custom-all-reduce",
+    "nccl_first": "the very first NCCL collective never completed — the GPUs cannot talk (P2P/topology/IOMMU/ACS); "
+                  "try NCCL_P2P_DISABLE=1 and check `nvidia-smi topo -m` with NCCL_DEBUG=INFO",
+    "cuda_error": "CUDA kernel fault — rerun with CUDA_LAUNCH_BLOCKING=1 to find the kernel; try another attention "
+                  "backend or disable CUDA graphs (--enforce-eager / --disable-cuda-graph)",
+    "cuda_error_arch": "the binary has no kernels for this GPU — rebuild for its arch (TORCH_CUDA_ARCH_LIST) "
+                       "or install a wheel built for it",
+    "import_error_abi": "compiled extension built against another torch/CUDA — rebuild it or install a matching wheel; "
+                        "import torch first",
+    "import_error": "a module or shared library is missing — install it into the environment the job runs in "
+                    "(check which python/venv the job uses)",
+    "syntax_error": "a Python file does not parse — fix the file and line named in the traceback (a patched file?) "
+                    "before relaunching",
+    "bad_arguments": "the command line has an option this program/version does not accept — check `--help` "
+                     "(e.g. `vllm serve` given twice when the image's entrypoint already runs it)",
+    "build_failed": "the build failed — fix the first compiler/CMake error above; check the CUDA toolkit, "
+                    "compiler and TORCH_CUDA_ARCH_LIST",
+    "build_segfault": "a compiler tool crashed (segfault, not OOM) — retry; if it repeats, change the CUDA "
+                      "toolkit version or the arch list",
+    "hang": "the engine's own watchdog found a batch stuck — usually a collective deadlock or a very slow JIT "
+            "compile; try --disable-custom-all-reduce, or raise --watchdog-timeout only if it was compiling",
+    "gpu_fault": "GPU hardware/driver fault (Xid) — the GPU needs a reset or the node a reboot; not a software bug",
+    "exception": "uncaught Python exception — read the traceback that ends at this line",
+    "exception_umbrella": "a process of the job died — its own error is printed above (or in its own log); "
+                          "look for the first traceback/ERROR before this line",
+    "exception_below": "a process of the job died with a Python exception — its type and message end the "
+                       "traceback that starts here",
+    "exception_traceback": "a Python traceback without its final exception line (log cut short?) — read it above",
+    "exception_crash": "the process crashed in native code — rerun with CUDA_LAUNCH_BLOCKING=1 / faulthandler "
+                       "to locate it",
+    "exception_interrupt": "interrupted (Ctrl-C / SIGINT) — stopped by someone, not by a bug",
+}
+
+
+
+def label_phase(label: str) -> Optional[str]:
+    """The phase a progress bar's label names, or None for an unlabeled/unknown bar."""
+    low = label.lower()
+    if "captur" in low or "graph" in low:
+        return "capturing"
+    for word in ("load", "checkpoint", "shard", "weight", "download", "fetch"):
+        if word in low:
+            return "loading"
+    if "compil" in low or "autotun" in low or "warm" in low:
+        return "compiling"
+    for word in ("train", "epoch", "step", "iter"):
+        if word in low:
+            return "training"
+    if "build" in low or "ninja" in low:
+        return "building"
+    return None
+
+
+_SERIES_LABELS: dict[str, str] = {}
+
+
+def series_label(label: str) -> str:
+    """A label with its changing parts (numbers, parenthesised state) removed: one bar, one series."""
+    key = _SERIES_LABELS.get(label)
+    if key is None:
+        if len(_SERIES_LABELS) >= 1024:
+            _SERIES_LABELS.clear()
+        key = _SERIES_LABELS[label] = re.sub(r"[\d.]+", "#", re.sub(r"\([^)]*\)", "", label)).strip()
+    return key
+
+
+def is_build_tool(body: str) -> bool:
+    return any(t in body for t in ("cicc", "cudafe", "cc1plus", "nvcc", "ptxas", "c++:", "g++", "gcc", "ninja",
+                                   "make", "ld ", "fatbinary"))

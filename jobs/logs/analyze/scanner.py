@@ -1,0 +1,375 @@
+"""The incremental reader: cuts bytes into segments and examines, through the templates, only those that can matter."""
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from itertools import accumulate, compress, islice, repeat
+from operator import attrgetter, is_, is_not
+from typing import Any, Optional, Union
+
+from .model import (GIANT_SEGMENT, HEAD_BYTES, LogAnalysis, READ_CHUNK, S, SPEC_WINDOW, TAIL_BYTES)
+from .patterns import (families_in, prefilter_in)
+from .state import (State)
+from .templates import (ALL_SERVING_BITS, K_BAR, K_BAR_GLUED, K_BUILD, K_GIANT, K_INERT, K_OTHER, K_REFILTER, K_SERVING, NORMALIZE, RUN_GROUPS, SKIP_GROUP, SPEC_BITS, TEMPLATE_CACHE_BYTES, TEMPLATE_KEY_MAX, TEMPLATE_ONE_OFFS_MAX, Template, classify_template, chunk_kv_safe, prefilter_one_offs)
+
+
+# --------------------------------------------------------------------------- the incremental reader
+
+
+class LogAnalyzer:
+    """Feed it bytes as they arrive; ask result() at any time.
+
+    Work per feed() is proportional to the new bytes. Memory is bounded: a partial
+    line is kept up to GIANT_SEGMENT bytes, then only its head and a rolling tail.
+    """
+
+    def __init__(self) -> None:
+        self._state = State()
+        self._templates: tuple[dict, dict] = ({}, {})   # per "engine known": template -> 0 | Template
+        self._template_bytes = 0
+        self._tail = b""                 # the incomplete segment (< GIANT_SEGMENT bytes)
+        self._giant_head: Optional[bytes] = None
+        self._giant_tail = b""
+        self._line = 1                   # physical line number of the incomplete segment
+        self.bytes_fed = 0
+        # A leading block of `#` lines is an annotation (an excerpt's `# source:` / `# expect:`
+        # header), not output: its lines are counted but not read. None once the header is over.
+        self._header: Optional[bytes] = b""
+
+    @property
+    def line(self) -> int:
+        """The 1-based physical line number the next byte belongs to."""
+        return self._line
+
+    def feed(self, data: bytes, now: Optional[float] = None) -> None:
+        """Consume new bytes. `now` (seconds) timestamps their arrival for rates the log does not print."""
+        if not data:
+            return
+        self.bytes_fed += len(data)
+        self._state.now = now
+        if self._header is not None:
+            data = self._skip_annotation_header(data)
+            if not data:
+                return
+        if self._giant_head is not None:
+            data = self._feed_giant(data)
+            if data is None:
+                return
+        buf = self._tail + data if self._tail else data
+        end = max(buf.rfind(b"\n"), buf.rfind(b"\r")) + 1
+        if end:
+            self._scan(buf, end)
+        rest = buf[end:]
+        if len(rest) > GIANT_SEGMENT:
+            self._giant_head = rest[:HEAD_BYTES]
+            self._giant_tail = rest[-TAIL_BYTES:]
+            self._tail = b""
+        else:
+            self._tail = bytes(rest)
+
+    def _skip_annotation_header(self, data: bytes) -> bytes:
+        """Blank the leading `#` lines (keeping their newlines, so line numbers hold); the same
+        whatever the chunking, since an undecided first line waits for its newline."""
+        buf = self._header + data
+        blanked = 0
+        pos = 0
+        while True:
+            if pos >= len(buf):
+                self._header = b""
+                return b"\n" * blanked
+            if buf[pos] != 0x23:                      # not '#': the log itself starts here
+                self._header = None
+                return b"\n" * blanked + buf[pos:]
+            nl = buf.find(b"\n", pos)
+            if nl < 0:
+                if len(buf) - pos > 65536:            # no annotation is that long: treat it as output
+                    self._header = None
+                    return b"\n" * blanked + buf[pos:]
+                self._header = buf[pos:]
+                return b"\n" * blanked
+            blanked += 1
+            pos = nl + 1
+
+    def _feed_giant(self, data: bytes) -> Optional[bytes]:
+        nl, cr = data.find(b"\n"), data.find(b"\r")
+        cut = min(x for x in (nl, cr) if x >= 0) if (nl >= 0 or cr >= 0) else -1
+        if cut < 0:
+            self._giant_tail = (self._giant_tail + data[-TAIL_BYTES:])[-TAIL_BYTES:]
+            return None
+        self._giant_tail = (self._giant_tail + data[max(0, cut - TAIL_BYTES):cut])[-TAIL_BYTES:]
+        self._examine_giant(self._giant_head, self._giant_tail, self._line)
+        self._giant_head, self._giant_tail = None, b""
+        if data[cut] == 0x0A:
+            self._line += 1
+        return data[cut + 1:]
+
+    def _examine_giant(self, head: bytes, tail: bytes, line: int) -> None:
+        # A giant segment is judged by its two ends only, the same way whether it arrived whole or in pieces.
+        for part in (head, tail):
+            rx = prefilter_in(part, self._state.engine_strong is not None)
+            m = rx.search(part)
+            if m is not None:
+                self._state.examine(part, line, families_in(rx, part, m, len(part)))
+
+    def _scan(self, buf: bytes, end: int) -> None:
+        """Examine (or prove irrelevant) every complete segment of buf[:end] (buf[end-1] is a separator)."""
+        rest: Optional[bytes] = buf
+        while rest is not None:
+            rest = self._scan_templates(rest)
+
+    def _scan_templates(self, data: bytes) -> Optional[bytes]:
+        """The fast scanner over the complete segments of data (what follows its last separator is
+        left alone); returns what is left to scan when the engine became known, else None.
+
+        Per segment it does C-level work only (translate, split, dict lookups, grouping);
+        Python runs per group of consecutive segments that can matter. Within the chunk, a
+        run of tqdm redraws or build steps is reduced to its last member (each overwrites the
+        previous one's effect), a run of stats lines to one ready mark plus, at the end, the
+        lines whose numbers no later line overwrites; templates proven inert are skipped.
+        Everything else is examined as the exhaustive scanner would, in order.
+        """
+        state = self._state
+        engine_known = state.engine_strong is not None
+        templates = self._templates[engine_known]
+        segs = data.translate(NORMALIZE).split(b"\n")
+        segs.pop()                                    # the incomplete segment after the last separator
+        infos = list(map(templates.get, segs))
+        if None in infos:
+            infos = self._learn(segs, infos, templates, engine_known)
+        sel = list(compress(range(len(segs)), infos))
+        base = self._line
+        has_cr = b"\r" in data
+        if not sel:
+            self._line = base + (data.count(b"\n") if has_cr else len(segs))
+            return None
+        ends = list(accumulate(map(len, segs)))       # ends[i] + i: offset just past segment i
+        # Line numbers: a segment's index when no \r splits lines, else \n counted from a cursor
+        # that follows the examined segments (deferred lines lie a little behind it).
+        cursor = [0, base]
+
+        def where(i: int) -> tuple[int, int]:
+            start = ends[i] - len(segs[i]) + i
+            if not has_cr:
+                return start, base + i
+            off, line = cursor
+            if start < off:
+                return start, line - data.count(b"\n", start, off)
+            line += data.count(b"\n", off, start)
+            cursor[0], cursor[1] = start, line
+            return start, line
+
+        run_kind = K_INERT        # K_BAR / K_BUILD while a run awaits its last member
+        run_named: Optional[str] = None
+        run_len = run_last = 0
+        serving_run = False       # a ready mark was applied and nothing was examined since
+        deferred: list[tuple[int, int]] = []   # (first, last) positions in sel of stats-line groups
+        kv_safe: Optional[bool] = None
+        now_unset = state.now is None
+
+        def examine(i: int) -> None:
+            start, line = where(i)
+            stop = start + len(segs[i])
+            kind = infos[i].kind
+            if kind == K_GIANT:
+                self._examine_giant(data[start:start + HEAD_BYTES], data[stop - TAIL_BYTES:stop], line)
+                return
+            raw = data[start:stop]
+            fams = infos[i].fams
+            if kind == K_REFILTER:
+                rx = prefilter_in(raw, state.engine_strong is not None)
+                m = rx.search(raw)
+                if m is None:
+                    return
+                fams = families_in(rx, raw, m, len(raw))
+            state.examine(raw, line, fams)
+
+        def flush_run() -> None:
+            nonlocal run_kind, serving_run
+            state.seq += run_len - 1                  # the dropped members' progress updates
+            examine(run_last)
+            run_kind = K_INERT
+            serving_run = False
+
+        def flush_deferred() -> None:
+            # Keep each line that provides a number no later line provides, and the last
+            # SPEC_WINDOW spec-decode lines (their mean is judged); apply them in order.
+            covered, spec_left, keep = 0, SPEC_WINDOW, []
+            for first, last in reversed(deferred):
+                for q in range(last, first - 1, -1):
+                    keys = infos[sel[q]].keys
+                    need = keys & ~covered
+                    if keys & SPEC_BITS and spec_left:
+                        spec_left -= 1
+                        need = 1
+                    if need:
+                        keep.append(sel[q])
+                        covered |= keys
+                        if covered == ALL_SERVING_BITS and not spec_left:
+                            break
+                else:
+                    continue
+                break
+            for i in reversed(keep):
+                start, line = where(i)
+                state.serving_data_of(data[start:start + len(segs[i])], line)
+            deferred.clear()
+
+        if engine_known:
+            groups = list(map(attrgetter("group"), map(infos.__getitem__, sel)))
+        else:
+            groups = [self._group_now(infos[i]) for i in sel]
+        # Where the group changes (C-level): consecutive members of one group are handled together.
+        bounds = list(compress(range(1, len(sel)), map(is_not, islice(groups, 1, None), groups)))
+        bounds.append(len(sel))
+        next_first = 0
+        for bound in bounds:
+            first, last, next_first = next_first, bound - 1, bound
+            group = groups[first]
+            info = infos[sel[first]]
+            kind = info.kind
+            if group is SKIP_GROUP:
+                continue
+            if group is not info:                     # a run group (no engine to learn from it)
+                if kind == K_SERVING:
+                    if kv_safe is None:
+                        kv_safe = chunk_kv_safe(data, state)
+                    if kv_safe:
+                        if run_kind:
+                            flush_run()
+                        if not serving_run:
+                            state.ready_mark(0)       # its line is unused: a recovery names the error's line
+                            serving_run = True
+                        deferred.append((first, last))
+                        continue
+                else:
+                    if run_kind:
+                        flush_run()
+                    # A member's effect is overwritten by the next one's when nothing else depends
+                    # on it: no clock-based rate, no error waiting for progress, a phase that is a
+                    # fixed point (a loading bar may complete the load, turning later bars into capture).
+                    if now_unset and state.progress_at_failure is None and (
+                            kind == K_BUILD or (info.named or state._unnamed_bar_phase()) != "loading"):
+                        run_kind, run_named, run_len, run_last = kind, info.named, last - first + 1, sel[last]
+                        continue
+            for q in range(first, last + 1):          # one segment at a time, as the exhaustive scanner
+                i = sel[q]
+                if not engine_known and group is info and info.kind != K_OTHER and self._absorbed(info):
+                    if info.kind == K_INERT:
+                        continue
+                if kind == K_BAR_GLUED and run_kind == K_BAR and run_named == info.named:
+                    run_kind = K_INERT                # its own bar overwrites the pending run's
+                    state.seq += run_len
+                if run_kind:
+                    flush_run()
+                if deferred and info.fams & S:
+                    flush_deferred()
+                serving_run = False
+                examine(i)
+                if not engine_known and state.engine_strong is not None:
+                    if deferred:
+                        flush_deferred()
+                    start, line = where(i)
+                    rest = start + len(segs[i]) + 1
+                    self._line = line + (data[rest - 1] == 0x0A)
+                    return data[rest:]
+        if run_kind:
+            flush_run()
+        if deferred:
+            flush_deferred()
+        self._line = base + len(segs) if not has_cr else cursor[1] + data.count(b"\n", cursor[0])
+        return None
+
+    def _absorbed(self, info: Template) -> bool:
+        """True if examining a segment of this template can no longer teach the engine anything."""
+        state = self._state
+        return (state.engine_strong is not None or not info.strong and (not info.path or state.engine_path is not None)
+                and info.weak <= state.weak_seen)
+
+    def _group_now(self, info: Template) -> Any:
+        """info.group, or for a template with engine hits already absorbed the group it would have without them."""
+        if info.group is not info or info.kind not in (K_INERT, K_BAR, K_BUILD, K_SERVING) or not self._absorbed(info):
+            return info.group
+        if info.kind == K_INERT:
+            return SKIP_GROUP
+        return RUN_GROUPS.setdefault((info.kind, info.named), (info.kind, info.named))
+
+    def _learn(self, segs: list[bytes], infos: list, templates: dict, engine_known: bool) -> list:
+        """Classify the templates of this chunk not seen before; the cache stays bounded.
+
+        A chunk full of one-off lines (request ids, hashes) would pay a classification per
+        line and churn the cache: its one-off templates are instead prefiltered together in
+        one C-level pass, the anchored ones examined in full like the exhaustive scanner
+        does, and none of them is remembered.
+        """
+        if self._template_bytes > TEMPLATE_CACHE_BYTES:
+            for cache in self._templates:
+                cache.clear()
+            self._template_bytes = 0
+            new = Counter(segs)
+        else:
+            new = Counter(compress(segs, map(is_, infos, repeat(None))))
+        transient: dict[bytes, Union[int, Template]] = {}
+        if len(new) > TEMPLATE_ONE_OFFS_MAX:
+            one_offs = [tpl for tpl, n in new.items() if n == 1]
+            if len(one_offs) > TEMPLATE_ONE_OFFS_MAX:
+                transient = prefilter_one_offs(one_offs, engine_known)
+        for tpl in new:
+            if tpl in transient:
+                continue
+            info = classify_template(tpl, engine_known)
+            if len(tpl) > TEMPLATE_KEY_MAX:
+                transient[tpl] = info
+            else:
+                templates[tpl] = info
+                self._template_bytes += len(tpl) + 100
+        templates.update(transient)
+        infos = list(map(templates.__getitem__, segs))
+        for tpl in transient:
+            del templates[tpl]
+        return infos
+
+    def finish(self) -> None:
+        """The stream ended: the last, unterminated line counts as a line."""
+        if self._giant_head is not None:
+            self._examine_giant(self._giant_head, self._giant_tail, self._line)
+            self._giant_head, self._giant_tail = None, b""
+        elif self._tail:
+            tail = self._tail
+            rx = prefilter_in(tail, self._state.engine_strong is not None)
+            m = rx.search(tail)
+            if m is not None:
+                self._state.examine(tail, self._line, families_in(rx, tail, m, len(tail)))
+            self._tail = b""
+
+    def result(self) -> LogAnalysis:
+        """The analysis of everything fed so far, the unterminated last line included (tentatively)."""
+        if self._giant_head is None and not self._tail:
+            return self._state.result()
+        probe = copy.copy(self)
+        probe._state = copy.deepcopy(self._state)
+        probe.finish()
+        return probe._state.result()
+
+
+def analyze_file(path: Any, chunk_size: int = READ_CHUNK, *, analyzer: Optional[LogAnalyzer] = None) -> LogAnalysis:
+    """Analyze a whole log file, reading it in chunks (memory stays flat whatever its size).
+
+    `analyzer`: a fresh analyzer to use instead of the default one (the tests' reference scanner).
+    """
+    analyzer = analyzer if analyzer is not None else LogAnalyzer()
+    with open(path, "rb") as fh:
+        while True:
+            chunk = fh.read(chunk_size)
+            if not chunk:
+                break
+            analyzer.feed(chunk)
+    analyzer.finish()
+    return analyzer.result()
+
+
+def analyze_bytes(data: bytes) -> LogAnalysis:
+    """Analyze an in-memory log (tests, small excerpts)."""
+    analyzer = LogAnalyzer()
+    analyzer.feed(data)
+    analyzer.finish()
+    return analyzer.result()

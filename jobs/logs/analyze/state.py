@@ -1,0 +1,556 @@
+"""The state machine: what one examined log record changes in the analysis (engine, phase, progress, failure, serving, warnings)."""
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Optional
+
+from .model import (ALL_FAMILIES, F, Failure, LogAnalysis, LogWarning, M, MAX_MESSAGE, Number, P, Progress, RECOVERY_ADVANCES, S, SERVING_KEYS, SPEC_MIN_ACCEPT_LEN, SPEC_MIN_ACCEPT_RATE, SPEC_WINDOW, ServingNumbers, W)
+from .patterns import (ANSI, BAD_ARGS, BUILD_SPECIFIC, BUILD_UMBRELLA, CODE_INDENT, CRASH, CUDA_ERR, CUDA_OOM, ENGINE_PATH, ENGINE_STRONG, ENGINE_UMBRELLA, ENGINE_WEAK, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HANG, HINTS, HOST_OOM, IMPORT, JIT, KV_PRESSURE, LOSS_DICT, MAKE, MARKERS, NCCL, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID, XID_APP, XID_NOISE, clock, is_build_tool, label_phase, num, parse_serving_stats_line, series_label, strip_prefixes, ts_seconds)
+
+
+class Spec(IntEnum):
+    """How specific a failure candidate is: the most specific, earliest one is the root cause."""
+    ERROR_LEVEL = 0    # an ERROR-level line, no signature
+    UMBRELLA = 1       # "see above": a wrapper / launcher / traceback header
+    EXCEPTION = 2      # a Python exception line, a crash
+    SPECIFIC = 3       # a specific signature (CUDA OOM, NCCL, ...)
+
+
+@dataclass
+class _Candidate:
+    spec: Spec
+    cause: str
+    line: int
+    message: str
+    hint_key: str
+
+
+# --------------------------------------------------------------------------- the state machine
+
+
+class State:
+    """Everything the analysis knows; small and bounded, so result() can copy it cheaply."""
+
+    def __init__(self) -> None:
+        self.now: Optional[float] = None
+        self.engine_strong: Optional[str] = None
+        self.engine_path: Optional[str] = None
+        self.engine_weak: dict[str, int] = {}
+        self.weak_seen: set[str] = set()
+        self.phase: Optional[str] = None
+        self.load_done = False
+        self.ready_line: Optional[int] = None
+        self.serving: dict[str, float] = {}
+        self.spec_recent: deque[tuple[Optional[float], Optional[float]]] = deque(maxlen=SPEC_WINDOW)
+        self.warnings: dict[str, LogWarning] = {}
+        self.num_epochs: Optional[int] = None
+        self.total_steps: Optional[int] = None
+        # progress: "bar" sources (tqdm/ninja/make/step n/N) beat "hint" sources (loss dicts, step=N) of one phase
+        self.bar: Optional[tuple[int, str, Progress]] = None     # (seq, phase, progress)
+        self.hint: Optional[tuple[int, str, Progress]] = None
+        self.seq = 0
+        self.series: Optional[tuple[tuple, float, float]] = None  # (key, first done, first time) for rates
+        # failure
+        self.best: Optional[_Candidate] = None        # highest spec >= 2, earliest
+        self.first_low: Optional[_Candidate] = None   # earliest spec 1
+        self.first_weak: Optional[_Candidate] = None  # earliest spec 0
+        self.advances_since_failure = 0
+        self.progress_at_failure: Optional[tuple[tuple, Number]] = None
+        self.last_frame_line = -10**9
+        self.usage_line = -10**9
+        self.nvrm: deque[tuple[int, str]] = deque(maxlen=6)
+        self.last_progress_key: Optional[tuple[tuple, float]] = None
+        self.labels: dict[str, tuple[str, Optional[str], str]] = {}
+
+    # ------------------------------------------------------------------ entry
+
+    def examine(self, raw: bytes, line: int, fams: int = ALL_FAMILIES) -> None:
+        """One segment; `fams` (from its prefilter anchors) says which handlers it can concern."""
+        if b"\x1b" in raw:
+            raw = ANSI.sub(b"", raw)
+        self._examine_text(raw.decode("utf-8", "replace"), line, 0, fams)
+
+    def _examine_text(self, text: str, line: int, depth: int, fams: int) -> None:
+        if fams & P and "%" in text:
+            m = TQDM.search(text)
+            if m is not None:
+                self._tqdm(text[:m.start()], m, line)
+                rest = text[m.end():]
+                if depth < 3 and rest.strip():
+                    self._examine_text(rest, line, depth + 1, fams)   # a log record glued onto the bar
+                return
+        self._record(text, line, fams)
+
+    # ------------------------------------------------------------------ one log record
+
+    def _record(self, text: str, line: int, fams: int) -> None:
+        msg, level, ts = strip_prefixes(text)
+        body = msg.strip()
+        if not body:
+            return
+        if self.engine_strong is None:
+            self._engine(text, body)
+        if fams & S:
+            stats = parse_serving_stats_line(body)
+            if stats:
+                self._serving(stats, line)
+                return
+        if fams & M:
+            m = MARKERS.search(body)
+            if m is not None:
+                self._marker(m.lastgroup, line)
+        if fams & P:
+            self._progress_record(body, line, ts)
+        if fams & F:
+            self._failure(body, level, len(msg) - len(msg.lstrip(" ")), line)
+        if fams & W:
+            self._warnings(body, line)
+
+    # ------------------------------------------------------------------ engine
+
+    def _engine(self, text: str, body: str) -> None:
+        m = ENGINE_STRONG.search(text.lstrip()) or ENGINE_STRONG.search(body)
+        if m is not None:
+            self.engine_strong = m.lastgroup
+            return
+        if self.engine_path is None:
+            m = ENGINE_PATH.search(body)
+            if m is not None:
+                self.engine_path = m.lastgroup
+        for rx, engine, weight in ENGINE_WEAK:
+            if engine + rx.pattern not in self.weak_seen and rx.search(body):
+                self.weak_seen.add(engine + rx.pattern)
+                self.engine_weak[engine] = self.engine_weak.get(engine, 0) + weight
+
+    def engine(self) -> Optional[str]:
+        if self.engine_strong or self.engine_path:
+            return self.engine_strong or self.engine_path
+        if self.engine_weak:
+            ranked = sorted(self.engine_weak.items(), key=lambda kv: -kv[1])
+            if len(ranked) == 1 or ranked[0][1] > ranked[1][1]:
+                return ranked[0][0]
+        return None
+
+    # ------------------------------------------------------------------ phases
+
+    def _marker(self, kind: Optional[str], line: int) -> None:
+        if kind == "loading":
+            if self.phase not in ("building", "training"):
+                self.phase = "loading"
+                self.load_done = False
+        elif kind == "loaded":
+            self.phase = "starting"
+            self.load_done = True
+        elif kind == "compiling":
+            if self.phase != "building":
+                self.phase = "compiling"
+        elif kind in ("compiled", "captured", "starting"):
+            if self.phase not in ("building", "training") or kind != "starting":
+                self.phase = "starting"
+        elif kind == "capturing":
+            self.phase = "capturing"
+        elif kind == "startup_complete":
+            if self.engine() == "sglang":
+                self.phase = "starting"      # SGLang still warms up after uvicorn starts
+            else:
+                self._became_ready(line)
+        elif kind == "ready":
+            self._became_ready(line)
+        elif kind == "building":
+            self.phase = "building"
+        elif kind == "training":
+            self.phase = "training"
+
+    def _became_ready(self, line: int) -> None:
+        self.phase = "ready"
+        if self.ready_line is None:
+            self.ready_line = line
+        self._recovered(line)
+        # what was loading/capturing is done; progress means nothing for a serving engine
+        self.bar = None
+        self.hint = None
+
+    # ------------------------------------------------------------------ progress
+
+    def _bar_label(self, before: str) -> tuple[str, Optional[str], str]:
+        """(label, the phase its words name or None, series key) for the text before a bar; cached."""
+        hit = self.labels.get(before)
+        if hit is None:
+            label, _, _ = strip_prefixes(before.strip())
+            label = label.strip().rstrip(":").strip()[:100]
+            if self.engine_strong is None:
+                self._engine(label, label)
+            if len(self.labels) >= 256:
+                self.labels.clear()
+            hit = self.labels[before] = (label, label_phase(label), series_label(label))
+        return hit
+
+    def _tqdm(self, before: str, m: re.Match, line: int) -> None:
+        label, named_phase, key_label = self._bar_label(before)
+        done = float(m.group("n")) * SIZE[m.group("nu")]
+        total = float(m.group("N")) * SIZE[m.group("Nu")]
+        rate = eta = None
+        inner = m.group("inner")
+        if inner:
+            t = TQDM_TIMES.match(inner)
+            if t and t.group("rem") != "?":
+                eta = clock(t.group("rem"))
+            r = TQDM_RATE.search(inner[t.end():] if t else inner)
+            if r and r.group("v") != "?":
+                value = float(r.group("v")) * SIZE[r.group("u")]
+                if r.group("a") == "s" and r.group("b") != "s":      # "2.87s/it": seconds per item
+                    rate = 1.0 / value if value > 0 else None
+                else:
+                    rate = value
+        phase = named_phase or self._unnamed_bar_phase()
+        if phase == "loading" and total and done >= total:
+            self.load_done = True
+        self._set_progress("bar", phase, label or self._default_label(phase), done, total, rate, eta, line, None,
+                           key_label)
+
+    def _unnamed_bar_phase(self) -> str:
+        current = self.phase
+        if current in ("training", "building"):
+            return current
+        # An unlabeled bar right after the weights are in is the CUDA-graph capture (SGLang's old bar).
+        if self.load_done and current in ("starting", "compiling", "loading", "capturing"):
+            return "capturing"
+        return current or "unknown"
+
+    @staticmethod
+    def _default_label(phase: str) -> str:
+        return {"capturing": "CUDA graphs", "loading": "weights", "training": "training",
+                "building": "build", "compiling": "compile"}.get(phase, "")
+
+    def _progress_record(self, body: str, line: int, ts: Optional[tuple[str, str]]) -> None:
+        c = body[0]
+        if c == "[":
+            m = NINJA.match(body)
+            if m:
+                self._set_progress("bar", "building", "build", float(m.group(1)), float(m.group(2)),
+                                   None, None, line, ts)
+                return
+            m = MAKE.match(body)
+            if m:
+                self._set_progress("bar", "building", "build", float(m.group(1)), 100.0, None, None, line, ts)
+                return
+        if c == "{":
+            m = LOSS_DICT.match(body)
+            if m:
+                self._set_progress("hint", "training", "epoch", float(m.group(1)),
+                                   float(self.num_epochs) if self.num_epochs else None, None, None, line, ts)
+                return
+            if TRAIN_END.match(body):
+                self.phase = "training"
+                return
+        if "Num" in body or "optimization" in body:
+            m = NUM_EPOCHS.search(body)
+            if m:
+                self.num_epochs = int(m.group(1).replace(",", ""))
+                self.phase = "training"
+            m = TOTAL_STEPS.search(body)
+            if m:
+                self.total_steps = int(m.group(1).replace(",", ""))
+                self.phase = "training"
+            return
+        low_hit = ("tep" in body or "TEP" in body or "ter" in body or "poch" in body or "POCH" in body)
+        if not low_hit:
+            return
+        sm = STEP.search(body)
+        em = EPOCH.search(body)
+        # Only training-shaped lines: "step 10/100", or step/epoch beside a loss.
+        lossy = "loss" in body or "Loss" in body
+        step = (float(sm.group(1)), float(sm.group(2)) if sm.group(2) else None) if sm else None
+        epoch = (float(em.group(1)), float(em.group(2)) if em.group(2) else None) if em else None
+        if step and step[1] is not None and step[1] > 0 and (lossy or step[0] <= step[1]):
+            label = f"epoch {num(epoch[0])} step" if epoch else "step"
+            self._set_progress("bar", "training", label, step[0], step[1], None, None, line, ts)
+        elif epoch and epoch[1] is not None and epoch[1] > 0 and epoch[0] <= epoch[1] + 1:
+            self._set_progress("bar", "training", "epoch", epoch[0], epoch[1], None, None, line, ts)
+        elif step and lossy:
+            label = f"epoch {num(epoch[0])} step" if epoch else "step"
+            total = float(self.total_steps) if self.total_steps else None
+            self._set_progress("hint", "training", label, step[0], total, None, None, line, ts)
+        elif epoch and lossy:
+            total = float(self.num_epochs) if self.num_epochs else None
+            self._set_progress("hint", "training", "epoch", epoch[0], total, None, None, line, ts)
+
+    def _set_progress(self, source: str, phase: str, label: str, done: float, total: Optional[float],
+                      rate: Optional[float], eta: Optional[float], line: int, ts: Optional[tuple[str, str]],
+                      key_label: Optional[str] = None) -> None:
+        self.seq += 1
+        key = (source, phase, key_label if key_label is not None else series_label(label), total)
+        if self.now is not None:
+            when: Optional[float] = self.now
+        else:
+            when = ts_seconds(ts) if rate is None else None
+        # Rates the bar does not print come from the clock: the caller's, else the lines' own timestamps.
+        if self.series is None or self.series[0] != key or when is None or done < self.series[1]:
+            self.series = (key, done, when) if when is not None else (key, done, float("nan"))
+        elif rate is None:
+            first_done, first_when = self.series[1], self.series[2]
+            if when > first_when and done > first_done:
+                rate = (done - first_done) / (when - first_when)
+        if eta is None and rate and total is not None and total >= done:
+            eta = (total - done) / rate
+        progress = Progress(done=num(done), total=num(total) if total is not None else None, label=label,
+                            rate=rate, eta_s=eta)
+        if source == "bar":
+            self.bar = (self.seq, phase, progress)
+        else:
+            self.hint = (self.seq, phase, progress)
+        if phase != "unknown":
+            self.phase = phase
+        # A job that keeps advancing after logging an error did not die of it.
+        if self.progress_at_failure is not None:
+            pkey, pdone = self.progress_at_failure
+            if pkey == key and done > pdone:
+                self.advances_since_failure += 1
+                self.progress_at_failure = (key, done)
+                if self.advances_since_failure >= RECOVERY_ADVANCES:
+                    self._recovered(line)
+        self.last_progress_key = (key, done)
+
+    def progress(self) -> Optional[Progress]:
+        bar, hint = self.bar, self.hint
+        # A newer hint of another phase wins — unless it only says "epoch 2.25" where the bar
+        # still counts done/total (a loss dict glued onto a Trainer bar): the bar is the better answer.
+        if hint is not None and (bar is None or (hint[0] > bar[0] and hint[1] != bar[1]
+                                                 and (hint[2].total is not None or bar[2].total is None))):
+            return hint[2]
+        return bar[2] if bar is not None else None
+
+    # ------------------------------------------------------------------ serving
+
+    def _serving(self, stats: dict[str, float], line: int) -> None:
+        # Two independent halves (disjoint fields): the fast scanner applies the first at the
+        # start of a run of stats lines and the second only where a later line does not overwrite it.
+        self.ready_mark(line)
+        self.serving_data(stats, line)
+
+    def ready_mark(self, line: int) -> None:
+        """What any serving-stats line says about the job: it is ready, and earlier errors did not kill it."""
+        if self.phase != "ready":
+            self.phase = "ready"
+            self.bar = None
+            self.hint = None
+        self._recovered(line)
+
+    def serving_data_of(self, raw: bytes, line: int) -> None:
+        """serving_data() for a segment known to be a serving-stats line (see classify_template)."""
+        if b"\x1b" in raw:
+            raw = ANSI.sub(b"", raw)
+        stats = parse_serving_stats_line(strip_prefixes(raw.decode("utf-8", "replace"))[0].strip())
+        if stats:
+            self.serving_data(stats, line)
+
+    def serving_data(self, stats: dict[str, float], line: int) -> None:
+        """The numbers of one serving-stats line: merged values, the spec-decode window, KV pressure."""
+        self.serving.update(stats)
+        if "spec_accept_len" in stats or "spec_accept_rate" in stats:
+            self.spec_recent.append((stats.get("spec_accept_len"), stats.get("spec_accept_rate")))
+            lens = [a for a, _ in self.spec_recent if a is not None]
+            rates = [r for _, r in self.spec_recent if r is not None]
+            mean_len = sum(lens) / len(lens) if lens else None
+            mean_rate = sum(rates) / len(rates) if rates else None
+            bad = ((mean_len is not None and mean_len < SPEC_MIN_ACCEPT_LEN)
+                   or (mean_rate is not None and mean_rate < SPEC_MIN_ACCEPT_RATE))
+            if bad:
+                parts = []
+                if mean_len is not None:
+                    parts.append(f"mean acceptance length {mean_len:.2f}")
+                if mean_rate is not None:
+                    parts.append(f"acceptance rate {mean_rate * 100:.1f}%")
+                self.warnings["spec_decode_ineffective"] = LogWarning(
+                    "spec_decode_ineffective", line,
+                    "speculative decoding accepts almost nothing (" + ", ".join(parts) + ") — it is likely "
+                    "slower than no speculation; check the draft model matches the target, or turn it off")
+            else:
+                self.warnings.pop("spec_decode_ineffective", None)
+        kv, waiting = self.serving.get("kv_cache_pct"), self.serving.get("waiting")
+        if kv is not None and kv >= 95.0 and waiting:
+            self.warnings["kv_cache_pressure"] = LogWarning(
+                "kv_cache_pressure", line, f"KV cache {kv:.0f}% full with {waiting:.0f} requests waiting")
+
+    # ------------------------------------------------------------------ failures
+
+    def _failure(self, body: str, level: Optional[str], indent: int, line: int) -> None:
+        if FRAME.match(body):
+            self.last_frame_line = line
+            return
+        if body.startswith("usage:"):
+            self.usage_line = line
+            return
+        # Source lines quoted inside a traceback (`raise RuntimeError("NCCL error …")`) are not errors.
+        if indent >= CODE_INDENT and line - self.last_frame_line <= 40:
+            return
+        if body[0] in "^~":
+            return
+        if level in NOT_FAILURE_LEVELS:
+            return
+        cand = self._classify(body, level, line)
+        if cand is None:
+            return
+        if cand.spec >= Spec.EXCEPTION:
+            if self.best is None or cand.spec > self.best.spec:
+                self.best = cand
+        elif cand.spec == Spec.UMBRELLA:
+            if self.first_low is None:
+                self.first_low = cand
+        elif self.first_weak is None:
+            self.first_weak = cand
+        if cand.spec >= Spec.UMBRELLA and self.progress_at_failure is None:
+            self.advances_since_failure = 0
+            self.progress_at_failure = self.last_progress_key or ((), 0)
+
+    def _classify(self, body: str, level: Optional[str], line: int) -> Optional[_Candidate]:
+        msg = body[:MAX_MESSAGE]
+        building = self.phase == "building"
+
+        if "Xid" in body:
+            x = XID.search(body)
+            code = int(x.group(1)) if x else None
+            if code in XID_NOISE:
+                return None
+            if code in XID_APP:
+                return _Candidate(Spec.EXCEPTION, "cuda_error", line, msg, "cuda_error")
+            return _Candidate(Spec.SPECIFIC, "gpu_fault", line, msg, "gpu_fault")
+        if body.startswith("NVRM:"):
+            self.nvrm.append((line, body))
+            if GPU_FAULT.search(body):
+                start, parts = line, []
+                for ln, txt in reversed(self.nvrm):
+                    if ln != start - 1 and ln != line:
+                        break
+                    parts.append(txt[5:].strip())
+                    start = ln
+                    if "The NVIDIA GPU" in txt or "GPU at PCI" in txt:
+                        break
+                return _Candidate(Spec.SPECIFIC, "gpu_fault", start, " ".join(reversed(parts))[:MAX_MESSAGE], "gpu_fault")
+            return None
+        if GPU_FAULT.search(body):
+            return _Candidate(Spec.SPECIFIC, "gpu_fault", line, msg, "gpu_fault")
+        if CUDA_OOM.search(body) or ("out of memory" in body and "CUDA" in body):
+            key = "cuda_oom_capture" if self.phase == "capturing" or "graph" in body.lower() else "cuda_oom"
+            return _Candidate(Spec.SPECIFIC, "cuda_oom", line, msg, key)
+        if HOST_OOM.search(body):
+            if "ptxas" in body and "signal 9" not in body:
+                return _Candidate(Spec.SPECIFIC, "build_failed", line, msg, "build_segfault")
+            key = "host_oom_build" if building or is_build_tool(body) else "host_oom"
+            return _Candidate(Spec.SPECIFIC, "host_oom", line, msg, key)
+        if "out of memory" in body:
+            if building or "cc1plus" in body or "allocating" in body:
+                return _Candidate(Spec.SPECIFIC, "host_oom", line, msg, "host_oom_build")
+            return _Candidate(Spec.SPECIFIC, "cuda_oom", line, msg, "cuda_oom")
+        if CUDA_ERR.search(body):
+            key = "cuda_error_arch" if "no kernel image" in body else "cuda_error"
+            return _Candidate(Spec.SPECIFIC, "cuda_error", line, msg, key)
+        if NCCL.search(body):
+            key = "nccl"
+            if "timeout" in body.lower() or "timed out" in body:
+                key = "nccl_first" if "SeqNum=1," in body or "last completed NCCL work: 0" in body else "nccl_timeout"
+            return _Candidate(Spec.SPECIFIC, "nccl", line, msg, key)
+        if HANG.search(body):
+            return _Candidate(Spec.SPECIFIC, "hang", line, msg, "hang")
+        exc = EXC_LINE.match(body)
+        if IMPORT.search(body) or (exc and exc.group("type").split(".")[-1] in ("ImportError", "ModuleNotFoundError")):
+            if exc and not (exc.group("msg") or "").strip():
+                return _Candidate(Spec.UMBRELLA, "import_error", line, msg, "import_error")
+            key = "import_error_abi" if ("undefined symbol" in body or "GLIBC" in body) else "import_error"
+            return _Candidate(Spec.SPECIFIC, "import_error", line, msg, key)
+        if "error:" in body or body.startswith("Error: "):
+            if BAD_ARGS.search(body) and (line - self.usage_line <= 60 or "unrecognized arguments" in body
+                                           or "arguments are required" in body or body.startswith("Error: ")):
+                return _Candidate(Spec.SPECIFIC, "bad_arguments", line, msg, "bad_arguments")
+        if BUILD_SPECIFIC.search(body):
+            key = "build_segfault" if "died due to signal" in body else "build_failed"
+            return _Candidate(Spec.SPECIFIC, "build_failed", line, msg, key)
+        if BUILD_UMBRELLA.search(body):
+            return _Candidate(Spec.UMBRELLA, "build_failed", line, msg, "build_failed")
+        if ENGINE_UMBRELLA.search(body):
+            if body.startswith("Traceback"):
+                key = "exception_traceback"
+            elif "Traceback" in body or "hit an exception" in body:
+                key = "exception_below"
+            else:
+                key = "exception_umbrella"
+            return _Candidate(Spec.UMBRELLA, "build_failed" if building else "exception", line, msg,
+                              "build_failed" if building else key)
+        if CRASH.search(body):
+            return _Candidate(Spec.EXCEPTION, "build_failed" if building else "exception", line, msg,
+                              "build_failed" if building else "exception_crash")
+        if exc is not None and level not in ("WARNING", "WARN"):
+            etype = exc.group("type").split(".")[-1]
+            if etype in ("SyntaxError", "IndentationError", "TabError"):
+                return _Candidate(Spec.SPECIFIC, "syntax_error", line, msg, "syntax_error")
+            if etype == "KeyboardInterrupt":
+                return _Candidate(Spec.EXCEPTION, "exception", line, msg, "exception_interrupt")
+            if building:
+                return _Candidate(Spec.EXCEPTION, "build_failed", line, msg, "build_failed")
+            return _Candidate(Spec.EXCEPTION, "exception", line, msg, "exception")
+        if level in ("ERROR", "CRITICAL", "FATAL"):
+            return _Candidate(Spec.ERROR_LEVEL, "exception", line, msg, "exception_umbrella")
+        return None
+
+    def _recovered(self, line: int) -> None:
+        cand = self.best or self.first_low
+        if cand is not None:
+            self.warnings["error_recovered"] = LogWarning(
+                "error_recovered", cand.line,
+                f"{cand.cause} logged at line {cand.line} but the job carried on: {cand.message}"[:MAX_MESSAGE])
+        self.best = self.first_low = self.first_weak = None
+        self.progress_at_failure = None
+        self.advances_since_failure = 0
+
+    def failure(self) -> Optional[Failure]:
+        if self.best is not None:
+            c = self.best
+        elif self.first_low is not None:
+            c = self.first_low
+            # The umbrella says "see above": the first ERROR line above it is the root cause.
+            if self.first_weak is not None and self.first_weak.line < c.line:
+                w = self.first_weak
+                c = _Candidate(Spec.UMBRELLA, c.cause, w.line, w.message, c.hint_key)
+        else:
+            return None
+        return Failure(cause=c.cause, line=c.line, message=c.message, hint=HINTS[c.hint_key])
+
+    # ------------------------------------------------------------------ warnings
+
+    def _warnings(self, body: str, line: int) -> None:
+        if OOM_RISK.search(body):
+            if "ninja" in body:
+                text = "MAX_JOBS is not set: ninja runs one compiler per core (nvcc can take several GB each) — set MAX_JOBS"
+            elif "make -j" in body or "nproc" in body:
+                text = "unbounded build parallelism (-j without a limit) — pass -jN sized to free RAM / ~4 GB per job"
+            else:
+                text = f"the build is short of host memory: {body[:200]}"
+            self.warnings["oom_risk"] = LogWarning("oom_risk", line, text)
+        elif KV_PRESSURE.search(body):
+            self.warnings["kv_cache_pressure"] = LogWarning(
+                "kv_cache_pressure", line, f"KV cache full, requests preempted/retracted: {body[:200]}")
+        elif JIT.search(body) and "jit_compile" not in self.warnings:
+            self.warnings["jit_compile"] = LogWarning(
+                "jit_compile", line, "kernels are JIT-compiled on first use (no prebuilt kernels): the next "
+                "steps can be silent for minutes without being stuck")
+
+    # ------------------------------------------------------------------ result
+
+    def result(self) -> LogAnalysis:
+        failure = self.failure()
+        engine = self.engine()
+        if failure is not None:
+            phase = "failed"
+        elif self.phase:
+            phase = self.phase
+        else:
+            phase = "starting" if engine else "unknown"
+        serving = None
+        if self.serving:
+            serving = ServingNumbers(**{k: self.serving.get(k) for k in SERVING_KEYS})
+        warnings = tuple(sorted(self.warnings.values(), key=lambda w: (w.line, w.code)))
+        return LogAnalysis(engine=engine, phase=phase, progress=self.progress(), failure=failure,
+                           ready_line=self.ready_line, serving=serving, warnings=warnings)

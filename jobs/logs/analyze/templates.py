@@ -1,0 +1,214 @@
+"""The fast scanner's templates: what examining any segment of one digit-normalised shape can do, learned once per shape."""
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from enum import IntEnum
+from itertools import accumulate
+from typing import Optional, Union
+
+from .model import ALL_FAMILIES, F, Family, GIANT_SEGMENT, M, P, S, SERVING_KEYS, W
+from .patterns import (ANSI, BAD_ARGS, ENGINE_PATH, ENGINE_STRONG, ENGINE_WEAK, EPOCH, FAMILY, FRAME, JIT, KV_PRESSURE, LOSS_DICT, MAKE, MARKERS, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, STEP, TOTAL_STEPS, TQDM, TRAIN_END, VLLM_SPEC_RATE, families_in, label_phase, parse_serving_stats_line, prefilter_in, strip_prefixes)
+from .state import (State)
+
+
+# --------------------------------------------------------------------------- the fast scanner's templates
+#
+# Most lines of a long log are repeats of a few shapes that differ only in their numbers
+# (stats lines, tqdm redraws, ninja steps, NCCL chatter). The fast scanner therefore looks
+# at each segment's *template* — its bytes with every digit turned into 0 — once, learns
+# statically what examining such a segment can do, and then, per chunk, examines only the
+# segments whose effect no later segment of the chunk overwrites.
+#
+# Soundness rests on one property: every decision the handlers take is the same for all
+# segments of one template. Regexes test digits by class (\d), never by value, except in
+# the contexts of _DIGIT_VALUE_WORDS, whose templates are examined in full every time (Xid
+# codes, exit/signal numbers, collect2) — tests/test_analyze_fast.py checks that no other
+# pattern names a digit. The anchor "signal 9" names one too: templates with "signal 0"
+# are re-filtered per segment. Value-dependent verdicts (argparse usage proximity, V0
+# spec-decode token counts, step/epoch arithmetic, timestamped build steps, KV-cache
+# thresholds) send segments to full examination as well.
+# LogAnalyzer(exhaustive=True) examines every anchored segment; tests compare the two.
+
+NORMALIZE = bytes.maketrans(b"0123456789\r", b"0000000000\n")
+_DIGIT_VALUE_WORDS = ("Xid", "exit", "signal", "collect")
+_DIGIT_ANCHOR = b"signal 9"
+_DIGIT_ANCHOR_TEMPLATE = b"signal 0"
+assert [lit for lit in FAMILY if set(lit) & set(b"0123456789")] == [_DIGIT_ANCHOR]
+
+
+
+class Kind(IntEnum):
+    """What examining a segment of one template can do."""
+    INERT = 0        # nothing (falsy: "no run pending")
+    BAR = 1          # a progress-bar redraw
+    BAR_GLUED = 2    # a bar with a log record glued after it
+    BUILD = 3        # a ninja/make build step
+    SERVING = 4      # a serving-stats line
+    OTHER = 5        # anything else: examined in full
+    GIANT = 6        # longer than GIANT_SEGMENT: examined on its ends
+    REFILTER = 7     # "signal 0" template: re-prefiltered per segment (the anchor "signal 9" names a digit)
+
+
+K_INERT, K_BAR, K_BAR_GLUED, K_BUILD, K_SERVING, K_OTHER, K_GIANT, K_REFILTER = Kind
+_SERVING_BIT = {key: 1 << i for i, key in enumerate(SERVING_KEYS)}
+ALL_SERVING_BITS = (1 << len(SERVING_KEYS)) - 1
+SPEC_BITS = _SERVING_BIT["spec_accept_rate"] | _SERVING_BIT["spec_accept_len"]
+_NO_WEAK: frozenset = frozenset()
+_NO_HITS = (False, False, _NO_WEAK)
+TEMPLATE_KEY_MAX = 2048                 # longer segments are classified each time, not remembered
+TEMPLATE_CACHE_BYTES = 4 * 1024 * 1024  # bound on remembered template bytes (memory stays flat)
+TEMPLATE_ONE_OFFS_MAX = 256             # more one-off templates than this in a chunk: see LogAnalyzer._learn
+RUN_GROUPS: dict = {}
+SKIP_GROUP = ("skip",)
+
+
+class Template:
+    """What examining any segment of one template can do (see classify_template)."""
+    __slots__ = ("fams", "kind", "named", "keys", "strong", "path", "weak", "group")
+
+    def __init__(self, fams: int, kind: int, named: Optional[str] = None, keys: int = 0,
+                 hits: tuple[bool, bool, frozenset] = _NO_HITS) -> None:
+        self.fams = fams
+        self.kind = kind
+        self.named = named          # K_BAR / K_BAR_GLUED: the phase the bar's label names (None: unnamed)
+        self.keys = keys            # K_SERVING: bit set of the SERVING_KEYS the line provides
+        self.strong, self.path, self.weak = hits   # what _engine() would find in it (engine not yet known)
+        # Consecutive segments with one group key are handled together: a run of redraws of
+        # bars naming one phase, of build steps, of stats lines. Anything else, and anything
+        # that may teach the engine, is its own group (handled one segment at a time).
+        if hits == _NO_HITS and kind in (K_BAR, K_BUILD, K_SERVING):
+            self.group = RUN_GROUPS.setdefault((kind, named), (kind, named))
+        else:
+            self.group = self
+
+    def __repr__(self) -> str:
+        return f"Template({Family(self.fams)!r}, {self.kind!r}, named={self.named!r}, keys={self.keys:#x})"
+
+
+_GIANT_TEMPLATE = Template(ALL_FAMILIES, K_GIANT)
+_REFILTER_TEMPLATE = Template(ALL_FAMILIES, K_REFILTER)
+_PROBE = State()   # only ever asked _classify() on non-NVRM lines, which reads but never writes it
+
+
+def _engine_hits(text: str, body: str) -> tuple[bool, bool, frozenset]:
+    """What State._engine(text, body) would look at, independent of what is already known."""
+    strong = ENGINE_STRONG.search(text.lstrip()) is not None or ENGINE_STRONG.search(body) is not None
+    path = ENGINE_PATH.search(body) is not None
+    weak = frozenset(engine + rx.pattern for rx, engine, _ in ENGINE_WEAK if rx.search(body))
+    return strong, path, weak
+
+
+def _progress_kind(body: str, ts: Optional[tuple[str, str]]) -> int:
+    """Mirror of State._progress_record's branches: K_INERT (does nothing), K_BUILD (ninja/make step), K_OTHER."""
+    c = body[0]
+    if c == "[" and (NINJA.match(body) or MAKE.match(body)):
+        return K_BUILD if ts is None else K_OTHER        # a timestamp feeds a rate: every line counts
+    if c == "{" and (LOSS_DICT.match(body) or TRAIN_END.match(body)):
+        return K_OTHER
+    if "Num" in body or "optimization" in body:
+        return K_OTHER if (NUM_EPOCHS.search(body) or TOTAL_STEPS.search(body)) else K_INERT
+    if not ("tep" in body or "TEP" in body or "ter" in body or "poch" in body or "POCH" in body):
+        return K_INERT
+    return K_OTHER if (STEP.search(body) or EPOCH.search(body)) else K_INERT
+
+
+def _failure_inert(body: str, level: Optional[str]) -> bool:
+    """True if State._failure(body, level, …) changes nothing, whatever the state and the digits."""
+    if FRAME.match(body) or body.startswith("usage:"):
+        return False
+    if body[0] in "^~" or level in NOT_FAILURE_LEVELS:
+        return True
+    if body.startswith("NVRM:") or any(w in body for w in _DIGIT_VALUE_WORDS) or BAD_ARGS.search(body):
+        return False                                  # digit- or state-dependent verdicts
+    return _PROBE._classify(body, level, 0) is None
+
+
+def classify_template(tpl: bytes, engine_known: bool) -> Union[int, Template]:
+    """0 for a template the prefilter skips, else what examining it can do. Mirrors State.examine."""
+    if len(tpl) > GIANT_SEGMENT:
+        return _GIANT_TEMPLATE
+    if _DIGIT_ANCHOR_TEMPLATE in tpl:
+        return _REFILTER_TEMPLATE                     # "signal 9" is an anchor, "signal 1" is not
+    rx = prefilter_in(tpl, engine_known)
+    m = rx.search(tpl)
+    if m is None:
+        return 0
+    fams = families_in(rx, tpl, m, len(tpl))
+    raw = ANSI.sub(b"", tpl) if b"\x1b" in tpl else tpl
+    text = raw.decode("utf-8", "replace")
+    no_hits = _NO_HITS
+    if fams & P and "%" in text:                      # _examine_text: a tqdm bar
+        m = TQDM.search(text)
+        if m is not None:
+            label = strip_prefixes(text[:m.start()].strip())[0].strip().rstrip(":").strip()[:100]
+            hits = no_hits if engine_known else _engine_hits(label, label)
+            kind = K_BAR_GLUED if text[m.end():].strip() else K_BAR
+            return Template(fams, kind, named=label_phase(label), hits=hits)
+    msg, level, ts = strip_prefixes(text)            # _record
+    body = msg.strip()
+    if not body:
+        return 0                                      # _record returns before anything
+    hits = no_hits if engine_known else _engine_hits(text, body)
+    if fams & S:
+        stats = parse_serving_stats_line(body)
+        if stats:
+            if "Avg prompt throughput" not in body and "acceptance" in body:
+                rate = VLLM_SPEC_RATE.search(body)
+                if rate and not rate.group(2):
+                    return Template(fams, K_OTHER)   # V0 spec metrics: which keys depends on token counts
+            keys = 0
+            for key in stats:
+                keys |= _SERVING_BIT[key]
+            return Template(fams, K_SERVING, keys=keys, hits=hits)
+    if fams & M and MARKERS.search(body):
+        return Template(fams, K_OTHER)
+    kind = _progress_kind(body, ts) if fams & P else K_INERT
+    if kind == K_OTHER:
+        return Template(fams, K_OTHER)
+    if fams & F and not _failure_inert(body, level):
+        return Template(fams, K_OTHER)
+    if fams & W and (OOM_RISK.search(body) or KV_PRESSURE.search(body) or JIT.search(body)):
+        return Template(fams, K_OTHER)
+    if kind == K_INERT and hits == no_hits:
+        return 0
+    return Template(fams, kind, hits=hits)
+
+
+def prefilter_one_offs(templates: list[bytes], engine_known: bool) -> dict[bytes, Union[int, Template]]:
+    """0 or a K_OTHER template (examined in full) for each of many templates, with one prefilter pass over all."""
+    out: dict[bytes, Union[int, Template]] = {}
+    batch = []
+    for tpl in templates:
+        if len(tpl) > GIANT_SEGMENT or _DIGIT_ANCHOR_TEMPLATE in tpl:
+            out[tpl] = classify_template(tpl, engine_known)
+        else:
+            out[tpl] = 0
+            batch.append(tpl)
+    joined = b"\n".join(batch)
+    ends = list(accumulate(len(tpl) + 1 for tpl in batch))      # just past each template's separator
+    rx = prefilter_in(joined, engine_known)
+    search = rx.search
+    pos = 0
+    while True:
+        m = search(joined, pos)
+        if m is None:
+            break
+        k = bisect_right(ends, m.start())
+        stop = ends[k] - 1
+        out[batch[k]] = Template(families_in(rx, joined, m, stop), K_OTHER)
+        pos = stop + 1
+    return out
+
+
+# A chunk is "KV-safe" when none of its stats lines can raise kv_cache_pressure (KV use >= 95 %):
+# every "usage:" in it is followed by a plainly small number. Otherwise its stats lines are
+# all examined in full, because that warning keeps the line of the last line that raised it.
+_KV_UNSAFE_USAGE = re.compile(
+    rb"usage:(?!(?<=cache usage:) ?(?:\d|[1-8]\d|9[0-4])(?:\.\d{1,6})?(?![\d.])"
+    rb"|(?<=token usage:) ?(?:0|0?\.(?:[0-8]\d{0,5}|9[0-4]\d{0,4}))(?![\d.]))")
+
+
+def chunk_kv_safe(data: bytes, state: "State") -> bool:
+    kv = state.serving.get("kv_cache_pct")
+    return (kv is None or kv < 95.0) and _KV_UNSAFE_USAGE.search(data) is None
