@@ -1,8 +1,14 @@
-"""Helpers for the run/supervisor/pipeline tests: a temp state dir, jobs files, the real CLI, polling with deadlines."""
+"""Helpers the tests import: jobs files, the real CLI, polling with deadlines (plain and under Pilot), cleanup of a state dir.
+
+The fixtures built on them (`state`) live in tests/conftest.py.
+"""
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -17,6 +23,13 @@ PY = sys.executable
 
 def toml_str(text: str) -> str:
     return json.dumps(text)          # a JSON string is a valid TOML basic string
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now (the kernel picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def write_jobs(path: Path, jobs: dict[str, dict]) -> Path:
@@ -49,6 +62,27 @@ def wait_for(predicate: Callable[[], object], timeout: float = 20.0, interval: f
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+async def pilot_wait_for(pilot, predicate: Callable[[], object], what: str, timeout: float = 30.0,
+                         detail: Optional[Callable[[], object]] = None) -> object:
+    """wait_for for a running Textual app: pauses through the pilot so the app keeps processing messages."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        await pilot.pause(0.05)
+    seen = f"; saw {detail()!r}" if detail is not None else ""
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}{seen}")
+
+
+def pilot_test(fn):
+    """Run an async Pilot test in its own event loop (no asyncio plugin needed)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(fn(*args, **kwargs))
+    return wrapper
 
 
 def cli(args: list[str], env: dict, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
@@ -93,17 +127,3 @@ def cleanup_state(state_dir: Path) -> None:
         job = run.job_id()
         if job is not None:
             procs.signal_process(job, 9)
-
-
-import pytest  # noqa: E402  (fixtures below are imported by the test modules)
-
-
-@pytest.fixture
-def state(tmp_path, monkeypatch):
-    """A private GPUDECK_STATE_DIR for one test; everything started under it is killed afterwards."""
-    state_dir = tmp_path / "state"
-    monkeypatch.setenv("GPUDECK_STATE_DIR", str(state_dir))
-    for key in ("GPUDECK_RUN_ID", "GPUDECK_JOB", "GPUDECK_JOBS"):
-        monkeypatch.delenv(key, raising=False)
-    yield state_dir
-    cleanup_state(state_dir)

@@ -1,8 +1,6 @@
 """The console dashboard under Pilot: keys, themes, SIMULATED labels, no-GPU and failing-sampler paths."""
 from __future__ import annotations
 
-import asyncio
-import functools
 import os
 import subprocess
 import sys
@@ -20,7 +18,6 @@ from gpudeck.jobs.telemetry.snapshot import GpuProcess, GpuSample, HostSample, P
 from gpudeck.console.app import GpuDeckApp, make_app, resolve_theme
 from gpudeck.console.config import load_console_config
 from gpudeck.console.errors import CliError
-from gpudeck.console.messages import SamplesCollected
 from gpudeck.console.screens.dashboard import DashboardScreen
 from gpudeck.console.screens.help import HelpScreen
 from gpudeck.console.widgets.box_header_panel import BoxHeaderPanel
@@ -29,26 +26,11 @@ from gpudeck.console.widgets.gpu_grid_panel import GpuGridPanel, choose_layout
 from gpudeck.console.widgets.gpu_lines_panel import GpuLinesPanel
 from gpudeck.console.widgets.gpu_process_table import UNKNOWN_PID, GpuProcessTable
 from gpudeck.console.widgets.host_panel import HostPanel
-from gpudeck.console.widgets.ports_table import PortsTable
+from runsupport import pilot_test
+from runsupport import pilot_wait_for as wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 DEADLINE_S = 30.0   # generous: two cores shared by many test runs
-
-
-def pilot_test(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return asyncio.run(fn(*args, **kwargs))
-    return wrapper
-
-
-async def wait_for(pilot, predicate, what: str, timeout: float = DEADLINE_S):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 def rendered_text(widget) -> str:

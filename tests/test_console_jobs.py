@@ -1,11 +1,8 @@
 """Console side of jobs: the log pane over real files, and the jobs view driving real jobs with Pilot."""
 from __future__ import annotations
 
-import asyncio
-import functools
 import os
 import random
-import time
 from pathlib import Path
 
 import pytest
@@ -16,27 +13,9 @@ from gpudeck.console.screens.jobs import (CELL_GAP, JobsScreen, banner_lines, he
                                   row_cells, table_layout)
 from gpudeck.console.widgets.log_index import BLOCK, LogIndex, LogSearch
 from gpudeck.console.widgets.log_view import LogView, LogViewPane
+from runsupport import free_port, pilot_test
+from runsupport import pilot_wait_for as wait_for
 
-DEADLINE_S = 30.0   # generous: two cores shared by many test runs
-
-
-def pilot_test(fn):
-    """Run an async Pilot test in its own event loop (no asyncio plugin needed)."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return asyncio.run(fn(*args, **kwargs))
-    return wrapper
-
-
-async def wait_for(pilot, predicate, what: str, timeout: float = DEADLINE_S, detail=None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        await pilot.pause(0.05)
-    seen = f"; saw {detail()!r}" if detail is not None else ""
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}{seen}")
 
 
 # -- LogIndex / LogSearch on real files ------------------------------------------------------------
@@ -266,25 +245,16 @@ port = {port_b}
 
 
 @pytest.fixture
-def jobs_env(tmp_path: Path, monkeypatch):
-    state = tmp_path / "state"
+def jobs_env(tmp_path: Path, state: Path):
     state.mkdir()
-    monkeypatch.setenv("GPUDECK_STATE_DIR", str(state))
     jobs_file = tmp_path / "jobs.toml"
-    jobs_file.write_text(JOBS_TOML.format(port=_free_port(), port_a=_free_port(), port_b=_free_port()))
+    jobs_file.write_text(JOBS_TOML.format(port=free_port(), port_a=free_port(), port_b=free_port()))
     yield jobs_file
     from gpudeck.jobs.spec import load_jobs
     from gpudeck.jobs.supervisor import Supervisor
     supervisor = Supervisor(load_jobs(jobs_file), state)
     for name in supervisor.jobs_file.jobs:
         supervisor.stop(name, timeout=2)
-
-
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_console(jobs_file: Path | None):

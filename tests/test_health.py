@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 
 from gpudeck.jobs.health import HealthMonitor, job_health, read_health
+from runsupport import wait_for
 
 
 class ScriptedAnalyzer:
@@ -24,16 +24,6 @@ class ScriptedAnalyzer:
 
     def result(self) -> dict:
         return dict(self.answer)
-
-
-def wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from gpudeck.jobs.runs import latest_run
 from gpudeck.jobs.spec import JobSpec, JobsFile, load_jobs
 from gpudeck.jobs.supervisor import Supervisor
 
-from runsupport import cli, cli_env, state, wait_for, write_jobs  # noqa: F401
+from runsupport import cli, cli_env, wait_for, write_jobs
 
 
 def stage_jobs(tmp_path: Path, fail: str | None = None, slow: float = 0.0) -> dict:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 
 import psutil
@@ -13,7 +12,7 @@ from gpudeck.jobs.runs import latest_run
 from gpudeck.jobs.spec import load_jobs
 from gpudeck.jobs.supervisor import Supervisor
 
-from runsupport import PY, REPO, cli, cli_env, state, wait_for, write_jobs  # noqa: F401
+from runsupport import PY, REPO, cli, cli_env, wait_for, write_jobs
 
 
 def test_unusable_state_dir_is_one_line_not_a_traceback(tmp_path, state):

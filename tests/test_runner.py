@@ -7,14 +7,13 @@ import signal
 import subprocess
 from pathlib import Path
 
-import pytest
 
 from gpudeck.jobs import procs
 from gpudeck.jobs.runs import latest_run
 from gpudeck.jobs.spec import load_jobs
 from gpudeck.jobs.supervisor import Supervisor
 
-from runsupport import PY, cli, cli_env, pid_alive, state, tagged_pids, wait_for, write_jobs  # noqa: F401
+from runsupport import PY, cli_env, tagged_pids, wait_for, write_jobs
 
 
 def supervisor_for(tmp_path: Path, jobs: dict) -> Supervisor:

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 from hypothesis import given, settings, strategies as st
 
@@ -11,7 +9,7 @@ from gpudeck.jobs.logs.follow import LogFollower, follow, tail_offset
 from gpudeck.jobs.logs.sanitize import MAX_LINE_CHARS, fold, sanitize_block, sanitize_line
 from gpudeck.jobs.runs import latest_run
 
-from runsupport import cli, cli_env, state, wait_for, write_jobs  # noqa: F401
+from runsupport import cli, cli_env, wait_for, write_jobs
 
 # Nothing a terminal could act on: C0 except TAB/LF, DEL, C1.
 UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

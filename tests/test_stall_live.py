@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import socket
 import sys
 import time
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 from gpudeck.jobs.spec import load_jobs
 from gpudeck.jobs.payload import jobs_payload
 from gpudeck.jobs.supervisor import Supervisor
+from runsupport import free_port, toml_str, wait_for
 
 STALL_AFTER = 3.0
 # The issue's bound: flagged within stall_after plus two seconds of going quiet.
@@ -46,16 +46,6 @@ torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 h
 ''')
 sys.exit(1)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def toml_str(text: str) -> str:
-    return json.dumps(text)          # a JSON string is a valid TOML basic string
 
 
 @pytest.fixture(scope="module")
@@ -116,16 +106,6 @@ def codes(entry: dict) -> set[str]:
     return {a["code"] for a in entry.get("alerts") or []}
 
 
-def wait_until(predicate, timeout: float, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    return None
-
-
 def log_of(sup: Supervisor, name: str) -> Path:
     return sup.latest(name).log_path
 
@@ -133,12 +113,12 @@ def log_of(sup: Supervisor, name: str) -> Path:
 def test_loading_then_silent_with_port_closed_is_stalled_within_stall_after_plus_two(box):
     sup = box["sup"]
     log = log_of(sup, "loader")
-    assert wait_until(lambda: log.exists() and b"LOADING-DONE" in log.read_bytes(), 30), "loader never loaded"
+    wait_for(lambda: log.exists() and b"LOADING-DONE" in log.read_bytes(), 30, what="the loader to load")
     went_quiet = time.time()
     assert "stalled" not in codes(job_entry(sup, "loader"))
 
-    flagged = wait_until(lambda: "stalled" in codes(job_entry(sup, "loader")) and time.time(), FLAG_WITHIN + 20)
-    assert flagged, f"never flagged: {job_entry(sup, 'loader')}"
+    flagged = wait_for(lambda: "stalled" in codes(job_entry(sup, "loader")) and time.time(), FLAG_WITHIN + 20,
+                       what="the loader to be flagged stalled")
     took = flagged - went_quiet
     assert took <= FLAG_WITHIN, f"flagged {took:.1f}s after going quiet (bound {FLAG_WITHIN}s)"
     print(f"stalled flagged {took:.2f}s after the log went quiet (stall_after {STALL_AFTER}s)")
@@ -154,7 +134,7 @@ def test_loading_then_silent_with_port_closed_is_stalled_within_stall_after_plus
 
     # on_alert fired, detached, with the alert in its environment
     env_file = box["hooks"] / "loader.stalled.env"
-    assert wait_until(env_file.exists, 15), "on_alert did not run"
+    wait_for(env_file.exists, 15, what="on_alert to run")
     env = dict(line.split("=", 1) for line in env_file.read_text().splitlines())
     assert env["GPUDECK_ALERT_CODE"] == "stalled"
     assert env["GPUDECK_ALERT_JOB"] == "loader"
@@ -169,7 +149,7 @@ def test_loading_then_silent_with_port_closed_is_stalled_within_stall_after_plus
 def _watch_never_stalled(sup: Supervisor, name: str, seconds: float) -> dict:
     """Poll health for `seconds`; fail on any stalled; prove the monitor was ticking all along."""
     health_path = sup.latest(name).path / "health.json"
-    assert wait_until(health_path.exists, 20), f"{name}: no health.json (runner monitor not running?)"
+    wait_for(health_path.exists, 20, what=f"{name}: health.json (is the runner monitor running?)")
     first = json.loads(health_path.read_text())["updated_at"]
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -194,8 +174,7 @@ def test_job_whose_log_advances_is_not_stalled(box):
 def test_cuda_oom_exit_is_crashed_with_cause_and_hint(box):
     sup = box["sup"]
     assert sup.wait("oom", timeout=30) is not None, "the oom job did not end"
-    entry = wait_until(lambda: (e := job_entry(sup, "oom")) and "crashed" in codes(e) and e, 15)
-    assert entry, f"no crashed alert: {job_entry(sup, 'oom')}"
+    entry = wait_for(lambda: (e := job_entry(sup, "oom")) and "crashed" in codes(e) and e, 15, what="a crashed alert on oom")
     assert entry["state"] == "exited" and entry["exit_code"] == 1
     [alert] = [a for a in entry["alerts"] if a["code"] == "crashed"]
     assert "status 1" in alert["message"]
@@ -204,7 +183,7 @@ def test_cuda_oom_exit_is_crashed_with_cause_and_hint(box):
         assert alert["hint"]
         assert "CUDA out of memory" in alert["message"]
     env_file = box["hooks"] / "oom.crashed.env"
-    assert wait_until(env_file.exists, 15), "on_alert did not run for the crash"
+    wait_for(env_file.exists, 15, what="on_alert to run for the crash")
     env = dict(line.split("=", 1) for line in env_file.read_text().splitlines())
     assert env["GPUDECK_ALERT_CODE"] == "crashed"
     if HAVE_ANALYZER:

@@ -1,9 +1,6 @@
 """Supervisor on real processes: fast start, stop that leaves nothing, port/foreign checks, re-attach, PID reuse."""
 from __future__ import annotations
 
-import json
-import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -15,7 +12,7 @@ from gpudeck.jobs.runs import create_run, latest_run, list_runs
 from gpudeck.jobs.spec import load_jobs
 from gpudeck.jobs.supervisor import JobAlreadyRunning, Supervisor, run_processes
 
-from runsupport import PY, pid_alive, state, tagged_pids, wait_for, write_jobs  # noqa: F401
+from runsupport import PY, free_port, pid_alive, tagged_pids, wait_for, write_jobs
 
 STUBBORN = (
     # Ignores SIGTERM itself; a setsid grandchild leaves the group; a double-forked
@@ -25,12 +22,6 @@ STUBBORN = (
     "( setsid bash -c 'trap \"\" TERM; sleep 301; true' & ) ; "
     "while true; do sleep 0.2; done"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def listener_code(port: int) -> str:

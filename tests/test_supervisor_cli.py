@@ -2,16 +2,14 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 from gpudeck.jobs import procs
 from gpudeck.jobs.runs import latest_run, list_runs
 
-from runsupport import PY, REPO, cli, cli_env, state, wait_for, write_jobs  # noqa: F401
+from runsupport import PY, REPO, cli, cli_env, wait_for, write_jobs
 
 COUNTER = """
 import os, sys, time

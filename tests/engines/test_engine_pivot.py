@@ -17,16 +17,10 @@ from gpudeck.jobs.engines.readiness import port_listening
 from gpudeck.jobs.runs import latest_run
 from gpudeck.jobs.spec import load_jobs
 from gpudeck.jobs.supervisor import Supervisor
-from runsupport import REPO, cli, cli_env, kill_run_leftovers, tagged_pids, wait_for, write_jobs
+from runsupport import cli, cli_env, free_port, kill_run_leftovers, tagged_pids, wait_for, write_jobs
 
 STANDIN = Path(__file__).parent / "sglang_standin.py"
 STANDIN_PKG = Path(__file__).parent / "standin_pkg"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def standin_job(port: int, load: float = 0.3) -> dict:

@@ -1,7 +1,6 @@
 """Engine profiles: launch-line parsing, engine detection, interpreter inference, a job's engine settings."""
 from __future__ import annotations
 
-import os
 import stat
 from pathlib import Path
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -14,14 +13,9 @@ import pytest
 from gpudeck.jobs.engines.monitor import EngineMonitor
 from gpudeck.jobs.engines.profiles import engine_settings
 from gpudeck.jobs.spec import JobSpec
+from runsupport import free_port
 
 STANDIN = Path(__file__).parent / "sglang_standin.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

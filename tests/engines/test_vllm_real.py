@@ -22,18 +22,11 @@ from gpudeck.jobs.procs import port_listening, read_stat
 from gpudeck.jobs.runs import latest_run
 from gpudeck.jobs.spec import load_jobs
 from gpudeck.jobs.supervisor import Supervisor
-from runsupport import kill_run_leftovers, tagged_pids, wait_for, write_jobs
+from runsupport import free_port, kill_run_leftovers, tagged_pids, wait_for, write_jobs
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 
 READY_DEADLINE_S = 300          # ~30 s alone on 2 cores; two at once and a busy CI box take longer
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def vllm_job(env, port: int, cache) -> dict:

@@ -16,7 +16,7 @@ pynvml = require_nvml()
 torch = require_cuda(min_gpus=2)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from runsupport import state, wait_for, write_jobs  # noqa: E402,F401
+from runsupport import wait_for, write_jobs  # noqa: E402
 
 from gpudeck.jobs.runs import latest_run  # noqa: E402
 from gpudeck.jobs.spec import load_jobs  # noqa: E402

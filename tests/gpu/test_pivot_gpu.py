@@ -6,10 +6,8 @@ Needs torch with CUDA in the same interpreter and nvidia-ml-py; skips cleanly ot
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -28,16 +26,10 @@ from gpudeck.jobs.engines.pivot import pivot  # noqa: E402
 from gpudeck.jobs.runs import latest_run  # noqa: E402
 from gpudeck.jobs.spec import load_jobs  # noqa: E402
 from gpudeck.jobs.supervisor import Supervisor  # noqa: E402
-from runsupport import kill_run_leftovers, wait_for, write_jobs  # noqa: E402
+from runsupport import free_port, kill_run_leftovers, wait_for, write_jobs  # noqa: E402
 
 STANDIN = Path(__file__).resolve().parent / "torch_engine_standin.py"
 GPU = 0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def gpu_pids() -> set[int]:

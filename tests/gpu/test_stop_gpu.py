@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import pytest
 
 from gpusupport import require_cuda, require_nvml  # noqa: E402
 
@@ -18,7 +16,7 @@ pynvml = require_nvml()
 torch = require_cuda()
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from runsupport import state, wait_for, write_jobs  # noqa: E402,F401
+from runsupport import wait_for, write_jobs  # noqa: E402
 
 from gpudeck.jobs.runs import latest_run  # noqa: E402
 from gpudeck.jobs.spec import load_jobs  # noqa: E402
