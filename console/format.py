@@ -5,6 +5,7 @@ import math
 from typing import Iterable, Optional
 
 from gpudeck.jobs.logs.sanitize import terminal_text
+from gpudeck.jobs.view import human_age  # noqa: F401  (one formatter for ages, core and console)
 
 NA = "n/a"
 
@@ -29,23 +30,6 @@ def human_bytes(n: Optional[float], precision: int = 1) -> str:
 
 def human_rate(bps: Optional[float]) -> str:
     return NA if bps is None else f"{human_bytes(bps)}/s"
-
-
-def human_age(seconds: Optional[float]) -> str:
-    """Two most significant units: '3d04h', '2h05m', '5m12s', '42s'."""
-    if seconds is None or seconds < 0:
-        return NA
-    s = int(seconds)
-    days, s = divmod(s, 86400)
-    hours, s = divmod(s, 3600)
-    minutes, s = divmod(s, 60)
-    if days:
-        return f"{days}d{hours:02d}h"
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{s:02d}s"
-    return f"{s}s"
 
 
 def pct(value: Optional[float], width: int = 3) -> str:

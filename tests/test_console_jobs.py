@@ -9,8 +9,8 @@ import pytest
 from textual.app import App, ComposeResult
 
 from gpudeck.console.screens.confirm import ConfirmScreen
-from gpudeck.console.screens.jobs import (CELL_GAP, JobsScreen, banner_lines, health_of, layout_cells, live_jobs_note,
-                                  row_cells, table_layout)
+from gpudeck.console.screens.jobs import CELL_GAP, JobsScreen, banner_lines, layout_cells, live_jobs_note, table_layout
+from gpudeck.jobs.view import JobView, job_views
 from gpudeck.console.widgets.log_index import BLOCK, LogIndex, LogSearch
 from gpudeck.console.widgets.log_view import LogView, LogViewPane
 from runsupport import free_port, pilot_test
@@ -265,7 +265,8 @@ def make_console(jobs_file: Path | None):
 
 
 def job(screen: JobsScreen, name: str) -> dict:
-    return next(j for j in screen.jobs if j["name"] == name)
+    """The payload record the screen's row for `name` was built from."""
+    return next(j.payload for j in screen.jobs if j.name == name)
 
 
 def _alive(pid: int) -> bool:
@@ -284,8 +285,8 @@ async def test_jobs_view_start_log_and_stop_a_real_job(jobs_env: Path) -> None:
         await pilot.press("2")
         screen = await wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen, "jobs view")
         await wait_for(pilot, lambda: screen.refreshes >= 1, "first refresh")
-        assert screen.selected_job["name"] == "printer"          # first job of the file
-        assert [j["name"] for j in screen.jobs] == ["printer", "sleeper", "eng-a", "eng-b"]
+        assert screen.selected_job.name == "printer"             # first job of the file
+        assert [j.name for j in screen.jobs] == ["printer", "sleeper", "eng-a", "eng-b"]
 
         await pilot.press("s")
         await wait_for(pilot, lambda: job(screen, "printer")["state"] == "running", "printer running")
@@ -403,11 +404,13 @@ FAKE_JOBS = [
 
 
 def test_health_levels_and_cells() -> None:
-    assert [health_of(j) for j in FAKE_JOBS] == ["warning", "stalled", "failed", "ok", "idle"]
-    cells = [c.plain for c in row_cells(FAKE_JOBS[3], NOW)]
+    views = job_views({"jobs": FAKE_JOBS})
+    assert [v.health for v in views] == ["warning", "stalled", "failed", "ok", "idle"]
+    keys = ("name", "kind", "state", "runtime", "port", "gpus", "exit", "phase", "alerts")
+    cells = [views[3].cells(NOW)[key] for key in keys]
     assert cells == ["datagen", "stage", "running", "1h30m", "—", "0,1", "—", "running gen 6200/10000 62% ETA 55m00s", ""]
-    assert [c.plain for c in row_cells(FAKE_JOBS[1], NOW)][2] == "STALLED"
-    assert banner_lines(FAKE_JOBS, NOW)[1] == "⚠ sglang-k2: stalled for 7m00s — alive, 0% CPU, 0% GPU, log silent, port shut"
+    assert views[1].cells(NOW)["state"] == "STALLED"
+    assert banner_lines(views, NOW)[1] == "⚠ sglang-k2: stalled for 7m00s — alive, 0% CPU, 0% GPU, log silent, port shut"
 
 
 class FakeSupervisor:
@@ -470,7 +473,8 @@ async def test_resizing_the_terminal_lays_the_columns_out_again() -> None:
 
 @pytest.mark.parametrize("width", [40, 60, 76, 96, 116, 156, 196, 300])
 def test_table_columns_fit_the_width_and_keep_state_and_progress(width: int) -> None:
-    layout = table_layout(FAKE_JOBS, NOW, width)
+    views = job_views({"jobs": FAKE_JOBS})
+    layout = table_layout(views, NOW, width)
     keys = [c.key for c in layout.columns]
     assert sum(c.width + CELL_GAP for c in layout.columns) <= width
     assert {"name", "state", "phase"} <= set(keys) and keys[-1] == "phase"
@@ -480,7 +484,7 @@ def test_table_columns_fit_the_width_and_keep_state_and_progress(width: int) -> 
         assert "pid" in keys
     if width >= 196:
         assert {"kind", "alerts", "run"} <= set(keys)
-    cells = layout_cells(FAKE_JOBS[1], NOW, layout)
+    cells = layout_cells(views[1], NOW, layout)
     # Every cell is padded to its column: the row's health style spans the row with no gaps.
     assert [c.cell_len for c in cells] == [c.width + CELL_GAP for c in layout.columns]
     assert cells[keys.index("state")].plain.strip() == "STALLED"
@@ -536,4 +540,72 @@ async def test_a_new_alert_rings_the_bell_and_notifies_once() -> None:
         assert sum("datagen: stalled" in m for m in notices) == 1
         banner = str(screen.query_one("#jobs-banner").render())
         assert "datagen: stalled for 30s" in banner
-        assert health_of(screen.jobs[0]) == "stalled"
+        assert screen.jobs[0].health == "stalled"
+
+
+# Records on which `gpudeck jobs` and the jobs view used to disagree: exit by signal ("None (SIGKILL)"
+# vs "SIGKILL"), a shut port ("30000" vs "30000 shut"), GPU ranges, progress without a phase or with a
+# label and ETA, a stalled job's state, serving numbers, and job text with escape sequences.
+DISAGREED = FAKE_JOBS + [
+    {"name": "killed", "kind": "stage", "state": "exited", "pid": None, "run_id": "r5", "exit_code": None,
+     "signal": "SIGKILL", "started_at": NOW - 60, "ended_at": NOW - 30, "port": 9000, "port_open": False,
+     "gpus": [2, 3, 4], "phase": "unknown", "progress": {"done": 3, "total": 9, "label": "shard", "eta_s": 40},
+     "alerts": [], "failure": {"cause": "oom", "line": 12, "hint": "lower the batch"}},
+    {"name": "evil\x1b]52;c;aGk=\x07name", "kind": "stage", "state": "running", "pid": 7, "run_id": "r6",
+     "exit_code": None, "started_at": NOW - 5, "ended_at": None, "port": None, "port_open": None, "gpus": [],
+     "phase": "load\x1b[31ming", "progress": {"eta_s": 90}, "alerts": "not a list"},
+]
+
+
+def _cli_cells(lines: list[str]) -> list[dict[str, str]]:
+    """Split `gpudeck jobs` table lines into cells at the header's column starts."""
+    import re
+    from gpudeck.console.commands.jobs_list import CLI_COLUMNS
+    header = lines[0]
+    labels = {label.split(" /")[0].upper(): key for key, label in CLI_COLUMNS}
+    starts = [(m.start(), labels[m.group()]) for m in re.finditer(r"\S+", header)]
+    rows = []
+    for line in lines[1:]:
+        if line.startswith("⚠"):
+            break
+        bounds = [s for s, _ in starts] + [len(line) + 1]
+        rows.append({key: line[bounds[i]:bounds[i + 1]].strip() for i, (_, key) in enumerate(starts)})
+    return rows
+
+
+@pilot_test
+async def test_cli_and_jobs_view_show_the_same_words_for_every_job() -> None:
+    from gpudeck.console.commands.jobs_list import table_lines
+
+    class WideApp(App):
+        def on_mount(self) -> None:
+            self.push_screen(JobsScreen(supervisor=FakeSupervisor(), payload=lambda _: {"jobs": DISAGREED},
+                                        refresh_s=3600, clock=lambda: NOW))
+
+    cli = _cli_cells(table_lines(job_views({"jobs": DISAGREED}), NOW))
+    app = WideApp()
+    async with app.run_test(size=(320, 30)) as pilot:
+        screen = await wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen.refreshes
+                                and app.screen, "rows")
+        table = screen.query_one("#jobs-table")
+        keys = [str(c.key.value) for c in table.ordered_columns]
+        assert {"state", "phase", "port", "exit", "gpus", "serving", "alerts", "runtime"} <= set(keys), keys
+        shown = [{key: table.get_row_at(i)[n].plain.strip() for n, key in enumerate(keys)}
+                 for i in range(table.row_count)]
+        banner = str(screen.query_one("#jobs-banner").render())
+    assert len(shown) == len(cli) == len(DISAGREED)
+    for tui, text in zip(shown, cli):
+        for key in keys:
+            if key == "alerts":
+                continue            # the CLI lists alerts under the table, one line each (checked below)
+            assert (tui[key] or "—") == text[key], (key, tui, text)   # the CLI marks an empty cell "—"
+            assert "\x1b" not in tui[key] and "\x07" not in tui[key]
+    by_name = {row["name"]: row for row in cli}
+    assert by_name["killed"]["exit"] == "SIGKILL" and by_name["killed"]["port"] == "9000 shut"
+    assert by_name["killed"]["gpus"] == "2-4" and by_name["killed"]["phase"] == "shard 3/9 33% ETA 40s"
+    assert by_name["sglang-k2"]["state"] == "STALLED"
+    assert by_name["vllm-k2"]["serving"].startswith("54.6 tok/s")
+    notices = [line for line in table_lines(job_views({"jobs": DISAGREED}), NOW) if line.startswith("⚠")]
+    for line in banner.splitlines():
+        assert line in notices
+    assert "⚠ killed: oom at log line 12 — lower the batch" in notices

@@ -6,8 +6,7 @@ import json
 import time
 
 from gpudeck.console.commands._jobs_file import supervisor
-from gpudeck.console.format import human_age
-from gpudeck.jobs.logs.sanitize import terminal_text
+from gpudeck.jobs.view import COLUMNS, EMPTY, JobView, clean, job_views
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,22 +17,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_jobs)
 
 
-def _cell(value) -> str:
-    return "-" if value is None or value == "" else str(value)
+# The CLI shows every column of the view model but the alerts (their lines follow the table).
+CLI_COLUMNS = tuple((key, label) for key, label in COLUMNS if key != "alerts")
 
 
-def _phase_text(job: dict) -> str:
-    """`loading 33/85 ETA 12m` — the phase and, while there is one, the progress."""
-    phase = job.get("phase")
-    if not phase or phase == "unknown":
-        return "-"
-    progress = job.get("progress") or {}
-    if progress.get("total"):
-        text = f"{phase} {progress.get('done')}/{progress['total']}"
-        if progress.get("eta_s") is not None:
-            text += f" ETA {human_age(progress['eta_s'])}"
-        return text
-    return phase
+def table_lines(views: list[JobView], now: float) -> list[str]:
+    """The table and, under it, one line per alert or failure: the same words as the console's jobs view."""
+    shown = [(key, label) for key, label in CLI_COLUMNS
+             if key != "serving" or any(view.serving_text() for view in views)]
+    rows = [tuple(label.split(" /")[0].upper() for _, label in shown)]
+    for view in views:
+        cells = view.cells(now)
+        rows.append(tuple(cells[key] or EMPTY for key, _ in shown))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines += [line for view in views for line in view.notice_lines(now)]
+    return lines
 
 
 def run_jobs(args: argparse.Namespace) -> int:
@@ -43,35 +42,9 @@ def run_jobs(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(payload, indent=1, default=str))
         return 0
-    now = time.time()
-    rows = [("NAME", "KIND", "STATE", "PID", "RUNTIME", "PORT", "GPUS", "EXIT", "PHASE", "RUN")]
-    for job in payload["jobs"]:
-        runtime = None
-        if job.get("started_at"):
-            end = job.get("ended_at") or now
-            runtime = human_age(end - job["started_at"])
-        port = job.get("port")
-        if port is not None:
-            port = f"{port}{' open' if job.get('port_open') else ''}"
-        exit_text = job.get("exit_code")
-        if job.get("signal"):
-            exit_text = f"{exit_text} ({job['signal']})"
-        rows.append((job["name"], job["kind"], job["state"], _cell(job.get("pid")), _cell(runtime),
-                     _cell(port), ",".join(map(str, job.get("gpus") or [])) or "-", _cell(exit_text),
-                     _phase_text(job), _cell(job.get("run_id"))))
-    # Sanitised before the widths are measured: what is measured is what is shown.
-    rows = [tuple(terminal_text(cell) for cell in row) for row in rows]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
-    for job in payload["jobs"]:
-        # Alerts and failures under the table, one line each: what the operator must act on.
-        for alert in job.get("alerts") or []:
-            print(f"! {job['name']}: {alert.get('code')}: {alert.get('message')}")
-        failure = job.get("failure")
-        if failure and not any(a.get("code") == "crashed" for a in job.get("alerts") or []):
-            print(f"! {job['name']}: {failure.get('cause')} at log line {failure.get('line')}: {failure.get('hint')}")
+    for line in table_lines(job_views(payload), time.time()):
+        print(line)
     for pipe in payload.get("pipelines", []):
-        stages = " → ".join(f"{s['name']}[{s['status']}]" for s in pipe["stages"])
-        print(f"pipeline {pipe['id']} {pipe['target']}: {pipe['state']}  {stages}")
+        stages = " → ".join(f"{clean(s['name'], 40)}[{s['status']}]" for s in pipe["stages"])
+        print(f"pipeline {pipe['id']} {clean(pipe['target'], 40)}: {pipe['state']}  {stages}")
     return 0

@@ -17,19 +17,18 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Static
 
-from gpudeck.console.format import human_age, safe_text
+from gpudeck.console.format import safe_text
 from gpudeck.console.screens.confirm import ConfirmScreen
 from gpudeck.console.widgets.border_titles import set_border_titles
 from gpudeck.console.widgets.engine_panel import EnginePanel, EngineRow, engine_rows
 from gpudeck.console.widgets.log_view import LogView, LogViewPane
+from gpudeck.jobs.view import COLUMNS as VIEW_COLUMNS
+from gpudeck.jobs.view import LIVE_STATES, STATE_WORDS, JobView, job_views
 
 # Engine discovery walks every process's environment: often enough to catch a
 # foreign vLLM appearing, rarely enough to stay cheap on a busy box.
 DISCOVERY_INTERVAL_S = 5.0
 
-LIVE_STATES = ("starting", "running", "stopping")
-STALL_CODES = {"stalled", "nccl_hang"}
-FAILURE_CODES = {"crashed"}
 # Style per health level, by theme variable, so every theme colours the same meaning.
 # (DataTable measures Rich renderables: the variables are resolved to colours per refresh.)
 HEALTH_STYLES = {
@@ -39,88 +38,8 @@ HEALTH_STYLES = {
     "stalled": "bold reverse $warning",
     "failed": "bold $error",
 }
-COLUMNS = ("name", "kind", "state", "runtime", "port", "gpus", "exit", "phase / progress", "alerts")
-# Every state word a row can show; the state column always fits the longest.
-STATE_WORDS = ("idle", "starting", "running", "stopping", "stopped", "exited", "lost", "STALLED")
 NO_JOBS_FILE = ("no jobs file: pass --jobs FILE, set GPUDECK_JOBS, or create ./jobs.toml "
                 "or ~/.config/gpudeck/jobs.toml — the dashboard works without one")
-
-
-# -- pure presentation of one job dict (the `jobs --json` record) ----------------------------
-
-def health_of(job: dict) -> str:
-    """ok / idle / warning / stalled / failed, from the job's state, exit and alerts."""
-    codes = {a.get("code") for a in job.get("alerts") or [] if isinstance(a, dict)}
-    if codes & STALL_CODES:
-        return "stalled"
-    state = job.get("state")
-    exit_code = job.get("exit_code")
-    if codes & FAILURE_CODES or state == "lost":
-        return "failed"
-    if state == "exited" and ((exit_code not in (0, None)) or job.get("signal")):
-        return "failed"
-    if codes:
-        return "warning"
-    if state in ("idle", None):
-        return "idle"
-    return "ok"
-
-
-def gpus_text(gpus: Any) -> str:
-    gpus = list(gpus or [])
-    if not gpus:
-        return "—"
-    if gpus == list(range(gpus[0], gpus[0] + len(gpus))) and len(gpus) > 2:
-        return f"{gpus[0]}-{gpus[-1]}"
-    return ",".join(str(g) for g in gpus)
-
-
-def port_text(job: dict) -> str:
-    port = job.get("port")
-    if port is None:
-        return "—"
-    return f"{port} {'open' if job.get('port_open') else 'shut'}"
-
-
-def exit_text(job: dict) -> str:
-    if job.get("signal"):
-        return str(job["signal"])
-    code = job.get("exit_code")
-    return "—" if code is None else str(code)
-
-
-def runtime_text(job: dict, now: float) -> str:
-    started = job.get("started_at")
-    if not started:
-        return "—"
-    ended = job.get("ended_at") or now
-    return human_age(max(0.0, ended - started))
-
-
-def progress_text(job: dict) -> str:
-    phase = job.get("phase")
-    progress = job.get("progress") if isinstance(job.get("progress"), dict) else None
-    parts = [str(phase)] if phase and phase != "unknown" else []
-    if progress:
-        done, total = progress.get("done"), progress.get("total")
-        label = progress.get("label")
-        if done is not None and total:
-            piece = f"{done:g}/{total:g}" if isinstance(done, (int, float)) and isinstance(total, (int, float)) \
-                else f"{done}/{total}"
-            try:
-                piece += f" {100 * float(done) / float(total):.0f}%"
-            except (TypeError, ValueError, ZeroDivisionError):
-                pass
-            parts.append(f"{label} {piece}" if label else piece)
-        eta = progress.get("eta_s")
-        if eta is not None:
-            parts.append(f"ETA {human_age(eta)}")
-    return safe_text(" ".join(parts), 60) or "—"
-
-
-def alerts_text(job: dict) -> str:
-    codes = [str(a.get("code")) for a in job.get("alerts") or [] if isinstance(a, dict)]
-    return safe_text(",".join(codes), 40) or ""
 
 
 def resolve_style(style: str, variables: dict[str, str]) -> str:
@@ -136,26 +55,6 @@ def resolve_style(style: str, variables: dict[str, str]) -> str:
     return " ".join(words)
 
 
-def row_cells(job: dict, now: float, variables: Optional[dict[str, str]] = None) -> list[Text]:
-    """The full-width cells of COLUMNS (what `jobs --json` says, in words)."""
-    style = resolve_style(HEALTH_STYLES[health_of(job)], variables or {})
-    texts = cell_texts(job, now, compact=False)
-    keys = ("name", "kind", "state", "runtime", "port", "gpus", "exit", "phase", "alerts")
-    return [Text(texts[key], style=style, no_wrap=True, overflow="ellipsis") for key in keys]
-
-
-def cell_texts(job: dict, now: float, compact: bool) -> dict[str, str]:
-    """Each column's text; `compact` (narrow tables) leaves out a phase that only repeats the state."""
-    state = "STALLED" if health_of(job) == "stalled" else str(job.get("state") or "?")
-    progress = progress_text(job)
-    if compact and job.get("phase") == job.get("state") and progress.startswith(f"{state} "):
-        progress = progress[len(state) + 1:]
-    return {"name": safe_text(str(job.get("name")), 40), "kind": str(job.get("kind") or ""), "state": state,
-            "runtime": runtime_text(job, now), "pid": str(job.get("pid") or "—"), "port": port_text(job),
-            "gpus": gpus_text(job.get("gpus")), "exit": exit_text(job), "phase": progress,
-            "alerts": alerts_text(job), "run": safe_text(str(job.get("run_id") or "—"), 32)}
-
-
 # -- the table's columns for a width ---------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -168,54 +67,57 @@ class TableColumn:
 @dataclass(frozen=True)
 class TableLayout:
     columns: tuple[TableColumn, ...]
-    compact: bool           # narrow: see cell_texts
+    compact: bool           # narrow: see JobView.progress_text
 
 
 CELL_GAP = 1                # inside the cell, so a row's health style spans the row without gaps
 PHASE_KEY = "phase"
-# (key, label, cap on its width, priority): lower priority goes first when the width runs short,
+# (key, cap on its width, priority): lower priority goes first when the width runs short,
 # and goes when "phase / progress" would get fewer than `keep_while_phase` cells.
 TABLE_COLUMNS = (
-    ("name", "name", 24, None),
-    ("kind", "kind", 8, 4),
-    ("state", "state", 10, None),
-    ("runtime", "runtime", 8, 9),
-    ("pid", "pid", 8, 3),
-    ("run", "run", 24, 1),
-    ("port", "port", 11, 8),
-    ("gpus", "gpus", 9, 6),
-    ("exit", "exit", 8, 7),
-    ("alerts", "alerts", 24, 2),
-    (PHASE_KEY, "phase / progress", None, None),     # last: it takes what is left
+    ("name", 24, None),
+    ("kind", 8, 4),
+    ("state", 10, None),
+    ("runtime", 8, 9),
+    ("pid", 8, 3),
+    ("run", 24, 1),
+    ("port", 11, 8),
+    ("gpus", 9, 6),
+    ("exit", 8, 7),
+    ("alerts", 24, 2),
+    ("serving", 34, 0),
+    (PHASE_KEY, None, None),     # last: it takes what is left
 )
+LABELS = dict(VIEW_COLUMNS)
 KEEP_WHILE_PHASE = {"kind": 28, "gpus": 16, "exit": 14, "port": 14, "runtime": 12, "pid": 40, "alerts": 40,
-                    "run": 40}
+                    "run": 40, "serving": 40}
 COMPACT_BELOW = 110         # table widths under this leave out a phase that repeats the state
 
 
-def table_layout(jobs: list[dict], now: float, width: int) -> TableLayout:
+def table_layout(jobs: list[JobView], now: float, width: int) -> TableLayout:
     """Columns that fit `width` cells: low-value ones dropped first, "phase / progress" takes the rest."""
     compact = width < COMPACT_BELOW
-    texts = [cell_texts(job, now, compact) for job in jobs]
+    texts = [job.cells(now, compact) for job in jobs]
 
-    def needed(key: str, label: str, cap: int) -> int:
-        longest = max([cell_len(label)] + [cell_len(t[key]) for t in texts])
+    def needed(key: str, cap: int) -> int:
+        longest = max([cell_len(LABELS[key])] + [cell_len(t[key]) for t in texts])
         if key == "state":
             longest = max([longest] + [len(word) for word in STATE_WORDS])
         return min(longest, cap)
 
-    sized = {key: needed(key, label, cap) for key, label, cap, _ in TABLE_COLUMNS if cap is not None}
-    kept = {key for key, *_ in TABLE_COLUMNS}
+    sized = {key: needed(key, cap) for key, cap, _ in TABLE_COLUMNS if cap is not None}
+    # A column with nothing in any row (serving on a box without engines) takes no room.
+    kept = {key for key, cap, _ in TABLE_COLUMNS if key != "serving" or any(t[key] for t in texts)}
 
     def phase_width() -> int:
         used = sum(sized[key] + CELL_GAP for key in kept if key != PHASE_KEY)
         return width - used - CELL_GAP
 
-    for key, _, _, _priority in sorted((c for c in TABLE_COLUMNS if c[3] is not None), key=lambda c: c[3]):
+    for key, _, _priority in sorted((c for c in TABLE_COLUMNS if c[2] is not None), key=lambda c: c[2]):
         if phase_width() < KEEP_WHILE_PHASE[key]:
             kept.discard(key)
-    columns = tuple(TableColumn(key, label, sized[key] if key != PHASE_KEY else max(1, phase_width()))
-                    for key, label, _, _ in TABLE_COLUMNS if key in kept)
+    columns = tuple(TableColumn(key, LABELS[key], sized[key] if key != PHASE_KEY else max(1, phase_width()))
+                    for key, _, _ in TABLE_COLUMNS if key in kept)
     return TableLayout(columns, compact)
 
 
@@ -227,26 +129,14 @@ def fitted(text: str, width: int, style: str = "") -> Text:
     return cell
 
 
-def layout_cells(job: dict, now: float, layout: TableLayout, variables: Optional[dict[str, str]] = None) -> list[Text]:
-    style = resolve_style(HEALTH_STYLES[health_of(job)], variables or {})
-    texts = cell_texts(job, now, layout.compact)
+def layout_cells(job: JobView, now: float, layout: TableLayout, variables: Optional[dict[str, str]] = None) -> list[Text]:
+    style = resolve_style(HEALTH_STYLES[job.health], variables or {})
+    texts = job.cells(now, layout.compact)
     return [fitted(texts[column.key], column.width, style) for column in layout.columns]
 
 
-def alert_key(job: str, alert: dict) -> tuple:
-    return (job, alert.get("code"), alert.get("since"))
-
-
-def banner_lines(jobs: list[dict], now: float) -> list[str]:
-    lines = []
-    for job in jobs:
-        for alert in job.get("alerts") or []:
-            if not isinstance(alert, dict):
-                continue
-            since = alert.get("since")
-            when = f" for {human_age(now - since)}" if isinstance(since, (int, float)) else ""
-            lines.append(safe_text(f"⚠ {job.get('name')}: {alert.get('code')}{when} — {alert.get('message') or ''}", 300))
-    return lines
+def banner_lines(jobs: list[JobView], now: float) -> list[str]:
+    return [line for job in jobs for line in job.notice_lines(now)]
 
 
 def live_jobs_note(jobs_file_arg: Optional[str]) -> Optional[str]:
@@ -384,7 +274,7 @@ class JobsScreen(Screen):
         self._payload = payload
         self.clock = clock
         self.supervisor: Any = None
-        self.jobs: list[dict] = []
+        self.jobs: list[JobView] = []
         self.log_paths: dict[str, str] = {}
         self.reason: Optional[str] = None
         self.refreshes = 0                       # completed refreshes (tests wait on it)
@@ -441,6 +331,11 @@ class JobsScreen(Screen):
             if apply is not None:
                 apply(view)
 
+    def _say(self, message: str, **kwargs: Any) -> None:
+        """A toast; job names, alerts and errors in it are shown as written, never parsed as markup."""
+        lines = [safe_text(line, 300) for line in message.split("\n")[:20]]
+        self.notify("\n".join(lines), markup=False, **kwargs)
+
     @property
     def refresh_s(self) -> float:
         if self._refresh_s is not None:
@@ -448,7 +343,7 @@ class JobsScreen(Screen):
         return max(0.5, float(getattr(self.app, "refresh_s", 1.0) or 1.0))
 
     @property
-    def selected_job(self) -> Optional[dict]:
+    def selected_job(self) -> Optional[JobView]:
         table = self.query_one(DataTable)
         if not self.jobs or table.row_count == 0:
             return None
@@ -511,7 +406,8 @@ class JobsScreen(Screen):
                     log_paths[job["name"]] = str(run.log_path)
             self.post_message(JobsRefreshed(jobs, log_paths, engines=self._engine_rows(supervisor, jobs)))
         except Exception as exc:
-            self.post_message(JobsRefreshed(self.jobs, self.log_paths, error=f"{type(exc).__name__}: {exc}"))
+            self.post_message(JobsRefreshed([job.payload for job in self.jobs], self.log_paths,
+                                            error=f"{type(exc).__name__}: {exc}"))
 
     def _engine_rows(self, supervisor: Any, jobs: list[dict]) -> list[EngineRow]:
         """Worker side: engine jobs with their engine/model/port, plus foreign engines (re-discovered every 5 s)."""
@@ -546,8 +442,8 @@ class JobsScreen(Screen):
     def _jobs_refreshed(self, message: JobsRefreshed) -> None:
         self.refreshes += 1
         if message.error:
-            self.notify(f"jobs refresh failed: {message.error}", severity="error", timeout=4)
-        self.jobs = list(message.jobs)
+            self._say(f"jobs refresh failed: {message.error}", severity="error", timeout=4)
+        self.jobs = job_views({"jobs": message.jobs})
         self.log_paths = dict(message.log_paths)
         if message.engines is not None:
             panel = self.query_one(EnginePanel)
@@ -568,7 +464,7 @@ class JobsScreen(Screen):
         now = self.clock()
         variables = self.app.get_css_variables()
         layout = table_layout(self.jobs, now, self._table_width(table))
-        names = [str(job.get("name")) for job in self.jobs]
+        names = [job.name for job in self.jobs]
         current = [str(key.value) for key in table.rows]
         set_border_titles(table, f"jobs ({len(self.jobs)})")
         if layout != self._layout or names != current:
@@ -580,29 +476,28 @@ class JobsScreen(Screen):
                     table.add_column(fitted(column.label, column.width), width=column.width + CELL_GAP,
                                      key=column.key)
             for job in self.jobs:
-                table.add_row(*layout_cells(job, now, layout, variables), key=str(job.get("name")))
+                table.add_row(*layout_cells(job, now, layout, variables), key=job.name)
             if self.jobs:
                 table.move_cursor(row=min(max(cursor, 0), len(self.jobs) - 1))
             return
         for job in self.jobs:
             for column, cell in zip(layout.columns, layout_cells(job, now, layout, variables)):
-                table.update_cell(str(job.get("name")), column.key, cell)
+                table.update_cell(job.name, column.key, cell)
 
     def _announce_alerts(self) -> None:
         lines = banner_lines(self.jobs, self.clock())
         banner = self.query_one("#jobs-banner", Static)
         banner.update("\n".join(lines))
         banner.set_class(bool(lines), "-shown")
-        current = {alert_key(str(job.get("name")), a): (job, a)
-                   for job in self.jobs for a in job.get("alerts") or [] if isinstance(a, dict)}
+        current = {(job.name, a.code, a.since): (job, a) for job in self.jobs for a in job.alerts}
         if self._seen_alerts is None:
             # Alerts that were already up when the console opened are shown, not rung.
             self._seen_alerts = set(current)
             return
         for key in current.keys() - self._seen_alerts:
             job, alert = current[key]
-            severity = "error" if alert.get("code") in FAILURE_CODES | STALL_CODES else "warning"
-            self.notify(safe_text(f"{job.get('name')}: {alert.get('code')} — {alert.get('message') or ''}", 300),
+            severity = "error" if alert.is_failure else "warning"
+            self._say(f"{job.name}: {alert.code} — {alert.message}",
                         title="gpudeck alert", severity=severity, timeout=10)
             self.app.bell()
         self._seen_alerts = set(current)
@@ -626,10 +521,10 @@ class JobsScreen(Screen):
         job = self.selected_job
         if job is None:
             return
-        name = str(job.get("name"))
+        name = job.name
         path = self.log_paths.get(name)
         if path is None:
-            self.notify(f"{name} has no run yet: press s to start it", severity="warning", timeout=3)
+            self._say(f"{name} has no run yet: press s to start it", severity="warning", timeout=3)
             return
         self.add_class("-log-open")
         self._open_log(name, path)
@@ -652,16 +547,16 @@ class JobsScreen(Screen):
     # -- actions -------------------------------------------------------------------------------------
     def _selected_name(self) -> Optional[str]:
         if self.supervisor is None:
-            self.notify(self.reason or "no jobs loaded", severity="warning", timeout=3)
+            self._say(self.reason or "no jobs loaded", severity="warning", timeout=3)
             return None
         job = self.selected_job
-        return None if job is None else str(job.get("name"))
+        return None if job is None else job.name
 
     def _selected_idle_name(self) -> Optional[str]:
         """The selected job, unless an action on it is still in progress (then say so)."""
         name = self._selected_name()
         if name is not None and name in self._busy:
-            self.notify(f"{name}: an action is already in progress", severity="warning", timeout=3)
+            self._say(f"{name}: an action is already in progress", severity="warning", timeout=3)
             return None
         return name
 
@@ -670,7 +565,7 @@ class JobsScreen(Screen):
         if name is None:
             return
         self._busy.add(name)
-        self.notify(f"starting {name}…", timeout=2)
+        self._say(f"starting {name}…", timeout=2)
         self._start(name)
 
     @work(thread=True, group="jobs-action", exit_on_error=False)
@@ -712,7 +607,7 @@ class JobsScreen(Screen):
                 self._busy.add(plan.job)
                 self._start(plan.job)
             else:
-                self.notify(f"{plan.job} is not running", severity="warning", timeout=3)
+                self._say(f"{plan.job} is not running", severity="warning", timeout=3)
             return
         verb = "Restart" if restart else "Stop"
         spec = self.supervisor.spec(plan.job)
@@ -728,7 +623,7 @@ class JobsScreen(Screen):
             if not yes:
                 return
             self._busy.add(plan.job)
-            self.notify(f"{'restarting' if restart else 'stopping'} {plan.job}…", timeout=2)
+            self._say(f"{'restarting' if restart else 'stopping'} {plan.job}…", timeout=2)
             self._stop(plan.job, restart)
 
         self.app.push_screen(ConfirmScreen(f"{verb} {plan.job}?", lines, confirm_label=verb), answered)
@@ -751,7 +646,7 @@ class JobsScreen(Screen):
     @on(JobActionFinished)
     def _action_finished(self, message: JobActionFinished) -> None:
         self._busy.discard(message.job)
-        self.notify(safe_text("\n".join(message.lines), 1000), title=f"{message.action} {message.job}",
+        self._say("\n".join(message.lines), title=f"{message.action} {message.job}",
                     severity="information" if message.ok else "error", timeout=6 if message.ok else 12)
         if self.supervisor is not None:
             self._schedule_poll(0.05)
@@ -761,9 +656,9 @@ class JobsScreen(Screen):
         name = self._selected_name()
         if name is None:
             return
-        job = self.selected_job or {}
-        if job.get("kind") != "engine":
-            self.notify(f"{name} is not an engine job: pivot targets an engine (kind = \"engine\")",
+        job = self.selected_job
+        if job is None or job.kind != "engine":
+            self._say(f"{name} is not an engine job: pivot targets an engine (kind = \"engine\")",
                         severity="warning", timeout=4)
             return
         self._plan_pivot(name)
@@ -781,13 +676,13 @@ class JobsScreen(Screen):
     @on(PivotPlanned)
     def _pivot_planned(self, message: PivotPlanned) -> None:
         if message.error:
-            self.notify(f"pivot to {message.target}: {message.error}", severity="error", timeout=8)
+            self._say(f"pivot to {message.target}: {message.error}", severity="error", timeout=8)
             return
 
         def answered(yes: bool | None) -> None:
             if yes:
                 self._busy.add(message.target)
-                self.notify(f"pivoting to {message.target}…", timeout=3)
+                self._say(f"pivoting to {message.target}…", timeout=3)
                 self._pivot(message.target, message.plan)
 
         self.app.push_screen(ConfirmScreen(f"Pivot to {message.target}?", message.lines, confirm_label="Pivot"),
@@ -809,7 +704,7 @@ class JobsScreen(Screen):
 
     @on(PivotStepped)
     def _pivot_stepped(self, message: PivotStepped) -> None:
-        self.notify(safe_text(message.line, 300), title=f"pivot to {message.target}",
+        self._say(message.line, title=f"pivot to {message.target}",
                     severity="information" if message.ok else "error", timeout=6)
 
 

@@ -1,0 +1,285 @@
+"""The typed job view model: one job of the `jobs --json` payload as the words every face shows.
+
+`gpudeck jobs` and the console's jobs screen both build their rows from `JobView.cells()`, so a
+job reads the same in the terminal table and in the TUI (state, phase, progress, ETA, alerts,
+serving). Payload fields come from files other processes write: every field is type-checked here
+and every text passes the sanitizer, so a face never sees a wrong type or a control character.
+Stdlib only: no Textual, no Rich.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from gpudeck.jobs.logs.sanitize import terminal_text
+
+EMPTY = "—"                    # a cell with nothing to say
+LIVE_STATES = ("starting", "running", "stopping")
+STALL_CODES = frozenset({"stalled", "nccl_hang"})
+FAILURE_CODES = frozenset({"crashed"})
+# Every state word a row can show (a face sizes its state column for the longest).
+STATE_WORDS = ("idle", "starting", "running", "stopping", "stopped", "exited", "lost", "STALLED")
+# The row's columns, in order: (key, label). Faces choose which to show; the texts are these.
+COLUMNS = (("name", "name"), ("kind", "kind"), ("state", "state"), ("runtime", "runtime"), ("pid", "pid"),
+           ("run", "run"), ("port", "port"), ("gpus", "gpus"), ("exit", "exit"), ("alerts", "alerts"),
+           ("serving", "serving"), ("phase", "phase / progress"))
+
+
+def human_age(seconds: Optional[float]) -> str:
+    """Two most significant units: '3d04h', '2h05m', '5m12s', '42s'."""
+    if seconds is None or seconds < 0:
+        return "n/a"
+    s = int(seconds)
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{s:02d}s"
+    return f"{s}s"
+
+
+def clean(text: Any, limit: int = 400) -> str:
+    """Text from jobs, logs and processes as one terminal-safe cell: the core's sanitizer, then a TAB
+    as a space and anything else unprintable (line separators) as '?', cut to `limit` characters."""
+    if text is None or text == "":
+        return ""
+    text = terminal_text(text, limit).replace("\t", " ")
+    return "".join(ch if ch.isprintable() else "?" for ch in text)
+
+
+def _num(value: Any) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _int(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str(value: Any) -> Optional[str]:
+    return value if isinstance(value, str) and value else None
+
+
+def _dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True)
+class ProgressView:
+    done: Optional[float] = None
+    total: Optional[float] = None
+    label: Optional[str] = None
+    eta_s: Optional[float] = None
+
+    @classmethod
+    def from_payload(cls, data: Any) -> Optional["ProgressView"]:
+        data = _dict(data)
+        if not data:
+            return None
+        return cls(done=_num(data.get("done")), total=_num(data.get("total")),
+                   label=_str(data.get("label")), eta_s=_num(data.get("eta_s")))
+
+    @property
+    def percent(self) -> Optional[float]:
+        if self.done is None or not self.total:
+            return None
+        return 100.0 * self.done / self.total
+
+    def text(self) -> str:
+        """`gen 6200/10000 62% ETA 55m00s`; empty when there is nothing measured."""
+        parts = []
+        if self.done is not None and self.total:
+            piece = f"{self.done:g}/{self.total:g} {self.percent:.0f}%"
+            parts.append(f"{clean(self.label, 24)} {piece}" if self.label else piece)
+        if self.eta_s is not None:
+            parts.append(f"ETA {human_age(self.eta_s)}")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class AlertView:
+    code: str
+    message: str = ""
+    severity: Optional[str] = None
+    since: Optional[float] = None
+
+    @classmethod
+    def from_payload(cls, data: Any) -> Optional["AlertView"]:
+        if not isinstance(data, dict) or data.get("code") is None:
+            return None
+        return cls(code=clean(data.get("code"), 40), message=clean(data.get("message"), 300),
+                   severity=_str(data.get("severity")), since=_num(data.get("since")))
+
+    @property
+    def is_failure(self) -> bool:
+        return self.code in FAILURE_CODES or self.code in STALL_CODES
+
+
+@dataclass(frozen=True)
+class FailureView:
+    cause: str
+    line: Optional[int] = None
+    hint: str = ""
+
+    @classmethod
+    def from_payload(cls, data: Any) -> Optional["FailureView"]:
+        data = _dict(data)
+        if not data.get("cause"):
+            return None
+        return cls(cause=clean(data.get("cause"), 80), line=_int(data.get("line")), hint=clean(data.get("hint"), 200))
+
+
+@dataclass(frozen=True)
+class ServingView:
+    gen_tokens_per_s: Optional[float] = None
+    running: Optional[float] = None
+    waiting: Optional[float] = None
+    kv_cache_pct: Optional[float] = None
+    spec_accept_rate: Optional[float] = None
+    spec_accept_len: Optional[float] = None
+
+    @classmethod
+    def from_payload(cls, data: Any) -> Optional["ServingView"]:
+        data = _dict(data)
+        if not data:
+            return None
+        return cls(**{name: _num(data.get(name)) for name in cls.__dataclass_fields__})
+
+    def text(self) -> str:
+        """`54.6 tok/s run 4 wait 0 KV 37%`: the numbers an operator reads at a glance."""
+        def num(value: Optional[float], fmt: str) -> str:
+            return EMPTY if value is None else format(value, fmt)
+        return (f"{num(self.gen_tokens_per_s, '.1f')} tok/s run {num(self.running, '.0f')} "
+                f"wait {num(self.waiting, '.0f')} KV {num(self.kv_cache_pct, '.0f')}%")
+
+
+@dataclass(frozen=True)
+class JobView:
+    """One job as every face shows it (built from one record of `jobs_payload()["jobs"]`)."""
+
+    name: str
+    kind: str = ""
+    state: str = "?"
+    pid: Optional[int] = None
+    run_id: Optional[str] = None
+    started_at: Optional[float] = None
+    ended_at: Optional[float] = None
+    port: Optional[int] = None
+    port_open: Optional[bool] = None
+    gpus: tuple[int, ...] = ()
+    exit_code: Optional[int] = None
+    signal: Optional[str] = None
+    phase: Optional[str] = None
+    progress: Optional[ProgressView] = None
+    alerts: tuple[AlertView, ...] = ()
+    failure: Optional[FailureView] = None
+    serving: Optional[ServingView] = None
+    payload: dict = field(default_factory=dict, compare=False, repr=False)   # the record it came from
+
+    @classmethod
+    def from_payload(cls, job: dict) -> "JobView":
+        alerts = job.get("alerts") if isinstance(job.get("alerts"), list) else []
+        phase = _str(job.get("phase"))
+        return cls(
+            name=clean(job.get("name"), 40) or "?", kind=clean(job.get("kind"), 16), state=clean(job.get("state"), 16) or "?",
+            pid=_int(job.get("pid")), run_id=_str(job.get("run_id")),
+            started_at=_num(job.get("started_at")), ended_at=_num(job.get("ended_at")),
+            port=_int(job.get("port")), port_open=job.get("port_open") if isinstance(job.get("port_open"), bool) else None,
+            gpus=tuple(g for g in (job.get("gpus") if isinstance(job.get("gpus"), (list, tuple)) else ())
+                       if _int(g) is not None),
+            exit_code=_int(job.get("exit_code")), signal=_str(job.get("signal")),
+            phase=None if phase == "unknown" else clean(phase, 24) or None,
+            progress=ProgressView.from_payload(job.get("progress")),
+            alerts=tuple(a for a in (AlertView.from_payload(x) for x in alerts) if a is not None),
+            failure=FailureView.from_payload(job.get("failure")),
+            serving=ServingView.from_payload(job.get("serving")),
+            payload=job)
+
+    # -- meaning -----------------------------------------------------------------------------------
+    @property
+    def live(self) -> bool:
+        return self.state in LIVE_STATES
+
+    @property
+    def health(self) -> str:
+        """ok / idle / warning / stalled / failed, from the state, the exit and the alerts."""
+        codes = {a.code for a in self.alerts}
+        if codes & STALL_CODES:
+            return "stalled"
+        if codes & FAILURE_CODES or self.state == "lost":
+            return "failed"
+        if self.state == "exited" and (self.exit_code not in (0, None) or self.signal):
+            return "failed"
+        if codes:
+            return "warning"
+        if self.state in ("idle", "?"):
+            return "idle"
+        return "ok"
+
+    # -- the row's words -------------------------------------------------------------------------
+    def state_text(self) -> str:
+        return "STALLED" if self.health == "stalled" else self.state
+
+    def runtime_text(self, now: float) -> str:
+        if not self.started_at:
+            return EMPTY
+        return human_age(max(0.0, (self.ended_at or now) - self.started_at))
+
+    def port_text(self) -> str:
+        return EMPTY if self.port is None else f"{self.port} {'open' if self.port_open else 'shut'}"
+
+    def gpus_text(self) -> str:
+        gpus = list(self.gpus)
+        if not gpus:
+            return EMPTY
+        if len(gpus) > 2 and gpus == list(range(gpus[0], gpus[0] + len(gpus))):
+            return f"{gpus[0]}-{gpus[-1]}"
+        return ",".join(str(g) for g in gpus)
+
+    def exit_text(self) -> str:
+        if self.signal:
+            return clean(self.signal, 16)
+        return EMPTY if self.exit_code is None else str(self.exit_code)
+
+    def progress_text(self, compact: bool = False) -> str:
+        """`loading gen 33/85 39% ETA 12m00s`; `compact` leaves out a phase that only repeats the state."""
+        measured = self.progress.text() if self.progress is not None else ""
+        parts = [measured] if measured else []
+        # A phase repeating the state word beside it says nothing in a narrow table (alone it still shows).
+        if self.phase and not (compact and measured and self.phase == self.state_text()):
+            parts.insert(0, self.phase)
+        return clean(" ".join(parts), 60) or EMPTY
+
+    def alerts_text(self) -> str:
+        return clean(",".join(a.code for a in self.alerts), 40)
+
+    def serving_text(self) -> str:
+        return self.serving.text() if self.serving is not None and self.live else ""
+
+    def cells(self, now: float, compact: bool = False) -> dict[str, str]:
+        """Each column's text, by the keys of COLUMNS."""
+        return {"name": self.name, "kind": self.kind, "state": self.state_text(), "runtime": self.runtime_text(now),
+                "pid": EMPTY if self.pid is None else str(self.pid), "run": clean(self.run_id, 32) or EMPTY,
+                "port": self.port_text(), "gpus": self.gpus_text(), "exit": self.exit_text(),
+                "alerts": self.alerts_text(), "serving": self.serving_text(), "phase": self.progress_text(compact)}
+
+    def notice_lines(self, now: float) -> list[str]:
+        """What the operator must act on, one line each: its alerts, and a failure no alert names."""
+        lines = []
+        for alert in self.alerts:
+            when = f" for {human_age(now - alert.since)}" if alert.since is not None else ""
+            lines.append(clean(f"⚠ {self.name}: {alert.code}{when} — {alert.message}", 300))
+        if self.failure is not None and not any(a.code in FAILURE_CODES for a in self.alerts):
+            where = f" at log line {self.failure.line}" if self.failure.line is not None else ""
+            hint = f" — {self.failure.hint}" if self.failure.hint else ""
+            lines.append(clean(f"⚠ {self.name}: {self.failure.cause}{where}{hint}", 300))
+        return lines
+
+
+def job_views(payload: Any) -> list[JobView]:
+    """Every job of a `jobs_payload()` document, typed (a record that is not a dict is skipped)."""
+    jobs = _dict(payload).get("jobs")
+    return [JobView.from_payload(job) for job in jobs or [] if isinstance(job, dict)]
