@@ -10,7 +10,7 @@ from textual.app import App, ComposeResult
 
 from gpudeck.console.screens.confirm import ConfirmScreen
 from gpudeck.console.screens.jobs import CELL_GAP, JobsScreen, banner_lines, layout_cells, live_jobs_note, table_layout
-from gpudeck.jobs.view import JobView, job_views
+from gpudeck.jobs.view import job_views
 from gpudeck.console.widgets.log_index import BLOCK, LogIndex, LogSearch
 from gpudeck.console.widgets.log_view import LogView, LogViewPane
 from runsupport import free_port, pilot_test
