@@ -1,0 +1,193 @@
+"""`gpudeck runs [JOB] [--failed] [--since 2d] [--json]`, `--reindex`, `--prune`: the run history from the run index."""
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import sys
+import time
+from typing import Optional
+
+from gpudeck.console.errors import CliError
+from gpudeck.console.format import human_age, human_bytes, safe_text
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "runs", help="the run history: every run of every job, pipeline and pivot, newest first",
+        description="List past and live runs from the run index (a SQLite file under the state dir, kept up "
+                    "to date from the run directories). --prune deletes old runs: it lists what it would "
+                    "delete and deletes only with --yes.")
+    p.add_argument("job", nargs="?", metavar="JOB", help="only this job's (or pipeline/pivot target's) runs")
+    p.add_argument("--failed", action="store_true", help="only runs that failed (crashed, non-zero exit, lost)")
+    p.add_argument("--since", metavar="AGE", help="only runs started within AGE (e.g. 2d, 12h, 30m)")
+    p.add_argument("-n", "--limit", type=int, metavar="N", help="at most N runs")
+    p.add_argument("--json", action="store_true", help='print {"runs": [...]} as JSON')
+    p.add_argument("--reindex", action="store_true", help="rebuild the index from the run directories")
+    p.add_argument("--prune", action="store_true",
+                   help="delete finished runs beyond --keep N per job (default: each job's log_keep) "
+                        "and/or older than --older AGE; lists them first, deletes with --yes")
+    p.add_argument("--keep", type=int, metavar="N", help="with --prune: keep the newest N runs of each job")
+    p.add_argument("--older", metavar="AGE", help="with --prune: only runs started more than AGE ago (e.g. 30d)")
+    p.add_argument("--yes", action="store_true", help="with --prune: delete without asking")
+    p.set_defaults(handler=run_runs)
+
+
+def _age(text: Optional[str], flag: str) -> Optional[float]:
+    if text is None:
+        return None
+    from gpudeck.jobs.spec import parse_duration
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise CliError(f"{flag}: {exc}", 2) from None
+    if seconds <= 0:
+        raise CliError(f"{flag}: must be more than 0", 2)
+    return seconds
+
+
+def open_index(sync: bool = True):
+    from gpudeck.jobs.history.index import RunIndex
+    index = RunIndex()
+    try:
+        if sync:
+            index.sync()
+        else:
+            index.open()
+    except sqlite3.Error as exc:
+        raise CliError(f"run index {index.path}: {exc}") from None
+    if index.rebuilt_reason:
+        print(f"gpudeck: {index.rebuilt_reason}", file=sys.stderr)
+    return index
+
+
+def run_runs(args: argparse.Namespace) -> int:
+    since = _age(args.since, "--since")
+    older = _age(args.older, "--older")
+    if (args.keep is not None or older is not None or args.yes) and not args.prune:
+        raise CliError("--keep, --older and --yes go with --prune", 2)
+    if args.keep is not None and args.keep < 0:
+        raise CliError("--keep: must be 0 or more", 2)
+    if args.reindex:
+        from gpudeck.jobs.history.index import RunIndex
+        index = RunIndex()
+        t0 = time.perf_counter()
+        try:
+            count = index.rebuild()
+        except sqlite3.Error as exc:
+            raise CliError(f"run index {index.path}: {exc}") from None
+        print(f"reindexed {count} runs into {index.path} in {time.perf_counter() - t0:.2f}s")
+        if not args.prune:
+            return 0
+    else:
+        index = open_index()
+    with index:
+        if args.prune:
+            return _prune(args, index, older)
+        rows = index.query(job=args.job, failed=args.failed,
+                           since=time.time() - since if since is not None else None, limit=args.limit)
+    if args.json:
+        print(json.dumps({"runs": rows}, indent=1, default=str))
+        return 0
+    if not rows:
+        print("no runs" + (f" of {args.job}" if args.job else "") + (" that failed" if args.failed else ""))
+        return 0
+    sys.stdout.write(render_table(rows))
+    return 0
+
+
+def _outcome(row: dict) -> str:
+    if row["kind"] != "job":
+        return row.get("state") or "-"
+    state = row.get("state") or "-"
+    if state in ("exited", "stopped"):
+        parts = []
+        if row.get("signal"):
+            parts.append(str(row["signal"]))
+        elif row.get("exit_code") is not None:
+            parts.append(f"exit {row['exit_code']}")
+        if state == "stopped":
+            parts.append("stopped")
+        return " ".join(parts) or state
+    return state
+
+
+def _why(row: dict) -> str:
+    if row.get("failure_cause"):
+        text = row["failure_cause"]
+        if row.get("failure_line"):
+            text += f" (line {row['failure_line']})"
+        return text
+    if row.get("stopped_by"):
+        return f"stopped by {row['stopped_by']}"
+    if row.get("pivot"):
+        return row["pivot"]
+    alerts = [a for a in row.get("alerts") or [] if a != "crashed"]
+    return ", ".join(alerts) if alerts else "-"
+
+
+def render_table(rows: list[dict], now: Optional[float] = None) -> str:
+    now = time.time() if now is None else now
+    table = [("RUN", "JOB", "KIND", "STARTED", "TOOK", "RESULT", "PHASE", "LOAD", "PEAK GPU", "WHY", "HOST")]
+    for row in rows:
+        started = row.get("started_at")
+        took = row.get("duration_s")
+        if took is None and started is not None and row.get("state") in ("running", "starting", "stopping"):
+            took = now - started
+        peak = row.get("peak_gpu_mem") or {}
+        peak_text = human_bytes(max(peak.values())) if peak else "-"
+        if len(peak) > 1:
+            peak_text += f" x{len(peak)}"
+        table.append((
+            ("✗ " if row.get("failed") else "  ") + str(row.get("run_id")),
+            safe_text(row.get("job"), 40), row.get("kind") or "-",
+            f"{human_age(now - started)} ago" if started else "-",
+            human_age(took) if took is not None else "-",
+            _outcome(row), row.get("final_phase") if row.get("final_phase") not in (None, "unknown") else "-",
+            human_age(row["load_s"]) if row.get("load_s") is not None else "-",
+            peak_text, safe_text(_why(row), 60), safe_text(row.get("host") or "-", 24)
+            + ("" if (row.get("backend") or "local") == "local" else f" ({row['backend']})"),
+        ))
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n" for r in table)
+
+
+def _log_keep_lookup(args: argparse.Namespace):
+    """Each job's log_keep from the jobs file when there is one (else 20, the default)."""
+    from gpudeck.jobs.paths import find_jobs_file
+    from gpudeck.jobs.spec import JobSpec
+    default = JobSpec.__dataclass_fields__["log_keep"].default
+    jobs = {}
+    path = find_jobs_file(getattr(args, "jobs_file", None))
+    if path is not None and path.is_file():
+        from gpudeck.jobs.spec import SpecError, load_jobs
+        try:
+            jobs = load_jobs(path).jobs
+        except SpecError:
+            jobs = {}
+    return lambda job: jobs[job].log_keep if job in jobs else default
+
+
+def _prune(args: argparse.Namespace, index, older: Optional[float]) -> int:
+    from gpudeck.jobs.history.retention import plan_prune, prune
+    keep_for = _log_keep_lookup(args)
+    candidates = plan_prune(index, keep=args.keep, older_s=older, job=args.job,
+                            keep_for=keep_for if args.keep is None and older is None else (lambda job: None))
+    if args.json and not args.yes:
+        print(json.dumps({"would_delete": [c.to_json() for c in candidates]}, indent=1))
+        return 0
+    if not candidates:
+        print("nothing to prune")
+        return 0
+    total = sum(c.size_bytes for c in candidates)
+    verb = "deleting" if args.yes else "would delete"
+    print(f"{verb} {len(candidates)} runs ({human_bytes(total)}):")
+    for c in candidates:
+        print(f"  {c.job}/{c.run_id}  {c.state}  {human_bytes(c.size_bytes)}  {c.why}")
+    if not args.yes:
+        print("dry run: nothing deleted; add --yes to delete them")
+        return 0
+    removed = prune(index, candidates)
+    print(f"deleted {len(removed)} runs" + (f" ({len(candidates) - len(removed)} were live again and kept)"
+                                             if len(removed) != len(candidates) else ""))
+    return 0

@@ -1,0 +1,622 @@
+"""The run index: one SQLite row per run (job runs, pipelines, pivots), rebuilt from the run directories, which stay the source of truth.
+
+Stdlib only (sqlite3): the runner indexes its own run at the end, and every reader
+(`gpudeck runs`, the console, `postmortem`) brings the index up to date lazily
+before it answers: new run directories are added, live ones re-read, deleted
+ones dropped. A missing, corrupt or older-schema database file is rebuilt.
+A run on a remote host or under Slurm is still a run: `host` and `backend` say where.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Optional
+
+from gpudeck.jobs import paths
+
+DB_NAME = "history.sqlite3"
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 10_000
+# Events still arrive on an ended run for a while (a pivot records its later steps on the
+# runs it stopped): rows of runs that ended this recently are re-checked when their events grow.
+RECHECK_ENDED_S = 2 * 3600
+
+_RUN_ID = re.compile(r"^\d{8}-\d{6}-\d{3}[0-9a-f]{2}$")
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+COLUMNS = (
+    ("key", "TEXT PRIMARY KEY"),      # job/<job>/<run_id> | pipeline/<target>/<id> | pivot/<target>/<run_id>
+    ("kind", "TEXT"),                 # job | pipeline | pivot
+    ("job", "TEXT"),                  # the job; a pipeline's or pivot's target
+    ("run_id", "TEXT"),
+    ("path", "TEXT"),
+    ("host", "TEXT"),
+    ("backend", "TEXT"),              # local | ssh | slurm | ...
+    ("job_kind", "TEXT"),             # engine | build | train | stage
+    ("engine", "TEXT"),
+    ("command", "TEXT"),
+    ("gpus", "TEXT"),                 # JSON list
+    ("started_at", "REAL"),
+    ("ended_at", "REAL"),
+    ("duration_s", "REAL"),
+    ("state", "TEXT"),                # running | exited | stopped | lost | succeeded | failed ...
+    ("exit_code", "INTEGER"),
+    ("signal", "TEXT"),
+    ("stopped_by", "TEXT"),           # who asked for the stop (supervisor, runner, pivot to X, pipeline ...)
+    ("final_phase", "TEXT"),
+    ("failed", "INTEGER"),
+    ("failure_cause", "TEXT"),
+    ("failure_line", "INTEGER"),
+    ("failure_message", "TEXT"),
+    ("failure_hint", "TEXT"),
+    ("phases", "TEXT"),               # JSON {phase: seconds}
+    ("load_s", "REAL"),               # seconds from start to ready (engines)
+    ("peak_gpu_mem", "TEXT"),         # JSON {gpu: bytes}
+    ("peak_rss", "INTEGER"),
+    ("alerts", "TEXT"),               # JSON list of alert codes raised
+    ("pipeline", "TEXT"),             # the pipeline id this run was a stage of
+    ("pivot", "TEXT"),                # pivot context ("started by pivot", "stopped by pivot to X")
+    ("detail", "TEXT"),               # JSON: kind-specific extras (pipeline stages, pivot steps)
+    ("final", "INTEGER"),             # 1: the run ended; its row is not re-read (except RECHECK_ENDED_S)
+    ("events_size", "INTEGER"),
+    ("indexed_at", "REAL"),
+)
+COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
+JSON_COLUMNS = ("gpus", "phases", "peak_gpu_mem", "alerts", "detail")
+
+
+def db_path(state_dir: Optional[Path] = None) -> Path:
+    return (state_dir or paths.state_dir()) / DB_NAME
+
+
+
+# --------------------------------------------------------------------------- reading one run's files
+
+def _read_json(path: Path) -> Optional[dict]:
+    try:
+        with open(path, "r", encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return []
+    out = []
+    for line in raw.splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out
+
+
+def _num(value: Any) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _int(value: Any) -> Optional[int]:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value
+
+
+def _text(value: Any) -> Optional[str]:
+    return value if isinstance(value, str) and value else None
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def phase_durations(phases: list[dict], end: Optional[float]) -> dict[str, float]:
+    """{phase: seconds} from the recorded phase changes; a phase entered twice adds up."""
+    out: dict[str, float] = {}
+    for i, change in enumerate(phases):
+        t = _num(change.get("t"))
+        nxt = _num(phases[i + 1].get("t")) if i + 1 < len(phases) else end
+        phase = change.get("phase")
+        if t is None or nxt is None or not isinstance(phase, str):
+            continue
+        out[phase] = round(out.get(phase, 0.0) + max(0.0, nxt - t), 3)
+    return out
+
+
+def _stopped_by(events: list[dict], exit_record: Optional[dict]) -> Optional[str]:
+    if not exit_record or not exit_record.get("stopped_by_request"):
+        return None
+    who = None
+    for ev in events:
+        if ev.get("event") == "StopRequested" and who is None:
+            who = str(ev.get("by") or "request")
+            if ev.get("reason"):
+                who += f" ({ev['reason']})"
+        if ev.get("event") == "PivotRequested":
+            return f"pivot to {ev.get('target')}"
+        if ev.get("event") == "StageStopRequested":
+            return "pipeline"
+    return who or "request"
+
+
+def _pivot_context(events: list[dict]) -> tuple[Optional[str], Optional[dict]]:
+    """(the run's pivot context, a pivot record when this run carries one)."""
+    started = next((e for e in events if e.get("event") == "PivotStarted"), None)
+    requested = next((e for e in events if e.get("event") == "PivotRequested"), None)
+    failed = next((e for e in events if e.get("event") == "PivotFailed"), None)
+    completed = next((e for e in events if e.get("event") == "PivotCompleted"), None)
+    steps = [{"step": e.get("step"), "ok": e.get("ok"), "duration_s": e.get("duration_s"),
+              "detail": e.get("detail")}
+             for e in events if e.get("event") in ("PivotStepCompleted", "PivotStepFailed")]
+    if started is not None:
+        stopped = [s.get("job") or f"PID {s.get('pid')}" for s in started.get("stopped") or [] if isinstance(s, dict)]
+        context = "started by pivot" + (f" (stopped {', '.join(map(str, stopped))})" if stopped else "")
+        return context, {"target": started.get("target"), "t": started.get("t"), "stopped": stopped,
+                         "steps": steps, "ok": completed is not None and failed is None,
+                         "message": (failed or {}).get("message"),
+                         "ended_at": (completed or failed or {}).get("t"),
+                         "duration_s": (completed or {}).get("duration_s")}
+    if requested is not None:
+        context = f"stopped by pivot to {requested.get('target')}"
+        if failed is not None and not any(str(s.get("step") or "").startswith("start ") and s.get("ok")
+                                          for s in steps):
+            # The pivot failed before it started its target: this run is the only place it is recorded.
+            return context, {"target": requested.get("target"), "t": requested.get("t"), "stopped": [],
+                             "steps": steps, "ok": False, "message": failed.get("message"),
+                             "ended_at": failed.get("t"), "duration_s": None}
+        return context, None
+    return None, None
+
+
+def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
+    """The index rows of one run directory: its own, plus a pivot row when it records a pivot."""
+    from gpudeck.jobs.history.recorder import read_summary
+    run_dir = Path(run_dir)
+    now = time.time() if now is None else now
+    meta = _read_json(run_dir / "meta.json") or {}
+    exit_record = _read_json(run_dir / "exit.json")
+    health = _read_json(run_dir / "health.json") or {}
+    summary = read_summary(run_dir) or {}
+    events_path = run_dir / "events.jsonl"
+    events = _read_jsonl(events_path)
+    analysis = summary.get("analysis") if isinstance(summary.get("analysis"), dict) else {}
+    if not analysis:
+        analysis = health
+    job, run_id = run_dir.parent.name, run_dir.name
+    started = _num(meta.get("started_at")) or _num(meta.get("created_at"))
+    ended = _num((exit_record or {}).get("ended_at"))
+    state = _run_state(run_dir, meta, exit_record, events)
+    code = _int((exit_record or {}).get("exit_code"))
+    sig = _text((exit_record or {}).get("signal"))
+    stopped_by = _stopped_by(events, exit_record)
+    failure = analysis.get("failure") if isinstance(analysis.get("failure"), dict) else None
+    alerts_raised = []
+    for ev in events:
+        if ev.get("event") == "AlertRaised" and isinstance(ev.get("code"), str) and ev["code"] not in alerts_raised:
+            alerts_raised.append(ev["code"])
+    for alert in health.get("history") or []:
+        if isinstance(alert, dict) and isinstance(alert.get("code"), str) and alert["code"] not in alerts_raised:
+            alerts_raised.append(alert["code"])
+    failed = _is_failed(state, code, sig, stopped_by, failure, alerts_raised)
+    phases_list = [p for p in summary.get("phases") or [] if isinstance(p, dict)]
+    phases = phase_durations(phases_list, ended or (now if state in ("running", "stopping") else None))
+    load_s = None
+    ready_at = next((_num(p.get("t")) for p in phases_list if p.get("phase") == "ready"), None)
+    if ready_at is not None and started is not None:
+        load_s = round(max(0.0, ready_at - started), 3)
+    peaks = summary.get("peaks") if isinstance(summary.get("peaks"), dict) else {}
+    command = meta.get("command")
+    if isinstance(command, list):
+        command = " ".join(str(c) for c in command)
+    spec = meta.get("spec") if isinstance(meta.get("spec"), dict) else {}
+    pivot_context, pivot_record = _pivot_context(events)
+    row = {
+        "key": f"job/{job}/{run_id}", "kind": "job", "job": job, "run_id": run_id, "path": str(run_dir),
+        "host": _text(meta.get("host")) or _text(meta.get("runner_host")),
+        "backend": _text(meta.get("backend")) or "local",
+        "job_kind": _text(meta.get("kind")) or _text(spec.get("kind")),
+        "engine": _text(analysis.get("engine")) or _text(spec.get("engine")),
+        "command": command if isinstance(command, str) else None,
+        "gpus": [g for g in meta.get("gpus") or [] if isinstance(g, int)] if isinstance(meta.get("gpus"), list) else [],
+        "started_at": started, "ended_at": ended,
+        "duration_s": round(ended - started, 3) if ended is not None and started is not None else None,
+        "state": state, "exit_code": code, "signal": sig, "stopped_by": stopped_by,
+        "final_phase": _text(analysis.get("phase")),
+        "failed": 1 if failed else 0,
+        "failure_cause": _text((failure or {}).get("cause")) or (_lost_or_signal_cause(state, sig) if failed else None),
+        "failure_line": _int((failure or {}).get("line")),
+        "failure_message": _text((failure or {}).get("message")),
+        "failure_hint": _text((failure or {}).get("hint")),
+        "phases": phases, "load_s": load_s,
+        "peak_gpu_mem": {str(k): v for k, v in (peaks.get("gpu_mem") or {}).items()}
+        if isinstance(peaks.get("gpu_mem"), dict) else {},
+        "peak_rss": int(peaks["rss"]) if _num(peaks.get("rss")) is not None else None,
+        "alerts": alerts_raised,
+        "pipeline": _text(meta.get("pipeline")),
+        "pivot": pivot_context,
+        "detail": {},
+        "final": 1 if exit_record is not None else 0,
+        "events_size": _size(events_path),
+        "indexed_at": now,
+    }
+    rows = [row]
+    if pivot_record is not None:
+        target = str(pivot_record.get("target") or job)
+        p_start = _num(pivot_record.get("t"))
+        p_end = _num(pivot_record.get("ended_at"))
+        ok = bool(pivot_record.get("ok"))
+        rows.append({
+            **{name: None for name in COLUMN_NAMES},
+            "key": f"pivot/{target}/{run_id}", "kind": "pivot", "job": target, "run_id": run_id,
+            "path": str(run_dir), "host": row["host"], "backend": row["backend"],
+            "command": f"pivot to {target}" + (f" (stopped {', '.join(pivot_record['stopped'])})"
+                                               if pivot_record.get("stopped") else ""),
+            "gpus": row["gpus"], "started_at": p_start, "ended_at": p_end,
+            "duration_s": _num(pivot_record.get("duration_s")) or (
+                round(p_end - p_start, 3) if p_end is not None and p_start is not None else None),
+            "state": "succeeded" if ok else ("failed" if p_end is not None else "running"),
+            "failed": 0 if ok or p_end is None else 1,
+            "failure_message": _text(pivot_record.get("message")),
+            "failure_cause": "pivot_failed" if not ok and p_end is not None else None,
+            "phases": {}, "peak_gpu_mem": {}, "alerts": [],
+            "detail": {"steps": pivot_record.get("steps") or []},
+            "final": 1 if p_end is not None else 0, "events_size": row["events_size"], "indexed_at": now,
+        })
+    return rows
+
+
+def _lost_or_signal_cause(state: str, sig: Optional[str]) -> Optional[str]:
+    if state == "lost":
+        return "lost"
+    if sig:
+        return f"killed by {sig}"
+    return None
+
+
+def _is_failed(state: str, code: Optional[int], sig: Optional[str], stopped_by: Optional[str],
+               failure: Optional[dict], alerts: list[str]) -> bool:
+    if state == "lost":
+        return True
+    if state not in ("exited", "stopped"):
+        return False
+    if stopped_by:
+        return False          # asked for: a stop is not a failure, whatever the exit code
+    return bool((code is not None and code != 0) or sig or (failure and "crashed" in alerts))
+
+
+def _run_state(run_dir: Path, meta: dict, exit_record: Optional[dict], events: list[dict]) -> str:
+    if exit_record is not None:
+        return "stopped" if exit_record.get("stopped_by_request") else "exited"
+    try:
+        from gpudeck.jobs.runs import Run
+        return Run(run_dir).state().state
+    except Exception:           # a run dir the rest of the core cannot read is lost, not a crash here
+        return "lost"
+
+
+def summarize_pipeline(pipe_dir: Path, now: Optional[float] = None) -> dict:
+    now = time.time() if now is None else now
+    meta = _read_json(pipe_dir / "meta.json") or {}
+    result = _read_json(pipe_dir / "result.json")
+    events = _read_jsonl(pipe_dir / "events.jsonl")
+    stages = [s for s in meta.get("stages") or [] if isinstance(s, str)]
+    stage_runs = {}
+    for ev in events:
+        if ev.get("event") in ("StageStarted", "StageFinished", "StageSkipped") and isinstance(ev.get("stage"), str):
+            entry = stage_runs.setdefault(ev["stage"], {"stage": ev["stage"]})
+            if ev.get("run_id"):
+                entry["run_id"] = ev["run_id"]
+            if ev.get("event") == "StageSkipped":
+                entry["status"] = "skipped"
+            elif ev.get("event") == "StageFinished":
+                entry["status"] = "succeeded" if ev.get("ok") else "failed"
+                entry["exit_code"] = ev.get("exit_code")
+            else:
+                entry.setdefault("status", "running")
+    started = _num(meta.get("created_at"))
+    ended = _num((result or {}).get("ended_at"))
+    if result is None:
+        state = "running"
+        try:
+            from gpudeck.jobs.pipeline import Pipeline
+            state = Pipeline(pipe_dir).state()
+        except Exception:
+            pass
+    elif result.get("ok"):
+        state = "succeeded"
+    else:
+        state = "stopped" if result.get("stopped") else "failed"
+    failed_stage = _text((result or {}).get("failed_stage"))
+    return {
+        **{name: None for name in COLUMN_NAMES},
+        "key": f"pipeline/{pipe_dir.parent.name}/{pipe_dir.name}", "kind": "pipeline",
+        "job": pipe_dir.parent.name, "run_id": pipe_dir.name, "path": str(pipe_dir), "backend": "local",
+        "command": " → ".join(stages), "started_at": started, "ended_at": ended,
+        "duration_s": round(ended - started, 3) if ended is not None and started is not None else None,
+        "state": state, "exit_code": _int((result or {}).get("exit_code")), "signal": _text((result or {}).get("signal")),
+        "stopped_by": "request" if (result or {}).get("stopped") else None,
+        "failed": 1 if state in ("failed", "lost") else 0,
+        "failure_cause": f"stage {failed_stage} failed" if failed_stage and state == "failed" else
+        ("lost" if state == "lost" else None),
+        "failure_message": _text((result or {}).get("error")),
+        "phases": {}, "peak_gpu_mem": {}, "alerts": [], "gpus": [],
+        "detail": {"stages": [stage_runs.get(s, {"stage": s, "status": "pending"}) for s in stages]},
+        "final": 1 if result is not None else 0, "events_size": _size(pipe_dir / "events.jsonl"),
+        "indexed_at": now,
+    }
+
+
+# --------------------------------------------------------------------------- the database
+
+def _encode(row: dict) -> tuple:
+    out = []
+    for name in COLUMN_NAMES:
+        value = row.get(name)
+        if name in JSON_COLUMNS:
+            value = json.dumps(value if value is not None else ([] if name in ("gpus", "alerts") else {}),
+                               separators=(",", ":"), default=str)
+        out.append(value)
+    return tuple(out)
+
+
+def decode_row(values: Iterable[Any], names: Iterable[str] = COLUMN_NAMES) -> dict:
+    row = dict(zip(names, values))
+    for name in JSON_COLUMNS:
+        if name in row and isinstance(row[name], str):
+            try:
+                row[name] = json.loads(row[name])
+            except ValueError:
+                row[name] = None
+    if "failed" in row:
+        row["failed"] = bool(row["failed"])
+    if "final" in row:
+        row["final"] = bool(row["final"])
+    return row
+
+
+class RunIndex:
+    """The SQLite index of every run under one state dir."""
+
+    def __init__(self, state_dir: Optional[Path] = None) -> None:
+        self.state_dir = Path(state_dir) if state_dir is not None else paths.state_dir()
+        self.path = db_path(self.state_dir)
+        self.rebuilt_reason: Optional[str] = None      # set when open() had to rebuild the file
+        self._conn: Optional[sqlite3.Connection] = None
+
+    # -- opening ----------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version not in (0, SCHEMA_VERSION):
+            conn.close()
+            raise sqlite3.DatabaseError(f"schema version {version}, expected {SCHEMA_VERSION}")
+        if version == 0:
+            cols = ", ".join(f"{name} {kind}" for name, kind in COLUMNS)
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(f"CREATE TABLE IF NOT EXISTS runs ({cols})")
+                conn.execute("CREATE INDEX IF NOT EXISTS runs_started ON runs(started_at)")
+                conn.execute("CREATE INDEX IF NOT EXISTS runs_job_started ON runs(job, started_at)")
+                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        # Touch the table: a file that is not a database (or a broken one) fails here, not later.
+        conn.execute("SELECT count(*) FROM runs WHERE key = ''").fetchone()
+        return conn
+
+    def open(self) -> sqlite3.Connection:
+        if self._conn is not None:
+            return self._conn
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._conn = self._connect()
+        except sqlite3.DatabaseError as exc:
+            # Corrupt, truncated, not a database, or another schema: the run dirs are the truth,
+            # so move the file aside and rebuild from them.
+            self.rebuilt_reason = f"index {self.path} unusable ({exc}); rebuilt from the run directories"
+            self._discard_files(keep_copy=True)
+            self._conn = self._connect()
+        return self._conn
+
+    def _discard_files(self, keep_copy: bool) -> None:
+        for suffix in ("", "-wal", "-shm"):
+            p = Path(str(self.path) + suffix)
+            if not p.exists():
+                continue
+            if keep_copy and suffix == "":
+                try:
+                    shutil.move(str(p), str(p) + f".corrupt-{int(time.time())}")
+                    continue
+                except OSError:
+                    pass
+            try:
+                p.unlink()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> "RunIndex":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- writing ----------------------------------------------------------------
+    def upsert(self, rows: Iterable[dict], delete_keys: Iterable[str] = ()) -> None:
+        conn = self.open()
+        marks = ", ".join("?" for _ in COLUMN_NAMES)
+        encoded = [_encode(r) for r in rows]
+        delete = [(k,) for k in delete_keys]
+        if not encoded and not delete:
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if delete:
+                conn.executemany("DELETE FROM runs WHERE key = ?", delete)
+            if encoded:
+                conn.executemany(f"INSERT OR REPLACE INTO runs ({', '.join(COLUMN_NAMES)}) VALUES ({marks})", encoded)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def index_run(self, run_dir: Path) -> None:
+        self.upsert(summarize_run(Path(run_dir)))
+
+    def remove_paths(self, dirs: Iterable[Path]) -> None:
+        """Forget runs whose directories were deleted (prune), pivot rows they carried included."""
+        conn = self.open()
+        keys = []
+        for d in dirs:
+            keys.extend(k for (k,) in conn.execute("SELECT key FROM runs WHERE path = ?", (str(d),)))
+        self.upsert([], keys)
+
+    # -- keeping up with the run directories -------------------------------------
+    def _disk_runs(self) -> Iterator[tuple[str, str, Path]]:
+        """(kind, name, dir) of every run and pipeline directory on disk."""
+        for kind, sub, valid in (("job", "runs", _RUN_ID), ("pipeline", "pipelines", _RUN_ID)):
+            root = self.state_dir / sub
+            try:
+                names = os.listdir(root)
+            except OSError:
+                continue
+            for name in names:
+                if not _NAME.match(name):
+                    continue
+                try:
+                    entries = os.scandir(root / name)
+                except OSError:
+                    continue
+                with entries:
+                    for entry in entries:
+                        if valid.match(entry.name) and entry.is_dir(follow_symlinks=False):
+                            yield kind, name, Path(entry.path)
+
+    def sync(self, now: Optional[float] = None) -> int:
+        """Index what changed on disk since the last call; returns how many rows were (re)written."""
+        now = time.time() if now is None else now
+        conn = self.open()
+        known: dict[str, tuple[int, Optional[float], Optional[int]]] = {}
+        by_path: dict[str, list[str]] = {}
+        for key, path, final, ended, events_size in conn.execute(
+                "SELECT key, path, final, ended_at, events_size FROM runs"):
+            known[key] = (final, ended, events_size)
+            by_path.setdefault(path, []).append(key)
+        rows: list[dict] = []
+        seen_paths = set()
+        for kind, name, d in self._disk_runs():
+            key = f"{kind}/{name}/{d.name}"
+            seen_paths.add(str(d))
+            entry = known.get(key)
+            if entry is not None and entry[0]:
+                ended = entry[1]
+                if ended is None or now - ended > RECHECK_ENDED_S:
+                    continue
+                if kind == "job" and _size(d / "events.jsonl") == entry[2]:
+                    continue
+                if kind == "pipeline":
+                    continue
+            try:
+                rows.extend(summarize_run(d, now) if kind == "job" else [summarize_pipeline(d, now)])
+            except (OSError, ValueError, TypeError, KeyError, AttributeError):
+                continue         # a run dir being created or deleted right now: next sync
+        gone = [k for path, keys in by_path.items() if path not in seen_paths for k in keys]
+        self.upsert(rows, gone)
+        return len(rows) + len(gone)
+
+    def rebuild(self) -> int:
+        """Drop the database and index every run directory again (`gpudeck runs --reindex`)."""
+        self.close()
+        self._discard_files(keep_copy=False)
+        return self.sync()
+
+    # -- queries ------------------------------------------------------------------
+    def query(self, *, job: Optional[str] = None, failed: bool = False, since: Optional[float] = None,
+              kinds: Optional[Iterable[str]] = None, limit: Optional[int] = None,
+              columns: Iterable[str] = COLUMN_NAMES) -> list[dict]:
+        """Rows newest first."""
+        conn = self.open()
+        cols = [c for c in columns if c in COLUMN_NAMES]
+        where, args = [], []
+        if job:
+            where.append("job = ?")
+            args.append(job)
+        if failed:
+            where.append("failed = 1")
+        if since is not None:
+            where.append("started_at >= ?")
+            args.append(since)
+        kinds = list(kinds or ())
+        if kinds:
+            where.append(f"kind IN ({', '.join('?' for _ in kinds)})")
+            args.extend(kinds)
+        sql = f"SELECT {', '.join(cols)} FROM runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY started_at DESC, run_id DESC"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return [decode_row(values, cols) for values in conn.execute(sql, args)]
+
+    def get(self, key: str) -> Optional[dict]:
+        conn = self.open()
+        values = conn.execute(f"SELECT {', '.join(COLUMN_NAMES)} FROM runs WHERE key = ?", (key,)).fetchone()
+        return decode_row(values) if values else None
+
+    def find(self, run_id: str) -> list[dict]:
+        """Rows whose run id is `run_id`, or starts/ends with it (job runs first)."""
+        conn = self.open()
+        cur = conn.execute(f"SELECT {', '.join(COLUMN_NAMES)} FROM runs WHERE run_id = ? "
+                           "ORDER BY kind = 'job' DESC", (run_id,))
+        rows = [decode_row(v) for v in cur]
+        if rows:
+            return rows
+        like = run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        cur = conn.execute(f"SELECT {', '.join(COLUMN_NAMES)} FROM runs WHERE run_id LIKE ? ESCAPE '\\' "
+                           "OR run_id LIKE ? ESCAPE '\\' ORDER BY kind = 'job' DESC",
+                           (like + "%", "%" + like))
+        return [decode_row(v) for v in cur]
+
+
+def open_index(state_dir: Optional[Path] = None, sync: bool = True) -> RunIndex:
+    """The index of `state_dir`, brought up to date with the run directories."""
+    index = RunIndex(state_dir)
+    if sync:
+        index.sync()
+    return index
+
+
+def index_run_at_end(run_dir: Path) -> None:
+    """The runner's last act: its run's row (never raises; a reader re-indexes it lazily otherwise)."""
+    run_dir = Path(run_dir)
+    try:
+        state_dir = run_dir.parent.parent.parent      # <state>/runs/<job>/<run_id>
+        with RunIndex(state_dir) as index:
+            index.index_run(run_dir)
+    except Exception:
+        pass

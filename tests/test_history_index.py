@@ -1,0 +1,158 @@
+"""The run index on real runs and a real SQLite file: the runner indexes its run, readers catch up lazily, `runs` filters, a corrupt DB is rebuilt, prune is a dry run first."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+
+from gpudeck.jobs.history.index import RunIndex, db_path
+from gpudeck.jobs.history.recorder import RunRecorder, Timeline, read_summary
+from gpudeck.jobs.runs import latest_run
+
+from runsupport import PY, cli, cli_env, state, wait_for, write_jobs  # noqa: F401
+
+CRASH = ("import sys, time\n"
+         "print('Loading safetensors checkpoint shards:  50% Completed | 1/2', flush=True)\n"
+         "time.sleep(1.5)\n"
+         "import torch_missing_module_for_test\n")
+
+
+def _jobs(tmp_path):
+    script = tmp_path / "crash.py"
+    script.write_text(CRASH)
+    return write_jobs(tmp_path / "jobs.toml", {
+        "crashy": {"cmd": [PY, str(script)], "log_keep": 3},
+        "fine": {"cmd": "echo hello; sleep 0.5"},
+    })
+
+
+def _start_and_wait(jobs, env, name):
+    out = cli(["--jobs", str(jobs), "start", name], env)
+    assert out.returncode == 0, out.stderr
+    run = latest_run(name)
+    wait_for(lambda: run.exit_record() is not None, timeout=60, what=f"{name} to exit")
+    return run
+
+
+def _row_in_db(state_dir, run_id):
+    # The runner's row, read straight from the file (no lazy sync by a reader in between).
+    def probe():
+        if not db_path(state_dir).exists():
+            return None
+        conn = sqlite3.connect(str(db_path(state_dir)), timeout=10)
+        try:
+            return conn.execute("SELECT state, failed, failure_cause, exit_code FROM runs WHERE run_id = ?",
+                                (run_id,)).fetchone()
+        except sqlite3.OperationalError:
+            return None
+        finally:
+            conn.close()
+    return wait_for(probe, timeout=30, what="the runner's index row")
+
+
+def test_runner_indexes_a_crash_and_runs_lists_it(tmp_path, state):
+    jobs = _jobs(tmp_path)
+    env = cli_env(state)
+    crash = _start_and_wait(jobs, env, "crashy")
+    fine = _start_and_wait(jobs, env, "fine")
+    assert _row_in_db(state, crash.run_id) == ("exited", 1, "import_error", 1)
+    assert _row_in_db(state, fine.run_id) == ("exited", 0, None, 0)
+    summary = read_summary(crash.path)
+    assert summary["final"] is True
+    assert [p["phase"] for p in summary["phases"]][-1] == "failed"
+    assert "loading" in [p["phase"] for p in summary["phases"]]
+
+    out = cli(["runs"], env)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.decode().splitlines()
+    assert lines[0].split()[:3] == ["RUN", "JOB", "KIND"]
+    assert fine.run_id in lines[1] and crash.run_id in lines[2]      # newest first
+    assert "import_error" in lines[2] and lines[2].startswith("✗")
+
+    failed = cli(["runs", "--failed"], env).stdout.decode()
+    assert crash.run_id in failed and fine.run_id not in failed
+    data = json.loads(cli(["runs", "crashy", "--json"], env).stdout)
+    assert [r["run_id"] for r in data["runs"]] == [crash.run_id]
+    row = data["runs"][0]
+    # line 5 of the log: bar, Traceback, File, the import, then ModuleNotFoundError
+    assert row["failed"] is True and row["failure_line"] == 5 and row["host"] and row["backend"] == "local"
+    assert row["phases"].get("loading", 0) > 0.5
+    assert json.loads(cli(["runs", "--since", "1h", "--json"], env).stdout)["runs"]
+
+    bad = cli(["runs", "--since", "yesterday"], env)
+    assert bad.returncode == 2 and bad.stderr.decode().startswith("gpudeck: --since") and b"Traceback" not in bad.stderr
+
+
+def test_lazy_sync_adds_missing_and_drops_deleted_runs_and_a_corrupt_db_is_rebuilt(tmp_path, state):
+    jobs = _jobs(tmp_path)
+    env = cli_env(state)
+    first = _start_and_wait(jobs, env, "fine")
+    second = _start_and_wait(jobs, env, "fine")
+    # A run the runner could not index (an older runner, a full disk): the reader adds it.
+    os.unlink(db_path(state))
+    with RunIndex(state) as index:
+        index.sync()
+        assert {r["run_id"] for r in index.query()} == {first.run_id, second.run_id}
+    shutil.rmtree(first.path)
+    with RunIndex(state) as index:
+        index.sync()
+        assert [r["run_id"] for r in index.query()] == [second.run_id]
+
+    db_path(state).write_bytes(b"this is not a database" * 100)
+    out = cli(["runs", "--json"], env)
+    assert out.returncode == 0 and b"Traceback" not in out.stderr
+    assert b"rebuilt from the run directories" in out.stderr
+    assert [r["run_id"] for r in json.loads(out.stdout)["runs"]] == [second.run_id]
+    rebuilt = cli(["runs", "--reindex"], env)
+    assert rebuilt.returncode == 0 and b"reindexed 1 runs" in rebuilt.stdout
+
+
+def test_prune_lists_first_and_deletes_with_yes(tmp_path, state):
+    jobs = _jobs(tmp_path)
+    env = cli_env(state)
+    runs = [_start_and_wait(jobs, env, "fine") for _ in range(3)]
+    dry = cli(["--jobs", str(jobs), "runs", "--prune", "--keep", "1"], env)
+    assert dry.returncode == 0, dry.stderr
+    text = dry.stdout.decode()
+    assert "would delete 2 runs" in text and runs[0].run_id in text and runs[1].run_id in text
+    assert "nothing deleted" in text and all(r.path.exists() for r in runs)
+    done = cli(["--jobs", str(jobs), "runs", "--prune", "--keep", "1", "--yes"], env)
+    assert done.returncode == 0 and b"deleted 2 runs" in done.stdout
+    assert not runs[0].path.exists() and not runs[1].path.exists() and runs[2].path.exists()
+    listed = json.loads(cli(["runs", "--json"], env).stdout)["runs"]
+    assert [r["run_id"] for r in listed] == [runs[2].run_id]
+    assert b"nothing to prune" in cli(["runs", "--prune", "--older", "30d"], env).stdout
+    bad = cli(["runs", "--keep", "2"], env)
+    assert bad.returncode == 2 and b"go with --prune" in bad.stderr
+
+
+def test_timeline_decimates_keeping_peaks():
+    tl = Timeline(max_buckets=100)
+    for i in range(10_000):
+        tl.add(1000.0 + i, {"rss": 5.0 if i != 7777 else 99.0, "cpu_pct": 50.0})
+    data = tl.to_json()
+    assert len(data["t"]) <= 100 and data["width_s"] >= 100
+    assert max(data["series"]["rss"]) == 99.0          # a peak survives decimation
+    assert set(data["series"]["cpu_pct"]) == {50.0}      # a mean stays a mean
+
+
+def test_recorder_line_checkpoints_point_at_line_starts(tmp_path):
+    from gpudeck.jobs.logs.analyze import LogAnalyzer
+    import gpudeck.jobs.history.recorder as recorder
+    data = b"".join(b"line %d %s\n" % (i, b"x" * (i % 50)) for i in range(1, 20001))
+    rec = RunRecorder(tmp_path)
+    analyzer = LogAnalyzer()
+    old, recorder.CHECKPOINT_EVERY = recorder.CHECKPOINT_EVERY, 50_000
+    try:
+        offset = 0
+        for start in range(0, len(data), 33_333):
+            chunk = data[start:start + 33_333]
+            analyzer.feed(chunk)
+            offset += len(chunk)
+            rec.observe_log(0.0, {"phase": "unknown"}, offset, analyzer.line)
+    finally:
+        recorder.CHECKPOINT_EVERY = old
+    assert len(rec.checkpoints) > 5
+    for off, newlines in rec.checkpoints:
+        assert data[:off].count(b"\n") == newlines
