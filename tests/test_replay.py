@@ -1,0 +1,279 @@
+"""Replay of REAL recorded runs (jobs started through the supervisor, then played back), and of the bundled demo."""
+from __future__ import annotations
+
+import filecmp
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpudeck.jobs import replay as replay_mod
+from gpudeck.jobs.logs.analyze import LogAnalyzer
+from gpudeck.jobs.replay import (SPEEDS, ReplayError, ReplaySession, RunReplay, clock_text, demo_run_dirs,
+                                 demo_session, position_bar)
+from gpudeck.jobs.spec import load_jobs
+from gpudeck.jobs.supervisor import Supervisor
+
+from runsupport import wait_for, write_jobs
+
+REPO = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+TRAINER = r"""
+import sys, time
+for i in range(1, 7):
+    print(f"epoch 1/1 step {i}/6 loss={2.5 - i * 0.1:.2f}", flush=True)
+    time.sleep(0.4)
+sys.stderr.write('''Traceback (most recent call last):
+  File "/work/train.py", line 88, in <module>
+    loss = model(batch).loss
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.06 GiB is free.
+''')
+sys.exit(1)
+"""
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """Two real runs, recorded by the real runner: a trainer that dies of CUDA OOM, a job that goes silent and is stopped."""
+    root = tmp_path_factory.mktemp("replay")
+    script = root / "train.py"
+    script.write_text(TRAINER)
+    jobs = write_jobs(root / "jobs.toml", {
+        "trainer": {"kind": "train", "cmd": [PY, str(script)]},
+        "sleeper": {"kind": "stage", "stall_after": 2, "cmd": "echo warming up; exec sleep 120"},
+    })
+    sup = Supervisor(load_jobs(jobs), state_dir=root / "state")
+    runs = {name: sup.start(name) for name in ("trainer", "sleeper")}
+    try:
+        assert sup.wait("trainer", timeout=60) is not None, "the trainer did not end"
+        health = sup.latest("sleeper").path / "health.json"
+
+        def stalled() -> bool:
+            try:
+                return any(a["code"] == "stalled" for a in json.loads(health.read_text())["alerts"])
+            except (OSError, ValueError, KeyError):
+                return False
+        wait_for(stalled, timeout=40, what="the sleeper's stalled alert")
+        time.sleep(1.2)        # a tick or two with the alert up, so the replay has an instant to show it
+        sup.stop("sleeper", timeout=10)
+        trainer_health = sup.latest("trainer").path / "health.json"
+        wait_for(lambda: json.loads(trainer_health.read_text()).get("ended"), timeout=20,
+                 what="the trainer's final health")
+        wait_for(lambda: (sup.latest("sleeper").path / "exit.json").exists(), timeout=20, what="the sleeper's exit")
+    except BaseException:
+        for name in runs:
+            try:
+                sup.stop(name, timeout=5)
+            except Exception:
+                pass
+        raise
+    return {"trainer": sup.latest("trainer").path, "sleeper": sup.latest("sleeper").path}
+
+
+def frames(run: RunReplay, step: float = 0.25):
+    t = run.start
+    while True:
+        yield run.frame(t)
+        if t >= run.end:
+            return
+        t = min(run.end, t + step)
+
+
+STATE_ORDER = ["idle", "starting", "running", "stopping", "exited", "stopped"]
+
+
+def test_a_crashed_run_replays_as_it_was_lived(recorded):
+    run = RunReplay(recorded["trainer"])
+    log = (recorded["trainer"] / "output.log").read_bytes()
+    crash_at = next(m.t for m in run.recording.marks if m.kind == "alert" and m.code == "crashed")
+    seen_states, dones = [], []
+    for frame in frames(run):
+        job = frame.job
+        assert job["replay"] is True and job["name"] == "trainer"
+        if not seen_states or seen_states[-1] != job["state"]:
+            seen_states.append(job["state"])
+        progress = job["progress"]
+        if progress:
+            dones.append(progress["done"])
+            assert progress["total"] == 6
+        codes = [a["code"] for a in job["alerts"]]
+        assert ("crashed" in codes) == (frame.t >= crash_at), (frame.t - run.start, codes)
+        assert log[:frame.log_bytes].count(b"\n") <= log.count(b"\n")
+    assert seen_states == sorted(seen_states, key=STATE_ORDER.index), seen_states
+    assert seen_states[-1] == "exited" and "running" in seen_states
+    assert dones == sorted(dones) and dones[-1] == 6 and len(set(dones)) >= 3, dones
+
+    end = run.frame(run.end)
+    assert end.log_bytes == len(log)
+    assert end.job["exit_code"] == 1 and end.job["phase"] == "failed"
+    [crash] = end.job["alerts"]
+    assert crash["cause"] == "cuda_oom" and "status 1" in crash["message"]
+    assert end.job["failure"]["cause"] == "cuda_oom"
+    # the replay agrees with what the runner's monitor published at the end
+    health = json.loads((recorded["trainer"] / "health.json").read_text())
+    assert end.job["phase"] == health["phase"] and end.job["progress"]["done"] == health["progress"]["done"]
+    assert [a["code"] for a in end.job["alerts"]] == [a["code"] for a in health["alerts"]]
+
+
+def test_log_bytes_follow_the_arrival_index(recorded):
+    run = RunReplay(recorded["trainer"])
+    times = [line.split() for line in (recorded["trainer"] / "times").read_text().splitlines()]
+    for offset, second in ((int(o), float(s)) for o, s in times):
+        # every byte the runner noted by that second is shown at that second, never more than arrived by the next
+        assert run.frame(second).log_bytes >= offset
+    assert run.frame(run.start - 10).log_bytes == 0
+
+
+def test_the_analysis_at_t_equals_the_analyzer_over_the_bytes_that_had_arrived(recorded):
+    run = RunReplay(recorded["trainer"])
+    log = (recorded["trainer"] / "output.log").read_bytes()
+    for frame in frames(run, step=0.5):
+        fresh = LogAnalyzer()
+        fresh.feed(log[:frame.log_bytes])
+        expect = fresh.result().to_json()
+        assert frame.job["phase"] == (expect["phase"] if frame.job["state"] != "idle" else None)
+        got = frame.job["progress"] or {}
+        assert (got.get("done"), got.get("total")) == ((expect["progress"] or {}).get("done"),
+                                                       (expect["progress"] or {}).get("total"))
+
+
+def test_seeking_back_restores_a_checkpoint_instead_of_rereading_the_log(recorded, monkeypatch):
+    monkeypatch.setattr(replay_mod, "CHECKPOINT_BYTES", 64)
+    run = RunReplay(recorded["trainer"])
+    size = (recorded["trainer"] / "output.log").stat().st_size
+    for _ in frames(run, step=0.2):
+        pass
+    assert run.bytes_read == size            # played forward: every byte read exactly once
+    checkpoints = run._track.checkpoints
+    assert len(checkpoints) >= 3
+    middle = run.start + (run.end - run.start) * 0.6
+    before = run.bytes_read
+    back = run.frame(middle)
+    reread = run.bytes_read - before
+    assert reread < 64 + max(b - a for a, b in zip(run.recording.point_offsets, run.recording.point_offsets[1:])), reread
+    assert back.job == RunReplay(recorded["trainer"]).frame(middle).job     # same as a fresh replay at that instant
+    # and forward again picks up from there
+    assert run.frame(run.end).job["state"] == "exited"
+
+
+def test_a_stalled_then_stopped_run_shows_the_alert_and_the_stop(recorded):
+    session = ReplaySession.open([recorded["sleeper"]])
+    marks = session.marks
+    stalled = next(m for m in marks if m.kind == "alert" and m.code == "stalled")
+    assert session.frame().jobs[0]["alerts"] == []
+    jumped = session.next_mark({"alert"})
+    assert jumped == stalled and session.position == stalled.t
+    job = session.frame().jobs[0]
+    assert job["state"] == "running" and [a["code"] for a in job["alerts"]] == ["stalled"]
+    assert "no sign of life" in job["alerts"][0]["message"]
+    stop = next(m for m in marks if m.label == "stop requested")
+    session.seek_to(stop.t)
+    assert session.frame().jobs[0]["state"] == "stopping"
+    session.seek_to(session.end)
+    job = session.frame().jobs[0]
+    assert job["state"] == "stopped" and job["ended_at"] is not None
+    assert job["alerts"] == []              # a stop clears the stall; it is not a crash
+    assert session.previous_mark() is not None and session.position < session.end
+
+
+def test_player_speed_pause_seek_and_bounds(recorded):
+    session = ReplaySession.open([recorded["trainer"]], speed=5)
+    assert session.speed == 4.0              # snapped to the nearest speed offered
+    for _ in range(10):
+        session.faster()
+    assert session.speed == SPEEDS[-1] == 64.0
+    for _ in range(10):
+        session.slower()
+    assert session.speed == SPEEDS[0] == 1.0
+    t0 = session.position
+    session.advance(0.5)
+    assert session.position == pytest.approx(t0 + 0.5)
+    session.toggle_pause()
+    session.advance(5)
+    assert session.position == pytest.approx(t0 + 0.5)
+    session.toggle_pause()
+    session.seek(-60)
+    assert session.position == session.start
+    session.seek(+60)
+    assert session.position == session.end and session.at_end
+    session.advance(1)
+    assert session.position == session.end   # stops at the end unless looping
+    frame = session.frame()
+    assert frame.fraction == 1.0
+    bar = position_bar(frame, 20)
+    assert len(bar) == 20 and bar.endswith("●") and bar.count("●") == 1 and set(bar[:-1]) <= {"━", "▲"}
+    assert clock_text(3725) == "1:02:05" and clock_text(42) == "0:42"
+
+
+def test_bad_inputs_are_one_line_errors_or_a_partial_replay(tmp_path, recorded):
+    with pytest.raises(ReplayError, match="no such run directory"):
+        RunReplay(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ReplayError, match="not a run directory"):
+        RunReplay(tmp_path / "empty")
+    # a copy with only meta.json and the log (no times, samples, events, exit): the log is shown from the start
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("meta.json", "output.log"):
+        (bare / name).write_bytes((recorded["trainer"] / name).read_bytes())
+    run = RunReplay(bare)
+    frame = run.frame(run.start)
+    assert frame.log_bytes == (bare / "output.log").stat().st_size
+    assert frame.job["phase"] == "failed" and frame.job["alerts"] == []
+    # torn and corrupt lines (a killed writer) are skipped, not fatal
+    torn = tmp_path / "torn"
+    torn.mkdir()
+    for name in ("meta.json", "output.log", "times", "samples.jsonl", "events.jsonl"):
+        (torn / name).write_bytes((recorded["trainer"] / name).read_bytes())
+    with open(torn / "times", "ab") as fh:
+        fh.write(b"12")
+    with open(torn / "samples.jsonl", "ab") as fh:
+        fh.write(b'{"t": 1')
+    (torn / "meta.json").write_text('{"created_at": "yesterday", "spec": 7}')
+    run = RunReplay(torn)
+    assert run.frame(run.end).job["state"] in ("running", "lost")
+
+
+def test_the_demo_shows_loading_with_eta_an_oom_heading_build_a_crash_and_a_stall_within_seconds():
+    session = demo_session()
+    assert session.simulated and session.loop and session.speed == replay_mod.DEMO_SPEED
+    seen: dict[str, set] = {}
+    wall = 0.0
+    while wall <= 15.0:                        # 15 s of the newcomer's time at the demo's speed
+        for job in session.frame().jobs:
+            assert job["simulated"] is True
+            got = seen.setdefault(job["name"], set())
+            got.update(a["code"] for a in job["alerts"])
+            if job["phase"] == "loading" and (job["progress"] or {}).get("eta_s"):
+                got.add("loading-with-eta")
+        session.advance(0.5)
+        wall += 0.5
+    assert "loading-with-eta" in seen["vllm-k2"]
+    assert "oom_risk" in seen["sgl-kernel-build"]
+    assert "crashed" in seen["vllm-eagle3"]
+    assert "stalled" in seen["sglang-k2"]
+    # and it loops to where it began
+    session.seek_to(session.end)
+    session.advance(0.5)
+    assert session.position == session.loop_start
+
+
+def test_the_bundled_demo_recordings_are_what_the_generator_makes(tmp_path):
+    out = tmp_path / "demo_runs"
+    done = subprocess.run([PY, str(REPO / "docs" / "make_demo_runs.py"), "--out", str(out)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    bundled = demo_run_dirs()
+    assert len(bundled) == 4
+    for run_dir in bundled:
+        fresh = out / run_dir.parent.name / run_dir.name
+        names = sorted(p.name for p in run_dir.iterdir())
+        assert names == sorted(p.name for p in fresh.iterdir())
+        match, mismatch, errors = filecmp.cmpfiles(run_dir, fresh, names, shallow=False)
+        assert not mismatch and not errors, (
+            f"{run_dir.name}: {mismatch or errors} differ from the generator's output — "
+            f"run docs/make_demo_runs.py and commit jobs/demo_runs/")
