@@ -10,7 +10,7 @@ from gpudeck.jobs.history.index import RunIndex, db_path
 from gpudeck.jobs.history.recorder import RunRecorder, Timeline, read_summary
 from gpudeck.jobs.runs import latest_run
 
-from runsupport import PY, cli, cli_env, state, wait_for, write_jobs  # noqa: F401
+from runsupport import PY, cli, cli_env, wait_for, write_jobs
 
 CRASH = ("import sys, time\n"
          "print('Loading safetensors checkpoint shards:  50% Completed | 1/2', flush=True)\n"
