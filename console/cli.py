@@ -11,6 +11,7 @@ from gpudeck.jobs import __version__
 
 import gpudeck.console.commands as _commands_pkg
 from gpudeck.console.errors import CliError
+from gpudeck.jobs.runs import UnsafeStateDir
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,6 +101,10 @@ def _dispatch(args: argparse.Namespace) -> int:
     except CliError as exc:
         print(f"gpudeck: {exc}", file=sys.stderr)
         return exc.code
+    except UnsafeStateDir as exc:
+        # Another user could have written what is in there (a pid to signal, a run to read).
+        print(f"gpudeck: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 from gpudeck.jobs.procs import port_listening
-from gpudeck.jobs.runs import append_jsonl as append_event, write_json_atomic
+from gpudeck.jobs.runs import append_jsonl as append_event, open_private, write_json_atomic
 from gpudeck.jobs.stalls import GpuReading, HealthRules, HealthUpdate, Observation, RunEnd
 
 HEALTH = "health.json"
@@ -331,7 +331,8 @@ class HealthMonitor:
         # bash like the jobs' own string commands (jobs.toml documents it so); sh where there is no bash.
         for shell in ("bash", "/bin/sh"):
             try:
-                with open(self.run_dir / ON_ALERT_LOG, "ab") as out:
+                with open(open_private(self.run_dir / ON_ALERT_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT),
+                          "ab") as out:
                     child = subprocess.Popen([shell, "-c", self.on_alert], env=env, stdin=subprocess.DEVNULL,
                                              stdout=out, stderr=out, start_new_session=True, close_fds=True,
                                              cwd=str(self.run_dir))

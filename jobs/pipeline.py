@@ -22,7 +22,8 @@ from typing import Optional
 
 from gpudeck.jobs import paths
 from gpudeck.jobs.procs import ProcessId, identity, is_alive, signal_process
-from gpudeck.jobs.runs import append_jsonl, new_run_id, read_json, read_jsonl, write_json_atomic
+from gpudeck.jobs.runs import (PRIVATE_DIR_MODE, append_jsonl, ensure_private_dir, new_run_id, open_private,
+                               read_json, read_jsonl, state_root, write_json_atomic)
 from gpudeck.jobs.spec import spec_snapshot
 
 META = "meta.json"
@@ -154,10 +155,9 @@ def latest_pipeline(target: str, state_dir: Optional[Path] = None) -> Optional[P
 def start_pipeline(supervisor, target: str) -> Pipeline:
     """Plan, record and launch a detached pipeline for `target`; returns at once."""
     stages = plan(supervisor.jobs_file, target)
-    parent = pipelines_root(supervisor.state_dir) / target
-    parent.mkdir(parents=True, exist_ok=True)
+    parent = ensure_private_dir(ensure_private_dir(pipelines_root(state_root(supervisor.state_dir))) / target)
     # Check-then-create under a per-target lock: two `gpudeck run X` at once start one pipeline.
-    lock_fd = os.open(parent / ".start.lock", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    lock_fd = open_private(parent / ".start.lock", os.O_WRONLY | os.O_CREAT)
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX)
         current = latest_pipeline(target, supervisor.state_dir)
@@ -166,7 +166,8 @@ def start_pipeline(supervisor, target: str) -> Pipeline:
         while True:
             path = parent / new_run_id()
             try:
-                path.mkdir()
+                os.mkdir(path, PRIVATE_DIR_MODE)
+                os.chmod(path, PRIVATE_DIR_MODE)
                 break
             except FileExistsError:
                 continue
@@ -179,7 +180,7 @@ def start_pipeline(supervisor, target: str) -> Pipeline:
         })
     finally:
         os.close(lock_fd)          # closing the fd releases the lock
-    with open(path / "pipeline.log", "ab") as diag:
+    with open(open_private(path / "pipeline.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as diag:
         launcher = subprocess.Popen(
             [sys.executable, "-m", "gpudeck.jobs.pipeline", "--detach", str(path)],
             cwd=str(_PACKAGE_ROOT), env={k: v for k, v in os.environ.items() if k != "GPUDECK_RUN_ID"},

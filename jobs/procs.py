@@ -206,6 +206,47 @@ def cmdline(pid: int) -> Optional[str]:
     return " ".join(part.decode("utf-8", "replace") for part in raw.rstrip(b"\0").split(b"\0"))
 
 
+def cmdline_args(pid: int) -> list[str]:
+    """argv of a process as the kernel shows it (empty: gone, a kernel thread, or not ours to read)."""
+    try:
+        raw = (PROC / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode("utf-8", "replace") for part in raw.rstrip(b"\0").split(b"\0")] if raw else []
+
+
+def file_id(path: str | os.PathLike) -> Optional[tuple[int, int]]:
+    """(device, inode) of a file, the identity an open fd is compared with."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def holds_file(pid: int, target: tuple[int, int]) -> bool:
+    """True if the process has the file (device, inode) open on any fd (even after it was renamed)."""
+    fd_dir = PROC / str(pid) / "fd"
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            st = os.stat(fd_dir / fd)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == target:
+            return True
+    return False
+
+
+def holders_of(target: tuple[int, int], stats: Optional[dict[int, "ProcStat"]] = None) -> list["ProcStat"]:
+    """Every process holding the file open: a job's processes keep its output.log as stdout/stderr."""
+    stats = all_stats() if stats is None else stats
+    return [st for st in stats.values() if holds_file(st.pid, target)]
+
+
 def io_bytes(pid: int) -> tuple[Optional[int], Optional[int]]:
     """(read_bytes, write_bytes) from /proc/PID/io: storage bytes, not page-cache hits."""
     try:

@@ -32,7 +32,7 @@ from typing import Any, Callable, Optional
 
 from gpudeck.jobs.procs import (RUN_TAG, ProcessId, ProcStat, all_stats, descendants, identity, io_bytes,
                         signal_group, signal_name, signal_number, signal_process, tagged)
-from gpudeck.jobs.runs import Run
+from gpudeck.jobs.runs import Run, open_private
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NAME = 15
@@ -188,7 +188,7 @@ class Runner:
                                  "stopped_by_request": True, "leftovers": [],
                                  "note": "stopped before the job was launched"})
             return 0
-        log_fd = os.open(self.run.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        log_fd = open_private(self.run.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         cwd = self.meta.get("cwd") or None
         try:
             self._popen = subprocess.Popen(
@@ -326,10 +326,14 @@ class Runner:
         grew = size > self._last_size
         self._last_size = size
         if size > self._log_recorded:
-            with open(self.run.times_path, "a", encoding="ascii") as fh:
-                fh.write(f"{size} {int(now)}\n")
-            self._log_recorded = size
             self._last_output_at = now
+            try:
+                with open(open_private(self.run.times_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a",
+                          encoding="ascii") as fh:
+                    fh.write(f"{size} {int(now)}\n")
+                self._log_recorded = size
+            except OSError:
+                pass            # a full disk or a planted symlink costs the arrival index, not the run
         return size, grew
 
     def _sample(self, now: float, size: int) -> dict:

@@ -11,6 +11,12 @@ Layout: <state_dir>/runs/<job>/<run_id>/
 
 Everything here is derived from files, never from memory: any process can read a
 run's state, and a restarted console re-attaches by reading these files.
+
+The state dir is trusted only when it is provably the user's own: directories are
+created 0700 and files 0600 whatever the umask (meta.json holds the job's env,
+tokens included), a state/run directory owned by someone else or writable by
+group/others is refused (UnsafeStateDir), and every write opens its file with
+O_NOFOLLOW so a planted symlink cannot redirect it.
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ import os
 import re
 import secrets
 import shutil
+import stat as _stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,8 +49,79 @@ _RUN_ID = re.compile(r"^\d{8}-\d{6}-\d{3}[0-9a-f]{2}$")
 _JOB_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+
+
+class UnsafeStateDir(Exception):
+    """A state or run directory another user owns or could write: refused, never read or signalled from."""
+
+
+def check_private_dir(path: Path, *, follow: bool = False) -> bool:
+    """Raise UnsafeStateDir unless `path` (if it exists) is a directory of ours that only we can write.
+
+    False if it does not exist. Below the state dir's root a symlink is refused
+    (`follow=False`): swapping a run dir for a link is how another user's files would be read.
+    """
+    try:
+        st = os.stat(path) if follow else os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if _stat.S_ISLNK(st.st_mode):
+        raise UnsafeStateDir(f"{path} is a symlink: refusing to use it as a gpudeck state directory")
+    if not _stat.S_ISDIR(st.st_mode):
+        raise NotADirectoryError(f"{path} is not a directory")
+    if st.st_uid != os.geteuid():
+        raise UnsafeStateDir(f"{path} is owned by uid {st.st_uid}, not by you (uid {os.geteuid()}): "
+                             f"refusing to use it")
+    if st.st_mode & 0o022:
+        raise UnsafeStateDir(f"{path} is writable by group or others (mode {st.st_mode & 0o777:o}): "
+                             f"refusing to use it; chmod 700 it if it is yours")
+    return True
+
+
+def ensure_private_dir(path: Path, *, follow: bool = False) -> Path:
+    """Create `path` 0700 (whatever the umask) if missing; verify it either way."""
+    if not check_private_dir(path, follow=follow):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.mkdir(path, PRIVATE_DIR_MODE)
+            os.chmod(path, PRIVATE_DIR_MODE)        # the umask may have taken bits away
+        except FileExistsError:
+            pass                                    # a concurrent creator: verified below
+        check_private_dir(path, follow=follow)
+    return path
+
+
+def open_private(path: Path, flags: int) -> int:
+    """os.open for the state dir: never through a symlink, created 0600 whatever the umask."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+    if flags & os.O_CREAT:
+        try:
+            st = os.fstat(fd)
+            if st.st_uid == os.geteuid() and st.st_mode & 0o777 != PRIVATE_FILE_MODE:
+                os.fchmod(fd, PRIVATE_FILE_MODE)
+        except OSError:
+            pass
+    return fd
+
+
+def state_root(state_dir: Optional[Path] = None) -> Path:
+    """The state dir, verified (and created) private. The root itself may be a symlink the user made."""
+    return ensure_private_dir(state_dir or paths.state_dir(), follow=True)
+
+
 def runs_root(state_dir: Optional[Path] = None) -> Path:
     return (state_dir or paths.state_dir()) / "runs"
+
+
+def _verified_runs_root(state_dir: Optional[Path], create: bool) -> Optional[Path]:
+    root = state_dir or paths.state_dir()
+    if create:
+        return ensure_private_dir(runs_root(state_root(root)))
+    if not check_private_dir(root, follow=True) or not check_private_dir(runs_root(root)):
+        return None
+    return runs_root(root)
 
 
 def new_run_id(now: Optional[float] = None) -> str:
@@ -56,11 +134,24 @@ def new_run_id(now: Optional[float] = None) -> str:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     # Readers (other CLIs, the console) must never see half a file: write, then rename.
+    # O_EXCL|O_NOFOLLOW: a planted tmp symlink is never written through (rename replaces a link, not its target).
+    text = json.dumps(data, indent=1, sort_keys=True, default=str) + "\n"
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1, sort_keys=True, default=str)
-        fh.write("\n")
-    os.replace(tmp, path)
+    try:
+        fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    except FileExistsError:
+        os.unlink(tmp)           # left by a killed writer with this pid (or planted): never followed
+        fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        with open(fd, "w", encoding="utf-8", closefd=True) as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def read_json(path: Path) -> Optional[dict]:
@@ -76,7 +167,7 @@ def append_jsonl(path: Path, record: dict) -> None:
     # One write() of one line on an O_APPEND fd: concurrent writers (runner,
     # supervisor, stall rules) never interleave inside a line.
     line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = open_private(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         os.write(fd, line)
     finally:
@@ -281,13 +372,19 @@ def job_dir(job: str, state_dir: Optional[Path] = None) -> Path:
     return runs_root(state_dir) / job
 
 
+def ensure_job_dir(job: str, state_dir: Optional[Path] = None) -> Path:
+    """The job's directory of runs, created 0700 with the state dir above it, every level verified ours."""
+    job_dir(job, state_dir)                     # validates the name
+    return ensure_private_dir(_verified_runs_root(state_dir, create=True) / job)
+
+
 def create_run(job: str, state_dir: Optional[Path] = None) -> Run:
-    parent = job_dir(job, state_dir)
-    parent.mkdir(parents=True, exist_ok=True)
+    parent = ensure_job_dir(job, state_dir)
     for _ in range(20):
         path = parent / new_run_id()
         try:
-            path.mkdir()
+            os.mkdir(path, PRIVATE_DIR_MODE)
+            os.chmod(path, PRIVATE_DIR_MODE)
         except FileExistsError:
             continue
         return Run(path)
@@ -295,13 +392,25 @@ def create_run(job: str, state_dir: Optional[Path] = None) -> Run:
 
 
 def list_runs(job: str, state_dir: Optional[Path] = None) -> list[Run]:
-    """Runs of a job, oldest first."""
+    """Runs of a job, oldest first. Raises UnsafeStateDir if any level is not provably ours."""
     try:
         parent = job_dir(job, state_dir)
-        names = os.listdir(parent)
-    except (OSError, ValueError):
+    except ValueError:
         return []
-    return [Run(parent / n) for n in sorted(names) if _RUN_ID.match(n) and (parent / n).is_dir()]
+    if _verified_runs_root(state_dir, create=False) is None or not check_private_dir(parent):
+        return []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return []
+    runs = []
+    for n in sorted(names):
+        try:
+            if _RUN_ID.match(n) and check_private_dir(parent / n):
+                runs.append(Run(parent / n))
+        except NotADirectoryError:
+            continue
+    return runs
 
 
 def latest_run(job: str, state_dir: Optional[Path] = None) -> Optional[Run]:
@@ -321,7 +430,8 @@ def find_run(job: str, run_id: str, state_dir: Optional[Path] = None) -> Optiona
 
 def known_jobs(state_dir: Optional[Path] = None) -> list[str]:
     try:
-        return sorted(n for n in os.listdir(runs_root(state_dir)) if _JOB_NAME.match(n))
+        root = _verified_runs_root(state_dir, create=False)
+        return sorted(n for n in os.listdir(root) if _JOB_NAME.match(n)) if root is not None else []
     except OSError:
         return []
 

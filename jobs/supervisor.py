@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from gpudeck.jobs import paths
-from gpudeck.jobs.procs import (RUN_TAG, ProcessId, ProcStat, all_stats, cmdline, descendants, group_members,
-                        is_alive, listening_ports, port_owners, signal_group, signal_name, signal_number,
-                        signal_process, tagged)
-from gpudeck.jobs.runs import Run, RunState, create_run, job_dir, latest_run, list_runs, prune_runs
+from gpudeck.jobs.procs import (RUN_TAG, ProcessId, ProcStat, all_stats, cmdline, cmdline_args, descendants,
+                                environ_value, file_id, group_members, holds_file, is_alive, listening_ports,
+                                port_owners, signal_group, signal_name, signal_number, signal_process, tagged)
+from gpudeck.jobs.runs import (Run, RunState, create_run, ensure_job_dir, latest_run, list_runs, open_private,
+                               prune_runs)
 from gpudeck.jobs.spec import JobsFile, JobSpec, spec_snapshot
 
 LIVE_STATES = ("starting", "running", "stopping")
@@ -150,17 +151,53 @@ class StopReport:
         return out
 
 
+def proven_runner(run: Run, meta: dict, stats: dict[int, ProcStat]) -> Optional[ProcessId]:
+    """The run's runner as recorded in meta.json, only if the live process at that pid and start
+    time really is `python -m gpudeck.jobs.runner ... RUN_DIR` for this run directory."""
+    runner = ProcessId.from_jsonable(meta.get("runner"))
+    st = stats.get(runner.pid) if runner is not None else None
+    if st is None or st.start != runner.start:
+        return None
+    args = cmdline_args(runner.pid)
+    if "gpudeck.jobs.runner" not in args:
+        return None
+    here = os.path.realpath(run.path)
+    return runner if any(os.path.realpath(a) == here for a in args[args.index("gpudeck.jobs.runner") + 1:]) else None
+
+
+def proven_job(run: Run, meta: dict, stats: dict[int, ProcStat], runner: Optional[ProcessId],
+               log_id: Optional[tuple[int, int]]) -> Optional[ProcessId]:
+    """The job's main process from meta.json, only if it is provably this run's.
+
+    meta.json is a file: a pid and start time in it prove nothing alone (an edited
+    one could name sshd). The process must also carry the run's tag, be a child of
+    the proven runner, or hold the run's output.log open.
+    """
+    job = ProcessId.from_jsonable(meta.get("job_process"))
+    st = stats.get(job.pid) if job is not None else None
+    if st is None or st.start != job.start:
+        return None
+    if environ_value(job.pid, RUN_TAG) == run.run_id:
+        return job
+    if runner is not None and st.ppid == runner.pid:
+        return job
+    if log_id is not None and holds_file(job.pid, log_id):
+        return job
+    return None
+
+
 def run_processes(run: Run, stats: Optional[dict[int, ProcStat]] = None) -> list[ProcStat]:
     """Every live, non-zombie process of a run: the runner's subtree, the job's group, and tagged escapees.
 
     Membership is proven, never assumed: a descendant of the runner's verified
-    identity, a member of the job's group while a verified process of ours is in
-    it, or a process whose environment carries this run's tag.
+    identity (cmdline names this run dir), the job proven by tag / parent / log fd,
+    a member of the job's group while a proven process of ours is in it, or a
+    process whose environment carries this run's tag.
     """
     stats = all_stats() if stats is None else stats
     meta = run.meta()
-    runner = ProcessId.from_jsonable(meta.get("runner"))
-    job = ProcessId.from_jsonable(meta.get("job_process"))
+    runner = proven_runner(run, meta, stats)
+    job = proven_job(run, meta, stats, runner, file_id(run.log_path))
     found: dict[int, ProcStat] = {}
     if runner is not None:
         for st in descendants(runner, stats):
@@ -232,12 +269,11 @@ class Supervisor:
     def start(self, name: str, *, pipeline: Optional[str] = None) -> str:
         """Start a run of `name` under a detached runner; returns its run id within about a second."""
         spec = self.spec(name)
-        job_runs = job_dir(name, self.state_dir)
-        job_runs.mkdir(parents=True, exist_ok=True)
+        job_runs = ensure_job_dir(name, self.state_dir)
         # Check-and-create under a lock: two CLIs (or a CLI and the console) starting the
         # same job at once would otherwise both see it idle and start it twice. Once
         # meta.json has created_at, the new run reads "starting" (live) to everyone.
-        lock_fd = os.open(job_runs / ".start.lock", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        lock_fd = open_private(job_runs / ".start.lock", os.O_WRONLY | os.O_CREAT)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
             current = self.latest(name)
@@ -249,7 +285,7 @@ class Supervisor:
             run.update_meta(job=name, run_id=run.run_id, created_at=time.time())
         finally:
             os.close(lock_fd)
-        run.log_path.touch()          # readers (logs -f, the console) may open it at once
+        os.close(open_private(run.log_path, os.O_WRONLY | os.O_CREAT))   # readers (logs -f, the console) may open it at once
         env = {str(k): str(v) for k, v in spec.env.items()}
         if spec.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpus)
@@ -266,7 +302,7 @@ class Supervisor:
         runner_env = {k: v for k, v in os.environ.items()
                       if k not in (RUN_TAG, "GPUDECK_JOB", "GPUDECK_RUN_DIR")}
         # The runner's own diagnostics (a traceback if it ever fails) go beside the run.
-        with open(run.path / "runner.log", "ab") as diag:
+        with open(open_private(run.path / "runner.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as diag:
             launcher = subprocess.Popen(
                 [sys.executable, "-m", "gpudeck.jobs.runner", "--detach", str(run.path)],
                 cwd=str(_PACKAGE_ROOT), env=runner_env, stdin=subprocess.DEVNULL,
@@ -373,9 +409,11 @@ class Supervisor:
         run.add_event("StopRequested", by="supervisor", pid=os.getpid(), signal=report.signal,
                       timeout_s=grace)
         meta = run.meta()
-        job = ProcessId.from_jsonable(meta.get("job_process"))
-        pgid = meta.get("pgid")
         ids = [st.identity for st in procs]
+        # The recorded job process is signalled only once run_processes proved it ours.
+        job = ProcessId.from_jsonable(meta.get("job_process"))
+        job = job if job in ids else None
+        pgid = meta.get("pgid")
         if pgid:
             signal_group(int(pgid), sig, ids + ([job] if job else []))
         if job is not None:
@@ -407,9 +445,7 @@ class Supervisor:
     def _kill_all(self, run: Run) -> list[int]:
         killed: set[int] = set()
         deadline = time.monotonic() + KILL_WAIT_S
-        meta = run.meta()
-        pgid = meta.get("pgid")
-        job = ProcessId.from_jsonable(meta.get("job_process"))
+        pgid = run.meta().get("pgid")
         # Repeat: a dying parent can fork one more child between our scan and its death.
         while time.monotonic() < deadline:
             procs = run_processes(run)
@@ -417,7 +453,7 @@ class Supervisor:
                 break
             ids = [st.identity for st in procs]
             if pgid:
-                signal_group(int(pgid), signal.SIGKILL, ids + ([job] if job else []))
+                signal_group(int(pgid), signal.SIGKILL, ids)
             for ident in ids:
                 if signal_process(ident, signal.SIGKILL):
                     killed.add(ident.pid)

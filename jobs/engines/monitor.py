@@ -166,10 +166,9 @@ def engine_fields(spec, run) -> Optional[dict]:
                 except Exception:
                     serving = None
     try:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(saved))
-        os.replace(tmp, path)
-    except OSError:
+        from gpudeck.jobs.runs import write_json_atomic
+        write_json_atomic(path, saved)
+    except (OSError, ValueError):
         pass
     return {"ready": state.ready, "readiness": state.detail, "port": settings.port,
             "ready_at": saved.get("ready_at"), "metrics": serving is not None,
