@@ -21,6 +21,7 @@ O_NOFOLLOW so a planted symlink cannot redirect it.
 from __future__ import annotations
 
 import bisect
+import calendar
 import json
 import os
 import re
@@ -124,12 +125,24 @@ def _verified_runs_root(state_dir: Optional[Path], create: bool) -> Optional[Pat
     return runs_root(root)
 
 
-def new_run_id(now: Optional[float] = None) -> str:
-    """Sortable by creation time to the millisecond: 20261129-234501-123ab."""
-    now = time.time() if now is None else now
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    millis = int((now % 1) * 1000)
-    return f"{stamp}-{millis:03d}{secrets.token_hex(1)}"
+def new_run_id(now: Optional[float] = None, after: Optional[str] = None) -> str:
+    """Sortable by creation time to the millisecond, in UTC: 20261129-234501-123ab.
+
+    UTC, not local time: a TZ change or a DST fall-back must not sort a new run
+    before an older one. `after` (the newest id already there) makes the order a
+    monotonic sequence even if the wall clock steps back: the new id is then that
+    one's millisecond plus one.
+    """
+    ms = int((time.time() if now is None else now) * 1000)
+    if after is not None and _RUN_ID.match(after):
+        try:
+            prev_ms = calendar.timegm(time.strptime(after[:15], "%Y%m%d-%H%M%S")) * 1000 + int(after[16:19])
+        except (ValueError, OverflowError):
+            prev_ms = None
+        if prev_ms is not None and ms <= prev_ms:
+            ms = prev_ms + 1
+    whole, millis = divmod(ms, 1000)
+    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime(whole))}-{millis:03d}{secrets.token_hex(1)}"
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -380,8 +393,10 @@ def ensure_job_dir(job: str, state_dir: Optional[Path] = None) -> Path:
 
 def create_run(job: str, state_dir: Optional[Path] = None) -> Run:
     parent = ensure_job_dir(job, state_dir)
+    existing = list_runs(job, state_dir)
+    newest = existing[-1].run_id if existing else None
     for _ in range(20):
-        path = parent / new_run_id()
+        path = parent / new_run_id(after=newest)
         try:
             os.mkdir(path, PRIVATE_DIR_MODE)
             os.chmod(path, PRIVATE_DIR_MODE)
@@ -413,8 +428,20 @@ def list_runs(job: str, state_dir: Optional[Path] = None) -> list[Run]:
     return runs
 
 
+LIVE_RUN_STATES = ("starting", "running", "stopping")
+
+
 def latest_run(job: str, state_dir: Optional[Path] = None) -> Optional[Run]:
+    """The job's current run: the newest one that is live, else the newest one.
+
+    A live run is never hidden by a newer-named one (ids written by an older
+    version in local time, a clock set back): `stop` finds it and `start` refuses.
+    Only runs without exit.json can be live, so this costs a stat per run.
+    """
     runs = list_runs(job, state_dir)
+    for run in reversed(runs):
+        if not run.exit_path.exists() and run.state().state in LIVE_RUN_STATES:
+            return run
     return runs[-1] if runs else None
 
 
