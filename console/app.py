@@ -18,6 +18,7 @@ from gpudeck.console.errors import CliError
 from gpudeck.console.messages import SampleFailed, SamplesCollected
 from gpudeck.console.screens.dashboard import DashboardScreen
 from gpudeck.console.screens.help import HelpScreen
+from gpudeck.console.screens.history import HistoryScreen
 from gpudeck.console.screens.jobs import JobsScreen, live_jobs_note
 from gpudeck.console.telemetry_view import TelemetryView
 from gpudeck.themes import DEFAULT_THEME, GPUDECK_THEMES, THEME_CYCLE, is_known_theme, known_theme_names, next_theme
@@ -27,6 +28,7 @@ from gpudeck.themes import DEFAULT_THEME, GPUDECK_THEMES, THEME_CYCLE, is_known_
 VIEWS: list[tuple[str, str, str, type[Screen]]] = [
     ("dashboard", "1", "Dashboard", DashboardScreen),
     ("jobs", "2", "Jobs", JobsScreen),
+    ("history", "3", "History", HistoryScreen),
 ]
 
 HISTORY_CAPACITY = 900   # 15 minutes at the default 1 s refresh: more than the 10 the issue asks

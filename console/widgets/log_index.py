@@ -49,6 +49,9 @@ class LogIndex:
         self._ends_with_newline = True
         self._generation = 0
         self._block_cache: OrderedDict[tuple[int, int, int], array] = OrderedDict()
+        # Replay shows the file as it stood at an instant: only its first `limit` bytes.
+        # Lowering the limit below what is indexed re-indexes (a new generation), like a truncation.
+        self.limit: int | None = None
 
     # -- scanning --------------------------------------------------------
     def _open(self) -> bool:
@@ -84,8 +87,10 @@ class LogIndex:
             if self._fd is not None and self._size:
                 return False        # deleted while open: keep showing what we have
             return False
+        limit = self.limit
         if self._fd is not None and (
             (st_path.st_dev, st_path.st_ino) != self._inode or st_path.st_size < self._size
+            or (limit is not None and limit < self._size)
         ):
             self._reset()
             changed = True
@@ -94,6 +99,8 @@ class LogIndex:
         if not self._open():
             return changed
         end = min(os.fstat(self._fd).st_size, self._size + max_bytes)
+        if limit is not None:
+            end = min(end, limit)
         pos = self._size
         if pos >= end:
             return changed

@@ -114,6 +114,7 @@ class LogViewPane(ScrollView, can_focus=True):
         self.index: LogIndex | None = None
         self._state = IndexState(0, 0, 0, 0)
         self._grew_pending = threading.Event()
+        self._wake = threading.Event()           # set_limit() wakes the watcher at once
         self._text_cache: LRUCache[tuple[int, int], tuple[str, int]] = LRUCache(4096)
         self._max_width = 0
         self.search: LogSearch | None = None
@@ -129,14 +130,22 @@ class LogViewPane(ScrollView, can_focus=True):
         if self._pending_path is not None:
             self.open(self._pending_path)
 
-    def open(self, path: str | Path) -> None:
-        """Show `path` (which may not exist yet), following its end."""
+    def set_limit(self, limit: int | None) -> None:
+        """Show only the first `limit` bytes of the file (a replay's position); None: all of it."""
+        if self.index is None or self.index.limit == limit:
+            return
+        self.index.limit = limit
+        self._wake.set()
+
+    def open(self, path: str | Path, limit: int | None = None) -> None:
+        """Show `path` (which may not exist yet), following its end; only its first `limit` bytes if given."""
         # The old index is closed by its own watcher as it exits: closing its fd here,
         # under a read in flight, could let the number be reused by another file.
         self.workers.cancel_group(self, "log-watch")
         self.workers.cancel_group(self, "log-search")
         self.path = Path(path)
         self.index = LogIndex(self.path)
+        self.index.limit = limit
         self._state = IndexState(0, 0, 0, 0)
         self._text_cache.clear()
         self._max_width = 0
@@ -164,8 +173,9 @@ class LogViewPane(ScrollView, can_focus=True):
                 if changed and not self._grew_pending.is_set():
                     self._grew_pending.set()
                     self.post_message(self.Grew(state))
-                if index.file_size <= state.size:
-                    time.sleep(self.poll_interval)
+                if index.file_size <= state.size or (index.limit is not None and index.limit <= state.size):
+                    self._wake.wait(self.poll_interval)
+                    self._wake.clear()
         finally:
             index.close()
 
@@ -363,6 +373,8 @@ class LogViewPane(ScrollView, can_focus=True):
         state = self._state
         parts = [f"{state.line_count:,} lines"]
         size_on_disk = self.index.file_size if self.index else 0
+        if self.index is not None and self.index.limit is not None:
+            size_on_disk = min(size_on_disk, self.index.limit)
         if self.index is not None and size_on_disk > state.size and size_on_disk:
             parts.append(f"indexing {100 * state.size // size_on_disk}%")
         parts.append("FOLLOWING" if self.following else "PAUSED (End/G follows)")
@@ -523,9 +535,9 @@ class LogView(Vertical):
     def pane(self) -> LogViewPane:
         return self.query_one(LogViewPane)
 
-    def open(self, path: str | Path, title: str = "") -> None:
+    def open(self, path: str | Path, title: str = "", limit: int | None = None) -> None:
         self.title = title
-        self.pane.open(path)
+        self.pane.open(path, limit=limit)
 
     def action_search(self) -> None:
         box = self.query_one(Input)

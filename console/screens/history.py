@@ -1,0 +1,256 @@
+"""The history view: every run of every job from the run index, newest first — filter, open a post-mortem, replay."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.message import Message
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import DataTable, Footer, Static
+
+from gpudeck.console.format import human_age, human_bytes, safe_text
+from gpudeck.console.widgets.border_titles import set_border_titles
+
+# A run that ends shows up within this long while the view is open (the index is synced lazily).
+REFRESH_S = 5.0
+# The view lists this many runs at most (newest first); `gpudeck runs` lists them all.
+MAX_ROWS = 2000
+COLUMNS = (("started", "started", 16), ("job", "job", 20), ("run", "run", 21), ("took", "took", 7),
+           ("result", "result", 14), ("phase", "phase", 10), ("why", "why", 0))
+
+
+def result_text(row: dict) -> str:
+    state = row.get("state") or "?"
+    if state in ("exited", "stopped"):
+        if row.get("signal"):
+            text = str(row["signal"])
+        elif row.get("exit_code") is not None:
+            text = f"exit {row['exit_code']}"
+        else:
+            text = state
+        return text + (" stopped" if state == "stopped" else "")
+    return state
+
+
+def why_text(row: dict) -> str:
+    if row.get("failure_cause"):
+        line = f" (line {row['failure_line']:,})" if isinstance(row.get("failure_line"), int) else ""
+        message = f": {row['failure_message']}" if row.get("failure_message") else ""
+        return f"{row['failure_cause']}{line}{message}"
+    if row.get("stopped_by"):
+        return f"stopped by {row['stopped_by']}"
+    alerts = [a for a in row.get("alerts") or [] if isinstance(a, str)]
+    peak = row.get("peak_gpu_mem") if isinstance(row.get("peak_gpu_mem"), dict) else {}
+    parts = [", ".join(alerts)] if alerts else []
+    if peak:
+        parts.append(f"peak GPU {human_bytes(max(v for v in peak.values() if isinstance(v, (int, float))) or 0)}")
+    return "; ".join(parts)
+
+
+def row_texts(row: dict, now: float) -> dict[str, str]:
+    started = row.get("started_at")
+    took = row.get("duration_s")
+    if took is None and isinstance(started, (int, float)) and row.get("state") in ("starting", "running", "stopping"):
+        took = now - started
+    phase = row.get("final_phase")
+    return {
+        "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(started)) if isinstance(started, (int, float)) else "—",
+        "job": safe_text(str(row.get("job") or "?"), 40), "run": safe_text(str(row.get("run_id") or "?"), 32),
+        "took": human_age(took) if isinstance(took, (int, float)) else "—",
+        "result": safe_text(result_text(row), 20),
+        "phase": safe_text(phase, 16) if isinstance(phase, str) and phase != "unknown" else "—",
+        "why": safe_text(why_text(row), 200) or "—",
+    }
+
+
+class RunsListed(Message):
+    def __init__(self, rows: list[dict], error: Optional[str] = None) -> None:
+        super().__init__()
+        self.rows = rows
+        self.error = error
+
+
+class HistoryScreen(Screen):
+    """Runs of every job (the run index), failed ones in red; Enter: post-mortem, R: replay."""
+
+    DEFAULT_CSS = """
+    HistoryScreen #history-reason { height: auto; color: $warning; padding: 0 1; display: none; }
+    HistoryScreen #history-reason.-shown { display: block; }
+    HistoryScreen #history-table { height: 1fr; border: round $primary; border-title-color: $foreground;
+                                   border-title-style: bold; padding: 0 1; background: $background; }
+    HistoryScreen #history-table:focus { border: round $accent; }
+    """
+
+    BINDINGS = [
+        Binding("enter", "postmortem", "Post-mortem", id="history.postmortem"),
+        Binding("R", "replay", "Replay", id="history.replay", tooltip="play the run in the jobs view"),
+        Binding("f", "toggle_failed", "Failed only", id="history.failed"),
+        Binding("j", "toggle_job", "This job", id="history.job", tooltip="only the selected run's job (again: all)"),
+        Binding("escape", "clear_filters", "All runs", show=False, id="history.clear"),
+    ]
+
+    def __init__(self, *, state_dir: Optional[Path] = None, clock: Any = time.time, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.state_dir = state_dir
+        self.clock = clock
+        self.rows: list[dict] = []
+        self.failed_only = False
+        self.job_filter: Optional[str] = None
+        self.loads = 0                      # completed loads (tests wait on it)
+        self._timer: Optional[Timer] = None
+        self._shown: Optional[list[tuple]] = None
+
+    def compose(self) -> ComposeResult:
+        try:
+            from gpudeck.console.widgets.box_header_panel import BoxHeaderPanel
+            yield BoxHeaderPanel("history", id="header")
+        except ImportError:  # pragma: no cover - the header is the dashboard's; the view works without it
+            pass
+        yield Static("", id="history-reason", markup=False)
+        table: DataTable = DataTable(id="history-table", cursor_type="row", zebra_stripes=False, cell_padding=1)
+        table.border_title = "runs"
+        yield table
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        for key, label, width in COLUMNS:
+            table.add_column(label, key=key, width=width or None)
+        table.focus()
+        self._load()
+
+    def on_screen_resume(self) -> None:
+        self._load()
+
+    def apply_telemetry(self, view: Any) -> None:
+        for header in self.query("#header"):
+            apply = getattr(header, "apply_telemetry", None)
+            if apply is not None:
+                apply(view)
+
+    # -- loading (a worker asks the core; the handler owns the rows) ------------------------------
+    @work(thread=True, exclusive=True, group="history-load", exit_on_error=False)
+    def _load(self) -> None:
+        try:
+            from gpudeck.jobs.history.index import RunIndex
+            with RunIndex(self.state_dir) as index:
+                index.sync()
+                rows = index.query(job=self.job_filter, failed=self.failed_only, kinds=["job"], limit=MAX_ROWS)
+        except Exception as exc:        # a broken index is a line on screen, never a crash
+            self.post_message(RunsListed(self.rows, error=f"run index unavailable: {type(exc).__name__}: {exc}"))
+            return
+        self.post_message(RunsListed(rows))
+
+    @on(RunsListed)
+    def _listed(self, message: RunsListed) -> None:
+        self.loads += 1
+        reason = self.query_one("#history-reason", Static)
+        reason.update(safe_text(message.error or "", 500))
+        reason.set_class(bool(message.error), "-shown")
+        self.rows = list(message.rows)
+        self._render_rows()
+        if self._timer is not None:
+            self._timer.stop()
+        # Re-armed after each load completes, so a slow index never stacks loads up.
+        self._timer = self.set_timer(REFRESH_S, self._reload_if_shown, name="history-refresh")
+
+    def _reload_if_shown(self) -> None:
+        if self.is_current:
+            self._load()
+
+    def _render_rows(self) -> None:
+        table = self.query_one(DataTable)
+        now = self.clock()
+        shown = [(r.get("key"), r.get("state"), r.get("ended_at"), r.get("failed"), r.get("final_phase"))
+                 for r in self.rows]
+        filters = []
+        if self.job_filter:
+            filters.append(f"job {self.job_filter}")
+        if self.failed_only:
+            filters.append("failed")
+        set_border_titles(table, f"runs ({len(self.rows)})" + (f" · {' · '.join(filters)}" if filters else ""))
+        if shown == self._shown and not any(r.get("state") in ("starting", "running", "stopping") for r in self.rows):
+            return                     # nothing changed: no repaint
+        self._shown = shown
+        cursor = table.cursor_row
+        table.clear()
+        error = self.app.get_css_variables().get("error", "red")
+        for row in self.rows:
+            texts = row_texts(row, now)
+            style = f"bold {error}" if row.get("failed") else ""
+            # Job-derived text is Text, never markup.
+            table.add_row(*(Text(texts[key], style=style, no_wrap=True, overflow="ellipsis")
+                            for key, _, _ in COLUMNS), key=str(row.get("key")))
+        if self.rows:
+            table.move_cursor(row=min(max(cursor, 0), len(self.rows) - 1))
+
+    # -- actions --------------------------------------------------------------------------------
+    @property
+    def selected_run(self) -> Optional[dict]:
+        table = self.query_one(DataTable)
+        if not self.rows or table.row_count == 0:
+            return None
+        return self.rows[min(max(table.cursor_row, 0), len(self.rows) - 1)]
+
+    def action_toggle_failed(self) -> None:
+        self.failed_only = not self.failed_only
+        self._shown = None
+        self._load()
+
+    def action_toggle_job(self) -> None:
+        if self.job_filter is not None:
+            self.job_filter = None
+        else:
+            run = self.selected_run
+            if run is None:
+                return
+            self.job_filter = str(run.get("job"))
+        self._shown = None
+        self._load()
+
+    def action_clear_filters(self) -> None:
+        if self.job_filter is None and not self.failed_only:
+            return
+        self.job_filter = None
+        self.failed_only = False
+        self._shown = None
+        self._load()
+
+    def _selected_path(self) -> Optional[Path]:
+        run = self.selected_run
+        if run is None:
+            self.notify("no run selected", severity="warning", timeout=3)
+            return None
+        path = Path(str(run.get("path") or ""))
+        if not path.is_dir():
+            self.notify(safe_text(f"{run.get('job')} run {run.get('run_id')}: its directory is gone ({path})", 300),
+                        severity="error", timeout=5, markup=False)
+            return None
+        return path
+
+    def action_replay(self) -> None:
+        path = self._selected_path()
+        if path is not None:
+            replay = getattr(self.app, "replay_runs", None)
+            if replay is None:
+                self.notify("replay is not available in this console", severity="warning", timeout=3)
+                return
+            replay([path])
+
+    def action_postmortem(self) -> None:
+        path = self._selected_path()
+        if path is None:
+            return
+        from gpudeck.console.screens.postmortem import PostmortemScreen
+        self.app.push_screen(PostmortemScreen(path))
+
+    @on(DataTable.RowSelected, "#history-table")
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_postmortem()

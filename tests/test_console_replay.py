@@ -1,0 +1,176 @@
+"""The console's history view, post-mortem screen and replay, driven by Pilot over REAL recorded runs."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpudeck.console.widgets.log_index import LogIndex
+from gpudeck.console.widgets.log_view import LogViewPane
+from gpudeck.jobs.spec import load_jobs
+from gpudeck.jobs.supervisor import Supervisor
+
+from runsupport import pilot_test, pilot_wait_for, wait_for, write_jobs
+
+PY = sys.executable
+
+CRASHER = r"""
+import sys, time
+for i in range(1, 5):
+    print(f"epoch 1/1 step {i}/4 loss={2.5 - i * 0.1:.2f}", flush=True)
+    time.sleep(0.3)
+sys.stderr.write('''Traceback (most recent call last):
+  File "/work/train.py", line 88, in <module>
+    loss = model(batch).loss
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.06 GiB is free.
+''')
+sys.exit(1)
+"""
+
+
+@pytest.fixture
+def recorded(state, tmp_path):
+    """Real runs under the test's state dir: a trainer that crashes (CUDA OOM), then a job that succeeds."""
+    script = tmp_path / "train.py"
+    script.write_text(CRASHER)
+    jobs = write_jobs(tmp_path / "jobs.toml", {
+        "trainer": {"kind": "train", "cmd": [PY, str(script)]},
+        "greeter": {"kind": "stage", "cmd": "echo hello; sleep 0.5; echo bye"},
+    })
+    sup = Supervisor(load_jobs(jobs), state_dir=state)
+    sup.start("trainer")
+    assert sup.wait("trainer", timeout=60) is not None
+    sup.start("greeter")
+    assert sup.wait("greeter", timeout=60) is not None
+    for name in ("trainer", "greeter"):
+        health = sup.latest(name).path / "health.json"
+        wait_for(lambda: health.exists() and json.loads(health.read_text()).get("ended"), timeout=20,
+                 what=f"{name}'s final health")
+    return {"state": state, "jobs": jobs, "trainer": sup.latest("trainer").path, "greeter": sup.latest("greeter").path}
+
+
+def make_console(jobs_file=None, **kwargs):
+    from gpudeck.console.app import make_app
+    from gpudeck.jobs.telemetry.sampler import make_sampler
+    return make_app(sampler=make_sampler(demo=True), start_sampling=False, refresh=0.3,
+                    jobs_file=None if jobs_file is None else str(jobs_file), **kwargs)
+
+
+def table_rows(table) -> list[list[str]]:
+    return [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+# -- the log pane shows a file only up to a byte limit (a replay's position) --------------------------
+
+def test_log_index_limit_shows_the_file_as_it_stood_and_can_go_back(tmp_path: Path) -> None:
+    path = tmp_path / "out.log"
+    path.write_bytes(b"one\ntwo\nthree\nfour\n")
+    index = LogIndex(path)
+    index.limit = 8
+    while index.update():
+        pass
+    assert index.line_count == 2 and index.read_line(1) == (b"two", 0)
+    generation = index.state().generation
+    index.limit = 14
+    while index.update():
+        pass
+    assert index.line_count == 3 and index.state().generation == generation      # forward: grows in place
+    index.limit = 5
+    while index.update():
+        pass
+    st = index.state()
+    assert st.size == 5 and st.line_count == 2 and st.generation > generation   # back: re-indexed
+    assert index.read_line(1) == (b"t", 0)
+    index.limit = None
+    while index.update():
+        pass
+    assert index.line_count == 4
+
+
+# -- the history view ---------------------------------------------------------------------------------
+
+@pilot_test
+async def test_history_lists_runs_newest_first_failed_in_red_and_filters(recorded) -> None:
+    from textual.widgets import DataTable
+
+    from gpudeck.console.screens.history import HistoryScreen
+    app = make_console(recorded["jobs"])
+    async with app.run_test(size=(140, 36)) as pilot:
+        await pilot.press("3")
+        screen = await pilot_wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen) and app.screen,
+                                      "history view")
+        await pilot_wait_for(pilot, lambda: screen.loads >= 1 and len(screen.rows) == 2, "two runs listed",
+                             detail=lambda: screen.rows)
+        table = screen.query_one(DataTable)
+        rows = table_rows(table)
+        assert [r[1] for r in rows] == ["greeter", "trainer"]          # newest first
+        assert "exit 1" in rows[1][4] and "cuda_oom" in rows[1][6]
+        error = app.get_css_variables()["error"]
+        trainer_cell = table.get_row_at(1)[1]
+        assert error.lower() in str(trainer_cell.style).lower()       # failed in red
+        assert error.lower() not in str(table.get_row_at(0)[1].style).lower()
+
+        await pilot.press("f")                                         # failed only
+        await pilot_wait_for(pilot, lambda: [r["job"] for r in screen.rows] == ["trainer"], "failed only")
+        assert "failed" in str(table.border_title)
+        await pilot.press("f")
+        await pilot_wait_for(pilot, lambda: len(screen.rows) == 2, "all runs again")
+        await pilot.press("j")                                         # the selected run's job
+        await pilot_wait_for(pilot, lambda: [r["job"] for r in screen.rows] == ["greeter"], "greeter only")
+        await pilot.press("escape")
+        await pilot_wait_for(pilot, lambda: len(screen.rows) == 2, "filters cleared")
+
+
+@pilot_test
+async def test_enter_opens_the_post_mortem_and_a_line_that_matters_jumps_the_log(recorded) -> None:
+    from textual.widgets import OptionList, Static
+
+    from gpudeck.console.screens.history import HistoryScreen
+    from gpudeck.console.screens.postmortem import PostmortemScreen
+    app = make_console(recorded["jobs"])
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("3")
+        screen = await pilot_wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen) and app.screen,
+                                      "history view")
+        await pilot_wait_for(pilot, lambda: len(screen.rows) == 2, "runs listed")
+        await pilot.press("down", "enter")                            # the trainer's run
+        pm = await pilot_wait_for(pilot, lambda: isinstance(app.screen, PostmortemScreen) and app.screen,
+                                  "post-mortem")
+        await pilot_wait_for(pilot, lambda: pm.view is not None, "report built")
+        verdict = str(pm.query_one("#pm-verdict", Static).render())
+        assert "exit 1" in verdict and "cuda_oom" in verdict and "line 8" in verdict, verdict
+        assert pm.query_one("#pm-verdict").has_class("-failed")
+        body = str(pm.query_one("#pm-body", Static).render())
+        assert "crashed" in body                                        # the alert, in the timeline
+        labels = [k.label for k in pm.view.lines]
+        assert labels[0] == "root cause" and pm.view.lines[0].line == 8
+        assert "OutOfMemoryError" in pm.view.lines[0].text
+        options = pm.query_one("#pm-lines", OptionList)
+        assert options.has_focus and options.highlighted == 0
+        await pilot.press("enter")
+        pane = pm.query_one(LogViewPane)
+        await pilot_wait_for(pilot, lambda: pane.current_match == 7, "log pane on line 8",
+                             detail=lambda: pane.current_match)
+        assert "OutOfMemoryError" in pane.line_text(7)[0]
+        await pilot.press("escape")
+        await pilot_wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen), "back to history")
+
+
+@pilot_test
+async def test_a_deleted_run_dir_is_a_line_not_a_crash(recorded) -> None:
+    import shutil
+
+    from gpudeck.console.screens.postmortem import PostmortemScreen
+    app = make_console(recorded["jobs"])
+    async with app.run_test(size=(120, 30)) as pilot:
+        gone = recorded["trainer"]
+        shutil.rmtree(gone)
+        await pilot.pause()
+        app.push_screen(PostmortemScreen(gone))
+        pm = await pilot_wait_for(pilot, lambda: isinstance(app.screen, PostmortemScreen) and app.screen, "pm")
+        await pilot_wait_for(pilot, lambda: pm.query("#pm-verdict") and "no post-mortem" in
+                             str(pm.query_one("#pm-verdict").render()), "a one-line reason")
+        assert "gone" in str(pm.query_one("#pm-verdict").render())
