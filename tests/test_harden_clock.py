@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from gpudeck.jobs.runs import list_runs, new_run_id
 
-from runsupport import cli, cli_env, state, wait_for, write_jobs  # noqa: F401
+from runsupport import cli, cli_env, wait_for, write_jobs
 
 
 def test_a_tz_change_never_hides_the_live_run(tmp_path, state):

@@ -11,7 +11,7 @@ import time
 from gpudeck.jobs import procs
 from gpudeck.jobs.runs import latest_run
 
-from runsupport import PY, REPO, cli, cli_env, pid_alive, state, wait_for, write_jobs  # noqa: F401
+from runsupport import PY, REPO, cli, cli_env, pid_alive, wait_for, write_jobs
 
 
 def _cli_umask(args, env, mask):
@@ -31,6 +31,8 @@ def test_state_dir_0700_and_files_0600_under_umask_000(tmp_path, state):
     run = latest_run("quick", state)
     wait_for(lambda: run.exit_record(), what="exit record")
     wait_for(lambda: (run.path / "health.json").exists(), what="health.json")
+    runner = run.runner_id()
+    wait_for(lambda: not procs.alive(runner), what="the runner to finish")
     for d in (state, state / "runs", state / "runs" / "quick", run.path):
         assert _mode(d) == 0o700, (d, oct(_mode(d)))
     files = [p for p in run.path.iterdir()] + [state / "runs" / "quick" / ".start.lock"]
@@ -38,6 +40,12 @@ def test_state_dir_0700_and_files_0600_under_umask_000(tmp_path, state):
                                         "samples.jsonl", "health.json", "runner.log"}
     for f in files:
         assert _mode(f) == 0o600, (f.name, oct(_mode(f)))
+    # And everything else gpudeck keeps there (the run index, its WAL, pipelines...).
+    for root, dirs, names in os.walk(state):
+        for d in dirs:
+            assert _mode(os.path.join(root, d)) == 0o700, os.path.join(root, d)
+        for n in names:
+            assert _mode(os.path.join(root, n)) == 0o600, os.path.join(root, n)
 
 
 def test_foreign_owned_or_group_writable_dirs_are_refused_in_one_line(tmp_path, state):

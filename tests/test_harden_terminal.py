@@ -12,7 +12,7 @@ from gpudeck.console.format import safe_text
 from gpudeck.jobs.logs.sanitize import sanitize_text, terminal_text
 from gpudeck.jobs.runs import latest_run
 
-from runsupport import PY, cli, cli_env, state, wait_for, write_jobs  # noqa: F401
+from runsupport import PY, cli, cli_env, wait_for, write_jobs
 
 # ESC c (reset), ESC #8 (screen fill), BEL, BS, 8-bit CSI, UTF-8 C1 OSC 52 (\u009d…\u009c), 7-bit OSC 52,
 # and bidi overrides/isolates.

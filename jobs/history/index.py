@@ -428,7 +428,13 @@ class RunIndex:
     def open(self) -> sqlite3.Connection:
         if self._conn is not None:
             return self._conn
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        from gpudeck.jobs.runs import open_private, state_root
+        state_root(self.state_dir)             # created 0700, refused if not ours
+        try:
+            # Created 0600 before SQLite opens it: its -wal and -shm files take the same mode.
+            os.close(open_private(self.path, os.O_RDWR | os.O_CREAT))
+        except OSError:
+            pass                                # SQLite reports the real problem below
         try:
             self._conn = self._connect()
         except sqlite3.DatabaseError as exc:

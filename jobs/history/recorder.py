@@ -258,7 +258,12 @@ class RunRecorder:
         path = self.run_dir / SUMMARY
         tmp = path.with_name(f".{SUMMARY}.{os.getpid()}.tmp")
         try:
-            with open(tmp, "w", encoding="utf-8") as fh:
+            from gpudeck.jobs.runs import open_private
+            try:
+                os.unlink(tmp)                 # a stale (or planted) tmp is replaced, never followed
+            except FileNotFoundError:
+                pass
+            with open(open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "w", encoding="utf-8") as fh:
                 json.dump(self.to_json(final, now), fh, separators=(",", ":"), default=str)
             os.replace(tmp, path)
         except OSError:
