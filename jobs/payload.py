@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from gpudeck.jobs.pipeline import Pipeline, list_pipelines
+from gpudeck.jobs.pipeline_records import Pipeline, list_pipelines
 from gpudeck.jobs.supervisor import JobState, Supervisor
 
 

@@ -16,29 +16,21 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from gpudeck.jobs import paths
-from gpudeck.jobs.procs import ProcessId, identity, is_alive, signal_process
-from gpudeck.jobs.runs import (PRIVATE_DIR_MODE, append_jsonl, ensure_private_dir, new_run_id, open_private,
-                               read_json, read_jsonl, state_root, write_json_atomic)
+from gpudeck.jobs.pipeline_records import META, RESULT, Pipeline, latest_pipeline, pipelines_root
+from gpudeck.jobs.procs import identity, signal_process
+from gpudeck.jobs.runs import (PRIVATE_DIR_MODE, ensure_private_dir, new_run_id, open_private, state_root,
+                               write_json_atomic)
 from gpudeck.jobs.spec import spec_snapshot
 
-META = "meta.json"
-EVENTS = "events.jsonl"
-RESULT = "result.json"
 POLL_S = 0.5
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 
 class PipelineError(Exception):
     """A pipeline that cannot be planned or started (unknown job, cycle, one already running)."""
-
-
-def pipelines_root(state_dir: Optional[Path] = None) -> Path:
-    return (state_dir or paths.state_dir()) / "pipelines"
 
 
 def plan(jobs_file, target: str) -> list[str]:
@@ -63,93 +55,6 @@ def plan(jobs_file, target: str) -> list[str]:
 
     visit(target, [])
     return order
-
-
-@dataclass
-class Pipeline:
-    """One pipeline directory; all state is read from its files."""
-
-    path: Path
-
-    @property
-    def pipeline_id(self) -> str:
-        return self.path.name
-
-    @property
-    def target(self) -> str:
-        return self.path.parent.name
-
-    def meta(self) -> dict:
-        return read_json(self.path / META) or {}
-
-    def events(self) -> list[dict]:
-        return read_jsonl(self.path / EVENTS)
-
-    def result(self) -> Optional[dict]:
-        return read_json(self.path / RESULT)
-
-    def add_event(self, event: str, **fields) -> None:
-        append_jsonl(self.path / EVENTS, {"t": round(time.time(), 3), "event": event, **fields})
-
-    def process(self) -> Optional[ProcessId]:
-        return ProcessId.from_jsonable(self.meta().get("process"))
-
-    def state(self) -> str:
-        """running | succeeded | failed | stopped | lost (process gone without a result)."""
-        result = self.result()
-        if result is not None:
-            if result.get("ok"):
-                return "succeeded"
-            return "stopped" if result.get("stopped") else "failed"
-        proc = self.process()
-        if proc is None:
-            created = float(self.meta().get("created_at") or 0)
-            return "running" if time.time() - created < 15 else "lost"
-        return "running" if is_alive(proc.pid, proc.start) else "lost"
-
-    def to_jsonable(self) -> dict:
-        meta = self.meta()
-        stages = {name: {"name": name, "status": "pending", "run_id": None, "exit_code": None}
-                  for name in meta.get("stages", [])}
-        current = None
-        for ev in self.events():
-            stage = stages.get(ev.get("stage"))
-            if stage is None:
-                continue
-            kind = ev.get("event")
-            if kind == "StageSkipped":
-                stage["status"] = "skipped"
-            elif kind == "StageStarted":
-                stage.update(status="running", run_id=ev.get("run_id"))
-                current = ev.get("stage")
-            elif kind == "StageFinished":
-                stage.update(status="succeeded" if ev.get("ok") else "failed",
-                             exit_code=ev.get("exit_code"), run_id=ev.get("run_id") or stage["run_id"])
-        result = self.result() or {}
-        state = self.state()
-        return {
-            "id": self.pipeline_id, "target": self.target, "state": state,
-            "stages": list(stages.values()), "current": current if state == "running" else None,
-            "failed_stage": result.get("failed_stage"), "started_at": meta.get("created_at"),
-            "ended_at": result.get("ended_at"),
-        }
-
-
-def list_pipelines(target: Optional[str] = None, state_dir: Optional[Path] = None) -> list[Pipeline]:
-    """Pipelines (of one target, or all), oldest first."""
-    root = pipelines_root(state_dir)
-    targets = [target] if target else (sorted(os.listdir(root)) if root.is_dir() else [])
-    found: list[Pipeline] = []
-    for name in targets:
-        d = root / name
-        if d.is_dir():
-            found.extend(Pipeline(d / p) for p in sorted(os.listdir(d)) if (d / p).is_dir())
-    return sorted(found, key=lambda p: p.pipeline_id)
-
-
-def latest_pipeline(target: str, state_dir: Optional[Path] = None) -> Optional[Pipeline]:
-    found = list_pipelines(target, state_dir)
-    return found[-1] if found else None
 
 
 def start_pipeline(supervisor, target: str) -> Pipeline:

@@ -116,7 +116,7 @@ def kill_run_leftovers(run_id: Optional[str]) -> None:
 
 def cleanup_state(state_dir: Path) -> None:
     """Kill every pipeline process and every process of every run under `state_dir`."""
-    from gpudeck.jobs.pipeline import list_pipelines
+    from gpudeck.jobs.pipeline_records import list_pipelines
     from gpudeck.jobs.runs import iter_all_runs
     for pipe in list_pipelines(None, state_dir):
         proc = pipe.process()

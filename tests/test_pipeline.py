@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gpudeck.jobs.pipeline import PipelineError, latest_pipeline, plan, start_pipeline
+from gpudeck.jobs.pipeline import PipelineError, plan, start_pipeline
+from gpudeck.jobs.pipeline_records import latest_pipeline
 from gpudeck.jobs.runs import latest_run
 from gpudeck.jobs.spec import JobSpec, JobsFile, load_jobs
 from gpudeck.jobs.supervisor import Supervisor

@@ -163,7 +163,7 @@ def test_two_clis_starting_the_same_job_at_once_start_it_once(tmp_path, state):
 
 
 def test_two_clis_running_the_same_pipeline_at_once_start_one_pipeline(tmp_path, state):
-    from gpudeck.jobs.pipeline import list_pipelines
+    from gpudeck.jobs.pipeline_records import list_pipelines
     jobs = write_jobs(tmp_path / "jobs.toml", {"first": {"cmd": "sleep 300"},
                                                 "second": {"cmd": "true", "needs": ["first"]}})
     env = cli_env(state)

@@ -49,7 +49,8 @@ def run_stop(args: argparse.Namespace) -> int:
 
 def stop_active_pipeline(sup, job: str) -> None:
     """Stopping a pipeline's target stops the pipeline too (it stops its current stage itself)."""
-    from gpudeck.jobs.pipeline import latest_pipeline, stop_pipeline
+    from gpudeck.jobs.pipeline import stop_pipeline
+    from gpudeck.jobs.pipeline_records import latest_pipeline
     pipe = latest_pipeline(job, sup.state_dir)
     if pipe is not None and pipe.state() == "running":
         if stop_pipeline(pipe):

@@ -334,7 +334,7 @@ def summarize_pipeline(pipe_dir: Path, now: Optional[float] = None) -> dict:
     if result is None:
         state = "running"
         try:
-            from gpudeck.jobs.pipeline import Pipeline
+            from gpudeck.jobs.pipeline_records import Pipeline
             state = Pipeline(pipe_dir).state()
         except Exception:
             pass
