@@ -75,26 +75,16 @@ class Monitor:
 
 
 def load_monitors(run: Run, meta: dict) -> list[Any]:
-    """Monitors from `gpudeck.jobs.runner_monitors.make_monitors(run, meta)`, if that module exists.
+    """Monitors from `gpudeck.jobs.runner_monitors.make_monitors(run, meta)` (stall and health checks).
 
-    The module is optional and owned by the stall-detection side; it must stay
-    stdlib-only like this one.
+    A broken monitor is recorded as an event and dropped: it must never stop the job.
+    The monitors stay stdlib-only like this module (the runner-side import-linter contract).
     """
     try:
-        import importlib
-        module = importlib.import_module("gpudeck.jobs.runner_monitors")
-    except ModuleNotFoundError as exc:
-        if exc.name == "gpudeck.jobs.runner_monitors":
-            return []
-        run.add_event("MonitorFailed", monitor="gpudeck.jobs.runner_monitors", error=repr(exc))
-        return []
+        from gpudeck.jobs import runner_monitors
+        return list(runner_monitors.make_monitors(run, meta))
     except Exception as exc:
         run.add_event("MonitorFailed", monitor="gpudeck.jobs.runner_monitors", error=repr(exc))
-        return []
-    try:
-        return list(module.make_monitors(run, meta))
-    except Exception as exc:
-        run.add_event("MonitorFailed", monitor="gpudeck.jobs.runner_monitors.make_monitors", error=repr(exc))
         return []
 
 

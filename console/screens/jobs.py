@@ -20,6 +20,7 @@ from textual.widgets import DataTable, Footer, Static
 from gpudeck.console.format import safe_text
 from gpudeck.console.screens.confirm import ConfirmScreen
 from gpudeck.console.widgets.border_titles import set_border_titles
+from gpudeck.console.widgets.box_header_panel import BoxHeaderPanel
 from gpudeck.console.widgets.engine_panel import EnginePanel, EngineRow, engine_rows
 from gpudeck.console.widgets.log_view import LogView, LogViewPane
 from gpudeck.jobs.view import COLUMNS as VIEW_COLUMNS
@@ -289,11 +290,7 @@ class JobsScreen(Screen):
         self._discover_engines = supervisor is None   # injected state: no live discovery
 
     def compose(self) -> ComposeResult:
-        try:
-            from gpudeck.console.widgets.box_header_panel import BoxHeaderPanel
-            yield BoxHeaderPanel("jobs", id="header")
-        except ImportError:  # pragma: no cover - the header is the dashboard's; the view works without it
-            pass
+        yield BoxHeaderPanel("jobs", id="header")
         yield Static("", id="jobs-reason", markup=False)
         yield Static("", id="jobs-banner", markup=False)
         with Vertical(id="jobs-body"):
