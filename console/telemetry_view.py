@@ -30,9 +30,3 @@ class TelemetryView:
             return []
         # Accept both bare values and (time, value) pairs, so the ring buffer may store either.
         return [p[-1] if isinstance(p, tuple) else p for p in points]
-
-
-class TelemetryScreenProtocol(Protocol):
-    """A screen that shows telemetry: the app calls this on the active screen after every tick."""
-
-    def apply_telemetry(self, view: TelemetryView) -> None: ...

@@ -6,7 +6,7 @@ import os
 import signal as _signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Optional
 
 PROC = Path("/proc")
 RUN_TAG = "GPUDECK_RUN_ID"
@@ -241,12 +241,6 @@ def holds_file(pid: int, target: tuple[int, int]) -> bool:
     return False
 
 
-def holders_of(target: tuple[int, int], stats: Optional[dict[int, "ProcStat"]] = None) -> list["ProcStat"]:
-    """Every process holding the file open: a job's processes keep its output.log as stdout/stderr."""
-    stats = all_stats() if stats is None else stats
-    return [st for st in stats.values() if holds_file(st.pid, target)]
-
-
 def io_bytes(pid: int) -> tuple[Optional[int], Optional[int]]:
     """(read_bytes, write_bytes) from /proc/PID/io: storage bytes, not page-cache hits."""
     try:
@@ -372,9 +366,3 @@ def socket_owners(inodes: set[int]) -> list[int]:
 def port_owners(port: int) -> list[int]:
     inodes = listening_ports().get(port)
     return socket_owners(inodes) if inodes else []
-
-
-def iter_live(procs: Iterable[ProcessId]) -> Iterator[ProcessId]:
-    for p in procs:
-        if is_alive(p.pid, p.start):
-            yield p

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional
 
 GIB = 1024 ** 3
 
@@ -490,14 +490,3 @@ class HealthRules:
             if h.code == gone.code and h.cleared is None:
                 self.history[i] = gone
                 return
-
-
-def judge(observations: Sequence[Observation], kind: Optional[str] = "stage",
-          stall_after: Optional[float] = None, end: Optional[RunEnd] = None) -> tuple[Alert, ...]:
-    """Convenience for whole timelines (post-mortem, tests): the alerts active after the last observation."""
-    rules = HealthRules(kind=kind, stall_after=stall_after)
-    for obs in observations:
-        rules.observe(obs)
-    if end is not None:
-        rules.end(end)
-    return rules.active

@@ -79,12 +79,6 @@ class JobState:
     def live(self) -> bool:
         return self.state in LIVE_STATES
 
-    def runtime_s(self, now: Optional[float] = None) -> Optional[float]:
-        if self.started_at is None:
-            return None
-        end = self.ended_at if self.ended_at is not None else (now or time.time())
-        return max(0.0, end - self.started_at)
-
     def to_jsonable(self) -> dict:
         data = dataclasses.asdict(self)
         data["gpus"] = list(self.gpus)

@@ -15,7 +15,7 @@ from textual.geometry import Region
 from textual.widget import Widget
 
 from gpudeck.console.widgets.border_titles import set_border_titles
-from gpudeck.console.widgets.strip_painter import PaintedLines, Part, plain, refresh_changed_lines
+from gpudeck.console.widgets.strip_painter import PaintedLines, Part, refresh_changed_lines
 
 # A cell is its text, or (text, style) where style may use theme variables ("bold $warning").
 Cell = Union[str, tuple[str, str]]
@@ -147,10 +147,6 @@ class RowsTable(PaintedLines, Widget, can_focus=True):
             cached = (key, self._painter.strip(parts, width))
             self._row_cache[row_key] = cached
         return cached[1]
-
-    def row_text(self, row_key: str) -> str:
-        """One row as plain text (what the table shows for it, before cropping)."""
-        return plain(self._line(self._rows[row_key], self._widths(self.size.width or 120)))
 
     # -- cursor: keys and mouse --------------------------------------------------------------
 

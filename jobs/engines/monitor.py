@@ -127,9 +127,8 @@ def engine_fields(spec, run) -> Optional[dict]:
     directory, so successive calls give counter rates and never rescan the log.
     """
     import json
-    from dataclasses import replace as _replace
 
-    from gpudeck.jobs.engines.metrics import _Baseline, parse_metrics
+    from gpudeck.jobs.engines.metrics import _Baseline
     from gpudeck.jobs.engines.profiles import engine_settings
     settings = engine_settings(spec)
     if settings is None or run is None:
