@@ -22,7 +22,12 @@ def test_json_has_exactly_the_documented_shape() -> None:
     proc = gpudeck("analyze", "--json", str(FIXTURES / "build_ninja_cc1plus_killed.log"))
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    assert set(data) == {"engine", "phase", "progress", "failure", "ready_line", "serving", "warnings"}
+    assert set(data) == {"engine", "phase", "progress", "failure", "ready_line", "serving", "warnings", "key_lines"}
+    # key_lines: the post-mortem's lines, each {kind, line, text}
+    assert data["key_lines"][0] == {"kind": "root_cause", "line": 10,
+                                    "text": "c++: fatal error: Killed signal terminated program cc1plus"}
+    assert {k["kind"] for k in data["key_lines"]} <= {"root_cause", "first_error", "last_progress", "ready"}
+    assert all(set(k) == {"kind", "line", "text"} for k in data["key_lines"])
     assert set(data["progress"]) == {"done", "total", "label", "rate", "eta_s"}
     assert data["failure"] == {"cause": "host_oom", "line": 10,
                                "message": "c++: fatal error: Killed signal terminated program cc1plus",

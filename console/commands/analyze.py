@@ -21,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "Exit status: 0 when the file was analysed (whatever it says), 2 when it cannot be read.")
     p.add_argument("file", metavar="FILE", help="the log file")
     p.add_argument("--json", action="store_true",
-                   help='print {"engine","phase","progress","failure","ready_line","serving","warnings"} as JSON')
+                   help='print {"engine","phase","progress","failure","ready_line","serving","warnings","key_lines"} '
+                        'as JSON; key_lines: [{"kind","line","text"}] for root_cause, first_error, last_progress, ready')
     p.set_defaults(handler=run_analyze)
 
 

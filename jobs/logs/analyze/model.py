@@ -32,6 +32,7 @@ MAX_MESSAGE = 400              # characters kept of a failure/warning message
 SPEC_MIN_ACCEPT_LEN = 1.3
 SPEC_MIN_ACCEPT_RATE = 0.10
 SPEC_WINDOW = 5                # judge the mean of the last few stats windows, not one noisy one
+STALL_REPEATS = 2                # consecutive "still waiting" notices (a minute apart) that make a hang
 RECOVERY_ADVANCES = 3          # progress updates past a logged error that prove the job carried on
 
 
@@ -102,6 +103,17 @@ class ServingNumbers:
 
 
 @dataclass(frozen=True)
+class KeyLine:
+    """A line that matters for a post-mortem: root_cause, first_error, last_progress or ready."""
+    kind: str
+    line: int
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "line": self.line, "text": self.text}
+
+
+@dataclass(frozen=True)
 class LogAnalysis:
     engine: Optional[str] = None
     phase: str = "unknown"
@@ -110,6 +122,9 @@ class LogAnalysis:
     ready_line: Optional[int] = None
     serving: Optional[ServingNumbers] = None
     warnings: tuple[LogWarning, ...] = ()
+    key_lines: tuple[KeyLine, ...] = ()
+    # (field, the signature that decided it) for engine, phase, progress, failure, ready_line
+    decided_by: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -120,6 +135,7 @@ class LogAnalysis:
             "ready_line": self.ready_line,
             "serving": self.serving.to_json() if self.serving else None,
             "warnings": [w.to_json() for w in self.warnings],
+            "key_lines": [k.to_json() for k in self.key_lines],
         }
 
 

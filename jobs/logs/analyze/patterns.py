@@ -43,17 +43,20 @@ _RARE_ANCHORS: list[tuple[bytes, int]] = [
     (b"SpecDecoding", S), (b"Speculative metrics", S),
     # progress
     (b"%|", P), (b"% Completed", P), (b"%]", P), (b"Step", P), (b"STEP", P), (b"Epoch", P), (b"EPOCH", P),
-    (b"{'", P), (b'{"', P),
+    (b"{'", P), (b'{"', P), (b"% ", P), (b"AUTOTUNE", M), (b"No available shared memory", F),
 ]
 _COMMON_ANCHORS: list[tuple[bytes, int]] = [
     (b"error", F), (b"failed", F), (b"out of memory", F | W), (b"signal 9", F), (b"died", F), (b"usage:", F),
     (b"timed out", F), (b"undefined symbol", F), (b"step", P), (b"epoch", P), (b"retract", W), (b"preempted", W),
-    (b"make -j", W),
+    (b"make -j", W), (b"iteration", P), (b"training ...", M), (b"did not run successfully", F), (b"exitcode", F),
 ]
 # Until the engine is known for sure, every line of an engine's log carries its
 # signature (a `(Worker_TP0 pid=…)` prefix, a `[… TP3]` rank tag): look at those too.
 _ENGINE_ANCHORS: list[tuple[bytes, int]] = [
     (b"pid=", E), (b"vllm", E), (b"VLLM", E), (b"vLLM", E), (b"sglang", E), (b"SGLang", E), (b"sgl_kernel", E),
+    # longer spellings of other anchors: a hit names only the longest literal, so they carry its families too
+    (b"Router (", E), (b"Avg prompt", S | E), (b"Capturing CUDA", M | P | E), (b"Capturing cudagraphs", M | P | E),
+    (b"Model loading took", M | E),
 ]
 _NINJA_ANCHOR = rb"\[\d+/\d+\]"           # [12/345]
 _RANK_ANCHOR = rb"TP\d"                   # [2025-… TP3]
@@ -143,12 +146,12 @@ _LEVELS = "INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL|NOTICE"
 # One prefix at a time, re-applied: worker tags, timestamps, logger headers, rank tags.
 _PREFIX = re.compile(
     r"(?:"
-    r"\((?:[A-Za-z][\w\-:]*\s+)?pid=\d+(?:,\s*ip=[^)]*)?\)"                                   # (Worker_TP0 pid=1)
+    r"\((?:[A-Za-z][\w\-:]*\s+(?:[\w=]+\s+){0,3})?pid=\d+(?:,\s*ip=[^)]*)?\)"                                   # (Worker_TP0 pid=1)
     r"|\[rank\d+\]:?"                                                                          # [rank0]:
     r"|\[(?:PG [^\]]*?)?Rank \d+\]"                                                            # [PG ID 0 PG GUID 0 Rank 1]
     r"|\[(?P<ts1>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:\s+[A-Z]{1,4}\d+)*\]"          # [2025-.. DP0 TP0]
     r"|\[(?P<ts2>\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:\s+[A-Z]{1,4}\d+)*\]"                            # [23:03:43 TP0]
-    r"|(?P<lvl1>" + _LEVELS + r")\s+(?P<ts3>\d\d-\d\d\s\d\d:\d\d:\d\d)(?:\.\d+)?\s+\[[^\]]*\]"   # vLLM header
+    r"|(?P<lvl1>" + _LEVELS + r")\s+(?P<ts3>\d\d-\d\d\s\d\d:\d\d:\d\d)(?:\.\d+)?\s+(?:\[[^\]]*\]|[\w.\-]+:\d+\])"   # vLLM header
     r"|(?P<ts4>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"              # 2025-.. [- INFO -]
     r"(?:\s*[-|]\s*(?P<lvl2>" + _LEVELS + r")\s*[-|:]\s*(?:[\w.]+(?:\s*\[[^\]]*\])?\s*[:|\-]\s)?)?"
     r"|(?P<lvl3>" + _LEVELS + r")(?::\s*|\s+-\s+|\s+(?=\[))"                                   # INFO:  / INFO - 
@@ -207,7 +210,7 @@ def _parse_ts(kind: str, raw: str) -> Optional[float]:
 
 SIZE = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 TQDM = re.compile(
-    r"(?P<pct>\d{1,3})%\s*(?:\|[^|\r\n]{0,400}\||Completed\s*\|)\s*"
+    r"(?P<pct>\d{1,3})%\s*(?:\|[^|\r\n]{0,400}\||Completed\s*\||(?=\d+(?:\.\d+)?[kKMGT]?/\d+(?:\.\d+)?[kKMGT]?\s*\[))\s*"
     r"(?P<n>\d+(?:\.\d+)?)(?P<nu>[kKMGT]?)/(?P<N>\d+(?:\.\d+)?)(?P<Nu>[kKMGT]?)"
     r"(?:\s*\[(?P<inner>[^\]\r\n]{0,200})\])?")
 TQDM_TIMES = re.compile(r"^\s*(?P<el>[\d:]+)\s*<\s*(?P<rem>[\d:]+|\?)")
@@ -216,7 +219,8 @@ NINJA = re.compile(r"^\[(\d+)/(\d+)\]\s")
 MAKE = re.compile(r"^\[\s*(\d{1,3})%\]\s")
 STEP = re.compile(r"\b(?:global[_ ])?(?:step|Step|STEP|iter|Iter|iteration|Iteration)\b\s*[:=#]?\s*\[?\s*(\d+)\s*(?:/\s*(\d+))?")
 EPOCH = re.compile(r"\b(?:epoch|Epoch|EPOCH)\b\s*[:=#]?\s*\[?\s*(\d+(?:\.\d+)?)\s*(?:/\s*(\d+))?")
-LOSS_DICT = re.compile(r"""^\{['"](?:loss|train_loss|eval_loss)['"]\s*:.*['"]epoch['"]\s*:\s*([\d.]+)""")
+LOSS_DICT = re.compile(r"""^\{['"](?:loss|train_loss|eval_loss)['"]\s*:.*['"]epoch['"]\s*:\s*([\d.]+)"""
+                       r"""(?:.*['"](?:global_)?step['"]\s*:\s*(\d+))?""")
 TRAIN_END = re.compile(r"""^\{['"]train_runtime['"]""")
 NUM_EPOCHS = re.compile(r"Num [Ee]pochs\s*=\s*([\d,]+)")
 TOTAL_STEPS = re.compile(r"Total optimization steps\s*=\s*([\d,]+)")
@@ -291,7 +295,7 @@ def parse_serving_stats_line(line: str) -> Optional[dict[str, float]]:
                 if k and drafted and emitted and int(drafted.group(1)) > 0:
                     steps = int(drafted.group(1)) / max(1, int(k.group(1)))
                     out["spec_accept_len"] = int(emitted.group(1)) / steps
-    elif "batch." in line:
+    elif "batch." in line or "batch," in line:     # SGLang 2026 writes "Decode batch, #running-req: …"
         for name, value in _SGLANG_FIELD.findall(line):
             key, scale = _SGLANG_KEY[name]
             if key not in out:
@@ -303,14 +307,47 @@ def parse_serving_stats_line(line: str) -> Optional[dict[str, float]]:
 
 # --------------------------------------------------------------------------- engine signatures
 
-ENGINE_STRONG = re.compile(
-    r"(?P<vllm>^\((?:APIServer|EngineCore[\w]*|Worker[\w]*|VllmWorker[\w]*|RayWorkerWrapper|VLLM[\w:]*) pid="
-    r"|Starting vLLM|vLLM API server|Engine \d{3}:|usage: vllm|^vllm: error|vllm serve|VLLM::|vLLM is using"
-    r"|Initializing a V\d LLM engine|vllm_config|from vllm|vllm\.entrypoints)"
-    r"|(?P<sglang>\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?(?:\s+(?:DP|PP|EP)\d+)*\s+TP\d+\]"
-    r"|sglang::|Decode batch\.|Prefill batch\.|fired up and ready to roll|Capturing batches|Capture cuda graph"
-    r"|Load weight (?:begin|end)|sglang\.launch_server|sglang serve|KV Cache is allocated|Memory pool end)")
-ENGINE_PATH = re.compile(r"(?P<vllm>/vllm/|\bvllm\._C\b)|(?P<sglang>/sglang/|/sgl_kernel/|\bsglang\.srt\b)")
+# Each signature is named "<engine>_<what>"; docs/LOG_SIGNATURES.md lists which releases print it.
+# vLLM prefixes every line of a child process with "({process name} pid={pid}) " (_add_prefix):
+# VllmWorkerProcess (0.4-0.6 multiproc_worker_utils), VllmWorker rank=N (V1 0.8-0.9), VllmWorker TPn
+# (0.10), Worker_TPn / Worker_PPn_TPn / Worker_DPn_TPn_EPn (0.11+), EngineCore_N / EngineCore_DPn,
+# APIServer; under Ray, the actor's "(RayWorkerWrapper pid=N, ip=…)". SGLang tags scheduler lines
+# "[time DPn PPn TPn EPn]" (the ranks only when that size > 1; their order changed across 2024-2026).
+_ENGINE_SIGNATURES = [
+    ("vllm_process_prefix", r"\((?:APIServer|EngineCore(?:_\w+)?|VllmWorker(?:Process|_\w+|(?: (?:rank=\d+|[A-Z]{2}\d+))+)?"
+                            r"|Worker(?:_[A-Z]{2}\d+)+|RayWorkerWrapper|VLLM::\w+) pid=\d+|^\(Worker pid=\d+\)"),
+    ("vllm_banner", r"Starting vLLM|vLLM API server|vLLM is using|Initializing a V\d LLM engine|usage: vllm|^vllm: error"
+                    r"|vllm serve|VLLM::|vllm_config|from vllm|vllm\.entrypoints"),
+    ("vllm_stats", r"Engine \d{3}:|Avg prompt throughput:|Speculative metrics: Draft acceptance rate"),
+    ("vllm_startup", r"Capturing CUDA graphs? (?:shapes|\()|Capturing cudagraphs for decoding|Model loading took"
+                     r"|Graph capturing finished in"),
+    ("sglang_rank_tag", r"\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?(?: [A-Z_]{2,7}\d+)* TP\d+(?: [A-Z_]{2,7}\d+)*\]"),
+    ("sglang_process", r"sglang::|sglang\.launch_server|sglang serve|\[Router \(Rust\)\]|sglang_router"),
+    ("sglang_stats", r"Decode batch[.,] #|Prefill batch[.,] #"),
+    ("sglang_startup", r"fired up and ready to roll|Capturing batches|Capture (?:piecewise )?cuda graph"
+                       r"|Load weight (?:begin|end)|KV Cache is allocated|Memory pool end"),
+]
+ENGINE_STRONG = re.compile("|".join(f"(?P<{name}>{rx})" for name, rx in _ENGINE_SIGNATURES))
+# Medium: a source path in a traceback, vLLM's logger header "LEVEL MM-DD HH:MM:SS [file.py:N]".
+ENGINE_PATH = re.compile(
+    r"(?P<vllm_source_path>/vllm/|\bvllm\._C\b)|(?P<sglang_source_path>/sglang/|/sgl_kernel/|\bsglang\.srt\b)"
+    r"|(?P<vllm_logger_header>^(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.\-]+\.py:\d+\])")
+
+
+def engine_signals(text: str, body: str) -> tuple[Optional[str], Optional[str], frozenset]:
+    """(strong signature name, medium signature name, weak hint keys) that one record carries.
+
+    `text` is the record with its prefixes, `body` without; a name's first word is its engine.
+    """
+    lead = text.lstrip()
+    m = ENGINE_STRONG.search(lead) or ENGINE_STRONG.search(body)
+    strong = m.lastgroup if m is not None else None
+    m = ENGINE_PATH.search(lead)
+    path = m.lastgroup if m is not None else None
+    weak = frozenset(engine + rx.pattern for rx, engine, _ in ENGINE_WEAK if rx.search(body))
+    return strong, path, weak
+
+
 # Weak hints, weighted: vLLM's shard-loader bar (SGLang reuses it), flashinfer JIT (SGLang's default backend).
 ENGINE_WEAK = [(re.compile(r"checkpoint shards:\s*\d+% Completed"), "vllm", 1),
                 (re.compile(r"flashinfer\.\s*jit"), "sglang", 2)]
@@ -323,10 +360,11 @@ MARKERS = re.compile(
     r"|Loading safetensors|Loading pt checkpoint)"
     r"|(?P<loaded>Loading weights took|Model loading took|Load weight end|Loaded model weights)"
     r"|(?P<compiling>Dynamo bytecode transform|Compiling a graph|torch\.compile(?! takes)|torch_compile_cache"
-    r"|Prebuilt kernels not found|Loading JIT ops|JIT compil|Compiling (?:kernel|module|model))"
+    r"|Prebuilt kernels not found|Loading JIT ops|JIT compil|Compiling (?:kernel|module|model)"
+    r"|AUTOTUNE \w+\(|SingleProcess AUTOTUNE)"
     r"|(?P<compiled>torch\.compile takes)"
     r"|(?P<capturing>Capture cuda graph begin|Capturing CUDA graph|Capturing cudagraph|Capturing the model for CUDA graph"
-    r"|Capturing batches)"
+    r"|Capturing batches|Capture (?:piecewise )?cuda graph (?:bs|num tokens))"
     r"|(?P<captured>Capture cuda graph end|Graph capturing finished)"
     r"|(?P<starting>GPU KV cache size|Available KV cache memory|KV Cache is allocated|Memory pool end"
     r"|Starting vLLM API server|Available routes are|Started server process|Waiting for application startup"
@@ -336,7 +374,7 @@ MARKERS = re.compile(
     r"|(?P<building>Building (?:CUDA|CXX|C) object|\*\*\* Configuring CMake|-- Configuring (?:done|incomplete)"
     r"|-- The (?:C|CXX|CUDA) compiler identification|Building wheel|running build_ext|Emitting ninja build file"
     r"|scikit-build-core|Linking (?:CUDA|CXX|C) (?:shared|static)|Building extension)"
-    r"|(?P<training>\*+ Running training \*+)")
+    r"|(?P<training>\*+ Running training \*+|^training \.\.\.\s*$)")
 
 
 # --------------------------------------------------------------------------- failure signatures
@@ -349,7 +387,9 @@ XID = re.compile(r"\bXid\b\s*(?:\([^)]*\))?\s*:?\s*(\d+)")
 XID_APP = {13, 31, 43, 45, 68, 69}           # application faults and their clean-up, not the hardware
 XID_NOISE = {43, 45}                          # a consequence of an app being killed
 GPU_FAULT = re.compile(r"fallen off the bus|GPU is lost|[Uu]ncorrectable ECC|cudaErrorECCUncorrectable"
-                        r"|GPU requires reset|NVRM: GPU at PCI.*has fallen")
+                       r"|GPU requires reset|NVRM: GPU at PCI.*has fallen"
+                       # GSP firmware (R535+ open modules): the Xid 119/120 family, as NVRM prints it
+                       r"|Heartbeat timed out|GSP Timeout|Memory Subsystem Error|RmInitAdapter failed")
 CUDA_OOM = re.compile(
     r"CUDA out of memory|OutOfMemoryError|CUDA (?:driver )?error: out of memory|cudaErrorMemoryAllocation"
     r"|CUBLAS_STATUS_ALLOC_FAILED|No available memory for the cache blocks|Not enough memory\. Please try to increase"
@@ -360,15 +400,22 @@ HOST_OOM = re.compile(
     r"|internal compiler error: Killed|(?:exit|exited with) (?:code|status)[:= ]*(?:137|-9)\b"
     r"|non-zero exit status (?:137|-9)\b|Signals\.SIGKILL|killed by signal(?: 9\b|:? Killed)|received signal 9\b"
     r"|terminated by signal 9\b|Out of memory: Kill|invoked oom-killer|oom-kill|oom_reaper|^MemoryError\b"
-    r"|std::bad_alloc|Cannot allocate memory|virtual memory exhausted|out of memory allocating")
+    r"|std::bad_alloc|Cannot allocate memory|virtual memory exhausted|out of memory allocating"
+    # torch.distributed.elastic: "failed (exitcode: -9) local_rank: 0", "Signal 9 (SIGKILL) received by PID"
+    r"|exitcode\s*:\s*-9\b|Signal \d+ \(SIGKILL\) received")
 NCCL = re.compile(
     r"NCCL error|nccl(?:System|Internal|UnhandledCuda|InvalidUsage|Remote|InvalidArgument)Error"
     r"|collective operation timeout|NCCL communicator was aborted|NCCL (?:timeout|Timeout)|DistBackendError"
-    r"|Timeout at NCCL work|NCCL operations have failed")
+    r"|Timeout at NCCL work|NCCL operations have failed"
+    r"|NCCL WARN NET/\w+ ?: (?:Got completion from peer|.*(?:failed|error))|NCCL WARN Call to \w+ failed"
+    r"|NCCL WARN .*[Cc]onnection (?:refused|reset|closed)")
 CUDA_ERR = re.compile(
-    r"CUDA error|CUDA driver error|illegal memory access|device-side assert|CUBLAS_STATUS_(?!SUCCESS)[A-Z_]+"
+    r"CUDA error|Cuda error|CUDA driver error|\.cuh?:\d+: .*Assertion .* failed|illegal memory access|device-side assert|CUBLAS_STATUS_(?!SUCCESS)[A-Z_]+"
     r"|CUDNN_STATUS_[A-Z_]+|cuDNN error|cudaError[A-Z]\w+|no kernel image is available|misaligned address"
     r"|unspecified launch failure|CUDA driver version is insufficient|illegal instruction was encountered")
+# vLLM's shm_broadcast notice (INFO, once a minute while a step waits): one is a slow compile, repeats a hang.
+STALL_NOTICE = re.compile(r"No available shared memory broadcast block found in \d+ seconds?"
+                          r"|No available block found in \d+ seconds?")
 HANG = re.compile(r"Watchdog timeout \(|watchdog_timeout=\d+\)|[Hh]ang detected|detected a hang"
                    r"|execute_model timed out|ENGINE_ITERATION_TIMEOUT")
 IMPORT = re.compile(r"undefined symbol|cannot open shared object file|No module named|GLIBC(?:XX)?_[\d.]+'? not found"
@@ -441,6 +488,17 @@ HINTS = {
     "exception_traceback": "a Python traceback without its final exception line (log cut short?) — read it above",
     "exception_crash": "the process crashed in native code — rerun with CUDA_LAUNCH_BLOCKING=1 / faulthandler "
                        "to locate it",
+    "host_oom_launcher": "a worker was SIGKILLed (exitcode -9) — almost always the host OOM killer: check `dmesg` "
+                         "for the kill, then free host RAM or lower CPU-side memory use (loading weights into RAM, "
+                         "dataloader workers)",
+    "nccl_net": "the network transport between nodes failed (InfiniBand/RoCE completion error, retry exceeded, link "
+                "down) — check the links and fabric (ibstat, NCCL_IB_HCA); NCCL_IB_DISABLE=1 tests over sockets",
+    "cuda_error_p2p": "the GPUs cannot access each other's memory (P2P) — disable the custom all-reduce "
+                      "(--disable-custom-all-reduce) or check `nvidia-smi topo -p2p r` / IOMMU and ACS settings",
+    "cuda_error_assert": "a device-side assertion fired in a kernel (usually an index out of bounds: a token id or "
+                         "a length beyond the model's limits) — rerun with CUDA_LAUNCH_BLOCKING=1 to locate it",
+    "hang_stall": "a step has waited minutes for the workers (repeated shared-memory broadcast notices) — a worker "
+                  "is stuck (collective, device) or still compiling; stack-dump the workers (py-spy dump)",
     "exception_interrupt": "interrupted (Ctrl-C / SIGINT) — stopped by someone, not by a bug",
 }
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Optional
 
-from .model import (ALL_FAMILIES, F, Failure, LogAnalysis, LogWarning, M, MAX_MESSAGE, Number, P, Progress, RECOVERY_ADVANCES, S, SERVING_KEYS, SPEC_MIN_ACCEPT_LEN, SPEC_MIN_ACCEPT_RATE, SPEC_WINDOW, ServingNumbers, W)
-from .patterns import (ANSI, BAD_ARGS, BUILD_SPECIFIC, BUILD_UMBRELLA, CODE_INDENT, CRASH, CUDA_ERR, CUDA_OOM, ENGINE_PATH, ENGINE_STRONG, ENGINE_UMBRELLA, ENGINE_WEAK, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HANG, HINTS, HOST_OOM, IMPORT, JIT, KV_PRESSURE, LOSS_DICT, MAKE, MARKERS, NCCL, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID, XID_APP, XID_NOISE, clock, is_build_tool, label_phase, num, parse_serving_stats_line, series_label, strip_prefixes, ts_seconds)
+from .model import (STALL_REPEATS, ALL_FAMILIES, KeyLine, F, Failure, LogAnalysis, LogWarning, M, MAX_MESSAGE, Number, P, Progress, RECOVERY_ADVANCES, S, SERVING_KEYS, SPEC_MIN_ACCEPT_LEN, SPEC_MIN_ACCEPT_RATE, SPEC_WINDOW, ServingNumbers, W)
+from .patterns import (STALL_NOTICE, engine_signals, ANSI, BAD_ARGS, BUILD_SPECIFIC, BUILD_UMBRELLA, CODE_INDENT, CRASH, CUDA_ERR, CUDA_OOM, ENGINE_UMBRELLA, ENGINE_WEAK, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HANG, HINTS, HOST_OOM, IMPORT, JIT, KV_PRESSURE, LOSS_DICT, MAKE, MARKERS, NCCL, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID, XID_APP, XID_NOISE, clock, is_build_tool, label_phase, num, parse_serving_stats_line, series_label, strip_prefixes, ts_seconds)
 
 
 class Spec(IntEnum):
@@ -26,9 +26,15 @@ class _Candidate:
     line: int
     message: str
     hint_key: str
+    sig: str = ""      # the signature that matched (named for `decided_by`)
 
 
 # --------------------------------------------------------------------------- the state machine
+
+# The phase each phase marker asserts (for `decided_by`).
+_MARKER_PHASE = {"loading": "loading", "loaded": "starting", "compiling": "compiling", "compiled": "starting",
+                 "capturing": "capturing", "captured": "starting", "starting": "starting", "startup_complete": "ready",
+                 "ready": "ready", "building": "building", "training": "training"}
 
 
 class State:
@@ -49,11 +55,12 @@ class State:
         self.num_epochs: Optional[int] = None
         self.total_steps: Optional[int] = None
         # progress: "bar" sources (tqdm/ninja/make/step n/N) beat "hint" sources (loss dicts, step=N) of one phase
-        self.bar: Optional[tuple[int, str, Progress]] = None     # (seq, phase, progress)
-        self.hint: Optional[tuple[int, str, Progress]] = None
+        self.bar: Optional[tuple] = None     # (seq, phase, progress, signature, line, text)
+        self.hint: Optional[tuple] = None
         self.seq = 0
         self.series: Optional[tuple[tuple, float, float]] = None  # (key, first done, first time) for rates
         # failure
+        self.first_error: Optional[_Candidate] = None  # earliest candidate of any spec
         self.best: Optional[_Candidate] = None        # highest spec >= 2, earliest
         self.first_low: Optional[_Candidate] = None   # earliest spec 1
         self.first_weak: Optional[_Candidate] = None  # earliest spec 0
@@ -64,6 +71,12 @@ class State:
         self.nvrm: deque[tuple[int, str]] = deque(maxlen=6)
         self.last_progress_key: Optional[tuple[tuple, float]] = None
         self.labels: dict[str, tuple[str, Optional[str], str]] = {}
+        self.stall_notices: list[int] = []            # lines of consecutive stall notices (STALL_NOTICE)
+        # Which signature decided each field, and the text of the lines that matter (post-mortems).
+        self.why: dict[str, str] = {}
+        self.text = ""                                # the record being examined
+        self.progress_at: Optional[tuple[int, str]] = None   # (line, text) of the progress reported
+        self.ready_text = ""
 
     # ------------------------------------------------------------------ entry
 
@@ -71,7 +84,8 @@ class State:
         """One segment; `fams` (from its prefilter anchors) says which handlers it can concern."""
         if b"\x1b" in raw:
             raw = ANSI.sub(b"", raw)
-        self._examine_text(raw.decode("utf-8", "replace"), line, 0, fams)
+        text = self.text = raw.decode("utf-8", "replace")
+        self._examine_text(text, line, 0, fams)
 
     def _examine_text(self, text: str, line: int, depth: int, fams: int) -> None:
         if fams & P and "%" in text:
@@ -89,10 +103,10 @@ class State:
     def _record(self, text: str, line: int, fams: int) -> None:
         msg, level, ts = strip_prefixes(text)
         body = msg.strip()
+        if self.engine_strong is None:
+            self._engine(text, body, line)          # a bare "(EngineCore_DP0 pid=1)" prefix names the engine too
         if not body:
             return
-        if self.engine_strong is None:
-            self._engine(text, body)
         if fams & S:
             stats = parse_serving_stats_line(body)
             if stats:
@@ -101,7 +115,11 @@ class State:
         if fams & M:
             m = MARKERS.search(body)
             if m is not None:
+                self.why["marker"] = f"marker {m.lastgroup}: {m.group()!r} (line {line})"
+                before = self.phase
                 self._marker(m.lastgroup, line)
+                if self.phase != before or self.phase == _MARKER_PHASE.get(m.lastgroup):
+                    self.why["phase"] = self.why["marker"]
         if fams & P:
             self._progress_record(body, line, ts)
         if fams & F:
@@ -111,19 +129,20 @@ class State:
 
     # ------------------------------------------------------------------ engine
 
-    def _engine(self, text: str, body: str) -> None:
-        m = ENGINE_STRONG.search(text.lstrip()) or ENGINE_STRONG.search(body)
-        if m is not None:
-            self.engine_strong = m.lastgroup
+    def _engine(self, text: str, body: str, line: int) -> None:
+        strong, path, weak = engine_signals(text, body)
+        if strong is not None:
+            self.engine_strong = strong.split("_", 1)[0]
+            self.why["engine"] = f"{strong} (line {line})"
             return
-        if self.engine_path is None:
-            m = ENGINE_PATH.search(body)
-            if m is not None:
-                self.engine_path = m.lastgroup
+        if path is not None and self.engine_path is None:
+            self.engine_path = path.split("_", 1)[0]
+            self.why["engine_path"] = f"{path} (line {line})"
         for rx, engine, weight in ENGINE_WEAK:
-            if engine + rx.pattern not in self.weak_seen and rx.search(body):
+            if engine + rx.pattern in weak and engine + rx.pattern not in self.weak_seen:
                 self.weak_seen.add(engine + rx.pattern)
                 self.engine_weak[engine] = self.engine_weak.get(engine, 0) + weight
+                self.why.setdefault("engine_weak", f"weak hint {rx.pattern!r} (line {line})")
 
     def engine(self) -> Optional[str]:
         if self.engine_strong or self.engine_path:
@@ -168,6 +187,8 @@ class State:
         self.phase = "ready"
         if self.ready_line is None:
             self.ready_line = line
+            self.ready_text = self.text[:MAX_MESSAGE]
+            self.why["ready_line"] = self.why.get("marker", "")
         self._recovered(line)
         # what was loading/capturing is done; progress means nothing for a serving engine
         self.bar = None
@@ -175,21 +196,21 @@ class State:
 
     # ------------------------------------------------------------------ progress
 
-    def _bar_label(self, before: str) -> tuple[str, Optional[str], str]:
+    def _bar_label(self, before: str, line: int) -> tuple[str, Optional[str], str]:
         """(label, the phase its words name or None, series key) for the text before a bar; cached."""
         hit = self.labels.get(before)
         if hit is None:
             label, _, _ = strip_prefixes(before.strip())
             label = label.strip().rstrip(":").strip()[:100]
             if self.engine_strong is None:
-                self._engine(label, label)
+                self._engine(label, label, line)
             if len(self.labels) >= 256:
                 self.labels.clear()
             hit = self.labels[before] = (label, label_phase(label), series_label(label))
         return hit
 
     def _tqdm(self, before: str, m: re.Match, line: int) -> None:
-        label, named_phase, key_label = self._bar_label(before)
+        label, named_phase, key_label = self._bar_label(before, line)
         done = float(m.group("n")) * SIZE[m.group("nu")]
         total = float(m.group("N")) * SIZE[m.group("Nu")]
         rate = eta = None
@@ -210,6 +231,9 @@ class State:
             self.load_done = True
         self._set_progress("bar", phase, label or self._default_label(phase), done, total, rate, eta, line, None,
                            key_label)
+        if phase == "capturing" and total and done >= total:
+            self.phase = "starting"          # the capture bar is full: capture finished, the server is next
+            self.why["phase"] = f"full capture bar (line {line})"
 
     def _unnamed_bar_phase(self) -> str:
         current = self.phase
@@ -231,30 +255,41 @@ class State:
             m = NINJA.match(body)
             if m:
                 self._set_progress("bar", "building", "build", float(m.group(1)), float(m.group(2)),
-                                   None, None, line, ts)
+                                   None, None, line, ts, sig="ninja [n/N]")
                 return
             m = MAKE.match(body)
             if m:
-                self._set_progress("bar", "building", "build", float(m.group(1)), 100.0, None, None, line, ts)
+                self._set_progress("bar", "building", "build", float(m.group(1)), 100.0, None, None, line, ts,
+                                   sig="make [n%]")
                 return
         if c == "{":
             m = LOSS_DICT.match(body)
             if m:
-                self._set_progress("hint", "training", "epoch", float(m.group(1)),
-                                   float(self.num_epochs) if self.num_epochs else None, None, None, line, ts)
+                # HF Trainer: with "Total optimization steps = N" known and a 'step' in the dict, step/N;
+                # else the epoch (of "Num Epochs = N").
+                if m.group(2) is not None and self.total_steps:
+                    self._set_progress("hint", "training", "step", float(m.group(2)), float(self.total_steps),
+                                       None, None, line, ts, sig="HF loss dict 'step'")
+                else:
+                    self._set_progress("hint", "training", "epoch", float(m.group(1)),
+                                       float(self.num_epochs) if self.num_epochs else None, None, None, line, ts,
+                                       sig="HF loss dict 'epoch'")
                 return
             if TRAIN_END.match(body):
                 self.phase = "training"
+                self.why["phase"] = f"HF Trainer train_runtime dict (line {line})"
                 return
         if "Num" in body or "optimization" in body:
             m = NUM_EPOCHS.search(body)
             if m:
                 self.num_epochs = int(m.group(1).replace(",", ""))
                 self.phase = "training"
+                self.why["phase"] = f"trainer banner 'Num Epochs' (line {line})"
             m = TOTAL_STEPS.search(body)
             if m:
                 self.total_steps = int(m.group(1).replace(",", ""))
                 self.phase = "training"
+                self.why["phase"] = f"trainer banner 'Total optimization steps' (line {line})"
             return
         low_hit = ("tep" in body or "TEP" in body or "ter" in body or "poch" in body or "POCH" in body)
         if not low_hit:
@@ -267,21 +302,23 @@ class State:
         epoch = (float(em.group(1)), float(em.group(2)) if em.group(2) else None) if em else None
         if step and step[1] is not None and step[1] > 0 and (lossy or step[0] <= step[1]):
             label = f"epoch {num(epoch[0])} step" if epoch else "step"
-            self._set_progress("bar", "training", label, step[0], step[1], None, None, line, ts)
+            self._set_progress("bar", "training", label, step[0], step[1], None, None, line, ts, sig="step n/N")
         elif epoch and epoch[1] is not None and epoch[1] > 0 and epoch[0] <= epoch[1] + 1:
-            self._set_progress("bar", "training", "epoch", epoch[0], epoch[1], None, None, line, ts)
+            self._set_progress("bar", "training", "epoch", epoch[0], epoch[1], None, None, line, ts, sig="epoch n/N")
         elif step and lossy:
             label = f"epoch {num(epoch[0])} step" if epoch else "step"
             total = float(self.total_steps) if self.total_steps else None
-            self._set_progress("hint", "training", label, step[0], total, None, None, line, ts)
+            self._set_progress("hint", "training", label, step[0], total, None, None, line, ts, sig="step beside a loss")
         elif epoch and lossy:
             total = float(self.num_epochs) if self.num_epochs else None
-            self._set_progress("hint", "training", "epoch", epoch[0], total, None, None, line, ts)
+            self._set_progress("hint", "training", "epoch", epoch[0], total, None, None, line, ts,
+                               sig="epoch beside a loss")
 
     def _set_progress(self, source: str, phase: str, label: str, done: float, total: Optional[float],
                       rate: Optional[float], eta: Optional[float], line: int, ts: Optional[tuple[str, str]],
-                      key_label: Optional[str] = None) -> None:
+                      key_label: Optional[str] = None, sig: str = "tqdm bar") -> None:
         self.seq += 1
+        self.stall_notices.clear()
         key = (source, phase, key_label if key_label is not None else series_label(label), total)
         if self.now is not None:
             when: Optional[float] = self.now
@@ -298,12 +335,14 @@ class State:
             eta = (total - done) / rate
         progress = Progress(done=num(done), total=num(total) if total is not None else None, label=label,
                             rate=rate, eta_s=eta)
+        entry = (self.seq, phase, progress, f"{sig} (line {line})", line, self.text[:MAX_MESSAGE])
         if source == "bar":
-            self.bar = (self.seq, phase, progress)
+            self.bar = entry
         else:
-            self.hint = (self.seq, phase, progress)
+            self.hint = entry
         if phase != "unknown":
             self.phase = phase
+            self.why["phase"] = f"progress {sig} (line {line})"
         # A job that keeps advancing after logging an error did not die of it.
         if self.progress_at_failure is not None:
             pkey, pdone = self.progress_at_failure
@@ -314,14 +353,19 @@ class State:
                     self._recovered(line)
         self.last_progress_key = (key, done)
 
-    def progress(self) -> Optional[Progress]:
+    def progress_entry(self) -> Optional[tuple]:
+        """(seq, phase, Progress, signature, line, text) of the progress to report."""
         bar, hint = self.bar, self.hint
         # A newer hint of another phase wins — unless it only says "epoch 2.25" where the bar
         # still counts done/total (a loss dict glued onto a Trainer bar): the bar is the better answer.
         if hint is not None and (bar is None or (hint[0] > bar[0] and hint[1] != bar[1]
                                                  and (hint[2].total is not None or bar[2].total is None))):
-            return hint[2]
-        return bar[2] if bar is not None else None
+            return hint
+        return bar
+
+    def progress(self) -> Optional[Progress]:
+        entry = self.progress_entry()
+        return entry[2] if entry is not None else None
 
     # ------------------------------------------------------------------ serving
 
@@ -333,6 +377,7 @@ class State:
 
     def ready_mark(self, line: int) -> None:
         """What any serving-stats line says about the job: it is ready, and earlier errors did not kill it."""
+        self.why["phase"] = "serving stats lines"
         if self.phase != "ready":
             self.phase = "ready"
             self.bar = None
@@ -389,11 +434,29 @@ class State:
             return
         if body[0] in "^~":
             return
+        if STALL_NOTICE.search(body):             # logged at INFO: judged before the level is
+            self._stall_notice(body, line)
+            return
         if level in NOT_FAILURE_LEVELS:
             return
         cand = self._classify(body, level, line)
         if cand is None:
             return
+        self._candidate(cand)
+
+    def _stall_notice(self, body: str, line: int) -> None:
+        """A repeated "waited N seconds for the workers" notice with no progress between is a hang."""
+        self.stall_notices.append(line)
+        if len(self.stall_notices) == STALL_REPEATS:
+            first = self.stall_notices[0]
+            self._candidate(_Candidate(Spec.SPECIFIC, "hang", first,
+                                       f"{body[:MAX_MESSAGE - 40]} (x{STALL_REPEATS}, no progress between)",
+                                       "hang_stall", sig="STALL_NOTICE"))
+        del self.stall_notices[STALL_REPEATS:]
+
+    def _candidate(self, cand: _Candidate) -> None:
+        if self.first_error is None:
+            self.first_error = cand
         if cand.spec >= Spec.EXCEPTION:
             if self.best is None or cand.spec > self.best.spec:
                 self.best = cand
@@ -416,60 +479,72 @@ class State:
             if code in XID_NOISE:
                 return None
             if code in XID_APP:
-                return _Candidate(Spec.EXCEPTION, "cuda_error", line, msg, "cuda_error")
-            return _Candidate(Spec.SPECIFIC, "gpu_fault", line, msg, "gpu_fault")
+                return _Candidate(Spec.EXCEPTION, "cuda_error", line, msg, "cuda_error", sig="XID")
+            return _Candidate(Spec.SPECIFIC, "gpu_fault", line, msg, "gpu_fault", sig="XID")
         if body.startswith("NVRM:"):
             self.nvrm.append((line, body))
             if GPU_FAULT.search(body):
                 start, parts = line, []
                 for ln, txt in reversed(self.nvrm):
-                    if ln != start - 1 and ln != line:
+                    if ln != start - 1 and ln != line or "loading NVIDIA" in txt:   # the driver's load banner
                         break
                     parts.append(txt[5:].strip())
                     start = ln
                     if "The NVIDIA GPU" in txt or "GPU at PCI" in txt:
                         break
-                return _Candidate(Spec.SPECIFIC, "gpu_fault", start, " ".join(reversed(parts))[:MAX_MESSAGE], "gpu_fault")
+                return _Candidate(Spec.SPECIFIC, "gpu_fault", start, " ".join(reversed(parts))[:MAX_MESSAGE], "gpu_fault", sig="GPU_FAULT")
             return None
         if GPU_FAULT.search(body):
-            return _Candidate(Spec.SPECIFIC, "gpu_fault", line, msg, "gpu_fault")
+            return _Candidate(Spec.SPECIFIC, "gpu_fault", line, msg, "gpu_fault", sig="GPU_FAULT")
         if CUDA_OOM.search(body) or ("out of memory" in body and "CUDA" in body):
             key = "cuda_oom_capture" if self.phase == "capturing" or "graph" in body.lower() else "cuda_oom"
-            return _Candidate(Spec.SPECIFIC, "cuda_oom", line, msg, key)
+            return _Candidate(Spec.SPECIFIC, "cuda_oom", line, msg, key, sig="CUDA_OOM")
         if HOST_OOM.search(body):
             if "ptxas" in body and "signal 9" not in body:
-                return _Candidate(Spec.SPECIFIC, "build_failed", line, msg, "build_segfault")
-            key = "host_oom_build" if building or is_build_tool(body) else "host_oom"
-            return _Candidate(Spec.SPECIFIC, "host_oom", line, msg, key)
+                return _Candidate(Spec.SPECIFIC, "build_failed", line, msg, "build_segfault", sig="HOST_OOM")
+            if building or is_build_tool(body):
+                key = "host_oom_build"
+            elif "exitcode" in body or "SIGKILL" in body:
+                key = "host_oom_launcher"          # torch elastic reporting its worker's SIGKILL
+            else:
+                key = "host_oom"
+            return _Candidate(Spec.SPECIFIC, "host_oom", line, msg, key, sig="HOST_OOM")
         if "out of memory" in body:
             if building or "cc1plus" in body or "allocating" in body:
-                return _Candidate(Spec.SPECIFIC, "host_oom", line, msg, "host_oom_build")
-            return _Candidate(Spec.SPECIFIC, "cuda_oom", line, msg, "cuda_oom")
+                return _Candidate(Spec.SPECIFIC, "host_oom", line, msg, "host_oom_build", sig="out of memory")
+            return _Candidate(Spec.SPECIFIC, "cuda_oom", line, msg, "cuda_oom", sig="out of memory")
         if CUDA_ERR.search(body):
-            key = "cuda_error_arch" if "no kernel image" in body else "cuda_error"
-            return _Candidate(Spec.SPECIFIC, "cuda_error", line, msg, key)
+            if "no kernel image" in body:
+                key = "cuda_error_arch"
+            elif "peer access" in body or "PeerAccess" in body:
+                key = "cuda_error_p2p"
+            elif "Assertion" in body or "device-side assert" in body:
+                key = "cuda_error_assert"
+            else:
+                key = "cuda_error"
+            return _Candidate(Spec.SPECIFIC, "cuda_error", line, msg, key, sig="CUDA_ERR")
         if NCCL.search(body):
-            key = "nccl"
+            key = "nccl_net" if "NET/" in body else "nccl"
             if "timeout" in body.lower() or "timed out" in body:
                 key = "nccl_first" if "SeqNum=1," in body or "last completed NCCL work: 0" in body else "nccl_timeout"
-            return _Candidate(Spec.SPECIFIC, "nccl", line, msg, key)
+            return _Candidate(Spec.SPECIFIC, "nccl", line, msg, key, sig="NCCL")
         if HANG.search(body):
-            return _Candidate(Spec.SPECIFIC, "hang", line, msg, "hang")
+            return _Candidate(Spec.SPECIFIC, "hang", line, msg, "hang", sig="HANG")
         exc = EXC_LINE.match(body)
         if IMPORT.search(body) or (exc and exc.group("type").split(".")[-1] in ("ImportError", "ModuleNotFoundError")):
             if exc and not (exc.group("msg") or "").strip():
-                return _Candidate(Spec.UMBRELLA, "import_error", line, msg, "import_error")
+                return _Candidate(Spec.UMBRELLA, "import_error", line, msg, "import_error", sig="IMPORT")
             key = "import_error_abi" if ("undefined symbol" in body or "GLIBC" in body) else "import_error"
-            return _Candidate(Spec.SPECIFIC, "import_error", line, msg, key)
+            return _Candidate(Spec.SPECIFIC, "import_error", line, msg, key, sig="IMPORT")
         if "error:" in body or body.startswith("Error: "):
             if BAD_ARGS.search(body) and (line - self.usage_line <= 60 or "unrecognized arguments" in body
                                            or "arguments are required" in body or body.startswith("Error: ")):
-                return _Candidate(Spec.SPECIFIC, "bad_arguments", line, msg, "bad_arguments")
+                return _Candidate(Spec.SPECIFIC, "bad_arguments", line, msg, "bad_arguments", sig="BAD_ARGS")
         if BUILD_SPECIFIC.search(body):
             key = "build_segfault" if "died due to signal" in body else "build_failed"
-            return _Candidate(Spec.SPECIFIC, "build_failed", line, msg, key)
+            return _Candidate(Spec.SPECIFIC, "build_failed", line, msg, key, sig="BUILD_SPECIFIC")
         if BUILD_UMBRELLA.search(body):
-            return _Candidate(Spec.UMBRELLA, "build_failed", line, msg, "build_failed")
+            return _Candidate(Spec.UMBRELLA, "build_failed", line, msg, "build_failed", sig="BUILD_UMBRELLA")
         if ENGINE_UMBRELLA.search(body):
             if body.startswith("Traceback"):
                 key = "exception_traceback"
@@ -478,43 +553,49 @@ class State:
             else:
                 key = "exception_umbrella"
             return _Candidate(Spec.UMBRELLA, "build_failed" if building else "exception", line, msg,
-                              "build_failed" if building else key)
+                              "build_failed" if building else key, sig="ENGINE_UMBRELLA")
         if CRASH.search(body):
             return _Candidate(Spec.EXCEPTION, "build_failed" if building else "exception", line, msg,
-                              "build_failed" if building else "exception_crash")
+                              "build_failed" if building else "exception_crash", sig="CRASH")
         if exc is not None and level not in ("WARNING", "WARN"):
             etype = exc.group("type").split(".")[-1]
             if etype in ("SyntaxError", "IndentationError", "TabError"):
-                return _Candidate(Spec.SPECIFIC, "syntax_error", line, msg, "syntax_error")
+                return _Candidate(Spec.SPECIFIC, "syntax_error", line, msg, "syntax_error", sig="EXC_LINE")
             if etype == "KeyboardInterrupt":
-                return _Candidate(Spec.EXCEPTION, "exception", line, msg, "exception_interrupt")
+                return _Candidate(Spec.EXCEPTION, "exception", line, msg, "exception_interrupt", sig="EXC_LINE")
             if building:
-                return _Candidate(Spec.EXCEPTION, "build_failed", line, msg, "build_failed")
-            return _Candidate(Spec.EXCEPTION, "exception", line, msg, "exception")
+                return _Candidate(Spec.EXCEPTION, "build_failed", line, msg, "build_failed", sig="EXC_LINE")
+            return _Candidate(Spec.EXCEPTION, "exception", line, msg, "exception", sig="EXC_LINE")
         if level in ("ERROR", "CRITICAL", "FATAL"):
-            return _Candidate(Spec.ERROR_LEVEL, "exception", line, msg, "exception_umbrella")
+            return _Candidate(Spec.ERROR_LEVEL, "exception", line, msg, "exception_umbrella", sig="ERROR level")
         return None
 
     def _recovered(self, line: int) -> None:
+        self.stall_notices.clear()
         cand = self.best or self.first_low
         if cand is not None:
             self.warnings["error_recovered"] = LogWarning(
                 "error_recovered", cand.line,
                 f"{cand.cause} logged at line {cand.line} but the job carried on: {cand.message}"[:MAX_MESSAGE])
-        self.best = self.first_low = self.first_weak = None
+        self.best = self.first_low = self.first_weak = self.first_error = None
         self.progress_at_failure = None
         self.advances_since_failure = 0
 
-    def failure(self) -> Optional[Failure]:
+    def root_cause(self) -> Optional[_Candidate]:
         if self.best is not None:
-            c = self.best
-        elif self.first_low is not None:
+            return self.best
+        if self.first_low is not None:
             c = self.first_low
             # The umbrella says "see above": the first ERROR line above it is the root cause.
             if self.first_weak is not None and self.first_weak.line < c.line:
                 w = self.first_weak
-                c = _Candidate(Spec.UMBRELLA, c.cause, w.line, w.message, c.hint_key)
-        else:
+                c = _Candidate(Spec.UMBRELLA, c.cause, w.line, w.message, c.hint_key, f"{w.sig} above {c.sig}")
+            return c
+        return None
+
+    def failure(self) -> Optional[Failure]:
+        c = self.root_cause()
+        if c is None:
             return None
         return Failure(cause=c.cause, line=c.line, message=c.message, hint=HINTS[c.hint_key])
 
@@ -540,17 +621,43 @@ class State:
     # ------------------------------------------------------------------ result
 
     def result(self) -> LogAnalysis:
+        root = self.root_cause()
         failure = self.failure()
         engine = self.engine()
+        why: dict[str, str] = {}
+        if self.engine_strong:
+            why["engine"] = self.why["engine"]
+        elif self.engine_path:
+            why["engine"] = self.why["engine_path"]
+        elif engine:
+            why["engine"] = self.why.get("engine_weak", "weak hints")
         if failure is not None:
             phase = "failed"
+            why["phase"] = "the failure"
         elif self.phase:
             phase = self.phase
+            why["phase"] = self.why.get("phase", "")
         else:
             phase = "starting" if engine else "unknown"
+            if engine:
+                why["phase"] = "engine seen, no phase marker yet"
+        entry = self.progress_entry()
+        key_lines: list[KeyLine] = []
+        if root is not None:
+            why["failure"] = f"{root.sig} -> {root.hint_key} (line {root.line})"
+            key_lines.append(KeyLine("root_cause", root.line, root.message))
+        if self.first_error is not None:
+            key_lines.append(KeyLine("first_error", self.first_error.line, self.first_error.message))
+        if entry is not None:
+            why["progress"] = entry[3]
+            key_lines.append(KeyLine("last_progress", entry[4], entry[5]))
+        if self.ready_line is not None:
+            why["ready_line"] = self.why.get("ready_line", "")
+            key_lines.append(KeyLine("ready", self.ready_line, self.ready_text))
         serving = None
         if self.serving:
             serving = ServingNumbers(**{k: self.serving.get(k) for k in SERVING_KEYS})
         warnings = tuple(sorted(self.warnings.values(), key=lambda w: (w.line, w.code)))
-        return LogAnalysis(engine=engine, phase=phase, progress=self.progress(), failure=failure,
-                           ready_line=self.ready_line, serving=serving, warnings=warnings)
+        return LogAnalysis(engine=engine, phase=phase, progress=entry[2] if entry is not None else None,
+                           failure=failure, ready_line=self.ready_line, serving=serving, warnings=warnings,
+                           key_lines=tuple(key_lines), decided_by=tuple(why.items()))

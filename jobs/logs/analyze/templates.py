@@ -8,7 +8,7 @@ from itertools import accumulate
 from typing import Optional, Union
 
 from .model import ALL_FAMILIES, F, Family, GIANT_SEGMENT, M, P, S, SERVING_KEYS, W
-from .patterns import (ANSI, BAD_ARGS, ENGINE_PATH, ENGINE_STRONG, ENGINE_WEAK, EPOCH, FAMILY, FRAME, JIT, KV_PRESSURE, LOSS_DICT, MAKE, MARKERS, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, STEP, TOTAL_STEPS, TQDM, TRAIN_END, VLLM_SPEC_RATE, families_in, label_phase, parse_serving_stats_line, prefilter_in, strip_prefixes)
+from .patterns import (STALL_NOTICE, engine_signals, ANSI, BAD_ARGS, EPOCH, FAMILY, FRAME, JIT, KV_PRESSURE, LOSS_DICT, MAKE, MARKERS, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, STEP, TOTAL_STEPS, TQDM, TRAIN_END, VLLM_SPEC_RATE, families_in, label_phase, parse_serving_stats_line, prefilter_in, strip_prefixes)
 from .state import (State)
 
 
@@ -93,10 +93,8 @@ _PROBE = State()   # only ever asked _classify() on non-NVRM lines, which reads 
 
 def _engine_hits(text: str, body: str) -> tuple[bool, bool, frozenset]:
     """What State._engine(text, body) would look at, independent of what is already known."""
-    strong = ENGINE_STRONG.search(text.lstrip()) is not None or ENGINE_STRONG.search(body) is not None
-    path = ENGINE_PATH.search(body) is not None
-    weak = frozenset(engine + rx.pattern for rx, engine, _ in ENGINE_WEAK if rx.search(body))
-    return strong, path, weak
+    strong, path, weak = engine_signals(text, body)
+    return strong is not None, path is not None, weak
 
 
 def _progress_kind(body: str, ts: Optional[tuple[str, str]]) -> int:
@@ -117,7 +115,11 @@ def _failure_inert(body: str, level: Optional[str]) -> bool:
     """True if State._failure(body, level, …) changes nothing, whatever the state and the digits."""
     if FRAME.match(body) or body.startswith("usage:"):
         return False
-    if body[0] in "^~" or level in NOT_FAILURE_LEVELS:
+    if body[0] in "^~":
+        return True
+    if STALL_NOTICE.search(body):
+        return False                                  # counted, whatever its level
+    if level in NOT_FAILURE_LEVELS:
         return True
     if body.startswith("NVRM:") or any(w in body for w in _DIGIT_VALUE_WORDS) or BAD_ARGS.search(body):
         return False                                  # digit- or state-dependent verdicts
@@ -147,9 +149,9 @@ def classify_template(tpl: bytes, engine_known: bool) -> Union[int, Template]:
             return Template(fams, kind, named=label_phase(label), hits=hits)
     msg, level, ts = strip_prefixes(text)            # _record
     body = msg.strip()
-    if not body:
-        return 0                                      # _record returns before anything
     hits = no_hits if engine_known else _engine_hits(text, body)
+    if not body:                                      # _record looks for the engine only
+        return 0 if hits == no_hits else Template(fams, K_INERT, hits=hits)
     if fams & S:
         stats = parse_serving_stats_line(body)
         if stats:
