@@ -5,6 +5,7 @@ import dataclasses
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
@@ -15,6 +16,9 @@ from gpudeck.jobs.stalls import GpuReading, HealthRules, HealthUpdate, Observati
 
 HEALTH = "health.json"
 ON_ALERT_LOG = "on_alert.log"
+HOOKS = "hooks.jsonl"
+# How long an on_alert command may run before it is terminated ($GPUDECK_ON_ALERT_TIMEOUT overrides).
+ON_ALERT_TIMEOUT_S = 120.0
 
 # The monitor reads at most this much new log per tick, so one tick stays short
 # even when a job floods its log; the rest is read on the next ticks.
@@ -309,9 +313,17 @@ class HealthMonitor:
         write_json_atomic(self.run_dir / HEALTH, self.health_record(now))
 
     def _fire(self, alert) -> Optional[int]:
-        """Run on_alert detached (own session, no stdin) with the alert in GPUDECK_ALERT_*; output to on_alert.log."""
+        """Run on_alert outside the run (gpudeck.jobs.alert_hook: own session, a deadline) with the alert in
+        GPUDECK_ALERT_*; output to on_alert.log. Never raises: a hook that cannot start costs the hook only."""
         if not self.on_alert:
             return None
+        try:
+            return self._launch_hook(alert)
+        except Exception as exc:
+            self.last_error = f"on_alert: {type(exc).__name__}: {exc}"
+            return None
+
+    def _launch_hook(self, alert) -> Optional[int]:
         env = dict(os.environ)
         env.update({
             "GPUDECK_ALERT_CODE": alert.code,
@@ -325,32 +337,42 @@ class HealthMonitor:
             env["GPUDECK_ALERT_CAUSE"] = alert.cause
         if alert.hint:
             env["GPUDECK_ALERT_HINT"] = alert.hint
+        # A NUL (a crash message can carry one) cannot be in an environment: shown as \0, the alert still goes out.
+        env = {k: v.replace("\0", "\\0") for k, v in env.items() if "\0" not in k}
         # The job's own run tag must not leak: the hook is not part of the run's tree.
         env.pop("GPUDECK_RUN_ID", None)
-        child = None
-        # bash like the jobs' own string commands (jobs.toml documents it so); sh where there is no bash.
-        for shell in ("bash", "/bin/sh"):
-            try:
-                with open(open_private(self.run_dir / ON_ALERT_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT),
-                          "ab") as out:
-                    child = subprocess.Popen([shell, "-c", self.on_alert], env=env, stdin=subprocess.DEVNULL,
-                                             stdout=out, stderr=out, start_new_session=True, close_fds=True,
-                                             cwd=str(self.run_dir))
-                break
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                self.last_error = f"on_alert: {exc}"
-                return None
-        if child is None:
-            self.last_error = "on_alert: no shell to run it"
+        timeout = _hook_timeout(env)
+        try:
+            # bash like the jobs' own string commands (jobs.toml documents it so); sh where there is no bash.
+            with open(open_private(self.run_dir / ON_ALERT_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT),
+                      "ab") as out:
+                child = subprocess.Popen(
+                    [sys.executable, "-m", "gpudeck.jobs.alert_hook", f"{timeout:g}", str(self.run_dir),
+                     self.on_alert.replace("\0", "")],
+                    env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
+                    close_fds=True, cwd=str(self.run_dir))
+        except OSError as exc:
+            self.last_error = f"on_alert: {exc}"
             return None
+        # Recorded before anything else looks: the runner's leftover sweep and `stop` skip this session.
+        from gpudeck.jobs.procs import identity
+        ident = identity(child.pid)
+        append_event(self.run_dir / HOOKS, {"pid": child.pid, "start": ident.start if ident else None,
+                                            "t": round(time.time(), 3), "code": alert.code})
         self._children.append(child)
         return child.pid
 
     def _reap(self) -> None:
         # The runner lives as long as the job: collect finished hooks so they do not linger as zombies.
         self._children = [c for c in self._children if c.poll() is None]
+
+
+def _hook_timeout(env: Mapping[str, str]) -> float:
+    try:
+        value = float(env.get("GPUDECK_ON_ALERT_TIMEOUT") or ON_ALERT_TIMEOUT_S)
+    except ValueError:
+        return ON_ALERT_TIMEOUT_S
+    return value if 0 < value < 86400 else ON_ALERT_TIMEOUT_S
 
 
 def _signal_number(name: str) -> Optional[int]:

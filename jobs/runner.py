@@ -295,7 +295,7 @@ class Runner:
             found[st.pid] = st
         if self.me is not None:
             found.pop(self.me.pid, None)
-        return [st for st in found.values() if st.state != "Z"]
+        return self.run.without_hooks([st for st in found.values() if st.state != "Z"])
 
     def kill_everything(self, sig: int) -> list[ProcessId]:
         procs = self.run_processes()

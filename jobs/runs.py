@@ -42,6 +42,7 @@ TIMES = "times"
 EXIT = "exit.json"
 EVENTS = "events.jsonl"
 SAMPLES = "samples.jsonl"
+HOOKS = "hooks.jsonl"           # on_alert hooks fired: {"pid", "start", "t", "code"} — outside the job
 
 # A run whose runner has not written its pid after this long never started.
 STARTING_GRACE_S = 15.0
@@ -303,6 +304,22 @@ class Run:
 
     def samples(self) -> list[dict]:
         return read_jsonl(self.samples_path)
+
+    def hook_sessions(self) -> dict[int, int]:
+        """{session id: start} of the on_alert hooks this run fired (hooks.jsonl): not part of the job."""
+        found = {}
+        for rec in read_jsonl(self.path / HOOKS):
+            pid, start = rec.get("pid"), rec.get("start")
+            if isinstance(pid, int) and isinstance(start, int):
+                found[pid] = start
+        return found
+
+    def without_hooks(self, stats: list) -> list:
+        """`stats` (ProcStats) less the processes of this run's alert hooks (their own sessions)."""
+        hooks = self.hook_sessions()
+        if not hooks:
+            return stats
+        return [st for st in stats if not (st.session in hooks and st.start >= hooks[st.session])]
 
     def stop_requested(self) -> bool:
         return any(e.get("event") == "StopRequested" for e in self.events())

@@ -215,7 +215,7 @@ def run_processes(run: Run, stats: Optional[dict[int, ProcStat]] = None) -> list
                 found.setdefault(m.pid, m)
     if runner is not None:
         found.pop(runner.pid, None)
-    return [st for st in found.values() if st.state != "Z"]
+    return run.without_hooks([st for st in found.values() if st.state != "Z"])
 
 
 def _host() -> str:
