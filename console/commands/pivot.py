@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("target", metavar="TARGET", help="the engine job to start")
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     p.add_argument("--stop-foreign", action="store_true",
-                   help="also stop engines gpudeck did not start (listed in the plan)")
+                   help="also stop engines gpudeck did not start that hold the target's GPUs or port "
+                        "(listed in the plan; the others are left alone)")
     p.add_argument("--wait", action="store_true", help="return once TARGET is ready")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                    help="with --wait: give up after this long (default 1 hour)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Optional
 
 from gpudeck.jobs.engines.discovery import EngineProcess, discover_engines
@@ -49,11 +49,14 @@ class PlannedStop:
     gpus: tuple[int, ...] = ()
     # (pid, create_time) of each member as planned: only these very processes are signalled.
     member_create_times: tuple[tuple[int, float], ...] = ()
+    conflict: str = ""                # foreign: what of the target's it holds ("GPU 0,1", "port 8000"); "" none
 
     def describe(self) -> str:
         mem = f", {self.gpu_mem / 2**30:.1f} GiB GPU memory" if self.gpu_mem else ""
         port = f", port {self.port}" if self.port else ""
         who = f"job {self.job} (run {self.run_id})" if self.kind == "job" else "FOREIGN (not started by gpudeck)"
+        if self.kind == "foreign" and self.conflict:
+            who += f", holds the target's {self.conflict}"
         return f"{who}: {self.engine} PID {self.pid}{port}{mem} — {self.cmdline[:160]}"
 
 
@@ -74,7 +77,11 @@ class PivotPlan:
         else:
             out.append("will stop: nothing (no engine is running)")
         if self.foreign_left:
-            out.append("will NOT stop (foreign; pass --stop-foreign to include them):")
+            if self.stop_foreign:
+                out.append("left alone (foreign, holds none of the target's GPUs and not its port):")
+            else:
+                out.append("will NOT stop (foreign; pass --stop-foreign to stop those that hold the target's "
+                           "GPUs or port):")
             out += [f"  - {s.describe()}" for s in self.foreign_left]
         gpus = ",".join(map(str, self.gpus)) if self.gpus else "all"
         out.append(f"then: verify GPUs ({gpus}) and port {self.target_settings.port} free, start {self.target}")
@@ -169,9 +176,26 @@ def plan_pivot(supervisor, target: str, *, stop_foreign: bool = False,
             continue
         # Engines of another jobs file, or of a run gpudeck no longer tracks, cannot be stopped
         # through this supervisor: like foreign ones, they need --stop-foreign.
-        stop = _planned(e, "foreign")
-        (plan.stops if stop_foreign else plan.foreign_left).append(stop)
+        # --stop-foreign stops only what stands in the target's way: its GPUs or its port.
+        conflict = _conflict(e, plan.gpus, settings.port)
+        stop = replace(_planned(e, "foreign"), conflict=conflict)
+        (plan.stops if stop_foreign and conflict else plan.foreign_left).append(stop)
     return plan
+
+
+def _conflict(e: EngineProcess, gpus: tuple[int, ...], port: Optional[int]) -> str:
+    """What of the target's (GPUs, port) engine `e` holds, as words; "" when nothing.
+
+    A target without a GPU list takes every GPU, so any GPU `e` holds is in its way; GPUs
+    that cannot be seen (no NVML) are not assumed to be held.
+    """
+    held = sorted(set(e.gpus) & set(gpus)) if gpus else sorted(e.gpus)
+    parts = []
+    if held:
+        parts.append("GPU " + ",".join(map(str, held)))
+    if port is not None and e.port == port:
+        parts.append(f"port {port}")
+    return " and ".join(parts)
 
 
 # --------------------------------------------------------------------------- execution

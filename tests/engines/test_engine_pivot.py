@@ -155,30 +155,64 @@ def test_foreign_engine_is_listed_and_survives_without_stop_foreign(box):
         result = pivot(sup, "eng-b", wait=True, ready_deadline_s=60)
         assert result.ok, result.message
         assert proc.poll() is None                              # untouched
+        # On another port and no GPU of the target's: --stop-foreign leaves it alone, and says so.
         plan = plan_pivot(sup, "eng-a", stop_foreign=True)
-        assert any(s.kind == "foreign" and s.pid == proc.pid for s in plan.stops)
-        assert "FOREIGN (not started by gpudeck)" in "\n".join(plan.lines())
+        assert not any(s.pid == proc.pid for s in plan.stops)
+        assert any(s.kind == "foreign" and s.pid == proc.pid and not s.conflict for s in plan.foreign_left)
+        text = "\n".join(plan.lines())
+        assert "FOREIGN (not started by gpudeck)" in text and "left alone" in text
     finally:
         proc.kill()
         proc.wait(10)
 
 
-def test_stop_foreign_stops_it_and_names_it(box):
+def test_stop_foreign_stops_only_the_engine_in_the_targets_way(box):
     sup, ports, _ = box
-    port = free_port()
-    proc = foreign_standin(port)
+    other_port = free_port()
+    in_the_way = foreign_standin(ports["b"])          # holds eng-b's port
+    beside = foreign_standin(other_port)              # another port (a test run beside it, say)
     try:
-        wait_ready(port)
+        wait_ready(ports["b"])
+        wait_ready(other_port)
+        plan = plan_pivot(sup, "eng-b", stop_foreign=True)
+        assert [s.pid for s in plan.stops] == [in_the_way.pid]
+        assert plan.stops[0].conflict == f"port {ports['b']}"
+        assert any(s.pid == beside.pid for s in plan.foreign_left)
         steps = []
         result = pivot(sup, "eng-b", stop_foreign=True, on_step=steps.append, wait=True, ready_deadline_s=60)
         assert result.ok, result.message
-        assert steps[0].name == f"stop foreign sglang PID {proc.pid}"
-        assert proc.wait(10) is not None
-        assert not port_listening("127.0.0.1", port)
+        assert steps[0].name == f"stop foreign sglang PID {in_the_way.pid}"
+        assert in_the_way.wait(10) is not None
+        assert beside.poll() is None                            # left alone, still serving
+        assert port_listening("127.0.0.1", other_port)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+        for proc in (in_the_way, beside):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
+
+def test_stop_foreign_judges_gpus_by_the_targets_gpu_list(tmp_path):
+    """Which foreign engines hold the target's GPUs, from discovery's records (the GPU part needs no GPU here)."""
+    from gpudeck.jobs.engines.discovery import EngineProcess
+    port = free_port()
+    path = write_jobs(tmp_path / "jobs.toml", {"eng-g": {**standin_job(port), "gpus": [0, 1]},
+                                               "eng-all": standin_job(free_port())})
+    sup = Supervisor(load_jobs(path), state_dir=tmp_path / "state")
+
+    def foreign(pid: int, gpus: tuple[int, ...], fport: int) -> EngineProcess:
+        return EngineProcess(pid=pid, engine="vllm", port=fport, gpu_mem=2**30, cmdline="vllm serve m",
+                             managed=False, gpus=gpus)
+    engines = [foreign(101, (1,), 9001), foreign(102, (2, 3), 9002), foreign(103, (), port)]
+    plan = plan_pivot(sup, "eng-g", stop_foreign=True, engines=engines)
+    assert {s.pid: s.conflict for s in plan.stops} == {101: "GPU 1", 103: f"port {port}"}
+    assert [s.pid for s in plan.foreign_left] == [102]
+    # A target without a GPU list takes every GPU: each engine on a GPU is in its way.
+    plan = plan_pivot(sup, "eng-all", stop_foreign=True, engines=engines)
+    assert [s.pid for s in plan.stops] == [101, 102]
+    assert [s.pid for s in plan.foreign_left] == [103]
+    # Without --stop-foreign nothing foreign is stopped.
+    assert plan_pivot(sup, "eng-g", engines=engines).stops == []
 
 
 def test_status_json_lists_managed_and_foreign_engines(tmp_path):
