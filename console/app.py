@@ -12,14 +12,16 @@ from textual.timer import Timer
 from textual.worker import Worker, WorkerState
 
 from gpudeck.jobs.telemetry.snapshot import Snapshot
+from gpudeck.jobs.watch import JobsWatcher, live_jobs_note
 
 from gpudeck.console.config import load_console_config
 from gpudeck.console.errors import CliError
 from gpudeck.console.messages import SampleFailed, SamplesCollected
 from gpudeck.console.screens.dashboard import DashboardScreen
 from gpudeck.console.screens.help import HelpScreen
+from gpudeck.console.feeds import Feed, JobsFeed, LiveJobsSource
 from gpudeck.console.screens.history import HistoryScreen
-from gpudeck.console.screens.jobs import JobsScreen, live_jobs_note
+from gpudeck.console.screens.jobs import JobsScreen
 from gpudeck.console.telemetry_view import TelemetryView
 from gpudeck.themes import DEFAULT_THEME, GPUDECK_THEMES, THEME_CYCLE, is_known_theme, known_theme_names, next_theme
 
@@ -79,6 +81,22 @@ class GpuDeckApp(App[int]):
         self.ticks = 0                     # completed ticks, good or failed (tests wait on it)
         self._tick_timer: Optional[Timer] = None
         self._sampling = False             # a worker is out collecting
+        # The push paths: widgets follow these instead of the app walking its screens.
+        self.telemetry_feed: Feed[TelemetryView] = Feed(self, "telemetry")
+        self._jobs_feed: Optional[JobsFeed] = None
+
+    @property
+    def jobs_feed(self) -> JobsFeed:
+        """Job snapshots for the jobs view: live from --jobs unless a replay set its own feed first.
+        Made on first use (--jobs is known by then); polling starts when a view first follows it."""
+        if self._jobs_feed is None:
+            source = LiveJobsSource(JobsWatcher(self.jobs_file), lambda: max(0.5, float(self.refresh_s or 1.0)))
+            self._jobs_feed = JobsFeed(self, source)
+        return self._jobs_feed
+
+    @jobs_feed.setter
+    def jobs_feed(self, feed: JobsFeed) -> None:
+        self._jobs_feed = feed
 
     # -- sampling loop -----------------------------------------------------------------------
 
@@ -140,18 +158,7 @@ class GpuDeckApp(App[int]):
         )
 
     def _push_telemetry(self) -> None:
-        if not self.screen_stack:
-            # A tick that lands while the app starts or shuts down has no screen to show it on.
-            return
-        apply = getattr(self.screen, "apply_telemetry", None)
-        if apply is None:
-            # A modal (help, palette) is on top: update the view underneath it.
-            for screen in reversed(self.screen_stack):
-                apply = getattr(screen, "apply_telemetry", None)
-                if apply is not None:
-                    break
-        if apply is not None:
-            apply(self.telemetry)
+        self.telemetry_feed.publish(self.telemetry)
 
     # -- actions ----------------------------------------------------------------------------
 

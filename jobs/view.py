@@ -283,3 +283,85 @@ def job_views(payload: Any) -> list[JobView]:
     """Every job of a `jobs_payload()` document, typed (a record that is not a dict is skipped)."""
     jobs = _dict(payload).get("jobs")
     return [JobView.from_payload(job) for job in jobs or [] if isinstance(job, dict)]
+
+
+@dataclass(frozen=True)
+class EngineView:
+    """One inference engine as the engine panel shows it: a managed engine job, or a FOREIGN engine process."""
+
+    name: str                          # job name, or "vllm PID 4412" for a foreign one
+    managed: bool
+    engine: Optional[str] = None       # "vllm" | "sglang" | None (not known yet)
+    state: str = "idle"                # job state, or the engine's phase when it runs
+    model: Optional[str] = None
+    port: Optional[int] = None
+    port_open: Optional[bool] = None
+    started_at: Optional[float] = None
+    serving: Optional[dict] = None
+    pid: Optional[int] = None
+    gpu_mem: Optional[int] = None
+    cmdline: str = ""
+    orphan: bool = False
+
+
+EngineSpec = tuple[Optional[str], Optional[str], Optional[int]]     # (engine, model, port) of an engine job
+
+
+def engine_views(jobs: list[JobView], engine_specs: dict[str, EngineSpec], foreign: list[dict]) -> list[EngineView]:
+    """Engine jobs (those with an entry in `engine_specs`), then foreign engines (discovery's dicts)."""
+    rows = []
+    for job in jobs:
+        if job.name not in engine_specs:
+            continue
+        engine, model, port = engine_specs[job.name]
+        state = job.phase if job.live and job.phase else job.state if job.state != "?" else "idle"
+        serving = job.payload.get("serving")
+        rows.append(EngineView(name=job.name, managed=True, engine=engine, state=state, model=model,
+                               port=port if port is not None else job.port, port_open=job.port_open,
+                               started_at=job.started_at if job.live else None,
+                               serving=serving if job.live and isinstance(serving, dict) else None, pid=job.pid))
+    for e in foreign:
+        if e.get("managed"):
+            continue
+        rows.append(EngineView(name=f"{e.get('engine')} PID {e.get('pid')}", managed=False, engine=e.get("engine"),
+                               state="running", model=e.get("model"), port=e.get("port"),
+                               port_open=e.get("port") is not None, started_at=e.get("create_time") or None,
+                               pid=e.get("pid"), gpu_mem=e.get("gpu_mem"), cmdline=str(e.get("cmdline") or ""),
+                               orphan=bool(e.get("orphan"))))
+    return rows
+
+
+@dataclass(frozen=True)
+class JobsSnapshot:
+    """Everything the jobs view shows at one instant; a live watcher and a replay both produce these."""
+
+    taken_at: float
+    jobs: tuple[JobView, ...] = ()
+    engines: tuple[EngineView, ...] = ()
+    log_paths: dict[str, str] = field(default_factory=dict)    # job -> its latest run's output.log
+    pipelines: tuple[dict, ...] = ()
+    reason: Optional[str] = None        # why there are no jobs at all (no jobs file, a bad one)
+    error: Optional[str] = None         # this poll failed: the jobs shown are the last good ones
+
+    @classmethod
+    def from_payload(cls, payload: dict, taken_at: float, **kwargs: Any) -> "JobsSnapshot":
+        """From a `jobs_payload()` document (or a replayed one with the same shape)."""
+        pipelines = _dict(payload).get("pipelines")
+        return cls(taken_at=taken_at, jobs=tuple(job_views(payload)),
+                   pipelines=tuple(p for p in pipelines or [] if isinstance(p, dict)), **kwargs)
+
+    def to_dict(self) -> dict:
+        """JSON-able; `from_dict` gives the same snapshot back (a recording can store these)."""
+        return {"taken_at": self.taken_at, "jobs": [job.payload for job in self.jobs],
+                "engines": [dict(vars(e)) for e in self.engines], "log_paths": dict(self.log_paths),
+                "pipelines": list(self.pipelines), "reason": self.reason, "error": self.error}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "JobsSnapshot":
+        fields = set(EngineView.__dataclass_fields__)
+        engines = tuple(EngineView(**{k: v for k, v in e.items() if k in fields})
+                        for e in data.get("engines") or [] if isinstance(e, dict) and "name" in e)
+        return cls.from_payload({"jobs": data.get("jobs") or [], "pipelines": data.get("pipelines") or []},
+                                taken_at=float(data.get("taken_at") or 0.0), engines=engines,
+                                log_paths={str(k): str(v) for k, v in _dict(data.get("log_paths")).items()},
+                                reason=_str(data.get("reason")), error=_str(data.get("error")))

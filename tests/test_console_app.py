@@ -425,15 +425,22 @@ async def test_a_tick_that_lands_with_no_screen_on_the_stack_is_dropped_not_a_cr
         finally:
             stack.extend(saved)
         assert app.is_running
+    app._push_telemetry()                   # after shutdown: no subscriber runs, nothing raises
 
 
-def test_a_tick_that_reaches_the_dashboard_before_its_widgets_mount_is_skipped() -> None:
+@pilot_test
+async def test_a_tick_that_lands_before_a_screens_widgets_mount_reaches_them_once_mounted() -> None:
     # Seen under load: the first SamplesCollected arrived between the screen's creation and
-    # the mounting of its widgets, and query_one(BoxHeaderPanel) took the app down.
-    from gpudeck.console.screens.dashboard import DashboardScreen
-    from gpudeck.jobs.telemetry.sampler import make_sampler
-    from gpudeck.console.telemetry_view import TelemetryView
-    screen = DashboardScreen()
-    view = TelemetryView(snapshot=make_sampler(demo=True).sample(), history=None, stale=False,
-                         error=None, paused=False, refresh_s=1.0)
-    screen.apply_telemetry(view)            # no widgets yet: must not raise
+    # the mounting of its widgets, and query_one(BoxHeaderPanel) took the app down. Widgets now
+    # subscribe when they mount and start from the feed's latest value.
+    app = demo_app(start_sampling=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.snapshot = app.sampler.sample()
+        screen = DashboardScreen()
+        app.push_screen(screen)
+        app._push_telemetry()               # same step as the push: nothing of the screen is mounted yet
+        await wait_for(pilot, lambda: screen.is_mounted and screen.query(BoxHeaderPanel)
+                       and screen.query_one(BoxHeaderPanel).view is not None, "the header shows the tick")
+        assert "h200-sim-01" in "".join(str(p) for p in screen.query_one(BoxHeaderPanel).parts())
+        assert screen.query_one(HostPanel).host is not None
+        assert app.is_running

@@ -9,8 +9,9 @@ import pytest
 from textual.app import App, ComposeResult
 
 from gpudeck.console.screens.confirm import ConfirmScreen
-from gpudeck.console.screens.jobs import CELL_GAP, JobsScreen, banner_lines, layout_cells, live_jobs_note, table_layout
-from gpudeck.jobs.view import job_views
+from gpudeck.console.screens.jobs import CELL_GAP, JobsScreen, banner_lines, layout_cells, table_layout
+from gpudeck.jobs.view import engine_views, job_views
+from gpudeck.jobs.watch import live_jobs_note
 from gpudeck.console.widgets.log_index import BLOCK, LogIndex, LogSearch
 from gpudeck.console.widgets.log_view import LogView, LogViewPane
 from runsupport import free_port, pilot_test
@@ -491,12 +492,12 @@ def test_table_columns_fit_the_width_and_keep_state_and_progress(width: int) -> 
 
 
 def test_engine_rows_mark_foreign_engines_and_keep_history() -> None:
-    from gpudeck.console.widgets.engine_panel import EnginePanel, engine_rows
+    from gpudeck.console.widgets.engine_panel import EnginePanel
     foreign = [{"pid": 4412, "engine": "vllm", "port": 8000, "gpu_mem": 71 * 2**30, "cmdline": "vllm serve x",
                 "managed": False, "orphan": True, "model": "x", "create_time": NOW - 60},
                {"pid": 9, "engine": "vllm", "managed": True, "job": "vllm-k2"}]
     specs = {"vllm-k2": ("vllm", "/models/kimi-k2-int4", 8000), "sglang-k2": ("sglang", None, 30000)}
-    rows = engine_rows(FAKE_JOBS, specs, foreign)
+    rows = engine_views(job_views({"jobs": FAKE_JOBS}), specs, foreign)
     assert [(r.name, r.managed, r.state) for r in rows] == [
         ("vllm-k2", True, "ready"), ("sglang-k2", True, "loading"), ("vllm PID 4412", False, "running")]
     panel = EnginePanel(clock=lambda: NOW)

@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 from textual import events
-from textual.css.query import NoMatches
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from gpudeck.console.telemetry_view import TelemetryView
 from gpudeck.console.widgets.box_header_panel import BoxHeaderPanel
 from gpudeck.console.widgets.gpu_grid_panel import Density, GpuGridPanel
 from gpudeck.console.widgets.gpu_process_table import GpuProcessTable
@@ -20,7 +18,7 @@ DENSITY_CYCLE: tuple[Density, ...] = ("auto", "lines", "cards")
 
 
 class DashboardScreen(Screen):
-    """Implements the app's telemetry-screen protocol: `apply_telemetry(view)` after every tick."""
+    """Its widgets follow the app's telemetry feed themselves; the screen only lays them out."""
 
     DEFAULT_CSS = """
     DashboardScreen #dashboard-body {
@@ -62,44 +60,10 @@ class DashboardScreen(Screen):
             yield GpuProcessTable(id="gpu-processes")
         yield Footer()
 
-    # Ticks and resizes can reach the screen before its widgets are mounted (seen on a
-    # loaded machine): until on_mount they are skipped, and on_mount catches up.
-    _mounted_widgets = False
-
-    def on_mount(self) -> None:
-        self._mounted_widgets = True
-        self.query_one(GpuGridPanel).set_screen_size(*self.app.size)
-        view = getattr(self.app, "telemetry", None)
-        if view is not None:
-            self.apply_telemetry(view)
-
-    def on_screen_resume(self) -> None:
-        # Invisible screens are not refreshed per tick, so catch up when shown again.
-        view = getattr(self.app, "telemetry", None)
-        if view is not None:
-            self.apply_telemetry(view)
-
     def on_resize(self, event: events.Resize) -> None:
-        if not self._mounted_widgets:
-            return
-        self.query_one(GpuGridPanel).set_screen_size(event.size.width, event.size.height)
-
-    def apply_telemetry(self, view: TelemetryView) -> None:
-        if not self._mounted_widgets:
-            return
-        try:
-            header = self.query_one(BoxHeaderPanel)
-            grid = self.query_one(GpuGridPanel)
-            host = self.query_one(HostPanel)
-            ports = self.query_one(PortsTable)
-            processes = self.query_one(GpuProcessTable)
-        except NoMatches:
-            return    # the app is shutting down and the widgets are already gone
-        header.apply_telemetry(view)
-        grid.apply_telemetry(view)
-        host.apply_telemetry(view)
-        ports.apply_snapshot(view.snapshot, view.stale)
-        processes.apply_snapshot(view.snapshot, view.stale)
+        # Before compose has mounted the grid there is nothing to size (it reads the screen size on mount).
+        for grid in self.query(GpuGridPanel):
+            grid.set_screen_size(event.size.width, event.size.height)
 
     def action_cycle_density(self) -> None:
         grid = self.query_one(GpuGridPanel)

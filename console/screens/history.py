@@ -128,12 +128,6 @@ class HistoryScreen(Screen):
     def on_screen_resume(self) -> None:
         self._load()
 
-    def apply_telemetry(self, view: Any) -> None:
-        for header in self.query("#header"):
-            apply = getattr(header, "apply_telemetry", None)
-            if apply is not None:
-                apply(view)
-
     # -- loading (a worker asks the core; the handler owns the rows) ------------------------------
     @work(thread=True, exclusive=True, group="history-load", exit_on_error=False)
     def _load(self) -> None:

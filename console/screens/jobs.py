@@ -14,21 +14,18 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Static
 
 from gpudeck.console.format import safe_text
 from gpudeck.console.screens.confirm import ConfirmScreen
 from gpudeck.console.widgets.border_titles import set_border_titles
 from gpudeck.console.widgets.box_header_panel import BoxHeaderPanel
-from gpudeck.console.widgets.engine_panel import EnginePanel, EngineRow, engine_rows
+from gpudeck.console.widgets.engine_panel import EnginePanel
 from gpudeck.console.widgets.log_view import LogView, LogViewPane
+from gpudeck.console.feeds import JobsFeed, LiveJobsSource
 from gpudeck.jobs.view import COLUMNS as VIEW_COLUMNS
-from gpudeck.jobs.view import LIVE_STATES, STATE_WORDS, JobView, job_views
-
-# Engine discovery walks every process's environment: often enough to catch a
-# foreign vLLM appearing, rarely enough to stay cheap on a busy box.
-DISCOVERY_INTERVAL_S = 5.0
+from gpudeck.jobs.view import STATE_WORDS, JobsSnapshot, JobView
+from gpudeck.jobs.watch import JobsWatcher
 
 # Style per health level, by theme variable, so every theme colours the same meaning.
 # (DataTable measures Rich renderables: the variables are resolved to colours per refresh.)
@@ -39,8 +36,6 @@ HEALTH_STYLES = {
     "stalled": "bold reverse $warning",
     "failed": "bold $error",
 }
-NO_JOBS_FILE = ("no jobs file: pass --jobs FILE, set GPUDECK_JOBS, or create ./jobs.toml "
-                "or ~/.config/gpudeck/jobs.toml — the dashboard works without one")
 
 
 def resolve_style(style: str, variables: dict[str, str]) -> str:
@@ -140,43 +135,7 @@ def banner_lines(jobs: list[JobView], now: float) -> list[str]:
     return [line for job in jobs for line in job.notice_lines(now)]
 
 
-def live_jobs_note(jobs_file_arg: Optional[str]) -> Optional[str]:
-    """What quitting the console leaves behind, in one line (None when nothing runs)."""
-    try:
-        from gpudeck.jobs.paths import find_jobs_file
-        from gpudeck.jobs.spec import load_jobs
-        from gpudeck.jobs.supervisor import Supervisor
-        path = find_jobs_file(jobs_file_arg)
-        if path is None or not path.exists():
-            return None
-        live = [s.name for s in Supervisor(load_jobs(path)).job_states() if s.state in LIVE_STATES]
-    except Exception:
-        return None
-    if not live:
-        return None
-    names = ", ".join(live[:5]) + ("…" if len(live) > 5 else "")
-    noun = "job keeps" if len(live) == 1 else "jobs keep"
-    return f"{len(live)} {noun} running ({names}); `gpudeck jobs` to see them"
-
-
 # -- messages: facts the workers report --------------------------------------------------------
-
-class JobsLoaded(Message):
-    def __init__(self, supervisor: Any = None, reason: Optional[str] = None) -> None:
-        super().__init__()
-        self.supervisor = supervisor
-        self.reason = reason
-
-
-class JobsRefreshed(Message):
-    def __init__(self, jobs: list[dict], log_paths: dict[str, str], error: Optional[str] = None,
-                 engines: Optional[list[EngineRow]] = None) -> None:
-        super().__init__()
-        self.jobs = jobs
-        self.log_paths = log_paths
-        self.error = error
-        self.engines = engines
-
 
 class JobActionFinished(Message):
     """start/stop/restart/pivot ended: `lines` say what happened; `ok` False is an error."""
@@ -264,30 +223,29 @@ class JobsScreen(Screen):
         supervisor: Any = None,
         payload: Any = None,
         clock: Any = time.time,
+        feed: Optional[JobsFeed] = None,
         **kwargs,
     ) -> None:
-        """`supervisor`, `payload(supervisor) -> {"jobs": [...]}` and `clock` are injectable
-        (snapshot tests show a fixed state); by default the jobs file is found like the CLI finds it."""
+        """By default the view follows the app's jobs feed (live from --jobs, or a replay the app set).
+        `feed` follows that one instead; `jobs_file`, `supervisor`, `payload(supervisor) -> {"jobs": [...]}`
+        or `refresh_s` give the view its own live feed (snapshot tests show a fixed state), and `clock`
+        is the time runtimes are counted to."""
         super().__init__(**kwargs)
-        self.jobs_file_arg = jobs_file
-        self._refresh_s = refresh_s
-        self._injected_supervisor = supervisor
-        self._payload = payload
         self.clock = clock
-        self.supervisor: Any = None
+        self._feed = feed
+        if feed is None and (jobs_file is not None or supervisor is not None or payload is not None
+                             or refresh_s is not None):
+            watcher = JobsWatcher(jobs_file, supervisor=supervisor, payload=payload, clock=clock)
+            self._feed = JobsFeed(self, LiveJobsSource(watcher, refresh_s if refresh_s is not None else 1.0))
         self.jobs: list[JobView] = []
         self.log_paths: dict[str, str] = {}
         self.reason: Optional[str] = None
-        self.refreshes = 0                       # completed refreshes (tests wait on it)
-        self._timer: Optional[Timer] = None
+        self.refreshes = 0                       # snapshots shown (tests wait on it)
         self._seen_alerts: Optional[set[tuple]] = None
         self._log_job: Optional[str] = None
         self._log_path: Optional[str] = None
         self._busy: set[str] = set()             # jobs with an action in flight
         self._layout: Optional[TableLayout] = None
-        self._foreign: list[dict] = []           # last engine discovery (worker-owned)
-        self._discovered_at = 0.0
-        self._discover_engines = supervisor is None   # injected state: no live discovery
 
     def compose(self) -> ComposeResult:
         yield BoxHeaderPanel("jobs", id="header")
@@ -315,29 +273,33 @@ class JobsScreen(Screen):
         # A vertical scrollbar (the log pane opened on a short screen) narrows the table: re-fit the columns.
         self.watch(table, "show_vertical_scrollbar", lambda _: self.call_after_refresh(self._render_table),
                    init=False)
-        self._load()
+        # Alerts ring and logs re-attach while another view is shown: follow the feed even when hidden.
+        self.feed.follow(self, self._show_snapshot, while_hidden=True)
+
+    @property
+    def feed(self) -> JobsFeed:
+        if self._feed is None:
+            feed = getattr(self.app, "jobs_feed", None)
+            if isinstance(feed, JobsFeed):
+                self._feed = feed
+            else:          # an app of its own (tests): a live feed from the jobs file, like the CLI
+                watcher = JobsWatcher(getattr(self.app, "jobs_file", None), clock=self.clock)
+                self._feed = JobsFeed(self, LiveJobsSource(watcher, 1.0))
+        return self._feed
+
+    @property
+    def supervisor(self) -> Any:
+        """What start/stop/pivot act through; None while no jobs file is loaded (or for a replay)."""
+        return self.feed.supervisor
 
     def on_resize(self, event: events.Resize) -> None:
         # The columns depend on the width: lay them out again once the table has its new size.
         self.call_after_refresh(self._render_table)
 
-    def apply_telemetry(self, view: Any) -> None:
-        """The app's telemetry-screen protocol: only the header uses it here."""
-        for header in self.query("#header"):
-            apply = getattr(header, "apply_telemetry", None)
-            if apply is not None:
-                apply(view)
-
     def _say(self, message: str, **kwargs: Any) -> None:
         """A toast; job names, alerts and errors in it are shown as written, never parsed as markup."""
         lines = [safe_text(line, 300) for line in message.split("\n")[:20]]
         self.notify("\n".join(lines), markup=False, **kwargs)
-
-    @property
-    def refresh_s(self) -> float:
-        if self._refresh_s is not None:
-            return self._refresh_s
-        return max(0.5, float(getattr(self.app, "refresh_s", 1.0) or 1.0))
 
     @property
     def selected_job(self) -> Optional[JobView]:
@@ -347,109 +309,24 @@ class JobsScreen(Screen):
         row = min(max(table.cursor_row, 0), len(self.jobs) - 1)
         return self.jobs[row]
 
-    # -- loading and polling (worker threads call the core, handlers own the state) --------------
-    @work(thread=True, exclusive=True, group="jobs-refresh", exit_on_error=False)
-    def _load(self) -> None:
-        if self._injected_supervisor is not None:
-            self.post_message(JobsLoaded(supervisor=self._injected_supervisor))
-            return
-        arg = self.jobs_file_arg if self.jobs_file_arg is not None else getattr(self.app, "jobs_file", None)
-        try:
-            from gpudeck.jobs.paths import find_jobs_file
-            from gpudeck.jobs.spec import SpecError, load_jobs
-            from gpudeck.jobs.supervisor import Supervisor
-            path = find_jobs_file(arg)
-            if path is None:
-                self.post_message(JobsLoaded(reason=NO_JOBS_FILE))
-                return
-            if not path.exists():
-                self.post_message(JobsLoaded(reason=f"{path}: no such file — the dashboard works without it"))
-                return
-            try:
-                jobs_file = load_jobs(path)
-            except SpecError as exc:
-                self.post_message(JobsLoaded(reason=f"{exc} (run `gpudeck check` for every problem)"))
-                return
-            self.post_message(JobsLoaded(supervisor=Supervisor(jobs_file)))
-        except Exception as exc:  # never take the app down: the reason is shown instead
-            self.post_message(JobsLoaded(reason=f"jobs unavailable: {type(exc).__name__}: {exc}"))
-
-    @on(JobsLoaded)
-    def _jobs_loaded(self, message: JobsLoaded) -> None:
-        reason_box = self.query_one("#jobs-reason", Static)
-        if message.reason is not None:
-            self.reason = message.reason
-            reason_box.update(safe_text(message.reason, 500))
-            reason_box.add_class("-shown")
-            return
-        reason_box.remove_class("-shown")
-        self.supervisor = message.supervisor
-        self._poll()
-
-    @work(thread=True, exclusive=True, group="jobs-refresh", exit_on_error=False)
-    def _poll(self) -> None:
-        supervisor = self.supervisor
-        try:
-            if self._payload is not None:
-                payload = self._payload(supervisor)
-            else:
-                from gpudeck.jobs.payload import jobs_payload
-                payload = jobs_payload(supervisor)
-            jobs = list(payload["jobs"])
-            log_paths = {}
-            for job in jobs:
-                run = supervisor.latest(job["name"]) if job.get("run_id") else None
-                if run is not None:
-                    log_paths[job["name"]] = str(run.log_path)
-            self.post_message(JobsRefreshed(jobs, log_paths, engines=self._engine_rows(supervisor, jobs)))
-        except Exception as exc:
-            self.post_message(JobsRefreshed([job.payload for job in self.jobs], self.log_paths,
-                                            error=f"{type(exc).__name__}: {exc}"))
-
-    def _engine_rows(self, supervisor: Any, jobs: list[dict]) -> list[EngineRow]:
-        """Worker side: engine jobs with their engine/model/port, plus foreign engines (re-discovered every 5 s)."""
-        specs: dict[str, tuple] = {}
-        try:
-            from gpudeck.jobs.engines.profiles import engine_settings
-            for job in jobs:
-                spec = supervisor.spec(job["name"])
-                settings = engine_settings(spec)
-                if settings is not None:
-                    specs[job["name"]] = (settings.engine, settings.model, settings.port)
-                elif spec.kind == "engine":
-                    specs[job["name"]] = (spec.engine, spec.model, spec.port)
-        except Exception:
-            specs = {j["name"]: (None, None, j.get("port")) for j in jobs if j.get("kind") == "engine"}
-        if self._discover_engines and time.monotonic() - self._discovered_at >= DISCOVERY_INTERVAL_S:
-            try:
-                from gpudeck.jobs.engines.discovery import discover_engines
-                self._foreign = [e.to_dict() for e in discover_engines() if not e.managed]
-            except Exception:
-                self._foreign = []
-            self._discovered_at = time.monotonic()
-        return engine_rows(jobs, specs, self._foreign)
-
-    def _schedule_poll(self, delay: Optional[float] = None) -> None:
-        if self._timer is not None:
-            self._timer.stop()
-        # Re-armed after each refresh completes, so a slow core call never stacks refreshes up.
-        self._timer = self.set_timer(self.refresh_s if delay is None else delay, self._poll, name="jobs-poll")
-
-    @on(JobsRefreshed)
-    def _jobs_refreshed(self, message: JobsRefreshed) -> None:
+    # -- snapshots from the feed (the core did the work off the UI thread) -------------------------
+    def _show_snapshot(self, snapshot: JobsSnapshot) -> None:
         self.refreshes += 1
-        if message.error:
-            self._say(f"jobs refresh failed: {message.error}", severity="error", timeout=4)
-        self.jobs = job_views({"jobs": message.jobs})
-        self.log_paths = dict(message.log_paths)
-        if message.engines is not None:
-            panel = self.query_one(EnginePanel)
-            panel.update_engines(message.engines)
-            set_border_titles(panel, f"engines ({len(message.engines)})")
+        reason_box = self.query_one("#jobs-reason", Static)
+        self.reason = snapshot.reason
+        if snapshot.reason is not None:
+            reason_box.update(safe_text(snapshot.reason, 500))
+        reason_box.set_class(snapshot.reason is not None, "-shown")
+        if snapshot.error:
+            self._say(f"jobs refresh failed: {snapshot.error}", severity="error", timeout=4)
+        self.jobs = list(snapshot.jobs)
+        self.log_paths = dict(snapshot.log_paths)
+        panel = self.query_one(EnginePanel)
+        panel.update_engines(list(snapshot.engines))
+        set_border_titles(panel, f"engines ({len(snapshot.engines)})")
         self._render_table()
         self._announce_alerts()
         self._reattach_log()
-        self._schedule_poll()
 
     def _table_width(self, table: DataTable) -> int:
         width = table.scrollable_content_region.width
@@ -544,7 +421,8 @@ class JobsScreen(Screen):
     # -- actions -------------------------------------------------------------------------------------
     def _selected_name(self) -> Optional[str]:
         if self.supervisor is None:
-            self._say(self.reason or "no jobs loaded", severity="warning", timeout=3)
+            self._say(self.reason or ("read-only: these jobs are not live here" if self.jobs else "no jobs loaded"),
+                      severity="warning", timeout=3)
             return None
         job = self.selected_job
         return None if job is None else job.name
@@ -645,8 +523,7 @@ class JobsScreen(Screen):
         self._busy.discard(message.job)
         self._say("\n".join(message.lines), title=f"{message.action} {message.job}",
                     severity="information" if message.ok else "error", timeout=6 if message.ok else 12)
-        if self.supervisor is not None:
-            self._schedule_poll(0.05)
+        self.feed.poll_now()
 
     # -- pivot -----------------------------------------------------------------------------------------
     def action_pivot(self) -> None:

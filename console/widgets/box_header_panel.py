@@ -7,6 +7,7 @@ from typing import Optional
 from textual.strip import Strip
 from textual.widget import Widget
 
+from gpudeck.console.feeds import FollowsTelemetry
 from gpudeck.console.format import safe_text
 from gpudeck.console.telemetry_view import TelemetryView
 from gpudeck.console.widgets.strip_painter import PaintedLines, Part
@@ -16,7 +17,7 @@ def clock_text(t: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t))
 
 
-class BoxHeaderPanel(PaintedLines, Widget):
+class BoxHeaderPanel(FollowsTelemetry, PaintedLines, Widget):
     DEFAULT_CSS = """
     BoxHeaderPanel {
         dock: top;

@@ -2,64 +2,16 @@
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 from textual.content import Content
 from textual.widget import Widget
 
 from gpudeck.console.format import human_age, human_bytes, safe_text, sparkline
+from gpudeck.jobs.view import EngineView
 
 HISTORY = 40          # samples kept per engine and number: 40 s at the default refresh
 SPARK_WIDTH = 10
-
-
-@dataclass(frozen=True)
-class EngineRow:
-    """One engine as the panel shows it: a managed engine job, or a FOREIGN engine process."""
-
-    name: str                          # job name, or "vllm PID 4412" for a foreign one
-    managed: bool
-    engine: Optional[str] = None       # "vllm" | "sglang" | None (not known yet)
-    state: str = "idle"                # job state, or the engine's phase when it runs
-    model: Optional[str] = None
-    port: Optional[int] = None
-    port_open: Optional[bool] = None
-    started_at: Optional[float] = None
-    serving: Optional[dict] = None
-    pid: Optional[int] = None
-    gpu_mem: Optional[int] = None
-    cmdline: str = ""
-    orphan: bool = False
-
-
-def engine_rows(jobs: Iterable[dict], engine_specs: dict[str, tuple[Optional[str], Optional[str], Optional[int]]],
-                foreign: Iterable[dict]) -> list[EngineRow]:
-    """Rows from `jobs --json` records, each engine job's (engine, model, port), and foreign engines' dicts."""
-    rows = []
-    for job in jobs:
-        name = str(job.get("name"))
-        if name not in engine_specs:
-            continue
-        engine, model, port = engine_specs[name]
-        live = job.get("state") in ("starting", "running", "stopping")
-        phase = job.get("phase")
-        state = str(phase if live and phase and phase != "unknown" else job.get("state") or "idle")
-        rows.append(EngineRow(name=name, managed=True, engine=engine, state=state, model=model,
-                              port=port if port is not None else job.get("port"),
-                              port_open=job.get("port_open"),
-                              started_at=job.get("started_at") if live else None,
-                              serving=job.get("serving") if live and isinstance(job.get("serving"), dict) else None,
-                              pid=job.get("pid")))
-    for e in foreign:
-        if e.get("managed"):
-            continue
-        rows.append(EngineRow(name=f"{e.get('engine')} PID {e.get('pid')}", managed=False, engine=e.get("engine"),
-                              state="running", model=e.get("model"), port=e.get("port"),
-                              port_open=e.get("port") is not None, started_at=e.get("create_time") or None,
-                              pid=e.get("pid"), gpu_mem=e.get("gpu_mem"), cmdline=str(e.get("cmdline") or ""),
-                              orphan=bool(e.get("orphan"))))
-    return rows
 
 
 def _num(value: Any, fmt: str) -> str:
@@ -84,10 +36,10 @@ class EnginePanel(Widget):
         super().__init__(**kwargs)
         import time
         self.clock = clock or time.time
-        self.rows: list[EngineRow] = []
+        self.rows: list[EngineView] = []
         self._history: dict[str, dict[str, deque]] = {}
 
-    def update_engines(self, rows: list[EngineRow]) -> None:
+    def update_engines(self, rows: list[EngineView]) -> None:
         self.rows = rows
         for row in rows:
             history = self._history.setdefault(row.name, {k: deque(maxlen=HISTORY)

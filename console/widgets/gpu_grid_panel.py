@@ -8,6 +8,7 @@ from textual.app import ComposeResult
 from textual.containers import Container, Grid
 from textual.widgets import Static
 
+from gpudeck.console.feeds import FollowsTelemetry
 from gpudeck.console.telemetry_view import TelemetryView
 from gpudeck.console.widgets.border_titles import set_border_titles
 from gpudeck.console.widgets.gpu_card_panel import CARD_HEIGHT, GpuCardPanel
@@ -33,7 +34,7 @@ def choose_layout(gpu_count: int, width: int, height: int, density: Density = "a
     return False, 1
 
 
-class GpuGridPanel(Container):
+class GpuGridPanel(FollowsTelemetry, Container):
     DEFAULT_CSS = """
     GpuGridPanel {
         height: auto;
@@ -83,6 +84,10 @@ class GpuGridPanel(Container):
         yield self._message
         yield self._lines
         yield self._grid
+
+    def on_mount(self) -> None:
+        # Cards or lines depends on the whole screen, not only on this panel's own size.
+        self.set_screen_size(*self.app.size)
 
     @property
     def cards_mode(self) -> bool:

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from gpudeck.jobs.telemetry.snapshot import Snapshot
 
+from gpudeck.console.feeds import FollowsTelemetry
 from gpudeck.console.format import NA, human_age, human_bytes, safe_text
+from gpudeck.console.telemetry_view import TelemetryView
 from gpudeck.console.widgets.rows_table import Cell, Column, RowsTable
 
 UNKNOWN_PID = "pid not in this /proc (other PID namespace?)"
@@ -13,13 +15,16 @@ def _num(value, fmt: str) -> str:
     return NA if value is None else format(value, fmt)
 
 
-class GpuProcessTable(RowsTable):
+class GpuProcessTable(FollowsTelemetry, RowsTable):
     COLUMNS = (
         Column("gpu", 3, right=True), Column("pid", 8, right=True), Column("user", 10),
         Column("GPU mem", 7, right=True), Column("SM%", 4, right=True), Column("CPU%", 5, right=True),
         Column("RSS", 6, right=True), Column("age", 6, right=True), Column("command"),
     )
     EMPTY = "no GPU processes"
+
+    def apply_telemetry(self, view: TelemetryView) -> None:
+        self.apply_snapshot(view.snapshot, view.stale)
 
     def apply_snapshot(self, snapshot: Snapshot | None, stale: bool) -> None:
         rows: dict[str, tuple[Cell, ...]] = {}

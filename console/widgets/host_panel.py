@@ -8,6 +8,7 @@ from textual.widget import Widget
 
 from gpudeck.jobs.telemetry.snapshot import HostSample
 
+from gpudeck.console.feeds import FollowsTelemetry
 from gpudeck.console.format import hbar, human_bytes, human_rate, level_style, pct, safe_text
 from gpudeck.console.telemetry_view import TelemetryView
 from gpudeck.console.widgets.border_titles import set_border_titles
@@ -98,7 +99,7 @@ def _core_lines(h: HostSample, width: int) -> list[Line]:
     return rows
 
 
-class HostPanel(PaintedLines, Widget):
+class HostPanel(FollowsTelemetry, PaintedLines, Widget):
     DEFAULT_CSS = """
     HostPanel {
         height: auto;

@@ -3,13 +3,18 @@ from __future__ import annotations
 
 from gpudeck.jobs.telemetry.snapshot import Snapshot
 
+from gpudeck.console.feeds import FollowsTelemetry
 from gpudeck.console.format import safe_text
+from gpudeck.console.telemetry_view import TelemetryView
 from gpudeck.console.widgets.rows_table import Cell, Column, RowsTable
 
 
-class PortsTable(RowsTable):
+class PortsTable(FollowsTelemetry, RowsTable):
     COLUMNS = (Column("port", 5, right=True), Column("address", 15), Column("pid", 8, right=True), Column("process"))
     EMPTY = "no listening TCP ports"
+
+    def apply_telemetry(self, view: TelemetryView) -> None:
+        self.apply_snapshot(view.snapshot, view.stale)
 
     def apply_snapshot(self, snapshot: Snapshot | None, stale: bool) -> None:
         rows: dict[str, tuple[Cell, ...]] = {}

@@ -1,0 +1,166 @@
+"""The console's push paths: a Feed is a Textual Signal plus its latest value; widgets follow it.
+
+The app owns two: `telemetry_feed` (a TelemetryView after every sampling tick) and `jobs_feed`
+(a JobsSnapshot from a jobs source). A source is anything that calls `feed.publish(snapshot)` on
+the UI thread: `LiveJobsSource` polls the core's JobsWatcher off the UI thread; a replay source
+publishes recorded snapshots through exactly the same path, so the views cannot tell them apart.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Generic, Optional, Protocol, TypeVar, Union
+
+from textual.dom import DOMNode
+from textual.signal import Signal
+from textual.timer import Timer
+from textual.widget import Widget
+
+from gpudeck.jobs.view import JobsSnapshot
+from gpudeck.jobs.watch import JobsWatcher
+
+T = TypeVar("T")
+
+
+class Feed(Generic[T]):
+    """A Signal that remembers its last value, so a widget mounted later starts from it."""
+
+    def __init__(self, owner: DOMNode, name: str) -> None:
+        self.signal: Signal[T] = Signal(owner, name)
+        self.latest: Optional[T] = None
+
+    def publish(self, value: T) -> None:
+        """UI thread only. Subscribers that are gone (or not yet mounted) are not called: the Signal
+        skips nodes that are not running and attached, and publishes nothing while its owner starts
+        or shuts down."""
+        self.latest = value
+        self.signal.publish(value)
+
+    def follow(self, node: Widget, callback: Callable[[T], Any], *, while_hidden: bool = False) -> None:
+        """Call `callback(value)` now (if there is a value) and on every publish, from `node`'s on_mount.
+
+        A widget on a screen that is not shown skips the work (unless `while_hidden`) and catches up
+        with the latest value when its screen is shown again.
+        """
+        missed = False
+
+        def deliver(value: T) -> None:
+            nonlocal missed
+            if while_hidden or node.screen.is_current:
+                missed = False
+                callback(value)
+            else:
+                missed = True
+
+        def shown(_screen: Any) -> None:
+            if missed and self.latest is not None and node.screen.is_current:
+                deliver(self.latest)
+
+        self.signal.subscribe(node, deliver, immediate=True)
+        if not while_hidden:
+            node.app.screen_change_signal.subscribe(node, shown)
+        if self.latest is not None:
+            callback(self.latest)
+
+
+class JobsSource(Protocol):
+    """What feeds the jobs view: live polling or a replay."""
+
+    @property
+    def supervisor(self) -> Any: ...          # acts on jobs (start/stop/pivot); None: read-only
+
+    def start(self, feed: "JobsFeed", host: DOMNode) -> None: ...   # begin publishing to `feed`
+
+    def poll_now(self) -> None: ...           # an action changed something: publish soon
+
+
+class JobsFeed(Feed[JobsSnapshot]):
+    """Job snapshots, from one source that starts when the first view follows the feed."""
+
+    def __init__(self, owner: DOMNode, source: JobsSource) -> None:
+        super().__init__(owner, "jobs")
+        self.owner = owner
+        self.source = source
+        self._started = False
+
+    def follow(self, node: Widget, callback: Callable[[JobsSnapshot], Any], *, while_hidden: bool = False) -> None:
+        super().follow(node, callback, while_hidden=while_hidden)
+        if not self._started:
+            # Nobody polls jobs until a view shows them: the dashboard alone costs no job polling.
+            self._started = True
+            self.source.start(self, self.owner)
+
+    @property
+    def supervisor(self) -> Any:
+        return self.source.supervisor
+
+    def poll_now(self) -> None:
+        self.source.poll_now()
+
+
+class LiveJobsSource:
+    """Polls a JobsWatcher in a thread worker, then again `refresh_s` after each poll completes
+    (a slow core call never stacks polls up); each snapshot is published on the UI thread."""
+
+    def __init__(self, watcher: JobsWatcher, refresh_s: Union[float, Callable[[], float]]) -> None:
+        self.watcher = watcher
+        self._refresh_s = refresh_s
+        self._feed: Optional[JobsFeed] = None
+        self._host: Optional[DOMNode] = None
+        self._timer: Optional[Timer] = None
+        self._polling = False
+        self._again = False
+        self.polls = 0                       # completed polls (tests wait on it)
+
+    @property
+    def supervisor(self) -> Any:
+        return self.watcher.supervisor
+
+    @property
+    def refresh_s(self) -> float:
+        return self._refresh_s() if callable(self._refresh_s) else self._refresh_s
+
+    def start(self, feed: JobsFeed, host: DOMNode) -> None:
+        self._feed, self._host = feed, host
+        self._poll()
+
+    def poll_now(self) -> None:
+        if self._host is None:
+            return
+        if self._polling:
+            self._again = True               # the poll under way may predate the change
+            return
+        self._poll()
+
+    def _poll(self) -> None:
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+        self._polling = True
+        self._host.run_worker(self._work, thread=True, group="jobs-poll", exit_on_error=False)
+
+    def _work(self) -> None:
+        snapshot = self.watcher.poll()
+        # call_later is thread-safe and never blocks; it is dropped once the host has closed.
+        self._host.call_later(self._publish, snapshot)
+
+    def _publish(self, snapshot: JobsSnapshot) -> None:
+        self.polls += 1
+        self._polling = False
+        self._feed.publish(snapshot)
+        if self._again:
+            self._again = False
+            self._poll()
+            return
+        self._timer = self._host.set_timer(self.refresh_s, self._poll, name="jobs-poll")
+
+
+class FollowsTelemetry:
+    """Mixin for a widget with `apply_telemetry(view)`: it follows the app's telemetry feed from its mount.
+
+    (Textual calls every class's own on_mount along the MRO, so a widget may still define its own.)
+    In an app without a telemetry feed (a test app) the widget is driven by direct calls instead.
+    """
+
+    def on_mount(self) -> None:
+        feed = getattr(self.app, "telemetry_feed", None)
+        if isinstance(feed, Feed):
+            feed.follow(self, self.apply_telemetry)
