@@ -26,6 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="jobs.toml to use (else $GPUDECK_JOBS, ./jobs.toml, ~/.config/gpudeck/jobs.toml)")
     parser.add_argument("--theme", metavar="NAME", default=None,
                         help="console theme (gpudeck-dark, gpudeck-light, gpudeck-contrast)")
+    parser.add_argument("--host", metavar="NAME", default=None,
+                        help="run on this host from ~/.config/gpudeck/hosts.toml (else $GPUDECK_HOST, else local)")
     parser.add_argument("--refresh", metavar="SECONDS", type=float, default=1.0,
                         help="console sampling interval (default 1s)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -97,6 +99,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         if args.command is None:
             from gpudeck.console.app import run_console
             return run_console(args)
+        if not getattr(args, "remote_ok", False):
+            from gpudeck.console.commands._host import remote_spec
+            spec = remote_spec(args)
+            if spec is not None:
+                raise CliError(f"`{args.command}` does not run over SSH yet; run it on {spec.name} itself "
+                               f"(ssh {spec.ssh} gpudeck {args.command} ...)", code=2)
         return int(args.handler(args) or 0)
     except CliError as exc:
         print(f"gpudeck: {exc}", file=sys.stderr)

@@ -33,3 +33,23 @@ def find_jobs_file(explicit: str | None = None) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def child_launch(env: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """(cwd, env) for a `python -m gpudeck.jobs...` child (runner, pipeline) that must import gpudeck as we did.
+
+    Installed or from a checkout, the package directory is the cwd. Inside the agent
+    zipapp on a remote box there is no directory: the child gets the archive on
+    PYTHONPATH instead.
+    """
+    import sys
+    root = Path(__file__).resolve().parent.parent
+    if root.is_dir():
+        return str(root), env
+    here = str(Path(__file__))
+    archive = next((p for p in sys.path if p and os.path.isfile(p) and here.startswith(p)), None)
+    if archive is None:
+        return "/", env
+    env = dict(env)
+    env["PYTHONPATH"] = archive + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return "/", env

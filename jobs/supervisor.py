@@ -38,7 +38,6 @@ KILL_WAIT_S = 10.0
 EXIT_RECORD_WAIT_S = 5.0
 # GPU memory of a dead process is released by the driver shortly after exit.
 GPU_RELEASE_WAIT_S = 10.0
-_PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 
 class SupervisorError(Exception):
@@ -296,10 +295,11 @@ class Supervisor:
         runner_env = {k: v for k, v in os.environ.items()
                       if k not in (RUN_TAG, "GPUDECK_JOB", "GPUDECK_RUN_DIR")}
         # The runner's own diagnostics (a traceback if it ever fails) go beside the run.
+        launch_cwd, runner_env = paths.child_launch(runner_env)
         with open(open_private(run.path / "runner.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as diag:
             launcher = subprocess.Popen(
                 [sys.executable, "-m", "gpudeck.jobs.runner", "--detach", str(run.path)],
-                cwd=str(_PACKAGE_ROOT), env=runner_env, stdin=subprocess.DEVNULL,
+                cwd=launch_cwd, env=runner_env, stdin=subprocess.DEVNULL,
                 stdout=diag, stderr=diag, start_new_session=True, close_fds=True)
         # The launcher forks the real runner and exits: reaping it here leaves no zombie.
         try:

@@ -14,7 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="List every job of the jobs file: state (idle, starting, running, "
                                    "stopping, exited, stopped, lost), pid, run, runtime, port, exit code.")
     p.add_argument("--json", action="store_true", help='print {"jobs": [...], "pipelines": [...]}')
-    p.set_defaults(handler=run_jobs)
+    p.set_defaults(handler=run_jobs, remote_ok=True)
 
 
 # The CLI shows every column of the view model but the alerts (their lines follow the table).
@@ -36,9 +36,17 @@ def table_lines(views: list[JobView], now: float) -> list[str]:
 
 
 def run_jobs(args: argparse.Namespace) -> int:
-    from gpudeck.jobs.payload import jobs_payload
-    sup = supervisor(args)
-    payload = jobs_payload(sup)
+    from gpudeck.console.commands._host import Remote, host_spec
+    spec = host_spec(args)
+    if spec.local:
+        from gpudeck.jobs.payload import jobs_payload
+        payload = jobs_payload(supervisor(args))
+    else:
+        with Remote(spec) as remote:
+            payload = remote.call("jobs")
+    payload["host"] = spec.name
+    for job in payload["jobs"]:
+        job["host"] = spec.name
     if args.json:
         print(json.dumps(payload, indent=1, default=str))
         return 0

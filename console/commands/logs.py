@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-n", "--lines", type=int, default=None, metavar="N", help="only the last N lines")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new output until the run ends")
     p.add_argument("--run", metavar="ID", default=None, help="a run id (or a unique part of one)")
-    p.set_defaults(handler=run_logs)
+    p.set_defaults(handler=run_logs, remote_ok=True)
 
 
 class LinePrinter:
@@ -99,6 +99,10 @@ def _find_run(args: argparse.Namespace):
 def run_logs(args: argparse.Namespace) -> int:
     if args.lines is not None and args.lines < 0:
         raise CliError("-n must be 0 or more", code=2)
+    from gpudeck.console.commands._host import remote_spec
+    spec = remote_spec(args)
+    if spec is not None:
+        return _remote_logs(args, spec)
     run = _find_run(args)
     offset = tail_offset(run.log_path, args.lines) if args.lines is not None else 0
     printer = LinePrinter(sys.stdout.buffer)
@@ -119,6 +123,27 @@ def run_logs(args: argparse.Namespace) -> int:
         tail = follower.flush()
         if tail is not None:
             printer.write(tail)
+    printer.finish()
+    printer.flush()
+    return 0
+
+
+def _remote_logs(args: argparse.Namespace, spec) -> int:
+    """The run's bytes from the host's agent by offset; the same printer as locally (sanitised here)."""
+    from gpudeck.console.commands._host import Remote
+    printer = LinePrinter(sys.stdout.buffer)
+    lines = LogFollower("", 0)            # used only to split the arriving bytes into lines
+
+    def write(chunk: bytes) -> None:
+        for line in lines.feed(chunk):
+            printer.write(line)
+        printer.flush()
+
+    with Remote(spec) as remote:
+        remote.follow_log(args.job, write, run=args.run, tail=args.lines, follow=args.follow)
+    tail = lines.flush()
+    if tail is not None:
+        printer.write(tail)
     printer.finish()
     printer.flush()
     return 0

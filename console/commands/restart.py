@@ -13,10 +13,21 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Stop JOB as `gpudeck stop` does, then start a new run and print its id. "
                                    "Refuses to start if something of the old run remains.")
     p.add_argument("job", metavar="JOB")
-    p.set_defaults(handler=run_restart)
+    p.set_defaults(handler=run_restart, remote_ok=True)
 
 
 def run_restart(args: argparse.Namespace) -> int:
+    from gpudeck.console.commands._host import Remote, remote_spec
+    spec = remote_spec(args)
+    if spec is not None:
+        with Remote(spec) as remote:
+            reply = remote.action("stop", {"job": args.job})
+            for line in reply["lines"]:
+                print(line, file=sys.stderr)
+            if not reply["clean"]:
+                raise CliError(f"{args.job}: not restarted, something of the old run remains on {spec.name}")
+            print(remote.action("start", {"job": args.job})["run_id"])
+        return 0
     from gpudeck.jobs.supervisor import SupervisorError
     sup = supervisor(args)
     known_job(sup, args.job)

@@ -12,10 +12,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Start JOB under its own runner and print the run id. Returns at once; "
                                    "the job keeps running after gpudeck exits.")
     p.add_argument("job", metavar="JOB")
-    p.set_defaults(handler=run_start)
+    p.set_defaults(handler=run_start, remote_ok=True)
 
 
 def run_start(args: argparse.Namespace) -> int:
+    from gpudeck.console.commands._host import Remote, remote_spec
+    spec = remote_spec(args)
+    if spec is not None:
+        with Remote(spec) as remote:
+            print(remote.action("start", {"job": args.job})["run_id"])
+        return 0
     from gpudeck.jobs.supervisor import SupervisorError
     sup = supervisor(args)
     known_job(sup, args.job)

@@ -29,12 +29,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "0 = one reading, rates null)")
     p.add_argument("--require-gpu", action="store_true",
                    help="exit 3 with a one-line reason when no GPU can be read")
-    p.set_defaults(handler=run_status)
+    p.set_defaults(handler=run_status, remote_ok=True)
 
 
 def run_status(args: argparse.Namespace) -> int:
     if args.interval < 0:
         raise CliError("--interval must be >= 0", code=2)
+    from gpudeck.console.commands._host import host_spec
+    spec = host_spec(args)
+    if not spec.local:
+        return _remote_status(args, spec)
     sampler = make_sampler(demo=bool(getattr(args, "demo", False)))
     try:
         snapshot = sampler.sample()
@@ -49,10 +53,38 @@ def run_status(args: argparse.Namespace) -> int:
         from gpudeck.jobs.engines.discovery import discover_engines, engines_payload
         snapshot.extra["engines"] = engines_payload(discover_engines())
     if args.json:
-        json.dump(status_payload(snapshot), sys.stdout, indent=2)
+        payload = status_payload(snapshot)
+        payload["host_name"] = spec.name
+        json.dump(payload, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(render_status_text(snapshot))
     if args.require_gpu and not snapshot.gpus:
         raise CliError(f"no GPU telemetry: {snapshot.gpu_error or 'no GPU reported'}", code=3)
+    return 0
+
+
+def _remote_status(args: argparse.Namespace, spec) -> int:
+    """The same snapshot, taken by the host's agent (its telemetry source is in payload["source"])."""
+    from gpudeck.jobs.telemetry.status import snapshot_from_payload
+
+    from gpudeck.console.commands._host import Remote
+    params = {"engines": True, "simulated": bool(getattr(args, "demo", False))}
+    with Remote(spec) as remote:
+        payload = remote.call("status", params)["full"]
+        if not payload.get("simulated") and args.interval > 0:
+            threading.Event().wait(args.interval)
+            payload = remote.call("status", params)["full"]
+        hello = remote.host.link.hello
+    payload["host_name"] = spec.name
+    payload["agent"] = {key: hello.get(key) for key in ("via", "version", "python", "hostname")}
+    if args.json:
+        json.dump(payload, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        source = payload.get("source") or {}
+        print(f"[{spec.name}: {spec.ssh}; GPU via {source.get('gpu', '?')}, host via {source.get('host', '?')}]")
+        print(render_status_text(snapshot_from_payload(payload)))
+    if args.require_gpu and not payload.get("gpus"):
+        raise CliError(f"no GPU telemetry on {spec.name}: {payload.get('gpu_error') or 'no GPU reported'}", code=3)
     return 0

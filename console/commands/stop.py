@@ -20,12 +20,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                    help="grace period before SIGKILL (default: the job's stop_timeout)")
     p.add_argument("--json", action="store_true", help="print the stop report as JSON")
-    p.set_defaults(handler=run_stop)
+    p.set_defaults(handler=run_stop, remote_ok=True)
 
 
 def print_report(report, as_json: bool) -> int:
     if as_json:
-        print(json.dumps(report.to_jsonable(), indent=1, default=str))
+        print(json.dumps({**report.to_jsonable(), "host": "local"}, indent=1, default=str))
     else:
         for line in report.lines():
             print(line)
@@ -36,6 +36,12 @@ def print_report(report, as_json: bool) -> int:
 
 
 def run_stop(args: argparse.Namespace) -> int:
+    from gpudeck.console.commands._host import Remote, remote_spec
+    spec = remote_spec(args)
+    if spec is not None:
+        with Remote(spec) as remote:
+            reply = remote.action("stop", {"job": args.job, "timeout": args.timeout})
+        return print_remote_report(reply, args.json, args.job, spec.name)
     from gpudeck.jobs.supervisor import SupervisorError
     sup = supervisor(args)
     known_job(sup, args.job)
@@ -45,6 +51,19 @@ def run_stop(args: argparse.Namespace) -> int:
     except SupervisorError as exc:
         raise CliError(str(exc)) from None
     return print_report(report, args.json)
+
+
+def print_remote_report(reply: dict, as_json: bool, job: str, host: str) -> int:
+    """A stop report made on a remote host (the agent ran the same stop there)."""
+    if as_json:
+        print(json.dumps({**reply["report"], "host": host}, indent=1, default=str))
+    else:
+        for line in reply["lines"]:
+            print(line)
+    if not reply["clean"]:
+        print(f"gpudeck: {job}: something of the run remains on {host} (see above)", file=sys.stderr)
+        return 1
+    return 0
 
 
 def stop_active_pipeline(sup, job: str) -> None:

@@ -81,6 +81,14 @@ class LogFollower:
                 self._split(self._partial + chunk, lines)
         return lines
 
+    def feed(self, chunk: bytes) -> list[LogLine]:
+        """Lines from bytes that arrived another way (a remote host's log, by offset) instead of the file."""
+        lines: list[LogLine] = []
+        if chunk:
+            self._pos += len(chunk)
+            self._split(self._partial + chunk, lines)
+        return lines
+
     def _split(self, data: bytes, lines: list[LogLine]) -> None:
         start = 0
         at = self._partial_at

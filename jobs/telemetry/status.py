@@ -56,6 +56,38 @@ def status_payload(snapshot: Snapshot) -> dict[str, Any]:
     return payload
 
 
+def snapshot_from_payload(payload: dict[str, Any]) -> Snapshot:
+    """The inverse of `status_payload`: a remote host's payload back into a Snapshot for the same faces."""
+    import dataclasses
+
+    from gpudeck.jobs.telemetry.snapshot import GpuSample, HostSample
+
+    def build(cls: Any, data: dict[str, Any], **over: Any) -> Any:
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names}
+        kwargs.update(over)
+        return cls(**kwargs)
+
+    def proc(data: dict[str, Any]) -> ProcInfo:
+        return build(ProcInfo, data, known=bool(data.get("known", True)))
+
+    gpus = []
+    for g in payload.get("gpus") or []:
+        procs = tuple(GpuProcess(pid=p["pid"], mem_used=p.get("mem_used"), sm_util=p.get("sm_util"),
+                                 proc=proc(p) if p.get("name") or p.get("cmdline") else None)
+                      for p in g.get("processes") or [])
+        gpus.append(build(GpuSample, g, processes=procs))
+    ports = tuple(PortListener(port=p["port"], address=p.get("address") or "", pid=p.get("pid"),
+                               process=p.get("process"),
+                               proc=ProcInfo(pid=p["pid"], cmdline=p.get("cmdline"), user=p.get("user"))
+                               if p.get("pid") is not None else None)
+                  for p in payload.get("ports") or [])
+    extra = {k: v for k, v in payload.items() if k not in _CORE_KEYS}
+    return Snapshot(time=payload.get("time") or time.time(), host=build(HostSample, payload.get("host") or {"name": "?"}),
+                    gpus=tuple(gpus), gpu_error=payload.get("gpu_error"), ports=ports,
+                    simulated=bool(payload.get("simulated")), extra=extra)
+
+
 # -- plain-text face ----------------------------------------------------------------------
 
 def _bytes(n: Optional[float]) -> str:

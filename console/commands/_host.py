@@ -1,0 +1,61 @@
+"""Shared by the commands that work over SSH: resolve --host, call the host's agent, one-line errors."""
+from __future__ import annotations
+
+import argparse
+from typing import Any, Optional
+
+from gpudeck.console.errors import CliError
+
+
+def host_spec(args: argparse.Namespace) -> Any:
+    """The HostSpec of --host / $GPUDECK_HOST (local when neither is given)."""
+    from gpudeck.jobs.hosts.config import HostConfigError, resolve_host
+    try:
+        return resolve_host(getattr(args, "host", None))
+    except HostConfigError as exc:
+        raise CliError(str(exc), code=2) from None
+
+
+def remote_spec(args: argparse.Namespace) -> Optional[Any]:
+    """The remote HostSpec, or None for the local machine."""
+    spec = host_spec(args)
+    return None if spec.local else spec
+
+
+class Remote:
+    """A RemoteHost whose failures are CliErrors (exit 1 for the box, 2 for a request the box refused)."""
+
+    def __init__(self, spec: Any) -> None:
+        from gpudeck.jobs.hosts.remote import RemoteHost
+        self.spec = spec
+        self.host = RemoteHost(spec)
+
+    def _guard(self, fn: Any, *a: Any, **kw: Any) -> Any:
+        from gpudeck.jobs.hosts.ssh import HostError, RemoteError
+        try:
+            return fn(*a, **kw)
+        except RemoteError as exc:
+            raise CliError(str(exc), code=2) from None
+        except HostError as exc:
+            raise CliError(str(exc), code=1) from None
+
+    def call(self, op: str, params: Optional[dict] = None) -> Any:
+        return self._guard(self.host.call, op, params)
+
+    def action(self, op: str, params: dict) -> Any:
+        return self._guard(self.host.action, op, params)
+
+    def follow_log(self, *a: Any, **kw: Any) -> int:
+        return self._guard(self.host.follow_log, *a, **kw)
+
+    def close(self) -> None:
+        try:
+            self.host.close()
+        except Exception:  # noqa: BLE001 - closing a dead link must not mask the real result
+            pass
+
+    def __enter__(self) -> "Remote":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,1 @@
+"""Hosts: the local machine and remote boxes reached over SSH (config, agent, client)."""

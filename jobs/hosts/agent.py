@@ -1,0 +1,265 @@
+"""The agent: gpudeck's core on a remote box, answering JSON-line requests on stdin/stdout (stdlib only).
+
+Started over SSH as `python3 -m gpudeck.jobs.hosts.agent` (gpudeck installed there)
+or `python3 agent-HASH.pyz` (the zipapp gpudeck ships). It owns nothing: jobs are
+started under their own detached runners, so the agent (and the SSH connection it
+lives on) can die at any moment without touching them.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from gpudeck.jobs.hosts.protocol import HELLO, PROTOCOL, decode, diff, encode
+
+# A logs request waits at most this long for new output: long enough to make
+# `logs -f` cheap, short enough that a dead link is noticed by the next request.
+MAX_LOG_WAIT_S = 10.0
+LOG_POLL_S = 0.1
+MAX_LOG_CHUNK = 256 * 1024
+# Ops that change the box finish even if the connection dies under them: a stop
+# cut between SIGTERM and SIGKILL would leave half a job.
+_ACTIONS = frozenset({"start", "stop", "restart"})
+
+
+class RequestError(Exception):
+    """A failure the operator caused or can fix (unknown job, no jobs file): one line, no traceback."""
+
+
+def _float_round(value: Any) -> Any:
+    # Two decimals is all any face shows; sub-percent jitter would otherwise defeat the deltas.
+    if isinstance(value, float):
+        return round(value, 2)
+    if isinstance(value, dict):
+        return {k: _float_round(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_float_round(v) for v in value]
+    return value
+
+
+class Agent:
+    def __init__(self, out: Any, *, jobs_file: Optional[str], state_dir: Optional[str], simulated: bool,
+                 via: str) -> None:
+        self._out = out
+        self._out_lock = threading.Lock()
+        self.jobs_file = jobs_file
+        self.state_dir = Path(os.path.expanduser(state_dir)).absolute() if state_dir else None
+        self.simulated = simulated
+        self.via = via
+        self._telemetry: Any = None
+        self._telemetry_lock = threading.Lock()
+        self._last: dict[str, dict] = {}          # per delta-sent op: the payload last sent
+        self._last_lock = threading.Lock()
+        self._actions: list[threading.Thread] = []
+
+    # -- wire ----------------------------------------------------------------------
+    def send(self, message: dict) -> None:
+        data = encode(message)
+        with self._out_lock:
+            try:
+                self._out.write(data)
+                self._out.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                pass                  # the client is gone; in-flight actions still finish
+
+    def hello(self) -> dict:
+        from gpudeck.jobs import __version__
+        return {"hello": HELLO, "protocol": PROTOCOL, "version": __version__, "via": self.via,
+                "python": ".".join(map(str, sys.version_info[:3])), "pid": os.getpid(),
+                "hostname": socket.gethostname(), "state_dir": str(self._state_dir()),
+                "jobs_file": self.jobs_file}
+
+    def serve(self, lines: Any) -> None:
+        self.send(self.hello())
+        for raw in lines:
+            if not raw.strip():
+                continue
+            try:
+                request = decode(raw)
+            except ValueError as exc:
+                self.send({"id": None, "ok": False, "error": f"bad request: {exc}"})
+                continue
+            op = str(request.get("op"))
+            worker = threading.Thread(target=self.handle, args=(request,), name=f"agent-{op}",
+                                      daemon=op not in _ACTIONS)
+            if op in _ACTIONS:
+                self._actions.append(worker)
+            worker.start()
+        for worker in self._actions:
+            worker.join()
+
+    def handle(self, request: dict) -> None:
+        rid = request.get("id")
+        op = str(request.get("op"))
+        method: Optional[Callable[[dict], Any]] = getattr(self, f"op_{op}", None)
+        if method is None:
+            self.send({"id": rid, "ok": False, "error": f"unknown request {op!r}"})
+            return
+        try:
+            result = method(request.get("params") or {})
+        except RequestError as exc:
+            self.send({"id": rid, "ok": False, "error": str(exc)})
+        except Exception as exc:  # noqa: BLE001 - one failed request must not end the agent
+            self.send({"id": rid, "ok": False, "error": f"{type(exc).__name__}: {exc}", "internal": True})
+        else:
+            self.send({"id": rid, "ok": True, "result": result})
+
+    # -- helpers ---------------------------------------------------------------------
+    def _state_dir(self) -> Path:
+        from gpudeck.jobs import paths
+        return self.state_dir if self.state_dir is not None else paths.state_dir().absolute()
+
+    def _supervisor(self) -> Any:
+        from gpudeck.jobs.paths import find_jobs_file
+        from gpudeck.jobs.spec import SpecError, load_jobs
+        from gpudeck.jobs.supervisor import Supervisor
+        path = find_jobs_file(self.jobs_file)
+        if path is None:
+            raise RequestError("no jobs file on this host: set `jobs` for it in hosts.toml, or create "
+                               "~/jobs.toml or ~/.config/gpudeck/jobs.toml there")
+        if not path.exists():
+            raise RequestError(f"{path}: no such file on this host")
+        try:
+            return Supervisor(load_jobs(path), self._state_dir())
+        except SpecError as exc:
+            raise RequestError(str(exc)) from None
+
+    def _known(self, sup: Any, job: str) -> None:
+        from gpudeck.jobs.supervisor import UnknownJob
+        try:
+            sup.spec(job)
+        except UnknownJob as exc:
+            raise RequestError(str(exc)) from None
+
+    def _run(self, job: str, run_id: Optional[str]) -> Any:
+        from gpudeck.jobs.runs import find_run, latest_run
+        run = find_run(job, run_id, self._state_dir()) if run_id else latest_run(job, self._state_dir())
+        if run is None:
+            raise RequestError(f"{job} has no run {run_id}" if run_id else f"{job} has never run")
+        return run
+
+    # -- requests ----------------------------------------------------------------------
+    def op_ping(self, params: dict) -> dict:
+        return {"time": time.time()}
+
+    def _maybe_delta(self, op: str, payload: dict, params: dict) -> dict:
+        """{"full": payload}, or with `delta` {"delta": what changed since this op's last reply}."""
+        with self._last_lock:
+            previous, self._last[op] = self._last.get(op), payload
+        if params.get("delta") and previous is not None:
+            return {"delta": diff(previous, payload)}
+        return {"full": payload}
+
+    def op_jobs(self, params: dict) -> dict:
+        from gpudeck.jobs.payload import jobs_payload
+        payload = jobs_payload(self._supervisor())
+        return self._maybe_delta("jobs", payload, params) if params.get("delta") is not None else payload
+
+    def op_start(self, params: dict) -> dict:
+        from gpudeck.jobs.supervisor import SupervisorError
+        sup = self._supervisor()
+        self._known(sup, params["job"])
+        try:
+            return {"run_id": sup.start(params["job"])}
+        except SupervisorError as exc:
+            raise RequestError(str(exc)) from None
+
+    def op_stop(self, params: dict) -> dict:
+        from gpudeck.jobs.pipeline import latest_pipeline, stop_pipeline
+        from gpudeck.jobs.supervisor import SupervisorError
+        sup = self._supervisor()
+        job = params["job"]
+        self._known(sup, job)
+        notes = []
+        pipe = latest_pipeline(job, sup.state_dir)
+        if pipe is not None and pipe.state() == "running" and stop_pipeline(pipe):
+            notes.append(f"asked pipeline {pipe.pipeline_id} for {job} to stop")
+        try:
+            report = sup.stop(job, timeout=params.get("timeout"))
+        except SupervisorError as exc:
+            raise RequestError(str(exc)) from None
+        return {"report": report.to_jsonable(), "lines": notes + report.lines(), "clean": report.clean}
+
+    def op_restart(self, params: dict) -> dict:
+        stopped = self.op_stop(params)
+        started = self.op_start(params)
+        return {**stopped, **started}
+
+    def op_runs(self, params: dict) -> dict:
+        from gpudeck.jobs.runs import list_runs
+        return {"runs": [{"run_id": r.run_id, "state": r.state().state}
+                         for r in list_runs(params["job"], self._state_dir())]}
+
+    def op_logs(self, params: dict) -> dict:
+        """Bytes of a run's output.log from `offset` (or the last `tail` lines), waiting up to `wait_s` for more.
+
+        `ended` is true only when the run had ended before the read that found
+        nothing more: output written just before the end is never missed.
+        """
+        from gpudeck.jobs.logs.follow import tail_offset
+        run = self._run(params["job"], params.get("run"))
+        path = run.log_path
+        offset = params.get("offset")
+        if offset is None:
+            tail = params.get("tail")
+            offset = tail_offset(path, int(tail)) if tail is not None else 0
+        offset = int(offset)
+        limit = min(int(params.get("max_bytes") or MAX_LOG_CHUNK), MAX_LOG_CHUNK)
+        deadline = time.monotonic() + min(float(params.get("wait_s") or 0), MAX_LOG_WAIT_S)
+        while True:
+            ended = run.exit_record() is not None or run.state().state == "lost"
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(offset)
+                    data = fh.read(limit)
+            except FileNotFoundError:
+                data = b""
+            if data or ended or time.monotonic() >= deadline:
+                return {"run_id": run.run_id, "offset": offset, "next_offset": offset + len(data),
+                        "data": base64.b64encode(data).decode("ascii"), "ended": ended and not data}
+            time.sleep(LOG_POLL_S)
+
+    def op_status(self, params: dict) -> dict:
+        """The status payload; with `delta`, only what changed since the last status this agent sent."""
+        with self._telemetry_lock:
+            if self._telemetry is None:
+                from gpudeck.jobs.hosts.telemetry import AgentTelemetry
+                self._telemetry = AgentTelemetry(simulated=self.simulated or bool(params.get("simulated")))
+            payload = _float_round(self._telemetry.payload())
+            if params.get("engines") and not self._telemetry.source.get("gpu") == "simulated":
+                try:
+                    from gpudeck.jobs.engines.discovery import discover_engines, engines_payload
+                    payload["engines"] = engines_payload(discover_engines())
+                except ImportError as exc:        # discovery needs psutil on this box
+                    payload["engines_error"] = f"engine discovery unavailable here: {exc}"
+            return self._maybe_delta("status", payload, params)
+
+
+def main(argv: Optional[list[str]] = None, via: str = "installed") -> int:
+    parser = argparse.ArgumentParser(prog="gpudeck-agent")
+    parser.add_argument("--jobs", default=None)
+    parser.add_argument("--state-dir", default=None)
+    parser.add_argument("--simulated", action="store_true")
+    args = parser.parse_args(argv)
+    # The protocol owns the real stdout; anything else that prints (a library, a
+    # warning) goes to stderr so it can never corrupt a reply.
+    proto = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    agent = Agent(proto, jobs_file=args.jobs, state_dir=args.state_dir, simulated=args.simulated, via=via)
+    try:
+        agent.serve(sys.stdin.buffer)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

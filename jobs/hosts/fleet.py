@@ -1,0 +1,168 @@
+"""The fleet: every remote host polled in the background; faces read the latest views and never wait on the network."""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from gpudeck.jobs.hosts.config import HostSpec
+from gpudeck.jobs.hosts.ssh import DOWN, LIVE, STALE, DeltaState, HostError, HostLink, RemoteError
+
+# Data older than this (while the link claims to be up) is STALE: a reply is late,
+# typically a link that died without a goodbye and that keepalive has not yet caught.
+STALE_AFTER_S = 3.0
+# Faces colour a STALE/DOWN age amber past this, red past the next.
+AGE_AMBER_S = 10.0
+AGE_RED_S = 60.0
+
+
+@dataclass(frozen=True)
+class HostView:
+    """One host as the overview shows it, at one instant."""
+
+    name: str
+    ssh: Optional[str]
+    state: str                        # CONNECTING | LIVE | STALE | DOWN
+    data_age_s: Optional[float]       # seconds since the last status/jobs reply (None: never)
+    error: Optional[str] = None
+    retry_in_s: Optional[float] = None
+    status: Optional[dict] = None     # the `status --json` payload (remote telemetry)
+    jobs: Optional[dict] = None       # the `jobs --json` payload
+    agent: dict = field(default_factory=dict)   # the agent's hello: via, python, pid
+    bytes_in: int = 0
+    bytes_out: int = 0
+    connects: int = 0
+
+    @property
+    def age_level(self) -> str:
+        """"ok", "amber" (data older than 10 s) or "red" (older than 60 s)."""
+        if self.state == LIVE or self.data_age_s is None:
+            return "ok" if self.state == LIVE else "red"
+        return "red" if self.data_age_s > AGE_RED_S else "amber" if self.data_age_s > AGE_AMBER_S else "ok"
+
+    def summary(self) -> dict:
+        """One overview row: GPUs util/memory, jobs running/failed, alerts, link."""
+        gpus = (self.status or {}).get("gpus") or []
+        utils = [g.get("util") for g in gpus if g.get("util") is not None]
+        used = sum(g.get("mem_used") or 0 for g in gpus)
+        total = sum(g.get("mem_total") or 0 for g in gpus)
+        jobs = (self.jobs or {}).get("jobs") or []
+        failed = [j for j in jobs if j.get("state") in ("exited", "lost")
+                  and (j.get("state") == "lost" or j.get("exit_code") not in (0, None))]
+        return {"host": self.name, "ssh": self.ssh, "link": self.state, "data_age_s": self.data_age_s,
+                "age_level": self.age_level, "error": self.error, "retry_in_s": self.retry_in_s,
+                "gpus": len(gpus), "gpu_util": round(sum(utils) / len(utils), 1) if utils else None,
+                "gpu_mem_used": used if gpus else None, "gpu_mem_total": total if gpus else None,
+                "jobs_running": sum(1 for j in jobs if j.get("state") in ("starting", "running", "stopping")),
+                "jobs_failed": len(failed),
+                "alerts": sum(len(j.get("alerts") or []) for j in jobs),
+                "simulated": bool((self.status or {}).get("simulated"))}
+
+
+class _Poller:
+    def __init__(self, spec: HostSpec, interval: float) -> None:
+        self.spec = spec
+        self.interval = interval
+        self.link = HostLink(spec)
+        self.status = DeltaState()
+        self.jobs = DeltaState()
+        self.shown_status: Optional[dict] = None     # what faces show: the last full payloads
+        self.shown_jobs: Optional[dict] = None
+        self.jobs_error: Optional[str] = None
+        self.last_data: Optional[float] = None
+
+    async def run(self) -> None:
+        self.link.start()
+        timeout = max(self.interval * 5, 10.0)
+        while True:
+            started = time.monotonic()
+            try:
+                # A delta only against a base we hold; after any failure, ask for the whole thing.
+                reply = await self.link.call("status", {"delta": self.status.value is not None}, timeout=timeout)
+                self.shown_status = self.status.apply(reply)
+                try:
+                    reply = await self.link.call("jobs", {"delta": self.jobs.value is not None}, timeout=timeout)
+                    self.shown_jobs = self.jobs.apply(reply)
+                    self.jobs_error = None
+                except RemoteError as exc:          # no jobs file there: telemetry still counts
+                    self.jobs, self.shown_jobs, self.jobs_error = DeltaState(), None, str(exc)
+                self.last_data = time.time()
+            except (HostError, RemoteError):
+                self.status, self.jobs = DeltaState(), DeltaState()
+                await asyncio.sleep(min(self.interval, 1.0))
+                continue
+            # Re-armed after each round, so rounds never overlap on a slow link.
+            await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - started)))
+
+    def view(self) -> HostView:
+        link = self.link
+        now = time.time()
+        age = None if self.last_data is None else max(0.0, now - self.last_data)
+        state = link.state
+        if state == LIVE and age is not None and age > max(STALE_AFTER_S, self.interval * 3):
+            state = STALE
+        bytes_in, bytes_out = link.traffic()
+        return HostView(
+            name=self.spec.name, ssh=self.spec.ssh, state=state, data_age_s=age,
+            error=link.error if state != LIVE else self.jobs_error,
+            retry_in_s=max(0.0, link.next_retry - now) if link.next_retry and state == DOWN else None,
+            status=self.shown_status, jobs=self.shown_jobs,
+            agent=dict(link.hello), bytes_in=bytes_in, bytes_out=bytes_out, connects=link.connects)
+
+
+class Fleet:
+    """Polls every remote host at `interval` on one background event loop; `views()` is instant.
+
+    One host's dead link costs only its own task: each host has its own
+    connection, timeouts and backoff, so the others (and the UI) never wait.
+    """
+
+    def __init__(self, specs: list[HostSpec], interval: float = 1.0) -> None:
+        self.specs = [s for s in specs if not s.local]
+        self.interval = interval
+        self._pollers = {s.name: _Poller(s, interval) for s in self.specs}
+        self._loop = asyncio.new_event_loop()
+        self._thread: Optional[threading.Thread] = None
+        self._tasks: list[asyncio.Task] = []
+
+    def start(self) -> "Fleet":
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="gpudeck-fleet", daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        for poller in self._pollers.values():
+            self._tasks.append(self._loop.create_task(poller.run()))
+        self._loop.run_forever()
+
+    def views(self) -> dict[str, HostView]:
+        """The latest view of every remote host (never blocks on the network)."""
+        return {name: poller.view() for name, poller in self._pollers.items()}
+
+    def call(self, host: str, op: str, params: Optional[dict] = None, timeout: float = 600.0,
+             retry: bool = False) -> concurrent.futures.Future:
+        """Send one request (an action) to a host; the returned future completes off the UI thread."""
+        link = self._pollers[host].link
+        return asyncio.run_coroutine_threadsafe(link.call(op, params, timeout=timeout, retry=retry), self._loop)
+
+    def close(self) -> None:
+        if self._thread is None:
+            return
+
+        async def shutdown() -> None:
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*(p.link.close() for p in self._pollers.values()), return_exceptions=True)
+
+        try:
+            asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(timeout=5)
+        except Exception:  # noqa: BLE001 - a wedged link must not block quitting
+            pass
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        self._thread = None

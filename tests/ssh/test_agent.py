@@ -1,0 +1,95 @@
+"""The remote agent without SSH: its zipapp runs on a bare Python (-I -S: no site-packages) over pipes."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpudeck.jobs.hosts.bundle import agent_zipapp
+from gpudeck.jobs.hosts.protocol import HELLO, diff, encode, patch
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+                    max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON, JSON)
+def test_a_delta_turns_old_into_new(old, new):
+    delta = diff(old, new)
+    assert patch(old, delta) == new
+    if old == new and type(old) is type(new):
+        assert delta is None
+
+
+def test_the_zipapp_is_reproducible_and_holds_only_sources():
+    import io
+    import zipfile
+    name, data = agent_zipapp()
+    agent_zipapp.cache_clear()
+    assert agent_zipapp() == (name, data)
+    names = zipfile.ZipFile(io.BytesIO(data)).namelist()
+    assert "__main__.py" in names and "gpudeck/jobs/runner.py" in names and "gpudeck/jobs/hosts/agent.py" in names
+    assert all(n.endswith(".py") for n in names)
+    assert name.startswith("agent-") and name.endswith(".pyz")
+
+
+class Pipe:
+    def __init__(self, argv: list[str]) -> None:
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.hello = json.loads(self.proc.stdout.readline())
+        self.ids = 0
+
+    def call(self, op: str, **params) -> dict:
+        self.ids += 1
+        self.proc.stdin.write(encode({"id": self.ids, "op": op, "params": params}))
+        self.proc.stdin.flush()
+        while True:
+            reply = json.loads(self.proc.stdout.readline())
+            if reply.get("id") == self.ids:
+                return reply
+
+    def close(self) -> int:
+        self.proc.stdin.close()
+        return self.proc.wait(timeout=30)
+
+
+def test_agent_zipapp_on_a_bare_python(tmp_path):
+    name, data = agent_zipapp()
+    zipapp = tmp_path / name
+    zipapp.write_bytes(data)
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text('[jobs.hello]\ncmd = "echo hello from the box; sleep 0.2; echo bye"\n')
+    # -I -S: no site-packages, no user site, no env vars: psutil, nvidia-ml-py and asyncssh cannot be imported.
+    agent = Pipe([sys.executable, "-I", "-S", str(zipapp), "--jobs", str(jobs), "--state-dir", str(tmp_path / "st")])
+    try:
+        assert agent.hello["hello"] == HELLO and agent.hello["via"] == "zipapp"
+        status = agent.call("status", delta=True)["result"]["full"]
+        assert status["source"] == {"gpu": "nvidia-smi", "host": "/proc"}
+        assert status["host"]["cpu_count"] > 0 and status["host"]["mem_total"] > 0
+        assert status["gpus"] or status["gpu_error"]
+        second = agent.call("status", delta=True)["result"]
+        assert "delta" in second and len(json.dumps(second)) < len(json.dumps(status))
+        run_id = agent.call("start", job="hello")["result"]["run_id"]
+        deadline = time.monotonic() + 30
+        while True:
+            jobs_reply = agent.call("jobs")["result"]
+            state = next(j for j in jobs_reply["jobs"] if j["name"] == "hello")
+            if state["state"] == "exited" or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert state["state"] == "exited" and state["exit_code"] == 0 and state["run_id"] == run_id
+        import base64
+        logs = agent.call("logs", job="hello", offset=0)["result"]
+        assert base64.b64decode(logs["data"]) == b"hello from the box\nbye\n"
+        rest = agent.call("logs", job="hello", offset=logs["next_offset"], wait_s=1)["result"]
+        assert rest["data"] == "" and rest["ended"] is True
+        bad = agent.call("start", job="nope")
+        assert bad["ok"] is False and "no job named 'nope'" in bad["error"] and not bad.get("internal")
+        assert agent.call("frobnicate")["ok"] is False
+    finally:
+        assert agent.close() == 0
