@@ -25,6 +25,7 @@ BUSY_TIMEOUT_MS = 10_000
 # Events still arrive on an ended run for a while (a pivot records its later steps on the
 # runs it stopped): rows of runs that ended this recently are re-checked when their events grow.
 RECHECK_ENDED_S = 2 * 3600
+DELETED = "deleted"                # the state of a row whose run directory is gone
 
 _RUN_ID = re.compile(r"^\d{8}-\d{6}-\d{3}[0-9a-f]{2}$")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -495,12 +496,12 @@ class RunIndex:
         self.upsert(summarize_run(Path(run_dir)))
 
     def remove_paths(self, dirs: Iterable[Path]) -> None:
-        """Forget runs whose directories were deleted (prune), pivot rows they carried included."""
+        """Runs whose directories were deleted (prune), pivot rows they carried included: marked deleted."""
         conn = self.open()
         keys = []
         for d in dirs:
             keys.extend(k for (k,) in conn.execute("SELECT key FROM runs WHERE path = ?", (str(d),)))
-        self.upsert([], keys)
+        self.mark_deleted(keys)
 
     # -- keeping up with the run directories -------------------------------------
     def _disk_runs(self) -> Iterator[tuple[str, str, Path]]:
@@ -529,17 +530,20 @@ class RunIndex:
         conn = self.open()
         known: dict[str, tuple[int, Optional[float], Optional[int]]] = {}
         by_path: dict[str, list[str]] = {}
-        for key, path, final, ended, events_size in conn.execute(
-                "SELECT key, path, final, ended_at, events_size FROM runs"):
+        deleted: set[str] = set()
+        for key, path, final, ended, events_size, state in conn.execute(
+                "SELECT key, path, final, ended_at, events_size, state FROM runs"):
             known[key] = (final, ended, events_size)
             by_path.setdefault(path, []).append(key)
+            if state == DELETED:
+                deleted.add(key)
         rows: list[dict] = []
         seen_paths = set()
         for kind, name, d in self._disk_runs():
             key = f"{kind}/{name}/{d.name}"
             seen_paths.add(str(d))
             entry = known.get(key)
-            if entry is not None and entry[0]:
+            if entry is not None and entry[0] and key not in deleted:
                 ended = entry[1]
                 if ended is None or now - ended > RECHECK_ENDED_S:
                     continue
@@ -551,9 +555,24 @@ class RunIndex:
                 rows.extend(summarize_run(d, now) if kind == "job" else [summarize_pipeline(d, now)])
             except (OSError, ValueError, TypeError, KeyError, AttributeError):
                 continue         # a run dir being created or deleted right now: next sync
-        gone = [k for path, keys in by_path.items() if path not in seen_paths for k in keys]
-        self.upsert(rows, gone)
+        gone = [k for path, keys in by_path.items() if path not in seen_paths for k in keys if k not in deleted]
+        self.upsert(rows)
+        self.mark_deleted(gone)
         return len(rows) + len(gone)
+
+    def mark_deleted(self, keys: list[str]) -> None:
+        """Runs whose directories are gone keep their row, marked deleted: a post-mortem can still
+        say what the index knew. Listings leave them out; --reindex forgets them."""
+        if not keys:
+            return
+        conn = self.open()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany("UPDATE runs SET state = ?, final = 1 WHERE key = ?", [(DELETED, k) for k in keys])
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
 
     def rebuild(self) -> int:
         """Drop the database and index every run directory again (`gpudeck runs --reindex`)."""
@@ -564,11 +583,14 @@ class RunIndex:
     # -- queries ------------------------------------------------------------------
     def query(self, *, job: Optional[str] = None, failed: bool = False, since: Optional[float] = None,
               kinds: Optional[Iterable[str]] = None, limit: Optional[int] = None,
-              columns: Iterable[str] = COLUMN_NAMES) -> list[dict]:
-        """Rows newest first."""
+              columns: Iterable[str] = COLUMN_NAMES, include_deleted: bool = False) -> list[dict]:
+        """Rows newest first (runs whose directories are gone only with include_deleted)."""
         conn = self.open()
         cols = [c for c in columns if c in COLUMN_NAMES]
         where, args = [], []
+        if not include_deleted:
+            where.append("(state IS NULL OR state != ?)")
+            args.append(DELETED)
         if job:
             where.append("job = ?")
             args.append(job)

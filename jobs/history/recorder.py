@@ -209,7 +209,7 @@ class RunRecorder:
             # by when those bytes arrived, not by when this tick read them.
             at = self.arrival_time(self.log_offset) if log_offset is not None else None
             self.phases.append({"phase": phase, "t": round(at if at is not None else now, 3),
-                                "offset": self.log_offset, "line": self.lines or None})
+                                "offset": self.log_offset, "line": max(1, self.lines - 1) if self.lines else None})
 
     def _peaks(self, values: Mapping[str, Optional[float]]) -> None:
         for key, value in values.items():

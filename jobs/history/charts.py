@@ -1,0 +1,122 @@
+"""Which charts a post-mortem draws from its timelines, and their Unicode sparkline form (the HTML form draws the same groups as SVG)."""
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+SPARKS = "▁▂▃▄▅▆▇█"
+# One letter per phase in the Markdown phase strip (initials collide: compiling/capturing).
+PHASE_MARK = {"starting": "s", "loading": "L", "compiling": "C", "capturing": "G", "ready": "R",
+              "building": "B", "training": "T", "failed": "X", "running": "r"}
+_GPU_SERIES = re.compile(r"^gpu(\d+):(\w+)$")
+
+# (title, unit, which series) — unit: bytes | pct | watts | bps | count | ratio | rate
+RESOURCE_GROUPS = (
+    ("GPU memory", "bytes", "mem"),
+    ("GPU utilisation", "pct", "util"),
+    ("GPU power", "watts", "power_w"),
+    ("CPU", "pct", "cpu_pct"),
+    ("RSS", "bytes", "rss"),
+    ("disk read", "bps", "read_bps"),
+    ("log output", "bps", "log_bps"),
+)
+SERVING_GROUPS = (
+    ("tokens/s", "rate", ("gen_tokens_per_s", "prompt_tokens_per_s")),
+    ("requests", "count", ("running", "waiting")),
+    ("KV cache", "pct", ("kv_cache_pct",)),
+    ("spec-decode acceptance", "ratio", ("spec_accept_rate",)),
+)
+SERIES_LABELS = {"gen_tokens_per_s": "generation", "prompt_tokens_per_s": "prompt", "running": "running",
+                 "waiting": "waiting", "kv_cache_pct": "KV cache", "spec_accept_rate": "acceptance",
+                 "cpu_pct": "CPU", "rss": "RSS", "read_bps": "read", "log_bps": "log"}
+
+
+def chart_groups(report: dict) -> list[dict]:
+    """[{title, unit, t, lines: [(label, values)]}] for every group with data, resources then serving."""
+    out = []
+    res = report.get("resources") or {}
+    series = res.get("series") or {}
+    for title, unit, key in RESOURCE_GROUPS:
+        lines = []
+        if key in ("mem", "util", "power_w"):
+            per_gpu = []
+            for name, values in series.items():
+                m = _GPU_SERIES.match(name)
+                if m and m.group(2) == key:
+                    per_gpu.append((int(m.group(1)), f"GPU{m.group(1)}", values))
+            lines = [(label, values) for _, label, values in sorted(per_gpu)]
+        elif key in series:
+            lines = [(SERIES_LABELS.get(key, key), series[key])]
+        if lines and any(v is not None for _, vals in lines for v in vals):
+            out.append({"title": title, "unit": unit, "t": res.get("t") or [], "lines": lines})
+    srv = report.get("serving") or {}
+    sseries = srv.get("series") or {}
+    for title, unit, keys in SERVING_GROUPS:
+        lines = [(SERIES_LABELS.get(k, k), sseries[k]) for k in keys if k in sseries]
+        if lines:
+            out.append({"title": title, "unit": unit, "t": srv.get("t") or [], "lines": lines, "serving": True})
+    return out
+
+
+def fmt_value(value: Optional[float], unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit in ("bytes", "bps"):
+        v = float(value)
+        for suffix in ("B", "KiB", "MiB", "GiB", "TiB"):
+            if abs(v) < 1024 or suffix == "TiB":
+                text = f"{v:.0f} {suffix}" if suffix == "B" or abs(v) >= 100 else f"{v:.1f} {suffix}"
+                return text + ("/s" if unit == "bps" else "")
+            v /= 1024
+    if unit == "pct":
+        return f"{value:.0f}%"
+    if unit == "watts":
+        return f"{value:.0f} W"
+    if unit == "ratio":
+        return f"{100 * value:.0f}%"
+    if unit == "rate":
+        return f"{value:.1f}/s"
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
+
+
+def resample(values: list, width: int) -> list[Optional[float]]:
+    """At most `width` cells, each the maximum of the values it covers (a peak stays visible)."""
+    n = len(values)
+    if n <= width:
+        return list(values)
+    out = []
+    for i in range(width):
+        cell = [v for v in values[i * n // width:(i + 1) * n // width] if v is not None]
+        out.append(max(cell) if cell else None)
+    return out
+
+
+def sparkline(values: list, width: int = 60, lo: Optional[float] = None, hi: Optional[float] = None) -> str:
+    cells = resample(values, width)
+    present = [v for v in cells if v is not None]
+    if not present:
+        return " " * len(cells)
+    lo = min(present) if lo is None else lo
+    hi = max(present) if hi is None else hi
+    span = (hi - lo) or 1.0
+    return "".join(" " if v is None else SPARKS[max(0, min(7, int((v - lo) / span * 7.999)))] for v in cells)
+
+
+def phase_strip(report: dict, t: list, width: int = 60) -> str:
+    """One character per cell: the initial of the phase the run was in at that time (aligned with sparklines)."""
+    phases = [p for p in report.get("phases") or [] if p.get("start_s") is not None]
+    if not phases or not t:
+        return ""
+    cells = resample(list(t), width) if len(t) > width else list(t)
+    out = []
+    for tt in cells:
+        current = " "
+        for p in phases:
+            if tt is not None and tt >= p["start_s"]:
+                current = phase_mark(p["phase"])
+        out.append(current)
+    return "".join(out)
+
+
+def phase_mark(phase: str) -> str:
+    return PHASE_MARK.get(phase, phase[:1] or "?")

@@ -1,0 +1,184 @@
+"""A post-mortem as Markdown to paste into a GitHub issue: verdict first, tables, Unicode sparkline charts, fenced log lines."""
+from __future__ import annotations
+
+import re
+import time
+from typing import Any, Optional
+
+from gpudeck.jobs.history.charts import chart_groups, fmt_value, phase_mark, phase_strip, sparkline
+from gpudeck.jobs.history.postmortem import clock, span
+from gpudeck.jobs.logs.sanitize import terminal_text
+
+SPARK_WIDTH = 60
+_MD_SPECIAL = re.compile(r"([\\`*\[\]<>|])")
+
+
+def text(value: Any, limit: int = 400) -> str:
+    """Job text made terminal-safe and inert as Markdown (no links, tables or HTML from a log)."""
+    return _MD_SPECIAL.sub(r"\\\1", terminal_text(value, limit))
+
+
+def when(t: Optional[float]) -> str:
+    if t is None:
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(t))
+
+
+def _fence(lines: list[str]) -> list[str]:
+    longest = max((len(m) for line in lines for m in re.findall(r"`+|~+", line)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + "text", *lines, fence]
+
+
+def render(report: dict) -> str:
+    src = report.get("source") or {}
+    o = report.get("outcome") or {}
+    out: list[str] = []
+    # The verdict is the first line: it is what an operator reads, and what a terminal shows first.
+    out += [f"**{text(report.get('verdict'), 600)}**", ""]
+    if src.get("kind") == "log":
+        out += [f"Post-mortem of the log {text(src.get('log'))}", ""]
+    else:
+        out += [f"Post-mortem of {text(src.get('job'))} run {text(src.get('run_id'))}", ""]
+
+    facts = []
+    if src.get("kind") in ("run", "pipeline"):
+        facts += [("job", f"{text(src.get('job'))}" + (f" ({text(src.get('job_kind'))})" if src.get("job_kind") else "")),
+                  ("host", f"{text(src.get('host') or '?')} ({text(src.get('backend') or 'local')})"),
+                  ("command", f"`{terminal_text(src.get('command'), 300).replace('`', chr(39))}`"
+                   if src.get("command") else "?")]
+        if src.get("gpus"):
+            facts.append(("GPUs", ", ".join(str(g) for g in src["gpus"])))
+        if src.get("engine"):
+            facts.append(("engine", text(src["engine"])))
+        facts += [("started", when(o.get("started_at"))),
+                  ("ended", when(o.get("ended_at")) + (f" (took {span(o.get('duration_s'))})"
+                                                       if o.get("duration_s") is not None else ""))]
+        result = o.get("state") or "?"
+        if o.get("signal"):
+            result += f", {o['signal']}"
+        elif o.get("exit_code") is not None:
+            result += f", exit {o['exit_code']}"
+        if o.get("stopped_by"):
+            result += f", stopped by {text(o['stopped_by'])}"
+        facts.append(("result", result))
+    if src.get("log"):
+        facts.append(("log", f"`{terminal_text(src['log'], 300)}`"))
+    if facts:
+        out += ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in facts] + [""]
+
+    phases = report.get("phases") or []
+    if phases:
+        out += ["## Phases", "",
+                " → ".join(f"{p['phase']} {clock(p['duration_s'])}" if p.get("duration_s") is not None
+                           else p["phase"] for p in phases), "",
+                "| phase | at | took | log line |", "|---|---|---|---|"]
+        for p in phases:
+            out.append(f"| {p['phase']} | {clock(p.get('start_s')) if p.get('start_s') is not None else '-'} | "
+                       f"{clock(p['duration_s']) if p.get('duration_s') is not None else '-'} | "
+                       f"{p['line'] if p.get('line') else '-'} |")
+        out.append("")
+
+    stalls, alerts, silences = report.get("stalls") or [], report.get("alerts") or [], report.get("silences") or []
+    if stalls or alerts or silences:
+        out += ["## Stalls and alerts", ""]
+        for a in alerts:
+            at = clock(a.get("at_s")) if a.get("at_s") is not None else "?"
+            cleared = ""
+            if a.get("cleared") is not None and a.get("raised") is not None:
+                cleared = f" — cleared after {span(a['cleared'] - a['raised'])}"
+            elif src.get("kind") == "run" and a.get("code") != "crashed":
+                cleared = " — never cleared"
+            out.append(f"- {at} **{text(a.get('code'))}**: {text(a.get('message'))}{cleared}")
+        for s in stalls:
+            out.append(f"- stall window ({text(s['code'])}): from {clock(s.get('start_s'))} for "
+                       f"{span(s.get('duration_s'))}{'' if s.get('cleared') else ' (until the end)'}")
+        for s in silences:
+            out.append(f"- log silent from {clock(s.get('start_s'))} for {span(s['duration_s'])}")
+        out.append("")
+
+    ctx = report.get("context") or {}
+    if ctx:
+        out += ["## Context", ""]
+        if ctx.get("pipeline"):
+            p = ctx["pipeline"]
+            out.append(f"- pipeline {text(p.get('id'))}" + (f" → {text(p.get('target'))} ({text(p.get('state'))}): "
+                                                             + " → ".join(text(s) for s in p.get("stages") or [])
+                                                             if p.get("target") else ""))
+        if ctx.get("pivot"):
+            out.append(f"- {text(ctx['pivot'])}")
+            for step in ctx.get("pivot_steps") or []:
+                out.append(f"  - {text(step)}")
+        if ctx.get("stopped_by"):
+            out.append(f"- stopped by {text(ctx['stopped_by'])}")
+        out.append("")
+
+    groups = chart_groups(report)
+    if groups:
+        res = report.get("resources") or report.get("serving") or {}
+        width = res.get("width_s")
+        out += ["## Timeline", "", f"One cell is the maximum over {max(1, len(res.get('t') or []) // SPARK_WIDTH)}"
+                f" point(s) of {span(width) if width else '?'}; phases: "
+                + ", ".join(f"{phase_mark(p)}={p}" for p in dict.fromkeys(p["phase"] for p in phases)), ""]
+        rows = []
+        label_w = max(len(f"{g['title']} {lbl}") for g in groups for lbl, _ in g["lines"])
+        for g in groups:
+            for label, values in g["lines"]:
+                present = [v for v in values if v is not None]
+                peak = max(present) if present else None
+                lo = 0.0 if g["unit"] not in ("rate",) else None
+                name = f"{g['title']} {label}" if label.lower() not in g["title"].lower() else g["title"]
+                rows.append(f"{name.ljust(label_w)}  {sparkline(values, SPARK_WIDTH, lo=lo)}  "
+                            f"peak {fmt_value(peak, g['unit'])}")
+        strip = phase_strip(report, groups[0]["t"], SPARK_WIDTH)
+        if strip:
+            rows.append(f"{'phase'.ljust(label_w)}  {strip}")
+        t = groups[0]["t"]
+        if t:
+            rows.append(f"{''.ljust(label_w)}  {clock(t[0]).ljust(SPARK_WIDTH - len(clock(t[-1])))}{clock(t[-1])}")
+        out += _fence(rows) + [""]
+    peaks = (report.get("resources") or {}).get("peaks") or {}
+    if peaks.get("gpu_mem") or peaks.get("rss"):
+        parts = [f"GPU{g} {fmt_value(v, 'bytes')}" for g, v in sorted((peaks.get("gpu_mem") or {}).items())]
+        if peaks.get("rss"):
+            parts.append(f"RSS {fmt_value(peaks['rss'], 'bytes')}")
+        out += ["Peaks: " + ", ".join(parts), ""]
+
+    lines = report.get("lines") or []
+    if lines:
+        out += ["## The lines that matter", ""]
+        for item in lines:
+            out.append(f"**{text(item['label'])}** — line {item['line']:,}")
+            body = [f"{'>' if c['key'] else ' '}{c['line']:>8} | {c['text']}" for c in item["context"]]
+            out += _fence(body or ["(not in the log on disk)"]) + [""]
+    last = report.get("last_lines") or []
+    if last:
+        out += ["## Last lines", ""]
+        out += _fence([f" {(format(x['line'], '>8') if x.get('line') else '        ')} | {x['text']}" for x in last]) + [""]
+
+    hist = report.get("history")
+    if hist and hist.get("earlier_runs"):
+        out += ["## Against earlier runs", ""]
+        if hist.get("median_load_s") is not None and hist.get("load_s") is not None:
+            diff = hist["load_s"] - hist["median_load_s"]
+            pct = f" ({100 * diff / hist['median_load_s']:+.0f}%)" if hist["median_load_s"] else ""
+            out.append(f"- load time {clock(hist['load_s'])} vs median {clock(hist['median_load_s'])} of "
+                       f"{hist['load_runs']} earlier runs{pct}")
+        elif hist.get("median_load_s") is not None:
+            out.append(f"- this run never became ready; earlier runs loaded in {clock(hist['median_load_s'])} (median)")
+        if hist.get("same_failure"):
+            k, n = hist["same_failure"]
+            out.append(f"- same failure seen in {k} of the last {n} runs")
+        if hist.get("failed_of_last"):
+            k, n = hist["failed_of_last"]
+            out.append(f"- {k} of the last {n} runs failed: "
+                       + ", ".join(f"{r['run_id']} {'✗ ' + text(r['cause'] or 'failed') if r['failed'] else '✓'}"
+                                   for r in hist.get("last") or []))
+        out.append("")
+    elif hist is not None:
+        out += ["## Against earlier runs", "", "- no earlier run of this job in the index", ""]
+
+    missing = report.get("missing") or []
+    if missing:
+        out += ["## What this report could not see", ""] + [f"- {text(m)}" for m in missing] + [""]
+    return "\n".join(out).rstrip() + "\n"
