@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
+from typing import BinaryIO, Union
 
 
 def state_dir() -> Path:
@@ -12,6 +14,52 @@ def state_dir() -> Path:
         return Path(explicit).expanduser()
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base).expanduser() / "gpudeck"
+
+
+class NotARegularFile(OSError):
+    """A path gpudeck was asked to read is a FIFO, a device, a socket: reading it could block or never end."""
+
+    def __init__(self, path: Union[str, os.PathLike], mode: int) -> None:
+        self.path = os.fspath(path)
+        self.what = f"{_kind(mode)}, not a regular file"
+        super().__init__(f"{self.path}: {self.what}")
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "something else"
+
+
+def check_regular(path: Union[str, os.PathLike]) -> None:
+    """Raise NotARegularFile (FileNotFoundError if missing) unless `path` is a regular file; opens nothing."""
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise NotARegularFile(path, mode)
+
+
+def open_regular(path: Union[str, os.PathLike]) -> BinaryIO:
+    """Open a file for reading only if it is a regular file: never blocks on a FIFO, never reads /dev/zero.
+
+    O_NONBLOCK makes opening a FIFO with no writer return at once; the check is on
+    the opened fd (fstat), so the file cannot be swapped between check and read.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotARegularFile(path, mode)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def config_dir() -> Path:

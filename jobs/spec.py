@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from gpudeck.jobs import paths
+
 try:  # Python 3.11+
     import tomllib
 except ImportError:  # pragma: no cover - Python 3.10
@@ -185,8 +187,10 @@ _TOML_END_RE = re.compile(r"\(at end of document\)\s*$")
 
 def _load(path: Path) -> tuple[Optional[JobsFile], list[SpecError]]:
     try:
-        with open(path, "rb") as fh:
+        with paths.open_regular(path) as fh:
             data = fh.read(MAX_FILE_BYTES + 1)
+    except paths.NotARegularFile as exc:
+        return None, [SpecError(path, None, None, f"cannot read: {exc.what}")]
     except OSError as exc:
         return None, [SpecError(path, None, None, f"cannot read: {exc.strerror or exc}")]
     if len(data) > MAX_FILE_BYTES:
@@ -523,8 +527,23 @@ class _Validator:
 
     # -- the document ------------------------------------------------------
 
+    def _no_nul(self, value: Any, path: tuple) -> None:
+        """A NUL byte fits no command line, path or environment: refused here, in every key and string."""
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if "\0" in key:
+                    self.error("NUL byte (\\0) in a key", path + (key,), "key")
+                self._no_nul(item, path + (key,))
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                self._no_nul(item, path + (i,))
+        elif isinstance(value, str) and "\0" in value:
+            self.error("NUL byte (\\0) in a string: no command, path or environment value can hold one",
+                       path, "value")
+
     def run(self) -> JobsFile:
         doc = self.document
+        self._no_nul(doc, ())
         for key in doc:
             if key not in TOP_LEVEL_KEYS:
                 self.error(f"unknown top-level key {key!r}{_suggest(key, TOP_LEVEL_KEYS)}", (key,), "key")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpudeck.jobs.paths import find_jobs_file
+from gpudeck.jobs.paths import check_regular, find_jobs_file
 
 from gpudeck.console.errors import CliError
 
@@ -17,6 +17,10 @@ def load_jobs_file(args: argparse.Namespace):
         raise CliError(NO_JOBS_FILE, code=2)
     if not path.exists():
         raise CliError(f"{path}: no such file", code=2)
+    try:
+        check_regular(path)             # a FIFO would block the read, /dev/zero never end it
+    except OSError as exc:
+        raise CliError(str(exc), code=2) from None
     from gpudeck.jobs.spec import SpecError, load_jobs
     try:
         return load_jobs(path)

@@ -19,20 +19,50 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "which phase, how far along and when it will finish, whether it failed (cause, the line of "
                     "the root cause, a hint), the serving numbers and any warnings. "
                     "Exit status: 0 when the file was analysed (whatever it says), 2 when it cannot be read.")
-    p.add_argument("file", metavar="FILE", help="the log file")
+    p.add_argument("file", metavar="FILE", help="the log file (a regular file), or - for stdin")
+    p.add_argument("--max-bytes", metavar="N", type=_size, default=None,
+                   help="read at most N bytes (K/M/G suffixes); default 256M for stdin, all of a file")
     p.add_argument("--json", action="store_true",
                    help='print {"engine","phase","progress","failure","ready_line","serving","warnings","key_lines"} '
                         'as JSON; key_lines: [{"kind","line","text"}] for root_cause, first_error, last_progress, ready')
     p.set_defaults(handler=run_analyze)
 
 
-def run_analyze(args: argparse.Namespace) -> int:
+# stdin has no size: a pipe from `yes` must not run forever.
+STDIN_MAX_BYTES = 256 * 1024 * 1024
+
+
+def _size(text: str) -> int:
+    units = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    unit = t[-1:] if t[-1:] in "KMG" and t[-1:] else ""
     try:
-        analysis = analyze_file(args.file)
+        value = int(float(t[:-1] if unit else t) * units[unit])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (bytes, or with K/M/G)") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("--max-bytes must be more than 0")
+    return value
+
+
+def run_analyze(args: argparse.Namespace) -> int:
+    from gpudeck.jobs.logs.analyze import analyze_stream
+    from gpudeck.jobs.paths import NotARegularFile, open_regular
+    try:
+        if args.file == "-":
+            analysis, truncated = analyze_stream(sys.stdin.buffer, max_bytes=args.max_bytes or STDIN_MAX_BYTES)
+        else:
+            with open_regular(args.file) as fh:
+                analysis, truncated = analyze_stream(fh, max_bytes=args.max_bytes)
+    except NotARegularFile as exc:
+        raise CliError(f"cannot analyze {exc}", 2) from None
     except IsADirectoryError:
         raise CliError(f"cannot analyze {args.file}: is a directory", 2)
     except OSError as exc:
         raise CliError(f"cannot read {args.file}: {exc.strerror or exc}", 2)
+    if truncated:
+        print(f"gpudeck: analyze: read only the first {args.max_bytes or STDIN_MAX_BYTES} bytes (--max-bytes)",
+              file=sys.stderr)
     if args.json:
         json.dump(analysis.to_json(), sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gpudeck.jobs.paths import find_jobs_file
+from gpudeck.jobs.paths import check_regular, find_jobs_file
 from gpudeck.jobs.spec import check_jobs, load_jobs, SpecError
 
 from gpudeck.console.errors import CliError
@@ -30,6 +30,10 @@ def run_check(args: argparse.Namespace) -> int:
                        "or ~/.config/gpudeck/jobs.toml", code=2)
     if not path.exists():
         raise CliError(f"{path}: no such file", code=2)
+    try:
+        check_regular(path)             # a FIFO would block the read, /dev/zero never end it
+    except OSError as exc:
+        raise CliError(str(exc), code=2) from None
     errors = check_jobs(path)
     if errors:
         for error in errors:

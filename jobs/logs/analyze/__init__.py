@@ -30,10 +30,10 @@ from __future__ import annotations
 from .model import (CAUSES, GIANT_SEGMENT, HEAD_BYTES, PHASES, READ_CHUNK, SERVING_KEYS, TAIL_BYTES, WARNING_CODES,
                     Failure, Family, LogAnalysis, LogWarning, Progress, ServingNumbers)
 from .patterns import parse_serving_stats_line
-from .scanner import LogAnalyzer, analyze_bytes, analyze_file
+from .scanner import LogAnalyzer, analyze_bytes, analyze_file, analyze_stream
 from .templates import TEMPLATE_CACHE_BYTES, TEMPLATE_KEY_MAX, TEMPLATE_ONE_OFFS_MAX, Kind
 
 __all__ = ["CAUSES", "GIANT_SEGMENT", "HEAD_BYTES", "PHASES", "READ_CHUNK", "SERVING_KEYS", "TAIL_BYTES",
            "TEMPLATE_CACHE_BYTES", "TEMPLATE_KEY_MAX", "TEMPLATE_ONE_OFFS_MAX", "WARNING_CODES", "Failure", "Family",
            "Kind", "LogAnalysis", "LogAnalyzer", "LogWarning", "Progress", "ServingNumbers", "analyze_bytes",
-           "analyze_file", "parse_serving_stats_line"]
+           "analyze_file", "analyze_stream", "parse_serving_stats_line"]

@@ -351,20 +351,39 @@ class LogAnalyzer:
         return probe._state.result()
 
 
-def analyze_file(path: Any, chunk_size: int = READ_CHUNK, *, analyzer: Optional[LogAnalyzer] = None) -> LogAnalysis:
+def analyze_file(path: Any, chunk_size: int = READ_CHUNK, *, analyzer: Optional[LogAnalyzer] = None,
+                 max_bytes: Optional[int] = None) -> LogAnalysis:
     """Analyze a whole log file, reading it in chunks (memory stays flat whatever its size).
 
+    `path`: a path (only a regular file is read: a FIFO or /dev/zero raises
+    NotARegularFile) or an open binary stream such as stdin. `max_bytes`: stop
+    after that many bytes (see `truncated` on the result's reader: analyze_stream).
     `analyzer`: a fresh analyzer to use instead of the default one (the tests' reference scanner).
     """
+    if hasattr(path, "read"):
+        return analyze_stream(path, chunk_size, analyzer=analyzer, max_bytes=max_bytes)[0]
+    from gpudeck.jobs.paths import open_regular
+    with open_regular(path) as fh:
+        return analyze_stream(fh, chunk_size, analyzer=analyzer, max_bytes=max_bytes)[0]
+
+
+def analyze_stream(fh: Any, chunk_size: int = READ_CHUNK, *, analyzer: Optional[LogAnalyzer] = None,
+                   max_bytes: Optional[int] = None) -> tuple[LogAnalysis, bool]:
+    """(analysis, truncated): an open binary stream read to its end or to `max_bytes`."""
     analyzer = analyzer if analyzer is not None else LogAnalyzer()
-    with open(path, "rb") as fh:
-        while True:
-            chunk = fh.read(chunk_size)
-            if not chunk:
-                break
-            analyzer.feed(chunk)
+    left = max_bytes
+    truncated = False
+    while left is None or left > 0:
+        chunk = fh.read(chunk_size if left is None else min(chunk_size, left))
+        if not chunk:
+            break
+        if left is not None:
+            left -= len(chunk)
+        analyzer.feed(chunk)
+    else:
+        truncated = bool(fh.read(1))
     analyzer.finish()
-    return analyzer.result()
+    return analyzer.result(), truncated
 
 
 def analyze_bytes(data: bytes) -> LogAnalysis:
