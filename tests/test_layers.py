@@ -61,7 +61,9 @@ def test_the_contracts_say_what_the_layers_are():
     layers = c["core-layers"]
     assert entries(layers, "containers") == ["gpudeck.jobs"]
     rows = [{name.strip() for name in row.split("|")} for row in entries(layers, "layers")]
-    assert rows[-1] >= {"telemetry", "logs", "procs", "spec"}
+    bottom = next(i for i, row in enumerate(rows) if "spec" in row)
+    assert rows[bottom] >= {"telemetry", "logs", "procs", "spec"}
+    assert all(row <= {"paths"} for row in rows[bottom + 1:]), "only paths may sit under the bottom layer"
     assert len(rows) >= 5
 
 
