@@ -208,3 +208,23 @@ def test_digit_value_lines_are_judged_per_segment() -> None:
                 a.feed(data)
                 a.finish()
             assert fast.result() == full.result(), data
+
+
+def test_fast_scanner_equals_reference_on_dense_repeated_logs() -> None:
+    """Every fixture log, concatenated and repeated (so that every template is planned and
+    read through its plan), cut at random points: the answers agree after every feed."""
+    blob = b"".join(p.read_bytes().rstrip(b"\n") + b"\n" for p in sorted(FIXTURES.glob("*.log")))
+    data = blob * 4
+    r = random.Random(10)
+    for _ in range(3):
+        cuts = sorted(r.randrange(len(data)) for _ in range(30)) + [len(data)]
+        fast, full = LogAnalyzer(), ReferenceAnalyzer()
+        prev = 0
+        for cut in cuts:
+            fast.feed(data[prev:cut])
+            full.feed(data[prev:cut])
+            prev = cut
+            assert fast.result() == full.result(), cut
+        fast.finish()
+        full.finish()
+        assert fast.result() == full.result()

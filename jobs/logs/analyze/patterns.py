@@ -115,12 +115,22 @@ def _prefilter_for(extra: tuple[bytes, ...]) -> re.Pattern:
 
 
 def prefilter_in(data: bytes, engine_known: bool) -> re.Pattern:
-    """The prefilter for `data`: rare anchors, plus the common ones `data` actually contains."""
+    """The prefilter for `data`: rare anchors, plus the common ones `data` actually contains.
+
+    Short data (one segment, a template) gets every anchor instead: the same hits (an anchor
+    not in the data cannot match), and one compiled pattern instead of one per combination.
+    """
+    if len(data) <= 16384:
+        return _prefilter_for(_EVERY_ANCHOR[engine_known])
     extra = [lit for lit, _ in _COMMON_ANCHORS if lit in data]
     if not engine_known:
         extra += [lit for lit, _ in _ENGINE_ANCHORS if lit in data]
         extra.append(_RANK_ANCHOR)
     return _prefilter_for(tuple(extra))
+
+
+_EVERY_ANCHOR = {True: tuple(lit for lit, _ in _COMMON_ANCHORS),
+                 False: tuple([lit for lit, _ in _COMMON_ANCHORS + _ENGINE_ANCHORS] + [_RANK_ANCHOR])}
 
 
 def families_in(rx: re.Pattern, data: bytes, m: re.Match, stop: int) -> int:

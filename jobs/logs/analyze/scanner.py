@@ -10,7 +10,7 @@ from typing import Any, Optional, Union
 from .model import (GIANT_SEGMENT, HEAD_BYTES, LogAnalysis, READ_CHUNK, S, SPEC_WINDOW, TAIL_BYTES)
 from .patterns import (families_in, prefilter_in)
 from .state import (State)
-from .templates import (ALL_SERVING_BITS, K_BAR, K_BAR_GLUED, K_BUILD, K_GIANT, K_INERT, K_OTHER, K_REFILTER, K_SERVING, NORMALIZE, RUN_GROUPS, SKIP_GROUP, SPEC_BITS, TEMPLATE_CACHE_BYTES, TEMPLATE_KEY_MAX, TEMPLATE_ONE_OFFS_MAX, Template, classify_template, chunk_kv_safe, prefilter_one_offs)
+from .templates import (ALL_SERVING_BITS, K_BAR, K_BAR_GLUED, K_BUILD, K_GIANT, K_INERT, K_OTHER, K_REFILTER, K_SERVING, NORMALIZE, RUN_GROUPS, SKIP_GROUP, SPEC_BITS, TEMPLATE_CACHE_BYTES, TEMPLATE_KEY_MAX, TEMPLATE_ONE_OFFS_MAX, Template, classify_template, record_plan, chunk_kv_safe, prefilter_one_offs)
 
 
 # --------------------------------------------------------------------------- the incremental reader
@@ -169,7 +169,20 @@ class LogAnalyzer:
         def examine(i: int) -> None:
             start, line = where(i)
             stop = start + len(segs[i])
-            kind = infos[i].kind
+            info = infos[i]
+            plan = info.plan
+            if plan:
+                state.examine_planned(data[start:stop], line, info.fams, plan)
+                return
+            kind = info.kind
+            if plan is None and kind != K_GIANT and kind != K_REFILTER:
+                # Plan a template on its second examination (one-off templates are not worth it).
+                if info.seen:
+                    info.plan = plan = record_plan(segs[i], info.fams) or False
+                    if plan:
+                        state.examine_planned(data[start:stop], line, info.fams, plan)
+                        return
+                info.seen = 1
             if kind == K_GIANT:
                 self._examine_giant(data[start:start + HEAD_BYTES], data[stop - TAIL_BYTES:stop], line)
                 return

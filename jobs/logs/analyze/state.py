@@ -31,6 +31,10 @@ class _Candidate:
 
 # --------------------------------------------------------------------------- the state machine
 
+# _classify's verdicts by (body, level, phase), for examine_planned: bounded, shared by analyzers.
+_CLASSIFIED: dict[tuple, Optional[tuple]] = {}
+_MISS = object()
+
 # The phase each phase marker asserts (for `decided_by`).
 _MARKER_PHASE = {"loading": "loading", "loaded": "starting", "compiling": "compiling", "compiled": "starting",
                  "capturing": "capturing", "captured": "starting", "starting": "starting", "startup_complete": "ready",
@@ -86,6 +90,71 @@ class State:
             raw = ANSI.sub(b"", raw)
         text = self.text = raw.decode("utf-8", "replace")
         self._examine_text(text, line, 0, fams)
+
+    def examine_planned(self, raw: bytes, line: int, fams: int, plan) -> None:
+        """examine() for a segment whose template was planned (templates.RecordPlan): the same
+        effect, without the template-level searches. Until the engine is known, read in full."""
+        if plan.ansi:
+            raw = ANSI.sub(b"", raw)
+        text = self.text = raw.decode("utf-8", "replace")
+        if self.engine_strong is None:
+            self._examine_text(text, line, 0, fams)
+            return
+        if plan.bar_at >= 0:
+            m = TQDM.match(text, plan.bar_at)
+            self._tqdm(text[:plan.bar_at], m, line)
+            return
+        b0, b1 = plan.body
+        if b0 >= b1:
+            return
+        body = text[b0:b1]
+        if plan.stats:
+            stats = parse_serving_stats_line(body)
+            if stats:
+                self._serving(stats, line)
+                return
+        marker = plan.marker
+        if marker is not None:
+            kind = marker[0]
+            self.why["marker"] = f"marker {kind}: {body[marker[1]:marker[2]]!r} (line {line})"
+            before = self.phase
+            self._marker(kind, line)
+            if self.phase != before or self.phase == _MARKER_PHASE.get(kind):
+                self.why["phase"] = self.why["marker"]
+        if plan.progress:
+            self._progress_record(body, line, strip_prefixes(text)[2] if plan.has_ts else None)
+        failure = plan.failure
+        if failure is not None:
+            if failure == "frame":
+                self.last_frame_line = line
+            elif failure == "usage":
+                self.usage_line = line
+            elif plan.guard and line - self.last_frame_line <= 40:
+                pass
+            elif failure == "stall":
+                self._stall_notice(body, line)
+            else:
+                cand = self._classify_memo(body, plan.level, line)
+                if cand is not None:
+                    self._candidate(cand)
+        if plan.warn:
+            self._warnings(body, line)
+
+    def _classify_memo(self, body: str, level: Optional[str], line: int) -> Optional[_Candidate]:
+        """_classify() through a memo of its pure part (what it makes of a body at a phase)."""
+        if body.startswith("NVRM:") or "error:" in body or body.startswith("Error: "):
+            return self._classify(body, level, line)      # reads the NVRM window / the usage line
+        key = (body, level, self.phase)
+        hit = _CLASSIFIED.get(key, _MISS)
+        if hit is _MISS:
+            cand = self._classify(body, level, line)
+            if len(_CLASSIFIED) >= 4096:
+                _CLASSIFIED.clear()
+            hit = _CLASSIFIED[key] = None if cand is None else (cand.spec, cand.cause, cand.hint_key, cand.sig)
+            return cand
+        if hit is None:
+            return None
+        return _Candidate(hit[0], hit[1], line, body[:MAX_MESSAGE], hit[2], hit[3])
 
     def _examine_text(self, text: str, line: int, depth: int, fams: int) -> None:
         if fams & P and "%" in text:

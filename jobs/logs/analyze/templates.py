@@ -8,7 +8,7 @@ from itertools import accumulate
 from typing import Optional, Union
 
 from .model import ALL_FAMILIES, F, Family, GIANT_SEGMENT, M, P, S, SERVING_KEYS, W
-from .patterns import (STALL_NOTICE, engine_signals, ANSI, BAD_ARGS, EPOCH, FAMILY, FRAME, JIT, KV_PRESSURE, LOSS_DICT, MAKE, MARKERS, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, STEP, TOTAL_STEPS, TQDM, TRAIN_END, VLLM_SPEC_RATE, families_in, label_phase, parse_serving_stats_line, prefilter_in, strip_prefixes)
+from .patterns import (CODE_INDENT, STALL_NOTICE, engine_signals, ANSI, BAD_ARGS, EPOCH, FAMILY, FRAME, JIT, KV_PRESSURE, LOSS_DICT, MAKE, MARKERS, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, STEP, TOTAL_STEPS, TQDM, TRAIN_END, VLLM_SPEC_RATE, families_in, label_phase, parse_serving_stats_line, prefilter_in, strip_prefixes)
 from .state import (State)
 
 
@@ -65,7 +65,7 @@ SKIP_GROUP = ("skip",)
 
 class Template:
     """What examining any segment of one template can do (see classify_template)."""
-    __slots__ = ("fams", "kind", "named", "keys", "strong", "path", "weak", "group")
+    __slots__ = ("fams", "kind", "named", "keys", "strong", "path", "weak", "group", "plan", "seen")
 
     def __init__(self, fams: int, kind: int, named: Optional[str] = None, keys: int = 0,
                  hits: tuple[bool, bool, frozenset] = _NO_HITS) -> None:
@@ -74,6 +74,8 @@ class Template:
         self.named = named          # K_BAR / K_BAR_GLUED: the phase the bar's label names (None: unnamed)
         self.keys = keys            # K_SERVING: bit set of the SERVING_KEYS the line provides
         self.strong, self.path, self.weak = hits   # what _engine() would find in it (engine not yet known)
+        self.plan: Union[None, bool, RecordPlan] = None   # built on the second examination; False: none fits
+        self.seen = 0
         # Consecutive segments with one group key are handled together: a run of redraws of
         # bars naming one phase, of build steps, of stats lines. Anything else, and anything
         # that may teach the engine, is its own group (handled one segment at a time).
@@ -201,6 +203,79 @@ def prefilter_one_offs(templates: list[bytes], engine_known: bool) -> dict[bytes
         out[batch[k]] = Template(families_in(rx, joined, m, stop), K_OTHER)
         pos = stop + 1
     return out
+
+
+class RecordPlan:
+    """What State.examine decides from a segment's template alone, so that segments of the template
+    are read without the searches (State.examine_planned applies it to the segment's real text).
+
+    Sound for the same reason the templates are: every pattern tests digits by class, so a
+    template and its segments have the same match spans, prefixes, level and branches; values
+    (numbers, messages, timestamps) are read from the real text at the planned spans.
+    """
+    __slots__ = ("ansi", "bar_at", "msg_at", "body", "indent", "level", "has_ts", "stats", "marker",
+                 "progress", "failure", "guard", "warn")
+
+    def __init__(self) -> None:
+        self.ansi = False
+        self.bar_at = -1                 # a lone tqdm bar at this offset (nothing glued after it)
+        self.msg_at = 0
+        self.body = (0, 0)               # span of the stripped message
+        self.indent = 0
+        self.level: Optional[str] = None
+        self.has_ts = False
+        self.stats = False
+        self.marker: Optional[tuple[str, int, int]] = None    # (kind, start, end) in the body
+        self.progress = False
+        self.failure: Optional[str] = None   # "frame" | "usage" | "stall" | "classify" | None
+        self.guard = False               # indented like traceback source: skipped right after a frame
+        self.warn = False
+
+
+def record_plan(tpl: bytes, fams: int) -> Optional[RecordPlan]:
+    """The plan for segments of template `tpl` (prefiltered into `fams`), or None to read them in full."""
+    plan = RecordPlan()
+    plan.ansi = b"\x1b" in tpl
+    raw = ANSI.sub(b"", tpl) if plan.ansi else tpl
+    text = raw.decode("utf-8", "replace")
+    if fams & P and "%" in text:
+        m = TQDM.search(text)
+        if m is not None:
+            if text[m.end():].strip():
+                return None                              # a record glued onto the bar: read in full
+            plan.bar_at = m.start()
+            return plan
+    msg, level, ts = strip_prefixes(text)
+    plan.msg_at = len(text) - len(msg)
+    body = msg.strip()
+    plan.body = (plan.msg_at + len(msg) - len(msg.lstrip()), plan.msg_at + len(msg.rstrip()))
+    plan.indent = len(msg) - len(msg.lstrip(" "))
+    plan.level, plan.has_ts = level, ts is not None
+    if not body:
+        return plan
+    plan.stats = bool(fams & S) and parse_serving_stats_line(body) is not None
+    if fams & M:
+        m = MARKERS.search(body)
+        if m is not None:
+            plan.marker = (m.lastgroup, m.start(), m.end())
+    plan.progress = bool(fams & P) and _progress_kind(body, ts) != K_INERT
+    if fams & F:
+        if FRAME.match(body):
+            plan.failure = "frame"
+        elif body.startswith("usage:"):
+            plan.failure = "usage"
+        else:
+            plan.guard = plan.indent >= CODE_INDENT
+            if body[0] in "^~":
+                pass
+            elif STALL_NOTICE.search(body):
+                plan.failure = "stall"
+            elif level in NOT_FAILURE_LEVELS:
+                pass
+            elif not _failure_inert(body, level):
+                plan.failure = "classify"
+    plan.warn = bool(fams & W) and bool(OOM_RISK.search(body) or KV_PRESSURE.search(body) or JIT.search(body))
+    return plan
 
 
 # A chunk is "KV-safe" when none of its stats lines can raise kv_cache_pressure (KV use >= 95 %):
