@@ -66,15 +66,16 @@ def run_status(args: argparse.Namespace) -> int:
 
 def _remote_status(args: argparse.Namespace, spec) -> int:
     """The same snapshot, taken by the host's agent (its telemetry source is in payload["source"])."""
+    from gpudeck.jobs.hosts.protocol import unpack_status
     from gpudeck.jobs.telemetry.status import snapshot_from_payload
 
     from gpudeck.console.commands._host import Remote
     params = {"engines": True, "simulated": bool(getattr(args, "demo", False))}
     with Remote(spec) as remote:
-        payload = remote.call("status", params)["full"]
+        payload = unpack_status(remote.call("status", params)["full"])
         if not payload.get("simulated") and args.interval > 0:
             threading.Event().wait(args.interval)
-            payload = remote.call("status", params)["full"]
+            payload = unpack_status(remote.call("status", params)["full"])
         hello = remote.host.link.hello
     payload["host_name"] = spec.name
     payload["agent"] = {key: hello.get(key) for key in ("via", "version", "python", "hostname")}

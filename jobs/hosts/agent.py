@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from gpudeck.jobs.hosts.protocol import HELLO, PROTOCOL, decode, diff, encode
+from gpudeck.jobs.hosts.protocol import HELLO, PROTOCOL, decode, diff, encode, pack_status
 
 # A logs request waits at most this long for new output: long enough to make
 # `logs -f` cheap, short enough that a dead link is noticed by the next request.
@@ -31,17 +31,6 @@ _ACTIONS = frozenset({"start", "stop", "restart"})
 
 class RequestError(Exception):
     """A failure the operator caused or can fix (unknown job, no jobs file): one line, no traceback."""
-
-
-def _float_round(value: Any) -> Any:
-    # Two decimals is all any face shows; sub-percent jitter would otherwise defeat the deltas.
-    if isinstance(value, float):
-        return round(value, 2)
-    if isinstance(value, dict):
-        return {k: _float_round(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_float_round(v) for v in value]
-    return value
 
 
 class Agent:
@@ -227,19 +216,30 @@ class Agent:
             time.sleep(LOG_POLL_S)
 
     def op_status(self, params: dict) -> dict:
-        """The status payload; with `delta`, only what changed since the last status this agent sent."""
+        """The status payload, packed for the wire (`protocol.unpack_status` restores it); with `delta`,
+        only what changed since the last status this agent sent."""
         with self._telemetry_lock:
             if self._telemetry is None:
                 from gpudeck.jobs.hosts.telemetry import AgentTelemetry
                 self._telemetry = AgentTelemetry(simulated=self.simulated or bool(params.get("simulated")))
-            payload = _float_round(self._telemetry.payload())
+            payload = self._telemetry.payload()
             if params.get("engines") and not self._telemetry.source.get("gpu") == "simulated":
                 try:
                     from gpudeck.jobs.engines.discovery import discover_engines, engines_payload
                     payload["engines"] = engines_payload(discover_engines())
                 except ImportError as exc:        # discovery needs psutil on this box
                     payload["engines_error"] = f"engine discovery unavailable here: {exc}"
-            return self._maybe_delta("status", payload, params)
+            return self._maybe_delta("status", pack_status(payload), params)
+
+
+    def op_poll(self, params: dict) -> dict:
+        """status and jobs in one round trip (the fleet's 1 Hz request): half the SSH packets of two."""
+        out: dict[str, Any] = {"status": self.op_status(params)}
+        try:
+            out["jobs"] = self.op_jobs({"delta": bool(params.get("jobs_delta"))})
+        except RequestError as exc:        # no jobs file there: the telemetry still counts
+            out["jobs_error"] = str(exc)
+        return out
 
 
 def main(argv: Optional[list[str]] = None, via: str = "installed") -> int:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from gpudeck.jobs.hosts.config import HostSpec
+from gpudeck.jobs.hosts.protocol import unpack_status
 from gpudeck.jobs.hosts.ssh import DOWN, LIVE, STALE, DeltaState, HostError, HostLink, RemoteError
 
 # Data older than this (while the link claims to be up) is STALE: a reply is late,
@@ -67,7 +68,7 @@ class _Poller:
         self.spec = spec
         self.interval = interval
         self.link = HostLink(spec)
-        self.status = DeltaState()
+        self.status = DeltaState(unpack_status)
         self.jobs = DeltaState()
         self.shown_status: Optional[dict] = None     # what faces show: the last full payloads
         self.shown_jobs: Optional[dict] = None
@@ -81,17 +82,17 @@ class _Poller:
             started = time.monotonic()
             try:
                 # A delta only against a base we hold; after any failure, ask for the whole thing.
-                reply = await self.link.call("status", {"delta": self.status.value is not None}, timeout=timeout)
-                self.shown_status = self.status.apply(reply)
-                try:
-                    reply = await self.link.call("jobs", {"delta": self.jobs.value is not None}, timeout=timeout)
-                    self.shown_jobs = self.jobs.apply(reply)
+                reply = await self.link.call("poll", {"delta": self.status.value is not None,
+                                                      "jobs_delta": self.jobs.value is not None}, timeout=timeout)
+                self.shown_status = self.status.apply(reply["status"])
+                if "jobs" in reply:
+                    self.shown_jobs = self.jobs.apply(reply["jobs"])
                     self.jobs_error = None
-                except RemoteError as exc:          # no jobs file there: telemetry still counts
-                    self.jobs, self.shown_jobs, self.jobs_error = DeltaState(), None, str(exc)
+                else:
+                    self.jobs, self.shown_jobs, self.jobs_error = DeltaState(), None, reply.get("jobs_error")
                 self.last_data = time.time()
             except (HostError, RemoteError):
-                self.status, self.jobs = DeltaState(), DeltaState()
+                self.status, self.jobs = DeltaState(unpack_status), DeltaState()
                 await asyncio.sleep(min(self.interval, 1.0))
                 continue
             # Re-armed after each round, so rounds never overlap on a slow link.

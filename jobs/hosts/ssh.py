@@ -169,29 +169,49 @@ async def open_connection(spec: HostSpec) -> asyncssh.SSHClientConnection:
 
 
 # -- the agent channel -------------------------------------------------------------------
+# One interpreter start decides and runs: the box's own gpudeck if it speaks our protocol,
+# else the zipapp from the cache, else it asks for the upload. (Two starts, a probe then
+# the agent, cost a visible fraction of a second on a loaded box.)
+_BOOT = """import os, sys
+mode, proto, name = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+via = None
+if mode != "zipapp":
+    try:
+        import gpudeck.jobs.hosts.protocol as p
+        via = "installed" if p.PROTOCOL == proto else None
+    except ImportError:
+        pass
+if via is None:
+    for m in [m for m in sys.modules if m == "gpudeck" or m.startswith("gpudeck.")]:
+        del sys.modules[m]
+    if mode == "installed":
+        sys.stderr.write("no gpudeck speaking protocol %d on this host\\n" % proto)
+        sys.exit(3)
+    f = os.path.join(os.path.expanduser("~"), ".cache", "gpudeck", name)
+    if not os.path.isfile(f):
+        print("NEED", os.path.expanduser("~"), flush=True)
+        sys.exit(0)
+    sys.path.insert(0, f)
+    via = "zipapp"
+from gpudeck.jobs.hosts.agent import main
+sys.exit(main(sys.argv[4:], via=via))
+""".replace("NEED", NEED_AGENT)
+
+
 def _agent_command(spec: HostSpec, zip_name: str) -> str:
     python = spec.python
     if python.startswith("~/"):
         python = "$HOME/" + shlex.quote(python[2:])
     else:
         python = shlex.quote(python)
-    args = []
+    args = [spec.agent, str(PROTOCOL), zip_name]
     if spec.jobs:
         args += ["--jobs", spec.jobs]
     if spec.state_dir:
         args += ["--state-dir", spec.state_dir]
     if spec.simulated:
         args.append("--simulated")
-    argv = " ".join(shlex.quote(a) for a in args)
-    check = f"import sys, gpudeck.jobs.hosts.protocol as p; sys.exit(p.PROTOCOL != {PROTOCOL})"
-    installed = f'P={python}; "$P" -c {shlex.quote(check)} 2>/dev/null && exec "$P" -m gpudeck.jobs.hosts.agent {argv}'
-    zipapp = (f'F="$HOME/{REMOTE_CACHE}/{zip_name}"; P={python}; '
-              f'[ -f "$F" ] && exec "$P" "$F" {argv}; echo "{NEED_AGENT} $HOME"')
-    if spec.agent == "installed":
-        return f"{installed}; echo 'gpudeck: no gpudeck speaking protocol {PROTOCOL} on this host' >&2; exit 3"
-    if spec.agent == "zipapp":
-        return zipapp
-    return f"{installed}; {zipapp}"
+    return f"exec {python} -c {shlex.quote(_BOOT)} {' '.join(shlex.quote(a) for a in args)}"
 
 
 class AgentChannel:
@@ -462,17 +482,19 @@ class HostLink:
 class DeltaState:
     """The latest full payload of a delta-sent request (status, jobs), rebuilt from each reply."""
 
-    def __init__(self) -> None:
-        self.value: Optional[dict] = None
+    def __init__(self, unpack: Optional[Callable[[dict], dict]] = None) -> None:
+        self.value: Optional[dict] = None          # as on the wire
+        self._unpack = unpack
 
     def apply(self, reply: dict) -> dict:
+        """The payload after this reply, unpacked for the faces."""
         if "full" in reply:
             self.value = reply["full"]
         elif self.value is not None:
             self.value = patch(self.value, reply.get("delta"))
         else:
             raise HostError("delta without a base (agent restarted mid-stream)")
-        return self.value
+        return self._unpack(self.value) if self._unpack is not None else self.value
 
 
 def decode_log_chunk(reply: dict) -> bytes:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpudeck.jobs.hosts.bundle import agent_zipapp
-from gpudeck.jobs.hosts.protocol import HELLO, diff, encode, patch
+from gpudeck.jobs.hosts.protocol import HELLO, diff, encode, pack_status, patch, unpack_status
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
@@ -24,6 +24,24 @@ def test_a_delta_turns_old_into_new(old, new):
     assert json.dumps(patch(old, delta), sort_keys=True) == json.dumps(new, sort_keys=True)
     if json.dumps(old) == json.dumps(new):
         assert delta is None
+
+
+def test_packed_status_keeps_the_status_shape_at_display_precision():
+    from gpudeck.jobs.telemetry.sampler import SimulatedSampler
+    from gpudeck.jobs.telemetry.status import status_payload
+    sampler = SimulatedSampler()
+    raw = status_payload(sampler.sample())
+    back = unpack_status(json.loads(json.dumps(pack_status(raw))))
+    assert set(back) == set(raw) and set(back["host"]) == set(raw["host"])
+    assert [set(g) for g in back["gpus"]] == [set(g) for g in raw["gpus"]]
+    for got, want in zip(back["gpus"], raw["gpus"]):
+        assert abs(got["util"] - want["util"]) <= 0.5 and got["mem_used"] == want["mem_used"]
+        assert [p["pid"] for p in got["processes"]] == [p["pid"] for p in want["processes"]]
+        for p, q in zip(got["processes"], want["processes"]):
+            assert q["age_s"] is None or abs(p["age_s"] - q["age_s"]) <= 1
+    cores = zip(back["host"]["cpu_per_core"], raw["host"]["cpu_per_core"])
+    assert all(abs(a - b) <= 100 / 63 for a, b in cores)
+    assert [p["port"] for p in back["ports"]] == [p["port"] for p in raw["ports"]]
 
 
 def test_the_zipapp_is_reproducible_and_holds_only_sources():
@@ -68,12 +86,13 @@ def test_agent_zipapp_on_a_bare_python(tmp_path):
     agent = Pipe([sys.executable, "-I", "-S", str(zipapp), "--jobs", str(jobs), "--state-dir", str(tmp_path / "st")])
     try:
         assert agent.hello["hello"] == HELLO and agent.hello["via"] == "zipapp"
-        status = agent.call("status", delta=True)["result"]["full"]
+        packed = agent.call("status", delta=True)["result"]["full"]
+        status = unpack_status(packed)
         assert status["source"] == {"gpu": "nvidia-smi", "host": "/proc"}
         assert status["host"]["cpu_count"] > 0 and status["host"]["mem_total"] > 0
         assert status["gpus"] or status["gpu_error"]
         second = agent.call("status", delta=True)["result"]
-        assert "delta" in second and len(json.dumps(second)) < len(json.dumps(status))
+        assert "delta" in second and len(json.dumps(second)) < len(json.dumps(packed))
         run_id = agent.call("start", job="hello")["result"]["run_id"]
         deadline = time.monotonic() + 30
         while True:
