@@ -1,11 +1,15 @@
 """Benchmark: analyze_file on a generated few-hundred-MB GPU-box log vs `grep -c .` on the same file; speed ratio and peak memory.
 
-    python bench/bench_analyze.py [--mb 300] [--path /tmp/gpudeck-bench.log] [--keep] [--exhaustive]
+    python bench/bench_analyze.py [--mb 300] [--dense-mb 200] [--reference-logs DIR] [--keep] [--exhaustive]
 
 The log mixes what a long day on the box writes: a vLLM startup and hours of serving
 (access lines, stats + spec-decode lines, the odd request traceback), SGLang decode
 batches, an HF-Trainer run (tqdm redrawn with \\r, loss dicts glued on), a kernel build
 (ninja lines, compiler warnings) and NCCL_DEBUG=INFO chatter, ending in a CUDA OOM.
+A second, *dense* file is built from the real excerpts in shared/reference-logs (when
+present): all of them concatenated and repeated to --dense-mb MB, so that nearly every
+other line is one the analyzer must read. Each file is timed against `grep -c .` (wall
+and CPU time: the machine is shared, CPU time is the steadier figure).
 Analysis runs in a child process so its peak RSS is its own. --exhaustive times the
 reference scanner (every anchored segment examined: the analyzer before its template scanner).
 """
@@ -16,7 +20,6 @@ import os
 import platform
 import random
 import resource
-import shutil
 import subprocess
 import sys
 import time
@@ -129,57 +132,95 @@ sys.path.insert(0, {root!r} + "/tests")
 from gpudeck.jobs.logs.analyze import LogAnalyzer, analyze_file
 from analyze_reference import ReferenceAnalyzer
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 r = analyze_file({path!r}, analyzer=ReferenceAnalyzer() if {exhaustive!r} else LogAnalyzer())
-dt = time.perf_counter() - t
+dt, dc = time.perf_counter() - t, time.process_time() - c
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(dt, base, peak, r.phase, r.failure.cause if r.failure else None, r.failure.line if r.failure else None)
+print(dt, dc, base, peak, r.phase, r.failure.cause if r.failure else None, r.failure.line if r.failure else None)
 """
 
+REFERENCE_LOGS = ROOT.parent / "shared" / "reference-logs"
 
-def time_grep(path: Path) -> float:
-    best = float("inf")
+
+def make_dense(path: Path, folder: Path, mb: int) -> int:
+    """The reference logs concatenated, repeated to `mb` MB: real logs where nearly every other line matters."""
+    blob = b"".join(p.read_bytes().rstrip(b"\n") + b"\n" for p in sorted(folder.glob("*.log")))
+    with open(path, "wb") as fh:
+        for _ in range(max(1, mb * 1_000_000 // len(blob))):
+            fh.write(blob)
+    return path.stat().st_size
+
+
+def time_grep(path: Path) -> tuple[float, float]:
+    """Best (wall, CPU) seconds of `grep -c .` over three runs."""
+    best = (float("inf"), float("inf"))
     for _ in range(3):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
         subprocess.run(["grep", "-c", ".", str(path)], check=True, capture_output=True)
-        best = min(best, time.perf_counter() - t)
+        wall = time.perf_counter() - t
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        best = min(best, (wall, cpu))
     return best
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mb", type=int, default=300)
-    parser.add_argument("--path", default="/tmp/gpudeck-bench.log")
-    parser.add_argument("--keep", action="store_true", help="keep (and reuse) the generated log")
-    parser.add_argument("--runs", type=int, default=2)
-    parser.add_argument("--exhaustive", action="store_true", help="time the reference (exhaustive) scanner")
-    args = parser.parse_args(argv)
-    path = Path(args.path)
-    if not (args.keep and path.exists()):
-        t = time.perf_counter()
-        generate(path, args.mb)
-        print(f"generated {path} in {time.perf_counter() - t:.1f}s")
+def measure(path: Path, runs: int, exhaustive: bool) -> None:
     size = path.stat().st_size
     with open(path, "rb") as fh:       # warm the page cache so both tools read from memory
         while fh.read(16 << 20):
             pass
-    grep_s = time_grep(path)
+    grep_s, grep_cpu = time_grep(path)
     results = []
-    for _ in range(args.runs):
-        out = subprocess.run([sys.executable, "-c", _CHILD.format(root=str(ROOT), path=str(path), exhaustive=args.exhaustive)],
+    for _ in range(runs):
+        out = subprocess.run([sys.executable, "-c", _CHILD.format(root=str(ROOT), path=str(path), exhaustive=exhaustive)],
                              check=True, capture_output=True, text=True).stdout.split()
         results.append(out)
-    best = min(results, key=lambda r: float(r[0]))
-    analyze_s, base_kb, peak_kb = float(best[0]), int(best[1]), int(best[2])
+    best = min(results, key=lambda r: float(r[1]))
+    analyze_s, analyze_cpu, base_kb, peak_kb = float(best[0]), float(best[1]), int(best[2]), int(best[3])
     mb = size / 1e6
-    print(f"file: {mb:.0f} MB, {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
-    print(f"grep -c .    : {grep_s:.3f} s  ({mb / grep_s:.0f} MB/s)")
-    name = "exhaustive" if args.exhaustive else "analyze_file"
-    print(f"{name:13s}: {analyze_s:.3f} s  ({mb / analyze_s:.0f} MB/s)  -> {best[3]}, failure {best[4]} at line {best[5]}")
-    print(f"ratio        : analyze takes {analyze_s / grep_s:.1f}x grep's time ({100 * grep_s / analyze_s:.1f}% of grep's speed)")
+    print(f"file: {path.name}, {mb:.0f} MB, {platform.machine()}, {os.cpu_count()} cores, "
+          f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}")
+    print(f"grep -c .    : {grep_s:.3f} s wall, {grep_cpu:.3f} s CPU  ({mb / grep_s:.0f} MB/s wall)")
+    name = "exhaustive" if exhaustive else "analyze_file"
+    print(f"{name:13s}: {analyze_s:.3f} s wall, {analyze_cpu:.3f} s CPU  ({mb / analyze_cpu:.1f} MB/s CPU)  "
+          f"-> {best[4]}, failure {best[5]} at line {best[6]}")
+    print(f"ratio        : {100 * grep_s / analyze_s:.1f}% of grep's speed (wall), "
+          f"{100 * grep_cpu / analyze_cpu:.1f}% (CPU time)")
     print(f"peak RSS     : {peak_kb / 1024:.1f} MiB (interpreter + imports alone: {base_kb / 1024:.1f} MiB)")
-    if not args.keep:
-        path.unlink()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=int, default=300, help="size of the generated (synthetic) log")
+    parser.add_argument("--path", default="/tmp/gpudeck-bench.log")
+    parser.add_argument("--dense-mb", type=int, default=200, help="size of the dense file (0: skip it)")
+    parser.add_argument("--dense-path", default="/tmp/gpudeck-bench-dense.log")
+    parser.add_argument("--reference-logs", default=str(REFERENCE_LOGS),
+                        help="folder of real log excerpts the dense file is made of (skipped when absent)")
+    parser.add_argument("--keep", action="store_true", help="keep (and reuse) the generated logs")
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--exhaustive", action="store_true", help="time the reference (exhaustive) scanner")
+    args = parser.parse_args(argv)
+    path = Path(args.path)
+    if args.mb:
+        if not (args.keep and path.exists()):
+            t = time.perf_counter()
+            generate(path, args.mb)
+            print(f"generated {path} in {time.perf_counter() - t:.1f}s")
+        measure(path, args.runs, args.exhaustive)
+        if not args.keep:
+            path.unlink()
+    dense, folder = Path(args.dense_path), Path(args.reference_logs)
+    if args.dense_mb and folder.is_dir():
+        if not (args.keep and dense.exists()):
+            make_dense(dense, folder, args.dense_mb)
+            print(f"made {dense} from {folder}")
+        measure(dense, args.runs, args.exhaustive)
+        if not args.keep:
+            dense.unlink()
+    elif args.dense_mb:
+        print(f"dense file skipped: {folder} not found")
     return 0
 
 
