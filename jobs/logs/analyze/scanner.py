@@ -10,7 +10,7 @@ from typing import Any, Optional, Union
 from .model import (GIANT_SEGMENT, HEAD_BYTES, LogAnalysis, READ_CHUNK, S, SPEC_WINDOW, TAIL_BYTES)
 from .patterns import (families_in, prefilter_in)
 from .state import (State)
-from .templates import (ALL_SERVING_BITS, K_BAR, K_BAR_GLUED, K_BUILD, K_GIANT, K_INERT, K_OTHER, K_REFILTER, K_SERVING, NORMALIZE, RUN_GROUPS, SKIP_GROUP, SPEC_BITS, TEMPLATE_CACHE_BYTES, TEMPLATE_KEY_MAX, TEMPLATE_ONE_OFFS_MAX, Template, classify_template, record_plan, chunk_kv_safe, prefilter_one_offs)
+from .templates import (ALL_SERVING_BITS, K_BAR, K_BAR_GLUED, K_BUILD, K_GIANT, K_INERT, K_OTHER, K_REFILTER, K_SERVING, NORMALIZE, RUN_GROUPS, SKIP_GROUP, SPEC_BITS, TEMPLATE_CACHE_BYTES, TEMPLATE_KEY_MAX, TEMPLATE_ONE_OFFS_MAX, ONLY_FRAME, Template, classify_template, record_plan, chunk_kv_safe, prefilter_one_offs)
 
 
 # --------------------------------------------------------------------------- the incremental reader
@@ -276,6 +276,14 @@ class LogAnalyzer:
                     flush_run()
                 if deferred and info.fams & S:
                     flush_deferred()
+                plan = info.plan
+                if plan and engine_known and plan.only is not None:
+                    # Effects the scanner applies without reading the segment (see RecordPlan.only).
+                    if plan.only == ONLY_FRAME:
+                        state.last_frame_line = where(i)[1]
+                        continue
+                    if state.candidate_is_noop(plan.only):
+                        continue
                 serving_run = False
                 examine(i)
                 if not engine_known and state.engine_strong is not None:

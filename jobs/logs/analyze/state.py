@@ -523,6 +523,16 @@ class State:
                                        "hang_stall", sig="STALL_NOTICE"))
         del self.stall_notices[STALL_REPEATS:]
 
+    def candidate_is_noop(self, spec: int) -> bool:
+        """True if a failure candidate of this Spec would change nothing now (see _candidate)."""
+        if self.first_error is None:
+            return False
+        if spec >= Spec.EXCEPTION:
+            return self.best is not None and self.best.spec >= spec and self.progress_at_failure is not None
+        if spec == Spec.UMBRELLA:
+            return self.first_low is not None and self.progress_at_failure is not None
+        return self.first_weak is not None
+
     def _candidate(self, cand: _Candidate) -> None:
         if self.first_error is None:
             self.first_error = cand

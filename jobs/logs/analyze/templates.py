@@ -214,7 +214,7 @@ class RecordPlan:
     (numbers, messages, timestamps) are read from the real text at the planned spans.
     """
     __slots__ = ("ansi", "bar_at", "msg_at", "body", "indent", "level", "has_ts", "stats", "marker",
-                 "progress", "failure", "guard", "warn")
+                 "progress", "failure", "guard", "warn", "only")
 
     def __init__(self) -> None:
         self.ansi = False
@@ -230,6 +230,9 @@ class RecordPlan:
         self.failure: Optional[str] = None   # "frame" | "usage" | "stall" | "classify" | None
         self.guard = False               # indented like traceback source: skipped right after a frame
         self.warn = False
+        # The whole effect, when it is one the scanner applies without reading the segment:
+        # ONLY_FRAME (a traceback frame: its line), or the Spec of the failure candidate it is.
+        self.only: Optional[int] = None
 
 
 def record_plan(tpl: bytes, fams: int) -> Optional[RecordPlan]:
@@ -275,7 +278,19 @@ def record_plan(tpl: bytes, fams: int) -> Optional[RecordPlan]:
             elif not _failure_inert(body, level):
                 plan.failure = "classify"
     plan.warn = bool(fams & W) and bool(OOM_RISK.search(body) or KV_PRESSURE.search(body) or JIT.search(body))
+    if not (plan.stats or plan.marker or plan.progress or plan.warn):
+        if plan.failure == "frame":
+            plan.only = ONLY_FRAME
+        elif plan.failure == "classify" and not (
+                body.startswith("NVRM:") or "error:" in body or body.startswith("Error: ")
+                or any(w in body for w in _DIGIT_VALUE_WORDS)):
+            cand = _PROBE._classify(body, level, 0)   # its Spec does not depend on the phase, nor on digits here
+            if cand is not None:
+                plan.only = int(cand.spec)
     return plan
+
+
+ONLY_FRAME = -1
 
 
 # A chunk is "KV-safe" when none of its stats lines can raise kv_cache_pressure (KV use >= 95 %):
