@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
+from gpudeck.jobs import strictjson
 from gpudeck.jobs.procs import port_listening
+from gpudeck.jobs.strictjson import finite_number
 from gpudeck.jobs.runs import append_jsonl as append_event, open_private, write_json_atomic
 from gpudeck.jobs.stalls import GpuReading, HealthRules, HealthUpdate, Observation, RunEnd
 
@@ -49,7 +51,7 @@ def make_analyzer() -> Any:
 def as_dict(value: Any) -> Any:
     """The analyzer's result as plain JSON data, whatever shape it comes in."""
     if value is None or isinstance(value, (str, int, float, bool)):
-        return value
+        return finite_number(value)          # inf/nan never leave the analyzer's result
     if hasattr(value, "to_json") and callable(value.to_json):
         return as_dict(value.to_json())
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -392,7 +394,7 @@ def _signal_number(name: str) -> Optional[int]:
 
 def read_health(run_dir: Path) -> Optional[dict]:
     try:
-        data = json.loads((Path(run_dir) / HEALTH).read_text(encoding="utf-8"))
+        data = strictjson.loads((Path(run_dir) / HEALTH).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

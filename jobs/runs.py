@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import bisect
 import calendar
-import json
 import os
 import re
 import secrets
@@ -33,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from gpudeck.jobs import paths
+from gpudeck.jobs import paths, strictjson
 from gpudeck.jobs.procs import ProcessId, is_alive
 
 META = "meta.json"
@@ -149,7 +148,7 @@ def new_run_id(now: Optional[float] = None, after: Optional[str] = None) -> str:
 def write_json_atomic(path: Path, data: Any) -> None:
     # Readers (other CLIs, the console) must never see half a file: write, then rename.
     # O_EXCL|O_NOFOLLOW: a planted tmp symlink is never written through (rename replaces a link, not its target).
-    text = json.dumps(data, indent=1, sort_keys=True, default=str) + "\n"
+    text = strictjson.dumps(data, indent=1, sort_keys=True, default=str) + "\n"
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
@@ -171,7 +170,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
 def read_json(path: Path) -> Optional[dict]:
     try:
         with open(path, "r", encoding="utf-8") as fh:
-            data = json.load(fh)
+            data = strictjson.loads(fh.read())
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -180,7 +179,7 @@ def read_json(path: Path) -> Optional[dict]:
 def append_jsonl(path: Path, record: dict) -> None:
     # One write() of one line on an O_APPEND fd: concurrent writers (runner,
     # supervisor, stall rules) never interleave inside a line.
-    line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
+    line = (strictjson.dumps(record, sort_keys=True, default=str) + "\n").encode()
     fd = open_private(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         os.write(fd, line)
@@ -197,7 +196,7 @@ def read_jsonl(path: Path) -> list[dict]:
     records = []
     for line in raw.splitlines():
         try:
-            obj = json.loads(line)
+            obj = strictjson.loads(line)
         except ValueError:
             continue            # a torn last line of a killed writer
         if isinstance(obj, dict):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from gpudeck.jobs.logs.sanitize import terminal_text
+from gpudeck.jobs.strictjson import finite_number
 
 EMPTY = "—"                    # a cell with nothing to say
 LIVE_STATES = ("starting", "running", "stopping")
@@ -27,7 +28,7 @@ COLUMNS = (("name", "name"), ("kind", "kind"), ("state", "state"), ("runtime", "
 
 def human_age(seconds: Optional[float]) -> str:
     """Two most significant units: '3d04h', '2h05m', '5m12s', '42s'."""
-    if seconds is None or seconds < 0:
+    if seconds is None or finite_number(seconds) is None or seconds < 0:
         return "n/a"
     s = int(seconds)
     days, s = divmod(s, 86400)
@@ -52,6 +53,8 @@ def clean(text: Any, limit: int = 400) -> str:
 
 
 def _num(value: Any) -> Optional[float]:
+    # finite_number: an `Infinity` or a 400-digit int from an old health.json is no number to show.
+    value = finite_number(value)
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Optional
 
-from gpudeck.jobs.logs.analyze import LogAnalysis, analyze_file
+from gpudeck.jobs import strictjson
+from gpudeck.jobs.logs.analyze import LogAnalysis
 from gpudeck.jobs.logs.sanitize import sanitize_text
 
 from gpudeck.console.errors import CliError
@@ -64,7 +64,7 @@ def run_analyze(args: argparse.Namespace) -> int:
         print(f"gpudeck: analyze: read only the first {args.max_bytes or STDIN_MAX_BYTES} bytes (--max-bytes)",
               file=sys.stderr)
     if args.json:
-        json.dump(analysis.to_json(), sys.stdout, indent=2, ensure_ascii=False)
+        sys.stdout.write(strictjson.dumps(analysis.to_json(), indent=2, ensure_ascii=False))
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render(analysis))

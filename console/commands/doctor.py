@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 
+from gpudeck.jobs import strictjson
 from gpudeck.console.errors import CliError
 
 
@@ -31,7 +31,7 @@ def run_doctor_cmd(args: argparse.Namespace) -> int:
     checks = run_doctor(sup, args.job)
     payload = doctor_payload(checks, args.job)
     if args.json:
-        print(json.dumps(payload, indent=1))
+        print(strictjson.dumps(payload, indent=1))
     else:
         width = max(len(c.name) for c in checks)
         for c in checks:

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
+from gpudeck.jobs import strictjson
 from gpudeck.console.commands._jobs_file import supervisor
 from gpudeck.jobs.view import COLUMNS, EMPTY, JobView, clean, job_views
 
@@ -48,7 +48,7 @@ def run_jobs(args: argparse.Namespace) -> int:
     for job in payload["jobs"]:
         job["host"] = spec.name
     if args.json:
-        print(json.dumps(payload, indent=1, default=str))
+        print(strictjson.dumps(payload, indent=1, default=str))
         return 0
     for line in table_lines(job_views(payload), time.time()):
         print(line)

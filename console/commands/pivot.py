@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from gpudeck.jobs import strictjson
 from gpudeck.console.commands._jobs_file import supervisor
 from gpudeck.console.errors import CliError
 
@@ -64,7 +64,7 @@ def run_pivot(args: argparse.Namespace) -> int:
         deadlines["gpu_deadline_s"] = args.gpu_deadline
     result = execute_pivot(sup, plan, wait=args.wait, on_step=show, **deadlines)
     if args.json:
-        print(json.dumps({"plan": plan.to_jsonable(), "result": result.to_jsonable()}, indent=1))
+        print(strictjson.dumps({"plan": plan.to_jsonable(), "result": result.to_jsonable()}, indent=1))
     if not result.ok:
         print(f"gpudeck: pivot stopped: {result.message}", file=sys.stderr)
         return 1

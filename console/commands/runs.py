@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sqlite3
 import sys
 import time
 from typing import Optional
 
+from gpudeck.jobs import strictjson
 from gpudeck.console.errors import CliError
 from gpudeck.console.format import human_age, human_bytes, safe_text
 
@@ -87,7 +87,7 @@ def run_runs(args: argparse.Namespace) -> int:
         rows = index.query(job=args.job, failed=args.failed,
                            since=time.time() - since if since is not None else None, limit=args.limit)
     if args.json:
-        print(json.dumps({"runs": rows}, indent=1, default=str))
+        print(strictjson.dumps({"runs": rows}, indent=1, default=str))
         return 0
     if not rows:
         print("no runs" + (f" of {args.job}" if args.job else "") + (" that failed" if args.failed else ""))
@@ -174,7 +174,7 @@ def _prune(args: argparse.Namespace, index, older: Optional[float]) -> int:
     candidates = plan_prune(index, keep=args.keep, older_s=older, job=args.job,
                             keep_for=keep_for if args.keep is None and older is None else (lambda job: None))
     if args.json and not args.yes:
-        print(json.dumps({"would_delete": [c.to_json() for c in candidates]}, indent=1))
+        print(strictjson.dumps({"would_delete": [c.to_json() for c in candidates]}, indent=1))
         return 0
     if not candidates:
         print("nothing to prune")

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import threading
 
+from gpudeck.jobs import strictjson
 from gpudeck.jobs.telemetry.sampler import make_sampler
 from gpudeck.jobs.telemetry.status import render_status_text, status_payload
 
@@ -55,7 +55,7 @@ def run_status(args: argparse.Namespace) -> int:
     if args.json:
         payload = status_payload(snapshot)
         payload["host_name"] = spec.name
-        json.dump(payload, sys.stdout, indent=2)
+        sys.stdout.write(strictjson.dumps(payload, indent=2))
         sys.stdout.write("\n")
     else:
         print(render_status_text(snapshot))
@@ -80,7 +80,7 @@ def _remote_status(args: argparse.Namespace, spec) -> int:
     payload["host_name"] = spec.name
     payload["agent"] = {key: hello.get(key) for key in ("via", "version", "python", "hostname")}
     if args.json:
-        json.dump(payload, sys.stdout, indent=2)
+        sys.stdout.write(strictjson.dumps(payload, indent=2))
         sys.stdout.write("\n")
     else:
         source = payload.get("source") or {}

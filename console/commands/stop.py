@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from gpudeck.jobs import strictjson
 from gpudeck.console.commands._jobs_file import known_job, supervisor
 from gpudeck.console.errors import CliError
 
@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def print_report(report, as_json: bool) -> int:
     if as_json:
-        print(json.dumps({**report.to_jsonable(), "host": "local"}, indent=1, default=str))
+        print(strictjson.dumps({**report.to_jsonable(), "host": "local"}, indent=1, default=str))
     else:
         for line in report.lines():
             print(line)
@@ -56,7 +56,7 @@ def run_stop(args: argparse.Namespace) -> int:
 def print_remote_report(reply: dict, as_json: bool, job: str, host: str) -> int:
     """A stop report made on a remote host (the agent ran the same stop there)."""
     if as_json:
-        print(json.dumps({**reply["report"], "host": host}, indent=1, default=str))
+        print(strictjson.dumps({**reply["report"], "host": host}, indent=1, default=str))
     else:
         for line in reply["lines"]:
             print(line)

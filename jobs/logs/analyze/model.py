@@ -1,6 +1,7 @@
 """The log analysis's vocabulary: phases, causes, limits, handler families and the result dataclasses."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import IntFlag
 from typing import Any, Optional, Union
@@ -62,6 +63,14 @@ class Progress:
     rate: Optional[float] = None       # units of done per second
     eta_s: Optional[float] = None
 
+    def __post_init__(self) -> None:
+        # `step 1/1000…000` parses to an infinite total: no inf/nan (nor an ETA from one) leaves the analyzer.
+        _finite_fields(self, ("done", "total", "rate", "eta_s"))
+        if self.total is None and self.eta_s is not None:
+            object.__setattr__(self, "eta_s", None)
+        if self.done is None:
+            object.__setattr__(self, "done", 0)
+
     def to_json(self) -> dict[str, Any]:
         return {"done": self.done, "total": self.total, "label": self.label,
                 "rate": _round(self.rate), "eta_s": _round(self.eta_s, 1)}
@@ -97,6 +106,9 @@ class ServingNumbers:
     prompt_tokens_per_s: Optional[float] = None
     spec_accept_rate: Optional[float] = None     # 0..1
     spec_accept_len: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        _finite_fields(self, SERVING_KEYS)
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in SERVING_KEYS}
@@ -137,6 +149,16 @@ class LogAnalysis:
             "warnings": [w.to_json() for w in self.warnings],
             "key_lines": [k.to_json() for k in self.key_lines],
         }
+
+
+def _finite_fields(obj: Any, names: tuple[str, ...]) -> None:
+    """Set each named numeric field of a frozen dataclass that is not finite (inf, nan, past float range) to None."""
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if (isinstance(value, float) and not math.isfinite(value)) or (isinstance(value, int) and abs(value) > 2 ** 63):
+            object.__setattr__(obj, name, None)
 
 
 def _round(value: Optional[float], digits: int = 4) -> Optional[float]:

@@ -1,0 +1,68 @@
+"""Issue 9, numbers: nothing non-finite leaves the analyzer, and every JSON gpudeck writes or prints is strict."""
+from __future__ import annotations
+
+import json
+
+from gpudeck.jobs.logs.analyze import analyze_bytes
+from gpudeck.jobs.runs import latest_run
+
+from runsupport import PY, cli, cli_env, wait_for, write_jobs
+
+HUGE = "1" + "0" * 400
+BARS = [f"step 1/{HUGE}", f"Processed prompts:   0%|          | 1/{HUGE} [00:01<?, ?it/s]",
+        f"  1%|          | 5/{HUGE} [00:05<10:00,  1.00it/s]", "step 2/1e999", "loss nan step 3/10"]
+
+
+def strict(text: str):
+    def refuse(name):
+        raise AssertionError(f"non-strict JSON constant {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_the_analyzer_never_returns_a_non_finite_number():
+    for bar in BARS:
+        result = analyze_bytes((bar + "\n").encode() * 3).to_json()
+        strict(json.dumps(result))                 # json.dumps writes Infinity if one is there
+        json.dumps(result, allow_nan=False)
+
+
+def test_an_endless_bar_leaves_jobs_analyze_and_health_json_strict(tmp_path, state):
+    script = tmp_path / "bar.py"
+    script.write_text("import sys, time\n"
+                      f"for i in range(1, 4):\n    print('  1%|          | ' + str(i) + '/{HUGE} [00:05<10:00,  1.00it/s]', flush=True)\n"
+                      "    time.sleep(0.4)\n"
+                      "time.sleep(300)\n")
+    jobs = write_jobs(tmp_path / "jobs.toml", {"bar": {"cmd": f"{PY} {script}"}})
+    env = cli_env(state)
+    assert cli(["--jobs", str(jobs), "start", "bar"], env).returncode == 0
+    run = latest_run("bar", state)
+    health = run.path / "health.json"
+    wait_for(lambda: health.exists() and strict(health.read_text()).get("log_offset", 0) > 1000, what="health")
+    for command in (["jobs"], ["jobs", "--json"], ["analyze", str(run.log_path)],
+                    ["analyze", "--json", str(run.log_path)]):
+        done = cli(["--jobs", str(jobs), *command], env)
+        assert done.returncode == 0 and b"Traceback" not in done.stderr, (command, done.stderr)
+        if "--json" in command:
+            strict(done.stdout.decode())
+    for line in run.events_path.read_text().splitlines() + run.samples_path.read_text().splitlines():
+        strict(line)
+
+
+def test_an_old_health_json_with_infinity_is_read_as_null(tmp_path, state):
+    jobs = write_jobs(tmp_path / "jobs.toml", {"quick": {"cmd": "true"}})
+    env = cli_env(state)
+    assert cli(["--jobs", str(jobs), "start", "quick"], env).returncode == 0
+    run = latest_run("quick", state)
+    wait_for(lambda: run.exit_record(), what="exit")
+    runner = run.runner_id()
+    from gpudeck.jobs import procs
+    wait_for(lambda: not procs.alive(runner), what="runner gone")
+    # What an older runner wrote: Python's json emits these unless told not to.
+    (run.path / "health.json").write_text(json.dumps({
+        "phase": "loading", "progress": {"done": 8, "total": float("inf"), "eta_s": float("inf"),
+                                         "rate": float("nan"), "label": "x"}, "alerts": []}))
+    for command in (["jobs"], ["jobs", "--json"]):
+        done = cli(["--jobs", str(jobs), *command], env)
+        assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
+        if "--json" in command:
+            strict(done.stdout.decode())
