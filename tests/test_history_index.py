@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 import sqlite3
 
 from gpudeck.jobs.history.index import RunIndex, db_path
@@ -32,6 +33,8 @@ def _start_and_wait(jobs, env, name):
     assert out.returncode == 0, out.stderr
     run = latest_run(name)
     wait_for(lambda: run.exit_record() is not None, timeout=60, what=f"{name} to exit")
+    # The runner indexes its run after the exit record: let it finish so nothing races the test.
+    wait_for(lambda: not run.state().runner_alive, timeout=60, what=f"{name}'s runner to finish")
     return run
 
 
@@ -99,7 +102,7 @@ def test_lazy_sync_adds_missing_and_drops_deleted_runs_and_a_corrupt_db_is_rebui
         index.sync()
         assert [r["run_id"] for r in index.query()] == [second.run_id]
 
-    db_path(state).write_bytes(b"this is not a database" * 100)
+    _corrupt(state)
     out = cli(["runs", "--json"], env)
     assert out.returncode == 0 and b"Traceback" not in out.stderr
     assert b"rebuilt from the run directories" in out.stderr
@@ -156,3 +159,45 @@ def test_recorder_line_checkpoints_point_at_line_starts(tmp_path):
     assert len(rec.checkpoints) > 5
     for off, newlines in rec.checkpoints:
         assert data[:off].count(b"\n") == newlines
+
+
+def _fake_run(state, job, run_id, *, exit_code=None, started=1_700_000_000.0):
+    # Files as a runner leaves them (written by hand: no process needed to test the index's bookkeeping).
+    d = state / "runs" / job / run_id
+    d.mkdir(parents=True)
+    (d / "meta.json").write_text(json.dumps({"job": job, "run_id": run_id, "created_at": started,
+                                             "started_at": started, "command": "true", "host": "h"}))
+    if exit_code is not None:
+        (d / "exit.json").write_text(json.dumps({"exit_code": exit_code, "ended_at": started + 5,
+                                                 "stopped_by_request": False}))
+    return d
+
+
+def test_sync_sees_new_finished_and_deleted_runs_without_relisting_unchanged_jobs(tmp_path):
+    state = tmp_path / "state"
+    old = _fake_run(state, "a", "20250101-000000-00001", exit_code=0)
+    live = _fake_run(state, "b", "20250101-000000-00002", started=1_700_000_100.0)
+    with RunIndex(state) as index:
+        assert index.sync() == 2
+        assert index.sync() == 1                   # only the run without an exit record is re-read
+        states = {r["run_id"]: r["state"] for r in index.query()}
+        assert states == {old.name: "exited", live.name: "lost"}
+        # The live run ends (its job dir's mtime does not change): re-read because it was not final.
+        (live / "exit.json").write_text(json.dumps({"exit_code": 3, "ended_at": 1_700_000_200.0,
+                                                    "stopped_by_request": False}))
+        index.sync()
+        row = index.get(f"job/b/{live.name}")
+        assert row["state"] == "exited" and row["exit_code"] == 3 and row["failed"] is True
+        new = _fake_run(state, "a", "20250101-000000-00003", exit_code=0, started=1_700_000_300.0)
+        shutil.rmtree(old)
+        index.sync()
+        assert [r["run_id"] for r in index.query()] == [new.name, live.name]
+        assert index.get(f"job/a/{old.name}")["state"] == "deleted"      # kept for post-mortems
+        assert [r["run_id"] for r in index.query(include_deleted=True)][-1] == old.name
+
+
+def _corrupt(state):
+    # The main file overwritten with junk, its WAL gone (a WAL holding page 1 would mask the junk).
+    for suffix in ("-wal", "-shm"):
+        Path(str(db_path(state)) + suffix).unlink(missing_ok=True)
+    db_path(state).write_bytes(b"this is not a database" * 100)

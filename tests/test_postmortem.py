@@ -52,8 +52,9 @@ def _run_to_end(jobs: Path, env: dict, name: str = "engine"):
     run = latest_run(name)
     wait_for(lambda: run.exit_record() is not None, timeout=60, what="the job to exit")
     # The runner's last act is the index row: wait for it so the readers below race nothing.
-    wait_for(lambda: (run.path / "summary.json").exists() and
-             json.loads((run.path / "summary.json").read_text()).get("final"), timeout=30, what="final summary")
+    # The runner's last acts are the final summary and the index row: let it finish so nothing races the test.
+    wait_for(lambda: not run.state().runner_alive, timeout=60, what="the runner to finish")
+    assert json.loads((run.path / "summary.json").read_text())["final"] is True
     return run
 
 
@@ -156,7 +157,7 @@ def test_broken_inputs_give_a_report_that_says_what_is_missing(tmp_path, state):
         assert done.returncode == 0 and b"samples.jsonl missing" in done.stdout
 
     # Corrupt index: rebuilt, the report still comes.
-    db_path(state).write_bytes(b"\0garbage" * 64)
+    _corrupt(state)
     done = cli(["postmortem", "engine"], env)
     assert done.returncode == 0 and done.stdout.startswith(b"**crashed"), done.stderr
 
@@ -201,3 +202,10 @@ def test_read_lines_from_checkpoints_matches_the_file(tmp_path):
         for n in want[:-1]:
             expected = lines[n - 1].split(b"\r")[-1].decode()
             assert got[n] == expected, (n, checkpoints is not None)
+
+
+def _corrupt(state):
+    # The main file overwritten with junk, its WAL gone (a WAL holding page 1 would mask the junk).
+    for suffix in ("-wal", "-shm"):
+        Path(str(db_path(state)) + suffix).unlink(missing_ok=True)
+    db_path(state).write_bytes(b"this is not a database" * 100)

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Iterator, Optional
 from gpudeck.jobs import paths
 
 DB_NAME = "history.sqlite3"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 10_000
 # Events still arrive on an ended run for a while (a pivot records its later steps on the
 # runs it stopped): rows of runs that ended this recently are re-checked when their events grow.
@@ -58,6 +58,8 @@ COLUMNS = (
     ("phases", "TEXT"),               # JSON {phase: seconds}
     ("load_s", "REAL"),               # seconds from start to ready (engines)
     ("peak_gpu_mem", "TEXT"),         # JSON {gpu: bytes}
+    ("peak_gpu_mem_max", "REAL"),     # the largest of peak_gpu_mem (listings read this, not the JSON)
+    ("gpu_count", "INTEGER"),         # how many GPUs peak_gpu_mem covers
     ("peak_rss", "INTEGER"),
     ("alerts", "TEXT"),               # JSON list of alert codes raised
     ("pipeline", "TEXT"),             # the pipeline id this run was a stage of
@@ -248,6 +250,7 @@ def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
         "peak_gpu_mem": {str(k): v for k, v in (peaks.get("gpu_mem") or {}).items()}
         if isinstance(peaks.get("gpu_mem"), dict) else {},
         "peak_rss": int(peaks["rss"]) if _num(peaks.get("rss")) is not None else None,
+        "peak_gpu_mem_max": None, "gpu_count": None,
         "alerts": alerts_raised,
         "pipeline": _text(meta.get("pipeline")),
         "pivot": pivot_context,
@@ -256,6 +259,9 @@ def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
         "events_size": _size(events_path),
         "indexed_at": now,
     }
+    gpu_peaks = [v for v in row["peak_gpu_mem"].values() if _num(v) is not None]
+    if gpu_peaks:
+        row["peak_gpu_mem_max"], row["gpu_count"] = max(gpu_peaks), len(gpu_peaks)
     rows = [row]
     if pivot_record is not None:
         target = str(pivot_record.get("target") or job)
@@ -376,12 +382,20 @@ def _encode(row: dict) -> tuple:
     return tuple(out)
 
 
+_EMPTY_JSON = {"[]": list, "{}": dict}
+
+
 def decode_row(values: Iterable[Any], names: Iterable[str] = COLUMN_NAMES) -> dict:
     row = dict(zip(names, values))
     for name in JSON_COLUMNS:
-        if name in row and isinstance(row[name], str):
+        value = row.get(name)
+        if isinstance(value, str):
+            empty = _EMPTY_JSON.get(value)
+            if empty is not None:
+                row[name] = empty()
+                continue
             try:
-                row[name] = json.loads(row[name])
+                row[name] = json.loads(value)
             except ValueError:
                 row[name] = None
     if "failed" in row:
@@ -417,6 +431,10 @@ class RunIndex:
                 conn.execute(f"CREATE TABLE IF NOT EXISTS runs ({cols})")
                 conn.execute("CREATE INDEX IF NOT EXISTS runs_started ON runs(started_at)")
                 conn.execute("CREATE INDEX IF NOT EXISTS runs_job_started ON runs(job, started_at)")
+                conn.execute("CREATE INDEX IF NOT EXISTS runs_pending ON runs(final, ended_at)")
+                # A job directory's mtime changes when a run directory is created or deleted in it:
+                # an unchanged one with no live run needs no listing.
+                conn.execute("CREATE TABLE IF NOT EXISTS dirs (path TEXT PRIMARY KEY, mtime_ns INTEGER)")
                 conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
                 conn.execute("COMMIT")
             except BaseException:
@@ -504,61 +522,94 @@ class RunIndex:
         self.mark_deleted(keys)
 
     # -- keeping up with the run directories -------------------------------------
-    def _disk_runs(self) -> Iterator[tuple[str, str, Path]]:
-        """(kind, name, dir) of every run and pipeline directory on disk."""
-        for kind, sub, valid in (("job", "runs", _RUN_ID), ("pipeline", "pipelines", _RUN_ID)):
+    def _job_dirs(self) -> Iterator[tuple[str, str, str, int]]:
+        """(kind, name, path, mtime_ns) of every job's and pipeline target's directory."""
+        for kind, sub in (("job", "runs"), ("pipeline", "pipelines")):
             root = self.state_dir / sub
             try:
-                names = os.listdir(root)
+                entries = os.scandir(root)
             except OSError:
                 continue
-            for name in names:
-                if not _NAME.match(name):
-                    continue
-                try:
-                    entries = os.scandir(root / name)
-                except OSError:
-                    continue
-                with entries:
-                    for entry in entries:
-                        if valid.match(entry.name) and entry.is_dir(follow_symlinks=False):
-                            yield kind, name, Path(entry.path)
+            with entries:
+                for entry in entries:
+                    if _NAME.match(entry.name) and entry.is_dir(follow_symlinks=False):
+                        try:
+                            yield kind, entry.name, entry.path, entry.stat(follow_symlinks=False).st_mtime_ns
+                        except OSError:
+                            continue
 
     def sync(self, now: Optional[float] = None) -> int:
-        """Index what changed on disk since the last call; returns how many rows were (re)written."""
+        """Index what changed on disk since the last call; returns how many rows were (re)written.
+
+        Job directories whose mtime is unchanged are not listed; live runs, and runs that ended
+        recently whose events grew, are re-read; run directories that vanished are marked deleted.
+        """
         now = time.time() if now is None else now
         conn = self.open()
-        known: dict[str, tuple[int, Optional[float], Optional[int]]] = {}
-        by_path: dict[str, list[str]] = {}
-        deleted: set[str] = set()
-        for key, path, final, ended, events_size, state in conn.execute(
-                "SELECT key, path, final, ended_at, events_size, state FROM runs"):
-            known[key] = (final, ended, events_size)
-            by_path.setdefault(path, []).append(key)
-            if state == DELETED:
-                deleted.add(key)
+        seen_dirs = {path: mtime for path, mtime in conn.execute("SELECT path, mtime_ns FROM dirs")}
+        on_disk = list(self._job_dirs())
+        changed = [(kind, name, path) for kind, name, path, mtime in on_disk if seen_dirs.get(path) != mtime]
         rows: list[dict] = []
-        seen_paths = set()
-        for kind, name, d in self._disk_runs():
-            key = f"{kind}/{name}/{d.name}"
-            seen_paths.add(str(d))
-            entry = known.get(key)
-            if entry is not None and entry[0] and key not in deleted:
-                ended = entry[1]
-                if ended is None or now - ended > RECHECK_ENDED_S:
-                    continue
-                if kind == "job" and _size(d / "events.jsonl") == entry[2]:
-                    continue
-                if kind == "pipeline":
-                    continue
+        gone: list[str] = []
+        rescanned: set[str] = set()
+        for kind, name, path in changed:
+            rescanned.add(f"{kind}/{name}")
+            known: dict[str, tuple] = {}
+            for key, final, ended, events_size, state in conn.execute(
+                    "SELECT key, final, ended_at, events_size, state FROM runs WHERE job = ? AND kind = ?",
+                    (name, kind)):
+                known[key] = (final, ended, events_size, state)
+            present = set()
             try:
-                rows.extend(summarize_run(d, now) if kind == "job" else [summarize_pipeline(d, now)])
-            except (OSError, ValueError, TypeError, KeyError, AttributeError):
-                continue         # a run dir being created or deleted right now: next sync
-        gone = [k for path, keys in by_path.items() if path not in seen_paths for k in keys if k not in deleted]
+                entries = os.scandir(path)
+            except OSError:
+                entries = None
+            if entries is not None:
+                with entries:
+                    for entry in entries:
+                        if not (_RUN_ID.match(entry.name) and entry.is_dir(follow_symlinks=False)):
+                            continue
+                        key = f"{kind}/{name}/{entry.name}"
+                        present.add(key)
+                        entry_row = known.get(key)
+                        if entry_row is not None and entry_row[0] and entry_row[3] != DELETED:
+                            continue          # final: re-read below only if recently ended
+                        rows.extend(self._summarize(kind, Path(entry.path), now))
+            gone.extend(k for k, v in known.items() if k not in present and v[3] != DELETED)
+        # Live runs, and recently ended ones whose events grew (a pivot adds steps after the stop).
+        for key, kind, job, path, final, ended, events_size in conn.execute(
+                "SELECT key, kind, job, path, final, ended_at, events_size FROM runs "
+                "WHERE kind != 'pivot' AND state != ? AND (final = 0 OR ended_at > ?)", (DELETED, now - RECHECK_ENDED_S)):
+            if f"{kind}/{job}" in rescanned and not final:
+                continue                      # just summarized above
+            p = Path(path)
+            if not p.is_dir():
+                if f"{kind}/{job}" not in rescanned:
+                    gone.append(key)
+                continue
+            if final and (kind != "job" or _size(p / "events.jsonl") == events_size):
+                continue
+            rows.extend(self._summarize(kind, p, now))
         self.upsert(rows)
         self.mark_deleted(gone)
+        if changed or len(seen_dirs) != len(on_disk):
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("DELETE FROM dirs")
+                conn.executemany("INSERT INTO dirs (path, mtime_ns) VALUES (?, ?)",
+                                 [(path, mtime) for _, _, path, mtime in on_disk])
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
         return len(rows) + len(gone)
+
+    @staticmethod
+    def _summarize(kind: str, path: Path, now: float) -> list[dict]:
+        try:
+            return summarize_run(path, now) if kind == "job" else [summarize_pipeline(path, now)]
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            return []                 # a run dir being created or deleted right now: next sync
 
     def mark_deleted(self, keys: list[str]) -> None:
         """Runs whose directories are gone keep their row, marked deleted: a post-mortem can still
@@ -569,6 +620,9 @@ class RunIndex:
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.executemany("UPDATE runs SET state = ?, final = 1 WHERE key = ?", [(DELETED, k) for k in keys])
+            # Pivot rows live in the run directory that carried them.
+            conn.executemany("UPDATE runs SET state = ?, final = 1 WHERE kind = 'pivot' AND path = "
+                             "(SELECT path FROM runs WHERE key = ?)", [(DELETED, k) for k in keys])
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -609,7 +663,22 @@ class RunIndex:
         sql += " ORDER BY started_at DESC, run_id DESC"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        return [decode_row(values, cols) for values in conn.execute(sql, args)]
+        rows = [dict(zip(cols, values)) for values in conn.execute(sql, args)]
+        json_cols = [c for c in cols if c in JSON_COLUMNS]
+        for row in rows:
+            for name in json_cols:
+                value = row[name]
+                if isinstance(value, str):
+                    empty = _EMPTY_JSON.get(value)
+                    try:
+                        row[name] = empty() if empty is not None else json.loads(value)
+                    except ValueError:
+                        row[name] = None
+            if "failed" in row:
+                row["failed"] = bool(row["failed"])
+            if "final" in row:
+                row["final"] = bool(row["final"])
+        return rows
 
     def get(self, key: str) -> Optional[dict]:
         conn = self.open()
