@@ -618,7 +618,7 @@ def _context(meta: dict, events: list[dict], row: dict, state_dir: Optional[Path
     if isinstance(pipeline_id, str) and pipeline_id:
         out["pipeline"] = {"id": pipeline_id}
         try:
-            from gpudeck.jobs.pipeline import list_pipelines
+            from gpudeck.jobs.pipeline_records import list_pipelines
             for pipe in list_pipelines(None, state_dir):
                 if pipe.pipeline_id == pipeline_id:
                     data = pipe.to_jsonable()
