@@ -183,7 +183,7 @@ class GpuDeckApp(App[int]):
 
     def set_theme(self, name: str) -> None:
         self.theme = name
-        self.notify(f"theme: {name}", timeout=2)
+        self.notify(f"theme: {name}", timeout=2, markup=False)
 
     def action_sample_now(self) -> None:
         if self._tick_timer is not None:

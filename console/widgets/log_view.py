@@ -286,7 +286,8 @@ class LogViewPane(ScrollView, can_focus=True):
             anchor = int(self.scroll_y) - 1 if forward else int(self.scroll_y) + self.size.height
         line = self.search.next_line(anchor) if forward else self.search.previous_line(anchor)
         if line is None:
-            self.notify(f"No match for {self.search.query!r} yet", severity="warning")
+            # The query is typed by the operator, often pasted from a log: shown as written, never markup.
+            self.notify(f"No match for {self.search.query!r} yet", severity="warning", markup=False)
             return
         self.show_line(line)
 
