@@ -201,3 +201,25 @@ def _corrupt(state):
     for suffix in ("-wal", "-shm"):
         Path(str(db_path(state)) + suffix).unlink(missing_ok=True)
     db_path(state).write_bytes(b"this is not a database" * 100)
+
+
+def test_a_pipeline_is_a_run_and_its_failed_stage_knows_it(tmp_path, state):
+    jobs = write_jobs(tmp_path / "jobs.toml", {
+        "prep": {"cmd": "echo prepared"},
+        "train": {"cmd": "echo training; exit 3", "needs": ["prep"]},
+    })
+    env = cli_env(state)
+    out = cli(["--jobs", str(jobs), "run", "train", "--wait"], env, timeout=120)
+    assert out.returncode != 0, out.stdout
+    train = latest_run("train")
+    wait_for(lambda: not train.state().runner_alive, timeout=60, what="train's runner to finish")
+    rows = json.loads(cli(["runs", "--json"], env).stdout)["runs"]
+    pipe = next(r for r in rows if r["kind"] == "pipeline")
+    assert pipe["job"] == "train" and pipe["state"] == "failed" and pipe["failed"] is True
+    assert pipe["failure_cause"] == "stage train failed" and pipe["command"] == "prep → train"
+    stage = next(r for r in rows if r["kind"] == "job" and r["job"] == "train")
+    assert stage["pipeline"] == pipe["run_id"] and stage["exit_code"] == 3
+    report = cli(["postmortem", train.run_id], env).stdout.decode()
+    assert report.startswith("**exited with code 3") and f"pipeline {pipe['run_id']} → train (failed)" in report
+    summary = cli(["postmortem", pipe["run_id"]], env).stdout.decode()
+    assert summary.startswith(f"**pipeline train failed at stage train (run {train.run_id}, exit 3)")
