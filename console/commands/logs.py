@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import time
 from typing import BinaryIO, Optional
 
 from gpudeck.jobs.logs.follow import LogFollower, LogLine, follow, tail_offset
@@ -28,15 +30,52 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_logs, remote_ok=True)
 
 
+# Not on a terminal (a pipe, a file), the unfinished last line is printed as a line of its own
+# when it changed, at most this often: a bar redrawn 50 times a second is not 50 lines.
+PARTIAL_EVERY_S = 1.0
+
+
 class LinePrinter:
     """Writes LogLines to a byte stream: sanitised, huge lines shown once and cut, never held whole."""
 
-    def __init__(self, out: BinaryIO) -> None:
+    def __init__(self, out: BinaryIO, tty: bool = False) -> None:
         self.out = out
+        self.tty = tty
         self.encoding = "utf-8"
         self._long_head: Optional[str] = None     # shown text of the first piece of a long line
         self._long_bytes = 0
         self._long_tail: Optional[bytes] = None   # since the last \r of a long redrawn line
+        self._partial_shown: Optional[str] = None  # the redraw of the unfinished line shown last
+        self._partial_on_screen = False            # tty: it sits on the cursor's row, to be replaced
+        self._partial_at = float("-inf")
+
+    def show_partial(self, partial: bytes, now: Optional[float] = None) -> None:
+        """The unfinished last line as a terminal shows it now: its current `\r` redraw (follow mode).
+
+        On a terminal it is drawn on the cursor's row (our own \r and erase-line, the job's
+        bytes sanitised) and replaced by the next redraw or the finished line; elsewhere it
+        is printed as a line when it changed, at most every PARTIAL_EVERY_S.
+        """
+        raw = partial
+        if self._long_head is not None:
+            if self._long_tail is None and b"\r" not in partial:
+                return                  # a huge line still being written: shown once, when complete
+            raw = (self._long_tail or b"") + partial
+        text = sanitize_line(raw) if raw else ""
+        if not text or text == self._partial_shown:
+            return
+        now = time.monotonic() if now is None else now
+        if self.tty:
+            width = max(10, shutil.get_terminal_size().columns - 1)
+            self.out.write(b"\r\x1b[K" + text[:width].encode(self.encoding, "replace"))
+            self._partial_on_screen = True
+        else:
+            if now - self._partial_at < PARTIAL_EVERY_S:
+                return
+            self.out.write(text.encode(self.encoding, "replace") + b"\n")
+            self._partial_at = now
+        self._partial_shown = text
+        self.out.flush()
 
     def write(self, line: LogLine) -> None:
         if not line.complete or self._long_head is not None:
@@ -71,6 +110,10 @@ class LinePrinter:
             self._long_head = None
 
     def _emit(self, text: str) -> None:
+        if self._partial_on_screen:
+            self.out.write(b"\r\x1b[K")          # the finished line replaces its last redraw
+            self._partial_on_screen = False
+        self._partial_shown = None
         self.out.write(text.encode(self.encoding, "replace") + b"\n")
 
     def flush(self) -> None:
@@ -105,11 +148,11 @@ def run_logs(args: argparse.Namespace) -> int:
         return _remote_logs(args, spec)
     run = _find_run(args)
     offset = tail_offset(run.log_path, args.lines) if args.lines is not None else 0
-    printer = LinePrinter(sys.stdout.buffer)
+    printer = LinePrinter(sys.stdout.buffer, tty=sys.stdout.isatty())
     if args.follow:
         def ended() -> bool:
             return run.exit_record() is not None or run.state().state == "lost"
-        for line in follow(run.log_path, offset, done=ended, poll_s=0.2):
+        for line in follow(run.log_path, offset, done=ended, poll_s=0.2, on_idle=printer.show_partial):
             printer.write(line)
             printer.flush()
     else:

@@ -161,11 +161,15 @@ def tail_offset(path: str | os.PathLike, n: int, block: int = 64 * 1024) -> int:
 
 
 def follow(path: str | os.PathLike, offset: int = 0, *, done: Callable[[], bool],
-           poll_s: float = 0.2, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[LogLine]:
+           poll_s: float = 0.2, max_line_bytes: int = MAX_LINE_BYTES,
+           on_idle: Optional[Callable[[bytes], None]] = None) -> Iterator[LogLine]:
     """Yield lines as they arrive until `done()` is true and the file has no more to give.
 
     `done` is checked before the final read, so output written just before the
     writer ended is never missed; the unterminated tail is flushed at the end.
+    `on_idle(partial)` is called when a poll brought no complete line, with the
+    unterminated last line as it stands (a `\r`-redrawn progress bar): a follower
+    can show its current redraw, as a terminal would.
     """
     follower = LogFollower(path, offset, max_line_bytes)
     while True:
@@ -178,4 +182,6 @@ def follow(path: str | os.PathLike, offset: int = 0, *, done: Callable[[], bool]
                 yield tail
             return
         if not lines:
+            if on_idle is not None:
+                on_idle(follower.partial)
             time.sleep(poll_s)

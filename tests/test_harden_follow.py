@@ -1,0 +1,53 @@
+"""Issue 9, logs -f: the current \\r redraw of an unfinished last line is shown while following, as a terminal would."""
+from __future__ import annotations
+
+import io
+import os
+import selectors
+import subprocess
+import time
+
+from gpudeck.console.commands.logs import LinePrinter
+from gpudeck.jobs.runs import latest_run
+
+from runsupport import PY, REPO, cli, cli_env, wait_for, write_jobs
+
+
+def test_logs_follow_shows_the_current_redraw_of_a_bar_without_newline(tmp_path, state):
+    script = tmp_path / "bar.py"
+    script.write_text("import sys, time\nprint('start', flush=True)\n"
+                      "for i in range(1, 5):\n    sys.stdout.write(f'\\rstep {i}/4'); sys.stdout.flush(); time.sleep(0.3)\n"
+                      "time.sleep(300)\n")
+    jobs = write_jobs(tmp_path / "jobs.toml", {"bar": {"cmd": f"{PY} -u {script}"}})
+    env = cli_env(state)
+    assert cli(["--jobs", str(jobs), "start", "bar"], env).returncode == 0
+    follower = subprocess.Popen([PY, "-m", "gpudeck.console.cli", "--jobs", str(jobs), "logs", "-f", "bar"],
+                                cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen = b""
+    try:
+        sel = selectors.DefaultSelector()
+        sel.register(follower.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + 20
+        while b"step 4/4" not in seen and time.monotonic() < deadline:
+            if sel.select(timeout=0.5):
+                chunk = os.read(follower.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                seen += chunk
+    finally:
+        follower.kill()
+        follower.wait()
+        cli(["--jobs", str(jobs), "stop", "bar", "--timeout", "2"], env)
+    assert seen.startswith(b"start\n"), seen
+    assert b"step 4/4\n" in seen, seen             # shown while the job still runs, without a newline of its own
+    assert b"\r" not in seen and b"\x1b" not in seen  # not a terminal: plain lines
+
+
+def test_on_a_terminal_the_redraw_replaces_itself_and_the_finished_line_replaces_it():
+    out = io.BytesIO()
+    printer = LinePrinter(out, tty=True)
+    printer.show_partial(b"\rstep 1/4", now=0.0)
+    printer.show_partial(b"\rstep 1/4\rstep 2/4\x1b]52;c;AAAA\x07", now=0.1)
+    from gpudeck.jobs.logs.follow import LogLine
+    printer.write(LogLine(0, b"\rstep 1/4\rstep 2/4\rdone", True))
+    assert out.getvalue() == b"\r\x1b[Kstep 1/4\r\x1b[Kstep 2/4\r\x1b[Kdone\n"
