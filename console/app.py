@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any, Iterable, Optional
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -56,6 +57,7 @@ class GpuDeckApp(App[int]):
 
     MODES = {mode: screen for mode, _, _, screen in VIEWS}
     jobs_file: Optional[str] = None        # --jobs FILE; the jobs view resolves it like the CLI does
+    demo_replay = False                    # --demo: the jobs view replays the bundled SIMULATED runs
     DEFAULT_MODE = VIEWS[0][0]
 
     def __init__(
@@ -90,9 +92,51 @@ class GpuDeckApp(App[int]):
         """Job snapshots for the jobs view: live from --jobs unless a replay set its own feed first.
         Made on first use (--jobs is known by then); polling starts when a view first follows it."""
         if self._jobs_feed is None:
-            source = LiveJobsSource(JobsWatcher(self.jobs_file), lambda: max(0.5, float(self.refresh_s or 1.0)))
-            self._jobs_feed = JobsFeed(self, source)
+            source: Any = None
+            if self.demo_replay:
+                try:
+                    from gpudeck.console.replay import ReplayJobsSource
+                    from gpudeck.jobs.replay import demo_session
+                    source = ReplayJobsSource(demo_session())
+                except Exception as exc:      # recordings missing from the install: live jobs, and why
+                    self.notify(f"demo recordings unavailable: {exc}", severity="warning", timeout=6, markup=False)
+            self._jobs_feed = JobsFeed(self, source or self._live_source())
         return self._jobs_feed
+
+    def _live_source(self) -> LiveJobsSource:
+        return LiveJobsSource(JobsWatcher(self.jobs_file), lambda: max(0.5, float(self.refresh_s or 1.0)))
+
+    # -- replay: the jobs view driven by recorded runs through the same feed --------------------------
+    def replay_runs(self, paths: Sequence[Path]) -> None:
+        """Play these run directories in the jobs view (opened off the UI thread: big runs take a moment)."""
+        self.notify(f"opening the replay of {len(paths)} run{'s' if len(paths) != 1 else ''}…", timeout=2)
+        self._open_replay([Path(p) for p in paths])
+
+    @work(thread=True, exclusive=True, group="replay-open", exit_on_error=False)
+    def _open_replay(self, paths: list[Path]) -> None:
+        from gpudeck.console.replay import open_session
+        try:
+            session = open_session(paths)
+        except Exception as exc:       # a deleted or unreadable run: one line, the view stays as it was
+            self.call_from_thread(self.notify, f"cannot replay: {exc}", severity="error", timeout=6, markup=False)
+            return
+        self.call_from_thread(self._start_replay, session)
+
+    def _start_replay(self, session: Any) -> None:
+        from gpudeck.console.replay import ReplayJobsSource
+        self.jobs_feed.switch(ReplayJobsSource(session))
+        if self.current_mode != "jobs":
+            self.switch_mode("jobs")
+
+    @property
+    def replaying(self) -> bool:
+        return hasattr(self.jobs_feed.source, "session")
+
+    def leave_replay(self) -> None:
+        """Back to the live jobs of the jobs file."""
+        if self.replaying:
+            self.jobs_feed.switch(self._live_source())
+            self.notify("live jobs", timeout=2)
 
     @jobs_feed.setter
     def jobs_feed(self, feed: JobsFeed) -> None:
@@ -103,6 +147,10 @@ class GpuDeckApp(App[int]):
     def on_mount(self) -> None:
         if self.start_sampling:
             self._start_tick()
+        if self.demo_replay:
+            self.notify("SIMULATED box. Press 2: the jobs view replays four recorded runs — an engine loading, "
+                        "a relaunch that crashes, a build heading for OOM, a deadlocked engine.",
+                        title="gpudeck --demo", timeout=12, markup=False)
 
     def _start_tick(self) -> None:
         if self._sampling:
@@ -226,6 +274,7 @@ def make_app(
     history: Any = None,
     start_sampling: bool = True,
     jobs_file: Optional[str] = None,
+    demo_replay: bool = False,
 ) -> GpuDeckApp:
     """The app factory that `gpudeck` and the tests share (no sampler given: build the real or demo one)."""
     if sampler is None:
@@ -237,6 +286,7 @@ def make_app(
     app = GpuDeckApp(sampler, theme=theme or DEFAULT_THEME, refresh=refresh,
                      history=history, start_sampling=start_sampling)
     app.jobs_file = jobs_file
+    app.demo_replay = demo_replay
     return app
 
 
@@ -264,7 +314,7 @@ def run_console(args: argparse.Namespace) -> int:
     sampler = make_sampler(demo=bool(getattr(args, "demo", False)))
     try:
         app = make_app(sampler=sampler, theme=theme, refresh=refresh,
-                       jobs_file=getattr(args, "jobs_file", None))
+                       jobs_file=getattr(args, "jobs_file", None), demo_replay=bool(getattr(args, "demo", False)))
         result = app.run()
         # Invariant 1: quitting never stops a job, and the operator is told what still runs.
         note = live_jobs_note(app.jobs_file)

@@ -69,6 +69,8 @@ class JobsSource(Protocol):
 
     def start(self, feed: "JobsFeed", host: DOMNode) -> None: ...   # begin publishing to `feed`
 
+    def stop(self) -> None: ...               # publish nothing more (the feed switched source)
+
     def poll_now(self) -> None: ...           # an action changed something: publish soon
 
 
@@ -95,6 +97,14 @@ class JobsFeed(Feed[JobsSnapshot]):
     def poll_now(self) -> None:
         self.source.poll_now()
 
+    def switch(self, source: JobsSource) -> JobsSource:
+        """Feed from `source` from now on (live -> replay and back); returns the one it replaces, stopped."""
+        old, self.source = self.source, source
+        old.stop()
+        if self._started:
+            source.start(self, self.owner)
+        return old
+
 
 class LiveJobsSource:
     """Polls a JobsWatcher in a thread worker, then again `refresh_s` after each poll completes
@@ -108,6 +118,7 @@ class LiveJobsSource:
         self._timer: Optional[Timer] = None
         self._polling = False
         self._again = False
+        self._stopped = False
         self.polls = 0                       # completed polls (tests wait on it)
 
     @property
@@ -120,10 +131,17 @@ class LiveJobsSource:
 
     def start(self, feed: JobsFeed, host: DOMNode) -> None:
         self._feed, self._host = feed, host
+        self._stopped = False
         self._poll()
 
+    def stop(self) -> None:
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+
     def poll_now(self) -> None:
-        if self._host is None:
+        if self._host is None or self._stopped:
             return
         if self._polling:
             self._again = True               # the poll under way may predate the change
@@ -145,6 +163,8 @@ class LiveJobsSource:
     def _publish(self, snapshot: JobsSnapshot) -> None:
         self.polls += 1
         self._polling = False
+        if self._stopped:
+            return                           # a poll that was out when the feed switched away
         self._feed.publish(snapshot)
         if self._again:
             self._again = False

@@ -46,11 +46,13 @@ JOBS_TOML = """\
 
 [jobs.vllm-k2]
 engine = "vllm"
+model = "kimi-k2-instruct-int4"
 cmd = "vllm serve /models/kimi-k2-instruct-int4 --tensor-parallel-size 4 --port 8000"
 gpus = "0-3"
 
 [jobs.vllm-eagle3]
 engine = "vllm"
+model = "kimi-k2-instruct-int4 + eagle3"
 cmd = "vllm serve /models/kimi-k2-instruct-int4 --tensor-parallel-size 4 --port 8001 --speculative-config /cfg/eagle3.json"
 gpus = "4-7"
 
@@ -60,6 +62,7 @@ cmd = "python -m pip wheel /src/sglang/sgl-kernel --no-build-isolation -v"
 
 [jobs.sglang-k2]
 engine = "sglang"
+model = "kimi-k2-instruct-int4"
 cmd = "python -m sglang.launch_server --model-path /models/kimi-k2-instruct-int4 --tp 4 --port 30000"
 gpus = "4-7"
 stall_after = "30s"

@@ -528,6 +528,24 @@ class ReplaySession:
                             marks=self.marks)
 
 
+def jobs_snapshot(frame: SessionFrame) -> "Any":
+    """The frame as the JobsSnapshot a live JobsWatcher would have produced at that instant."""
+    from gpudeck.jobs.view import JobsSnapshot, engine_views
+    payload = {"jobs": [r.job for r in frame.runs]}
+    log_paths, log_limits, specs = {}, {}, {}
+    for r in frame.runs:
+        name = r.job["name"]
+        if r.job.get("run_id"):              # before its run began a job has no log yet
+            log_paths[name] = str(r.log_path)
+            log_limits[name] = r.log_bytes
+        if r.engine is not None:
+            specs[name] = r.engine
+    snapshot = JobsSnapshot.from_payload(payload, frame.t)
+    engines = engine_views(list(snapshot.jobs), specs, [])
+    return JobsSnapshot(taken_at=frame.t, jobs=snapshot.jobs, engines=tuple(engines), log_paths=log_paths,
+                        log_limits=log_limits, replay=frame)
+
+
 def position_bar(frame: SessionFrame, width: int) -> str:
     """The position as a bar of `width` cells: ━ played, ─ to come, ▲ marks of alerts, ● the position."""
     width = max(3, width)
@@ -574,9 +592,9 @@ def demo_run_dirs() -> list[Path]:
     return out
 
 
-# The demo opens 24 s in, at 4x: the crash has just happened, the engine is loading with an
-# ETA, the build's OOM alert comes ~4 s later and SGLang's stall ~10 s later.
-DEMO_LEAD_S = 24.0
+# The demo opens 38 s in, at 4x: the relaunch has crashed, the engine is loading with an ETA,
+# the build's OOM alert comes within a second and SGLang's stall ~7 s later.
+DEMO_LEAD_S = 38.0
 DEMO_SPEED = 4.0
 
 

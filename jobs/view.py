@@ -345,6 +345,10 @@ class JobsSnapshot:
     pipelines: tuple[dict, ...] = ()
     reason: Optional[str] = None        # why there are no jobs at all (no jobs file, a bad one)
     error: Optional[str] = None         # this poll failed: the jobs shown are the last good ones
+    # A replay (gpudeck.jobs.replay): how much of each log had arrived at the position, and the
+    # player's state (a SessionFrame: position, speed, marks). Both empty for live snapshots.
+    log_limits: dict[str, int] = field(default_factory=dict)
+    replay: Optional[Any] = None
 
     @classmethod
     def from_payload(cls, payload: dict, taken_at: float, **kwargs: Any) -> "JobsSnapshot":

@@ -174,3 +174,172 @@ async def test_a_deleted_run_dir_is_a_line_not_a_crash(recorded) -> None:
         await pilot_wait_for(pilot, lambda: pm.query("#pm-verdict") and "no post-mortem" in
                              str(pm.query_one("#pm-verdict").render()), "a one-line reason")
         assert "gone" in str(pm.query_one("#pm-verdict").render())
+
+
+# -- replay in the jobs view ----------------------------------------------------------------------------
+
+MARKUP_CRASHER = r"""
+import sys, time
+for i in range(1, 5):
+    print(f"epoch 1/1 step {i}/4 [bold]loss[/bold]={2.5 - i * 0.1:.2f}", flush=True)
+    time.sleep(0.5)
+sys.stderr.write("RuntimeError: CUDA out of memory [red]not markup[/] [link=x]\n")
+sys.exit(1)
+"""
+
+
+def replay_source(app):
+    source = app.jobs_feed.source
+    return source if hasattr(source, "session") else None
+
+
+@pilot_test
+async def test_R_replays_the_selected_jobs_latest_run_through_the_jobs_view_and_esc_goes_live(recorded, tmp_path) -> None:
+    from gpudeck.console.screens.jobs import JobsScreen
+    from gpudeck.console.widgets.replay_bar import ReplayBar
+    app = make_console(recorded["jobs"])
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("2")
+        screen = await pilot_wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen, "jobs view")
+        await pilot_wait_for(pilot, lambda: [j.name for j in screen.jobs] == ["trainer", "greeter"], "live jobs")
+        assert screen.replay is None and not screen.query_one(ReplayBar).display
+        await pilot.press("R")                                    # the trainer's latest run
+        await pilot_wait_for(pilot, lambda: screen.replay is not None, "replay frames")
+        source = replay_source(app)
+        assert source.paths == [recorded["trainer"]]
+        assert [j.name for j in screen.jobs] == ["trainer"]
+        bar = screen.query_one(ReplayBar)
+        assert bar.display and "REPLAY" in str(bar.render()) and "SIMULATED" not in str(bar.render())
+        # read-only: the keys that act on live jobs are gone, the player's are there
+        assert screen.check_action("start_job", ()) is False and screen.check_action("replay_pause", ()) is True
+
+        # it plays: the state moves from starting/running to exited with the crash, in recorded order
+        states = []
+        await pilot.press("plus", "plus")                         # 4x
+        assert source.session.speed == 4.0
+
+        def ended() -> bool:
+            job = screen.jobs[0]
+            if not states or states[-1] != job.state:
+                states.append(job.state)
+            return job.state == "exited" and any(a.code == "crashed" for a in job.alerts)
+        await pilot_wait_for(pilot, ended, "the replay reaches the crash", timeout=30,
+                             detail=lambda: (screen.jobs[0].state, source.session.position - source.session.start))
+        assert "running" in states and states[-1] == "exited", states
+        assert "cuda_oom" in str(screen.query_one("#jobs-banner").render()).lower() or \
+            "CUDA out of memory" in str(screen.query_one("#jobs-banner").render())
+
+        # pause holds the position; seek back a minute goes to the start; n jumps to the next event
+        await pilot.press("space")
+        await pilot_wait_for(pilot, lambda: screen.replay.paused, "paused")
+        held = source.session.position
+        await pilot.pause(1.0)
+        assert source.session.position == held
+        await pilot.press("left_square_bracket")
+        await pilot_wait_for(pilot, lambda: screen.replay.t == source.session.start, "back at the start")
+        assert screen.jobs[0].alerts == ()
+        await pilot.press("n")
+        first = source.session.marks[0]
+        await pilot_wait_for(pilot, lambda: screen.replay.t == first.t, "at the first event")
+        await pilot.press("right_square_bracket")
+        await pilot_wait_for(pilot, lambda: screen.jobs[0].state == "exited", "+1 min: the end")
+
+        # Esc leaves the replay: the live jobs of the jobs file again
+        await pilot.press("escape")
+        await pilot_wait_for(pilot, lambda: screen.replay is None and len(screen.jobs) == 2, "live again")
+        assert replay_source(app) is None and not bar.display
+
+
+@pilot_test
+async def test_the_log_pane_shows_only_what_had_arrived_at_the_position(recorded) -> None:
+    from gpudeck.console.screens.jobs import JobsScreen
+    app = make_console(recorded["jobs"])
+    log = (recorded["trainer"] / "output.log").read_bytes()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("2")
+        screen = await pilot_wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen, "jobs view")
+        await pilot_wait_for(pilot, lambda: len(screen.jobs) == 2, "live jobs")
+        app.replay_runs([recorded["trainer"]])
+        await pilot_wait_for(pilot, lambda: screen.replay is not None, "replaying")
+        await pilot.press("space")                                # paused at the start: nothing arrived yet
+        await pilot.press("enter")                                # open the replayed log
+        pane = screen.query_one(LogViewPane)
+        source = replay_source(app)
+
+        def shown_matches_position() -> bool:
+            limit = source.session.runs[0].recording.offset_at(source.session.position)
+            expected = log[:limit].count(b"\n") + (0 if not limit or log[:limit].endswith(b"\n") else 1)
+            return screen.replay is not None and pane.line_count == expected and pane.index.limit == limit
+        await pilot_wait_for(pilot, shown_matches_position, "log up to the position")
+        await pilot.press("right_square_bracket")                  # the end: the whole log
+        await pilot_wait_for(pilot, lambda: pane.line_count == log.count(b"\n"), "whole log at the end",
+                             detail=lambda: pane.line_count)
+        assert "REPLAY" in pane.status_text() or "REPLAY" in str(screen.query_one("#log-status").render())
+        middle = next(t for t in source.session.runs[0].recording.point_times if
+                      0 < source.session.runs[0].recording.offset_at(t) < len(log))
+        source.session.seek_to(middle)
+        source.poll_now()
+        await pilot_wait_for(pilot, shown_matches_position, "log shrinks back to the position")
+        assert 0 < pane.line_count < log.count(b"\n")
+
+
+@pilot_test
+async def test_history_R_replays_a_run_and_job_text_is_never_markup(state, tmp_path) -> None:
+    from textual.widgets import DataTable
+
+    from gpudeck.console.screens.history import HistoryScreen
+    from gpudeck.console.screens.jobs import JobsScreen
+    script = tmp_path / "crash.py"
+    script.write_text(MARKUP_CRASHER)
+    jobs = write_jobs(tmp_path / "jobs.toml", {"marked": {"kind": "train", "cmd": [PY, str(script)]}})
+    sup = Supervisor(load_jobs(jobs), state_dir=state)
+    sup.start("marked")
+    assert sup.wait("marked", timeout=60) is not None
+    health = sup.latest("marked").path / "health.json"
+    wait_for(lambda: health.exists() and json.loads(health.read_text()).get("ended"), timeout=20, what="health")
+    app = make_console(jobs)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("3")
+        screen = await pilot_wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen) and app.screen, "history")
+        await pilot_wait_for(pilot, lambda: len(screen.rows) == 1, "the run listed")
+        assert "[red]not markup[/]" in str(screen.query_one(DataTable).get_row_at(0)[6])
+        await pilot.press("R")
+        jobs_screen = await pilot_wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen,
+                                           "jobs view replaying")
+        await pilot_wait_for(pilot, lambda: jobs_screen.replay is not None, "replay frames")
+        replay_source(app).seek(3600)
+        await pilot_wait_for(pilot, lambda: jobs_screen.jobs and jobs_screen.jobs[0].state == "exited"
+                             and jobs_screen.jobs[0].alerts, "the crash replayed")
+        banner = str(jobs_screen.query_one("#jobs-banner").render())
+        assert "[red]not markup[/]" in banner and "[link=x]" in banner
+        await pilot.press("enter")
+        pane = jobs_screen.query_one(LogViewPane)
+        await pilot_wait_for(pilot, lambda: any("[bold]loss[/bold]" in pane.line_text(i)[0]
+                                                for i in range(pane.line_count)), "log text as written")
+
+
+@pilot_test
+async def test_demo_shows_loading_eta_oom_risk_a_crash_and_a_stall_within_seconds() -> None:
+    from gpudeck.console.screens.jobs import JobsScreen
+    from gpudeck.console.widgets.replay_bar import ReplayBar
+    app = make_console(None, demo_replay=True)
+    async with app.run_test(size=(140, 40)) as pilot:
+        opened = time.monotonic()
+        await pilot.press("2")
+        screen = await pilot_wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen, "jobs view")
+        seen: set[str] = set()
+
+        def everything_seen() -> bool:
+            for job in screen.jobs:
+                seen.update(f"{job.name}:{a.code}" for a in job.alerts)
+                if job.phase == "loading" and job.progress is not None and job.progress.eta_s:
+                    seen.add(f"{job.name}:loading-eta")
+            return {"vllm-k2:loading-eta", "sgl-kernel-build:oom_risk", "vllm-eagle3:crashed",
+                    "sglang-k2:stalled"} <= seen
+        await pilot_wait_for(pilot, everything_seen, "the four stories", timeout=40, detail=lambda: seen)
+        took = time.monotonic() - opened
+        assert took <= 15, f"a newcomer waited {took:.1f}s"
+        bar = str(screen.query_one(ReplayBar).render())
+        assert "SIMULATED REPLAY" in bar
+        assert all(j.payload.get("simulated") for j in screen.jobs)
+        print(f"demo: all four stories on screen {took:.1f}s after pressing 2")

@@ -22,6 +22,7 @@ from gpudeck.console.widgets.border_titles import set_border_titles
 from gpudeck.console.widgets.box_header_panel import BoxHeaderPanel
 from gpudeck.console.widgets.engine_panel import EnginePanel
 from gpudeck.console.widgets.log_view import LogView, LogViewPane
+from gpudeck.console.widgets.replay_bar import ReplayBar
 from gpudeck.console.feeds import JobsFeed, LiveJobsSource
 from gpudeck.jobs.view import COLUMNS as VIEW_COLUMNS
 from gpudeck.jobs.view import STATE_WORDS, JobsSnapshot, JobView
@@ -213,7 +214,19 @@ class JobsScreen(Screen):
         Binding("l", "open_log", "Log", id="jobs.log", tooltip="or Enter on a row"),
         Binding("p", "pivot", "Pivot", id="jobs.pivot", tooltip="stop the running engines, start this one"),
         Binding("escape", "close_log", "Close log", show=False, id="jobs.log.close"),
+        Binding("R", "replay_selected", "Replay", id="jobs.replay", tooltip="play the selected job's latest run"),
+        # The player's keys: only while the view shows a replay (check_action hides them otherwise).
+        Binding("space", "replay_pause", "Play/pause", id="jobs.replay.pause"),
+        Binding("plus,equals_sign", "replay_faster", "Faster", key_display="+", id="jobs.replay.faster"),
+        Binding("minus", "replay_slower", "Slower", key_display="-", id="jobs.replay.slower"),
+        Binding("left_square_bracket", "replay_seek(-60)", "-1 min", key_display="[", id="jobs.replay.back"),
+        Binding("right_square_bracket", "replay_seek(60)", "+1 min", key_display="]", id="jobs.replay.forward"),
+        Binding("n", "replay_next", "Next event", id="jobs.replay.next"),
+        Binding("N", "replay_previous", "Prev event", show=False, id="jobs.replay.previous"),
     ]
+    REPLAY_ACTIONS = {"replay_pause", "replay_faster", "replay_slower", "replay_seek", "replay_next",
+                      "replay_previous"}
+    LIVE_ACTIONS = {"start_job", "stop_job", "restart_job", "pivot"}
 
     def __init__(
         self,
@@ -246,9 +259,12 @@ class JobsScreen(Screen):
         self._log_path: Optional[str] = None
         self._busy: set[str] = set()             # jobs with an action in flight
         self._layout: Optional[TableLayout] = None
+        self.replay: Any = None                  # the SessionFrame of the replayed snapshot shown; None: live
+        self._log_limits: dict[str, int] = {}
 
     def compose(self) -> ComposeResult:
         yield BoxHeaderPanel("jobs", id="header")
+        yield ReplayBar(id="jobs-replay")
         yield Static("", id="jobs-reason", markup=False)
         yield Static("", id="jobs-banner", markup=False)
         with Vertical(id="jobs-body"):
@@ -256,7 +272,7 @@ class JobsScreen(Screen):
             table: DataTable = DataTable(id="jobs-table", cursor_type="row", zebra_stripes=False, cell_padding=0)
             table.border_title = "jobs"
             yield table
-            engines = EnginePanel(clock=self.clock, id="engines")
+            engines = EnginePanel(clock=self.now, id="engines")
             engines.border_title = "engines"
             yield engines
             log = LogView(id="jobs-log")
@@ -310,8 +326,22 @@ class JobsScreen(Screen):
         return self.jobs[row]
 
     # -- snapshots from the feed (the core did the work off the UI thread) -------------------------
+    def now(self) -> float:
+        """The instant the rows are shown for: the replay's position, else the clock."""
+        return self.replay.t if self.replay is not None else self.clock()
+
     def _show_snapshot(self, snapshot: JobsSnapshot) -> None:
         self.refreshes += 1
+        was_replay = self.replay is not None
+        self.replay = snapshot.replay
+        if (snapshot.replay is not None) != was_replay:
+            # Live <-> replay: other jobs, other alerts; none of them is new to the operator.
+            self._seen_alerts = None
+            self.query_one(EnginePanel).reset_history()
+            self.refresh_bindings()
+        self.set_class(snapshot.replay is not None, "-replay")
+        self.query_one(ReplayBar).show_frame(snapshot.replay)
+        self._log_limits = dict(snapshot.log_limits)
         reason_box = self.query_one("#jobs-reason", Static)
         self.reason = snapshot.reason
         if snapshot.reason is not None:
@@ -327,6 +357,8 @@ class JobsScreen(Screen):
         self._render_table()
         self._announce_alerts()
         self._reattach_log()
+        if self._log_job is not None and self.replay is not None:
+            self.query_one(LogView).pane.set_limit(self._log_limits.get(self._log_job))
 
     def _table_width(self, table: DataTable) -> int:
         width = table.scrollable_content_region.width
@@ -335,7 +367,7 @@ class JobsScreen(Screen):
 
     def _render_table(self) -> None:
         table = self.query_one(DataTable)
-        now = self.clock()
+        now = self.now()
         variables = self.app.get_css_variables()
         layout = table_layout(self.jobs, now, self._table_width(table))
         names = [job.name for job in self.jobs]
@@ -359,7 +391,7 @@ class JobsScreen(Screen):
                 table.update_cell(job.name, column.key, cell)
 
     def _announce_alerts(self) -> None:
-        lines = banner_lines(self.jobs, self.clock())
+        lines = banner_lines(self.jobs, self.now())
         banner = self.query_one("#jobs-banner", Static)
         banner.update("\n".join(lines))
         banner.set_class(bool(lines), "-shown")
@@ -371,6 +403,11 @@ class JobsScreen(Screen):
         for key in current.keys() - self._seen_alerts:
             job, alert = current[key]
             severity = "error" if alert.is_failure else "warning"
+            if self.replay is not None:
+                # A replayed alert is history, not an emergency: said, never rung.
+                self._say(f"{job.name}: {alert.code} — {alert.message}", title="replayed alert",
+                          severity=severity, timeout=6)
+                continue
             self._say(f"{job.name}: {alert.code} — {alert.message}",
                         title="gpudeck alert", severity=severity, timeout=10)
             self.app.bell()
@@ -389,7 +426,9 @@ class JobsScreen(Screen):
         self._log_job = job
         self._log_path = path
         run_id = Path(path).parent.name
-        self.query_one(LogView).open(path, title=f"{job} · run {run_id}")
+        replayed = " · REPLAY" if self.replay is not None else ""
+        limit = self._log_limits.get(job) if self.replay is not None else None
+        self.query_one(LogView).open(path, title=f"{job} · run {run_id}{replayed}", limit=limit)
 
     def action_open_log(self) -> None:
         job = self.selected_job
@@ -417,6 +456,66 @@ class JobsScreen(Screen):
             self.remove_class("-log-open")
             self._log_job = None
             self._log_path = None
+        elif self.replay is not None:
+            leave = getattr(self.app, "leave_replay", None)
+            if leave is not None:
+                leave()
+
+    # -- replay ----------------------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # The player's keys exist only in a replay; starting and stopping only on live jobs.
+        if action in self.REPLAY_ACTIONS:
+            return self._replay_source() is not None
+        if action in self.LIVE_ACTIONS:
+            return self.replay is None
+        return True
+
+    def _replay_source(self) -> Any:
+        source = getattr(self.feed, "source", None)
+        return source if hasattr(source, "session") else None
+
+    def _player(self, verb: str, *args: Any) -> Any:
+        source = self._replay_source()
+        if source is None:
+            return None
+        return getattr(source, verb)(*args)
+
+    def action_replay_pause(self) -> None:
+        self._player("toggle_pause")
+
+    def action_replay_faster(self) -> None:
+        self._player("faster")
+
+    def action_replay_slower(self) -> None:
+        self._player("slower")
+
+    def action_replay_seek(self, seconds: float) -> None:
+        self._player("seek", float(seconds))
+
+    def action_replay_next(self) -> None:
+        source = self._replay_source()
+        if source is not None and source.next_mark() is None:
+            self._say("no later event in this replay", severity="warning", timeout=2)
+
+    def action_replay_previous(self) -> None:
+        source = self._replay_source()
+        if source is not None and source.previous_mark() is None:
+            self._say("no earlier event in this replay", severity="warning", timeout=2)
+
+    def action_replay_selected(self) -> None:
+        """The selected job's latest run, played through this view."""
+        job = self.selected_job
+        if job is None:
+            return
+        path = self.log_paths.get(job.name)
+        if path is None:
+            self._say(f"{job.name} has no run to replay yet", severity="warning", timeout=3)
+            return
+        replay = getattr(self.app, "replay_runs", None)
+        if replay is None:
+            self._say("replay is not available in this console", severity="warning", timeout=3)
+            return
+        replay([Path(path).parent])
 
     # -- actions -------------------------------------------------------------------------------------
     def _selected_name(self) -> Optional[str]:

@@ -52,6 +52,10 @@ class EnginePanel(Widget):
         self.set_class(bool(rows), "-has-engines")
         self.refresh(layout=True)
 
+    def reset_history(self) -> None:
+        """Forget the graphs (the engines shown are now others: a replay began or ended)."""
+        self._history.clear()
+
     def history(self, name: str, key: str) -> list[Optional[float]]:
         return list(self._history.get(name, {}).get(key, ()))
 

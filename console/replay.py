@@ -1,0 +1,148 @@
+"""The replay source of the jobs feed: a ReplaySession's frames published as JobsSnapshots on the live path's feed."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from textual.dom import DOMNode
+from textual.timer import Timer
+
+from gpudeck.jobs.replay import Mark, ReplaySession, jobs_snapshot
+from gpudeck.jobs.view import JobsSnapshot
+
+from gpudeck.console.feeds import JobsFeed
+
+# Frames per second of wall time while playing: twice a second keeps a 64x replay readable and
+# costs a few ms a frame (bench/bench_replay.py); a paused replay publishes only on a key.
+TICK_S = 0.5
+
+
+class ReplayJobsSource:
+    """Publishes the session's frame every TICK_S (re-armed after each frame is published, so a slow
+    frame never stacks up), and at once after a key moved the position. Read-only: no supervisor."""
+
+    supervisor = None
+
+    def __init__(self, session: ReplaySession, *, tick_s: float = TICK_S,
+                 clock: Any = time.monotonic) -> None:
+        self.session = session
+        self.tick_s = tick_s
+        self._clock = clock
+        self._feed: Optional[JobsFeed] = None
+        self._host: Optional[DOMNode] = None
+        self._timer: Optional[Timer] = None
+        self._busy = False
+        self._again = False
+        self._stopped = False
+        self._last_wall: Optional[float] = None
+        self._last: Optional[JobsSnapshot] = None
+        self.frames = 0                      # frames published (tests wait on it)
+
+    @property
+    def paths(self) -> list[Path]:
+        return [r.recording.path for r in self.session.runs]
+
+    def start(self, feed: JobsFeed, host: DOMNode) -> None:
+        self._feed, self._host = feed, host
+        self._stopped = False
+        self._last_wall = None
+        self._frame()
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+
+    def poll_now(self) -> None:
+        if self._host is None or self._stopped:
+            return
+        if self._busy:
+            self._again = True
+            return
+        self._frame()
+
+    # -- the player's keys (UI thread): each moves the session, then a frame is published at once ------
+    def toggle_pause(self) -> bool:
+        self._advance()
+        paused = self.session.toggle_pause()
+        self.poll_now()
+        return paused
+
+    def faster(self) -> float:
+        self._advance()
+        speed = self.session.faster()
+        self.poll_now()
+        return speed
+
+    def slower(self) -> float:
+        self._advance()
+        speed = self.session.slower()
+        self.poll_now()
+        return speed
+
+    def seek(self, delta: float) -> float:
+        self._advance()
+        t = self.session.seek(delta)
+        self.poll_now()
+        return t
+
+    def next_mark(self) -> Optional[Mark]:
+        self._advance()
+        mark = self.session.next_mark()
+        self.poll_now()
+        return mark
+
+    def previous_mark(self) -> Optional[Mark]:
+        self._advance()
+        mark = self.session.previous_mark()
+        self.poll_now()
+        return mark
+
+    # -- frames ---------------------------------------------------------------------------------------
+    def _advance(self) -> None:
+        """Move the position by the wall time since the last move (times the speed, unless paused)."""
+        now = self._clock()
+        if self._last_wall is not None:
+            self.session.advance(now - self._last_wall)
+        self._last_wall = now
+
+    def _frame(self) -> None:
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+        self._advance()
+        self._busy = True
+        self._host.run_worker(self._work, thread=True, group="jobs-replay", exit_on_error=False)
+
+    def _work(self) -> None:
+        try:
+            snapshot = jobs_snapshot(self.session.frame())
+        except Exception as exc:          # a broken recording shows as an error line, the last frame stays
+            last = self._last or JobsSnapshot(taken_at=self.session.position)
+            snapshot = JobsSnapshot(taken_at=last.taken_at, jobs=last.jobs, engines=last.engines,
+                                    log_paths=last.log_paths, log_limits=last.log_limits, replay=last.replay,
+                                    error=f"replay: {type(exc).__name__}: {exc}")
+        self._host.call_later(self._publish, snapshot)
+
+    def _publish(self, snapshot: JobsSnapshot) -> None:
+        self._busy = False
+        if self._stopped:
+            return
+        self._last = snapshot
+        self.frames += 1
+        self._feed.publish(snapshot)
+        if self._again:
+            self._again = False
+            self._frame()
+            return
+        session = self.session
+        if session.paused or (session.at_end and not session.loop):
+            return                           # nothing moves: the next frame comes with a key
+        self._timer = self._host.set_timer(self.tick_s, self._frame, name="jobs-replay")
+
+
+def open_session(paths: Sequence[Path], **kwargs: Any) -> ReplaySession:
+    """A session over run directories (blocking: a worker calls it)."""
+    return ReplaySession.open([Path(p) for p in paths], **kwargs)
