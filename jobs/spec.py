@@ -21,6 +21,11 @@ JOB_KINDS = ("engine", "build", "train", "stage", "service")
 ENGINES = ("vllm", "sglang")
 ENGINE_DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000}
 STOP_SIGNALS = ("TERM", "INT", "KILL", "HUP", "QUIT", "USR1", "USR2")
+BACKENDS = ("local", "slurm")
+SLURM_KEYS = ("partition", "nodes", "gpus_per_node", "time", "account", "sbatch_args")
+# sbatch options gpudeck sets itself for every Slurm run: the run's contract depends on them.
+SBATCH_OWNED = ("--output", "-o", "--error", "-e", "--parsable", "--dependency", "-d", "--job-name", "-J",
+                "--chdir", "-D", "--wrap", "--kill-on-invalid-dep", "--open-mode")
 
 # A jobs.toml is a few KiB; anything this large is a wrong path, not a config,
 # and parsing it whole would only waste memory.
@@ -51,6 +56,13 @@ class JobSpec:
     metrics_path: Optional[str] = None          # None -> the engine profile's default
     on_alert: Optional[str] = None              # shell command fired with GPUDECK_ALERT_* env
     description: Optional[str] = None
+    backend: str = "local"                      # "local" (a runner on this box) | "slurm" (sbatch)
+    partition: Optional[str] = None             # slurm: --partition
+    nodes: Optional[int] = None                 # slurm: --nodes
+    gpus_per_node: Optional[int] = None         # slurm: --gres=gpu:N
+    time: Optional[str] = None                  # slurm: --time, in Slurm's own format ("90", "1:30:00", "2-00")
+    account: Optional[str] = None               # slurm: --account
+    sbatch_args: tuple[str, ...] = ()           # slurm: more sbatch options, passed as they are
     line: int = 0                               # where the table starts in jobs.toml (1-based)
 
 
@@ -81,7 +93,7 @@ def spec_from_snapshot(data: dict) -> JobSpec:
     """The JobSpec back from spec_snapshot(); keys this version does not know are ignored."""
     names = {f.name for f in fields(JobSpec)}
     kwargs = {k: v for k, v in data.items() if k in names}
-    for key in ("gpus", "needs"):
+    for key in ("gpus", "needs", "sbatch_args"):
         if key in kwargs and kwargs[key] is not None:
             kwargs[key] = tuple(kwargs[key])
     if isinstance(kwargs.get("cmd"), list):
@@ -465,6 +477,9 @@ _JOB_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _VAR_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _GPU_RANGE_RE = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?")
+_SLURM_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+(?:,[A-Za-z0-9_.-]+)*")
+# Slurm's --time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
+_SLURM_TIME_RE = re.compile(r"\d+(?::\d{1,2}){0,2}|\d+-\d{1,2}(?::\d{1,2}){0,2}")
 
 TOP_LEVEL_KEYS = ("jobs", "vars", "on_alert", "alerts")
 ALERTS_KEYS = ("on_alert",)
@@ -472,6 +487,7 @@ JOB_KEYS = (
     "cmd", "cwd", "env", "kind", "gpus", "port", "needs", "done_when", "stop_signal",
     "stop_timeout", "stall_after", "log_keep", "engine", "python", "model",
     "health_path", "metrics_path", "on_alert", "description",
+    "backend", *SLURM_KEYS,
 )
 # Keys whose string values get `${var}` expansion.
 _EXPANDED_KEYS = ("cmd", "cwd", "env", "done_when", "model", "python", "on_alert")
@@ -701,6 +717,17 @@ class _Validator:
             fields["kind"] = "engine"
             if "port" not in fields:
                 fields["port"] = _port_from_command(fields.get("cmd")) or ENGINE_DEFAULT_PORTS[engine]
+        if fields.get("backend") == "slurm":
+            if "gpus" in table:
+                self.error(f"job {name!r} runs on Slurm: gpus picks GPUs of this box; "
+                           "use gpus_per_node (Slurm chooses the GPUs)", where + ("gpus",), "key")
+                ok = False
+        elif "backend" not in table or fields.get("backend") == "local":
+            for key in SLURM_KEYS:
+                if key in table:
+                    self.error(f"{key} is a Slurm setting: add backend = \"slurm\" to job {name!r} "
+                               "(or remove it)", where + (key,), "key")
+                    ok = False
         if not ok:
             return None
         if fields.get("done_when") is not None:
@@ -803,6 +830,43 @@ class _Validator:
             if key == "stall_after" and seconds <= 0:
                 raise _Invalid("stall_after must be longer than zero", where)
             return seconds
+        if key == "backend":
+            if not isinstance(value, str) or value not in BACKENDS:
+                raise _Invalid(f"backend must be one of {', '.join(BACKENDS)}; got {_show(value)}"
+                               f"{_suggest(value, BACKENDS) if isinstance(value, str) else ''}", where)
+            return value
+        if key in ("nodes", "gpus_per_node"):
+            least = 1 if key == "nodes" else 0
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise _Invalid(f"{key} must be an integer, got {_type_name(value)}", where)
+            if not least <= value <= 100000:
+                raise _Invalid(f"{key} must be at least {least}, got {_show(value)}", where)
+            return value
+        if key == "time":
+            return _slurm_time(value, where)
+        if key in ("partition", "account"):
+            text = self._string(value, where, expand=False)
+            if not _SLURM_NAME_RE.fullmatch(text):
+                raise _Invalid(f"{key} must be a Slurm {key} name (letters, digits, '_', '-', '.', "
+                               f"',' between several), got {_show(text)}", where)
+            return text
+        if key == "sbatch_args":
+            if not isinstance(value, list):
+                raise _Invalid(f"sbatch_args must be a list of strings like [\"--mem=64G\"], "
+                               f"got {_type_name(value)}", where)
+            args: list[str] = []
+            for index, item in enumerate(value):
+                if not isinstance(item, str):
+                    raise _Invalid(f"sbatch_args items must be strings, item {index + 1} is {_type_name(item)}",
+                                   where + (index,))
+                owned = _sbatch_owned(item)
+                if owned:
+                    raise _Invalid(f"sbatch_args: gpudeck sets {owned} itself (output goes to the run "
+                                   "directory, needs become --dependency)", where + (index,))
+                if not item.strip():
+                    raise _Invalid("sbatch_args: empty item", where + (index,))
+                args.append(item)
+            return tuple(args)
         if key == "log_keep":
             if isinstance(value, bool) or not isinstance(value, int):
                 raise _Invalid(f"log_keep must be a positive integer, got {_type_name(value)}", where)
@@ -921,6 +985,41 @@ class _Validator:
         if isinstance(needs, list) and following in needs:
             where += (needs.index(following),)
         self.error("dependency cycle: " + " -> ".join(rotated + [first]), where)
+
+
+def _sbatch_owned(item: str) -> Optional[str]:
+    """The option of an sbatch argument gpudeck sets itself ("--output=x", "-ox" -> its name), else None."""
+    if item.startswith("--"):
+        option = item.split("=", 1)[0]
+        return option if option in SBATCH_OWNED else None
+    if item.startswith("-") and item[:2] in SBATCH_OWNED:
+        return item[:2]
+    return None
+
+
+def _slurm_time(value: Any, where: tuple) -> str:
+    """A time limit as sbatch --time takes it: minutes (an integer), Slurm's "H:M:S"/"D-H" forms, or "2h"."""
+    if isinstance(value, bool):
+        raise _Invalid("time must be minutes or a Slurm time like \"1:30:00\", got a boolean", where)
+    if isinstance(value, int):
+        if value < 1:
+            raise _Invalid(f"time must be at least 1 minute, got {value}", where)
+        return str(value)
+    if not isinstance(value, str):
+        raise _Invalid(f"time must be minutes or a Slurm time like \"1:30:00\", got {_type_name(value)}", where)
+    text = value.strip()
+    if text.upper() in ("UNLIMITED", "INFINITE"):
+        return text.upper()
+    if _SLURM_TIME_RE.fullmatch(text):
+        return text
+    try:
+        seconds = parse_duration(text)
+    except ValueError:
+        raise _Invalid(f"time: bad time limit {_show(value)} (minutes, \"H:M:S\", \"D-H:M:S\", or e.g. "
+                       "\"90m\", \"2h\")", where) from None
+    if seconds < 1:
+        raise _Invalid(f"time must be longer than zero, got {_show(value)}", where)
+    return str(max(1, math.ceil(seconds / 60)))   # sbatch counts whole minutes
 
 
 # ---------------------------------------------------------------------------
