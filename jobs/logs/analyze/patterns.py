@@ -448,6 +448,9 @@ ENGINE_UMBRELLA = re.compile(
     r"|Received sigquit from a child process|EngineDeadError|EngineCore encountered a fatal error"
     r"|died unexpectedly|[Ww]orker.* died|Child process .* died|terminate called after throwing"
     r"|Traceback \(most recent call last\)|Initialization failed\. detoken|Capture cuda graph failed")
+# Slurm's step daemon writes these into the job's own output when Slurm ends the job.
+SLURM_END = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+(?: DUE TO (?P<why>[A-Z ]+?))? \*\*\*")
+SLURM_OOM = re.compile(r"Detected \d+ oom[-_ ]kill event|Exceeded (?:job|step) memory limit|exceeded memory limit")
 CRASH = re.compile(r"Segmentation fault|SIGSEGV|core dumped|Aborted \(core dumped\)|Fatal Python error")
 NOT_FAILURE_LEVELS = ("INFO", "DEBUG", "NOTICE")
 
@@ -487,6 +490,13 @@ HINTS = {
                     "compiler and TORCH_CUDA_ARCH_LIST",
     "build_segfault": "a compiler tool crashed (segfault, not OOM) — retry; if it repeats, change the CUDA "
                       "toolkit version or the arch list",
+    "slurm_time_limit": "Slurm killed the job at its time limit — raise `time` in jobs.toml (sbatch --time), "
+                        "or checkpoint and resume in shorter jobs",
+    "slurm_oom": "Slurm's memory limit killed the job — raise --mem in sbatch_args (or ask for more nodes), "
+                 "or lower the job's host memory use",
+    "slurm_node_fail": "the Slurm node failed under the job — resubmit it; tell the cluster admins if it repeats",
+    "slurm_preempted": "Slurm preempted the job for a higher-priority one — resubmit, or use a partition/QOS "
+                       "that is not preempted",
     "hang": "the engine's own watchdog found a batch stuck — usually a collective deadlock or a very slow JIT "
             "compile; try --disable-custom-all-reduce, or raise --watchdog-timeout only if it was compiling",
     "gpu_fault": "GPU hardware/driver fault (Xid) — the GPU needs a reset or the node a reboot; not a software bug",

@@ -8,7 +8,7 @@ from enum import IntEnum
 from typing import Optional
 
 from .model import (STALL_REPEATS, ALL_FAMILIES, KeyLine, F, Failure, LogAnalysis, LogWarning, M, MAX_MESSAGE, Number, P, Progress, RECOVERY_ADVANCES, S, SERVING_KEYS, SPEC_MIN_ACCEPT_LEN, SPEC_MIN_ACCEPT_RATE, SPEC_WINDOW, ServingNumbers, W)
-from .patterns import (STALL_NOTICE, engine_signals, ANSI, BAD_ARGS, BUILD_SPECIFIC, BUILD_UMBRELLA, CODE_INDENT, CRASH, CUDA_ERR, CUDA_OOM, ENGINE_UMBRELLA, ENGINE_WEAK, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HANG, HINTS, HOST_OOM, IMPORT, JIT, KV_PRESSURE, LOSS_DICT, MAKE, MARKERS, NCCL, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID, XID_APP, XID_NOISE, clock, is_build_tool, label_phase, num, parse_serving_stats_line, series_label, strip_prefixes, ts_seconds)
+from .patterns import (STALL_NOTICE, engine_signals, ANSI, BAD_ARGS, BUILD_SPECIFIC, BUILD_UMBRELLA, CODE_INDENT, CRASH, CUDA_ERR, CUDA_OOM, ENGINE_UMBRELLA, ENGINE_WEAK, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HANG, HINTS, HOST_OOM, IMPORT, JIT, KV_PRESSURE, LOSS_DICT, SLURM_END, SLURM_OOM, MAKE, MARKERS, NCCL, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID, XID_APP, XID_NOISE, clock, is_build_tool, label_phase, num, parse_serving_stats_line, series_label, strip_prefixes, ts_seconds)
 
 
 class Spec(IntEnum):
@@ -537,7 +537,9 @@ class State:
         if self.first_error is None:
             self.first_error = cand
         if cand.spec >= Spec.EXCEPTION:
-            if self.best is None or cand.spec > self.best.spec:
+            # Slurm's own OOM line names the limit that killed it: a better hint than the bare "Killed" above it.
+            if (self.best is None or cand.spec > self.best.spec
+                    or (cand.hint_key == "slurm_oom" and self.best.cause == "host_oom")):
                 self.best = cand
         elif cand.spec == Spec.UMBRELLA:
             if self.first_low is None:
@@ -552,6 +554,19 @@ class State:
         msg = body[:MAX_MESSAGE]
         building = self.phase == "building"
 
+        if "slurmstepd" in body or body.startswith("***"):
+            end = SLURM_END.search(body)
+            if end is not None:
+                why = end.group("why") or ""
+                if why == "TIME LIMIT":
+                    return _Candidate(Spec.SPECIFIC, "time_limit", line, msg, "slurm_time_limit", sig="SLURM_END")
+                if why.startswith("NODE FAIL"):
+                    return _Candidate(Spec.SPECIFIC, "node_fail", line, msg, "slurm_node_fail", sig="SLURM_END")
+                if why == "PREEMPTION":
+                    return _Candidate(Spec.SPECIFIC, "preempted", line, msg, "slurm_preempted", sig="SLURM_END")
+                return None               # scancel: a stop someone asked for, not a failure
+            if SLURM_OOM.search(body):
+                return _Candidate(Spec.SPECIFIC, "host_oom", line, msg, "slurm_oom", sig="SLURM_OOM")
         if "Xid" in body:
             x = XID.search(body)
             code = int(x.group(1)) if x else None
