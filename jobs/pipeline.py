@@ -79,7 +79,8 @@ def start_pipeline(supervisor, target: str) -> Pipeline:
         pipe = Pipeline(path)
         write_json_atomic(path / META, {
             "target": target, "stages": stages, "created_at": time.time(),
-            "jobs_file": str(supervisor.jobs_file.path), "state_dir": str(supervisor.state_dir),
+            # Absolute: the pipeline process runs in another directory, and stages' cwd is relative to it.
+            "jobs_file": str(Path(supervisor.jobs_file.path).resolve()), "state_dir": str(supervisor.state_dir),
             "specs": {name: spec_snapshot(supervisor.jobs_file.jobs[name]) for name in stages},
             "vars": dict(getattr(supervisor.jobs_file, "vars", {}) or {}),
         })
@@ -128,14 +129,31 @@ class PipelineRunner:
         write_json_atomic(self.pipe.path / META, meta)
         sup = self._supervisor()
         self.pipe.add_event("PipelineStarted", stages=meta["stages"])
+        # Slurm stages are queued at once, each --dependency=afterok on the queued stages it
+        # needs, so Slurm advances them with or without this process; `queued` are the ones
+        # whose end is still to be recorded, in order.
+        self.queued: list[tuple[str, str]] = []
+        self.slurm_ids: dict[str, str] = {}
         for stage in meta["stages"]:
             if self.stop_requested:
-                return self._finish(False, stage, stopped=True)
+                failed = self._drain(sup)
+                return self._finish(False, failed[0] if failed else stage, stopped=True)
             spec = sup.spec(stage)
             done = sup.done_path(spec)
             if done is not None and done.exists():
                 self.pipe.add_event("StageSkipped", stage=stage, reason=f"{done} exists")
                 continue
+            if spec.backend == "slurm":
+                error = self._queue(sup, stage, spec)
+                if error is not None:
+                    self._cancel_queued(sup)
+                    self._drain(sup)
+                    return self._finish(False, stage, error=error)
+                continue
+            # A local stage may need any stage queued before it: their ends come first.
+            failed = self._drain(sup)
+            if failed is not None:
+                return self._finish(False, failed[0], **failed[1])
             from gpudeck.jobs.supervisor import JobAlreadyRunning
             try:
                 run_id = sup.start(stage, pipeline=self.pipe.pipeline_id)
@@ -145,16 +163,76 @@ class PipelineRunner:
                 self.pipe.add_event("StageFailedToStart", stage=stage, error=str(exc))
                 return self._finish(False, stage, error=str(exc))
             self.pipe.add_event("StageStarted", stage=stage, run_id=run_id)
-            record = self._wait(sup, stage, run_id)
-            code = record.get("exit_code") if record else None
-            ok = record is not None and code == 0
-            self.pipe.add_event("StageFinished", stage=stage, run_id=run_id, ok=ok, exit_code=code,
-                                signal=(record or {}).get("signal"),
-                                stopped=bool((record or {}).get("stopped_by_request")))
-            if not ok:
-                return self._finish(False, stage, exit_code=code, signal=(record or {}).get("signal"),
-                                    stopped=self.stop_requested or bool((record or {}).get("stopped_by_request")))
+            failed = self._record_end(sup, stage, run_id)
+            if failed is not None:
+                return self._finish(False, stage, **failed)
+        failed = self._drain(sup)
+        if failed is not None:
+            return self._finish(False, failed[0], **failed[1])
         return self._finish(True, None)
+
+    def _queue(self, sup, stage: str, spec) -> Optional[str]:
+        """sbatch a Slurm stage after the queued stages it needs; an error message if it could not be."""
+        from gpudeck.jobs.runs import find_run
+        from gpudeck.jobs.supervisor import JobAlreadyRunning
+        after = [self.slurm_ids[dep] for dep in spec.needs if dep in self.slurm_ids]
+        try:
+            run_id = sup.start(stage, pipeline=self.pipe.pipeline_id, after=after)
+        except JobAlreadyRunning as exc:
+            run_id = exc.run_id
+        except Exception as exc:
+            self.pipe.add_event("StageFailedToStart", stage=stage, error=str(exc))
+            return str(exc)
+        run = find_run(stage, run_id, sup.state_dir)
+        job_id = str((run.meta() if run is not None else {}).get("slurm_job_id") or "")
+        if job_id:
+            self.slurm_ids[stage] = job_id
+        self.queued.append((stage, run_id))
+        self.pipe.add_event("StageQueued", stage=stage, run_id=run_id, slurm_job_id=job_id or None, after=after)
+        return None
+
+    def _drain(self, sup) -> Optional[tuple[str, dict]]:
+        """Record the end of every queued stage, in order; (stage, why) of the first that failed, else None."""
+        failed: Optional[tuple[str, dict]] = None
+        while self.queued:
+            stage, run_id = self.queued.pop(0)
+            if failed is not None or self.stop_requested:
+                # The rest are cancelled (Slurm cancels the dependants of a failure itself;
+                # this also ends queued stages that did not depend on it).
+                self._stop_stage(sup, stage, run_id)
+            why = self._record_end(sup, stage, run_id)
+            self.slurm_ids.pop(stage, None)
+            if why is not None and failed is None:
+                failed = (stage, why)
+        return failed
+
+    def _cancel_queued(self, sup) -> None:
+        for stage, run_id in self.queued:
+            self._stop_stage(sup, stage, run_id)
+
+    def _stop_stage(self, sup, stage: str, run_id: str) -> None:
+        from gpudeck.jobs.runs import find_run
+        run = find_run(stage, run_id, sup.state_dir)
+        if run is not None and run.exit_record() is None:
+            self.pipe.add_event("StageStopRequested", stage=stage, run_id=run_id)
+            try:
+                sup.stop(stage)
+            except Exception as exc:          # a stage that cannot be stopped must not lose the record
+                self.pipe.add_event("StageStopFailed", stage=stage, run_id=run_id, error=str(exc))
+
+    def _record_end(self, sup, stage: str, run_id: str) -> Optional[dict]:
+        """Wait for one stage's end and record it; None when it succeeded, else what the result says."""
+        record = self._wait(sup, stage, run_id)
+        code = record.get("exit_code") if record else None
+        ok = record is not None and code == 0
+        self.pipe.add_event("StageFinished", stage=stage, run_id=run_id, ok=ok, exit_code=code,
+                            signal=(record or {}).get("signal"),
+                            stopped=bool((record or {}).get("stopped_by_request")),
+                            **({"slurm_state": record["slurm_state"]} if record and record.get("slurm_state") else {}))
+        if ok:
+            return None
+        return {"exit_code": code, "signal": (record or {}).get("signal"),
+                "stopped": self.stop_requested or bool((record or {}).get("stopped_by_request"))}
 
     def _on_term(self, *_) -> None:
         self.stop_requested = True
@@ -167,6 +245,11 @@ class PipelineRunner:
             record = run.exit_record()
             if record is not None:
                 return record
+            if run.meta().get("backend") == "slurm":
+                from gpudeck.jobs.slurm import reconcile
+                reconcile(run)          # a watcher that died is replaced; an end Slurm reports is recorded
+                if run.exit_record() is not None:
+                    continue
             if run.state().state == "lost":
                 return None
             if self.stop_requested and not stop_sent:

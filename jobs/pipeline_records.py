@@ -80,6 +80,8 @@ class Pipeline:
             elif kind == "StageStarted":
                 stage.update(status="running", run_id=ev.get("run_id"))
                 current = ev.get("stage")
+            elif kind == "StageQueued":         # handed to Slurm, which starts it when its needs succeeded
+                stage.update(status="queued", run_id=ev.get("run_id"), slurm_job_id=ev.get("slurm_job_id"))
             elif kind == "StageFinished":
                 stage.update(status="succeeded" if ev.get("ok") else "failed",
                              exit_code=ev.get("exit_code"), run_id=ev.get("run_id") or stage["run_id"])

@@ -346,6 +346,8 @@ class Run:
                       started_at=_timestamp(meta.get("started_at")) or _timestamp(meta.get("created_at")),
                       runner_alive=runner_alive, job_alive=job_alive)
         record = self.exit_record()
+        if meta.get("backend") == "slurm" and record is None:
+            return self._slurm_state(meta, now, common)
         if record is not None:
             state = "stopped" if record.get("stopped_by_request") else "exited"
             return RunState(state=state, ended_at=_timestamp(record.get("ended_at")),
@@ -358,6 +360,21 @@ class Run:
             return RunState(state="running" if job is not None else "starting", **common)
         if runner is None and job is None and now - _number(meta.get("created_at")) < STARTING_GRACE_S:
             return RunState(state="starting", **common)
+        return RunState(state="lost", **common)
+
+
+    def _slurm_state(self, meta: dict, now: float, common: dict) -> RunState:
+        """A Slurm run not yet ended: its watcher's last reading (slurm.json), queued -> starting."""
+        live = read_json(self.path / "slurm.json") or {}
+        slurm_state = live.get("state")
+        queued = slurm_state in (None, "PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+                                 "RESV_DEL_HOLD", "SUSPENDED", "STOPPED")
+        polled = _number(live.get("polled_at"))
+        # Alive: the watcher runs, or Slurm was read moments ago (by a reader that re-attached).
+        if common["runner_alive"] or now - polled < 30 or now - _number(meta.get("created_at")) < STARTING_GRACE_S:
+            if self.stop_requested():
+                return RunState(state="stopping", **common)
+            return RunState(state="starting" if queued else "running", **common)
         return RunState(state="lost", **common)
 
 

@@ -73,6 +73,8 @@ class JobState:
     gpus: tuple[int, ...] = ()
     runner_alive: bool = False
     pgid: Optional[int] = None
+    backend: str = "local"
+    slurm: Optional[dict] = None     # {"job_id", "state", "reason", "nodes", "text"} for a Slurm run
 
     @property
     def live(self) -> bool:
@@ -118,12 +120,15 @@ class StopReport:
     gpu_holders: list[ProcessReport] = field(default_factory=list)   # anything still on the job's GPUs
     duration_s: float = 0.0
     message: str = ""
+    slurm_job_id: Optional[str] = None
+    slurm_state: Optional[str] = None                  # Slurm's state once stop is done (final: CANCELLED...)
+    slurm_final: Optional[bool] = None                 # None: not a Slurm run
 
     @property
     def clean(self) -> bool:
         """Nothing of the run is alive, its port is free and no process of it holds GPU memory."""
         return (not self.remaining and self.port_free is not False
-                and not any(h.owned for h in self.gpu_holders))
+                and not any(h.owned for h in self.gpu_holders) and self.slurm_final is not False)
 
     def to_jsonable(self) -> dict:
         data = dataclasses.asdict(self)
@@ -139,6 +144,8 @@ class StopReport:
             out.append(f"port {self.port} still listening: {holders}")
         for p in self.gpu_holders:
             out.append(f"GPU memory still held: {p.describe()}")
+        if self.slurm_final is False:
+            out.append(f"slurm job {self.slurm_job_id} still {self.slurm_state or 'unknown'} after scancel")
         if not self.gpu_checked and self.was_running:
             out.append(f"GPU memory not checked: {self.gpu_unavailable_reason or 'NVML unavailable'}")
         return out
@@ -259,8 +266,12 @@ class Supervisor:
         return Path(self.job_cwd(spec)) / os.path.expanduser(spec.done_when)
 
     # -- start ---------------------------------------------------------------
-    def start(self, name: str, *, pipeline: Optional[str] = None) -> str:
-        """Start a run of `name` under a detached runner; returns its run id within about a second."""
+    def start(self, name: str, *, pipeline: Optional[str] = None, after: Optional[list[str]] = None) -> str:
+        """Start a run of `name` under a detached runner; returns its run id within about a second.
+
+        A `backend = "slurm"` job is submitted with sbatch instead (gpudeck.jobs.slurm);
+        `after` are Slurm job ids it must wait for (--dependency=afterok).
+        """
         spec = self.spec(name)
         job_runs = ensure_job_dir(name, self.state_dir)
         # Check-and-create under a lock: two CLIs (or a CLI and the console) starting the
@@ -289,9 +300,16 @@ class Supervisor:
             jobs_file=str(self.jobs_file.path), created_at=time.time(),
             started_by={"pid": os.getpid(), "user": os.environ.get("USER")},
             stop_signal=spec.stop_signal, stop_timeout=spec.stop_timeout,
-            port=spec.port, gpus=list(spec.gpus), pipeline=pipeline,
+            port=spec.port, gpus=list(spec.gpus), pipeline=pipeline, backend=spec.backend,
             # resolved here (job's own, else the file-wide default): the runner fires it with no jobs.toml at hand
             on_alert=self.jobs_file.alert_command(name))
+        if spec.backend == "slurm":
+            self._submit_slurm(run, spec, env, after or [])
+            try:
+                prune_runs(name, spec.log_keep, self.state_dir)
+            except OSError:
+                pass
+            return run.run_id
         runner_env = {k: v for k, v in os.environ.items()
                       if k not in (RUN_TAG, "GPUDECK_JOB", "GPUDECK_RUN_DIR")}
         # The runner's own diagnostics (a traceback if it ever fails) go beside the run.
@@ -318,6 +336,20 @@ class Supervisor:
             pass
         return run.run_id
 
+    def _submit_slurm(self, run: Run, spec: JobSpec, env: dict, after: list[str]) -> None:
+        from gpudeck.jobs import slurm
+        try:
+            job_id = slurm.submit(run, spec, self.job_cwd(spec), env, after)
+        except slurm.SlurmError as exc:
+            run.add_event("JobFailedToStart", error=str(exc))
+            run.write_exit({"exit_code": None, "signal": None, "ended_at": time.time(), "error": str(exc),
+                            "stopped_by_request": False, "leftovers": [], "backend": "slurm"})
+            raise SupervisorError(f"{spec.name}: not submitted: {exc}") from None
+        run.update_meta(slurm_job_id=job_id, slurm_after=after)
+        slurm.write_live(run, {"job_id": job_id, "state": "PENDING", "reason": None, "nodes": None})
+        run.add_event("SlurmSubmitted", slurm_job_id=job_id, after=after)
+        slurm.launch_watcher(run)
+
     # -- states --------------------------------------------------------------
     def job_state(self, name: str, listening: Optional[dict[int, set[int]]] = None) -> JobState:
         spec = self.spec(name)
@@ -327,12 +359,30 @@ class Supervisor:
         if run is None:
             return JobState(name=name, kind=spec.kind, state="idle", port=spec.port,
                             port_open=port_open, gpus=tuple(spec.gpus))
+        slurm_fields = None
+        if run.meta().get("backend") == "slurm":
+            slurm_fields = self._slurm_fields(run)
+            port_open = None               # the port is on a Slurm node, not on this box
         rs: RunState = run.state()
         return JobState(
             name=name, kind=spec.kind, state=rs.state, pid=rs.job_pid, run_id=run.run_id,
             exit_code=rs.exit_code, signal=rs.signal, started_at=rs.started_at, ended_at=rs.ended_at,
             port=spec.port, port_open=port_open, gpus=tuple(spec.gpus), runner_alive=rs.runner_alive,
-            pgid=rs.pgid)
+            pgid=rs.pgid, backend="slurm" if slurm_fields is not None else "local", slurm=slurm_fields)
+
+    @staticmethod
+    def _slurm_fields(run: Run) -> dict:
+        """Slurm's own view of the run (job id, state, reason, nodes), re-attaching a watcher that died."""
+        from gpudeck.jobs import slurm
+        slurm.reconcile(run)
+        meta = run.meta()
+        live = slurm.live(run)
+        record = run.exit_record() or {}
+        data = {"job_id": meta.get("slurm_job_id"), "state": record.get("slurm_state") or live.get("state"),
+                "reason": record.get("slurm_reason") if record else live.get("reason"),
+                "nodes": record.get("nodes") or live.get("nodes") or meta.get("nodes")}
+        data["text"] = slurm.describe(data)
+        return data
 
     def job_states(self) -> list[JobState]:
         listening = listening_ports()
@@ -373,6 +423,8 @@ class Supervisor:
             return self._verify(StopReport(job=name, run_id=None, was_running=False, port=spec.port,
                                            message=f"{name} was never started by gpudeck; nothing signalled"),
                                 spec, None, started)
+        if run.meta().get("backend") == "slurm":
+            return self._stop_slurm(run, spec, timeout, started)
         was_starting = run.state().state == "starting"
         if was_starting:
             # Recorded first: a runner not yet up (a loaded box) reads it and never launches
@@ -426,6 +478,35 @@ class Supervisor:
         self._await_exit_record(run)
         report.message = f"stopped {name} (run {run.run_id})" + (" after SIGKILL" if report.escalated else "")
         return self._verify(report, spec, run, started)
+
+    def _stop_slurm(self, run: Run, spec: JobSpec, timeout: Optional[float], started: float) -> StopReport:
+        """scancel with the stop signal, scancel after the grace period, then Slurm's final state as proof."""
+        from gpudeck.jobs import slurm
+        job_id = str(run.meta().get("slurm_job_id") or "")
+        report = StopReport(job=spec.name, run_id=run.run_id, was_running=False, slurm_job_id=job_id or None,
+                            gpu_unavailable_reason="a Slurm job's GPUs are freed by Slurm on its node")
+        if not job_id:
+            report.message = f"{spec.name} (run {run.run_id}) was never submitted to Slurm"
+            return report
+        grace = spec.stop_timeout if timeout is None else timeout
+        try:
+            result = slurm.stop(run, spec.stop_signal, grace)
+        except slurm.SlurmError as exc:
+            raise SupervisorError(f"{spec.name}: {exc}") from None
+        report.was_running = result["was_running"]
+        report.signal = result["signal"]
+        report.escalated = result["escalated"]
+        report.slurm_state = result["state"]
+        report.slurm_final = result["final"]
+        if report.was_running:
+            run.add_event("StopVerified", clean=report.clean, slurm_job_id=job_id, slurm_state=result["state"])
+            how = " after scancel" if report.escalated else ""
+            report.message = f"stopped {spec.name} (run {run.run_id}, slurm job {job_id} {result['state']}){how}"
+        else:
+            report.message = (f"{spec.name} is not running (run {run.run_id}, slurm job {job_id} "
+                              f"{result['state'] or 'unknown to Slurm'})")
+        report.duration_s = round(time.monotonic() - started, 3)
+        return report
 
     @staticmethod
     def _launch_settled(run: Run) -> bool:
