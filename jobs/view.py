@@ -23,7 +23,7 @@ STATE_WORDS = ("idle", "starting", "running", "stopping", "stopped", "exited", "
 # The row's columns, in order: (key, label). Faces choose which to show; the texts are these.
 COLUMNS = (("name", "name"), ("kind", "kind"), ("state", "state"), ("runtime", "runtime"), ("pid", "pid"),
            ("run", "run"), ("port", "port"), ("gpus", "gpus"), ("exit", "exit"), ("alerts", "alerts"),
-           ("serving", "serving"), ("phase", "phase / progress"))
+           ("serving", "serving"), ("slurm", "slurm"), ("phase", "phase / progress"))
 
 
 def human_age(seconds: Optional[float]) -> str:
@@ -180,6 +180,7 @@ class JobView:
     alerts: tuple[AlertView, ...] = ()
     failure: Optional[FailureView] = None
     serving: Optional[ServingView] = None
+    slurm: Optional[str] = None      # a Slurm run: "10 PENDING (Dependency)", "10 RUNNING on node12", "10 TIMEOUT"
     payload: dict = field(default_factory=dict, compare=False, repr=False)   # the record it came from
 
     @classmethod
@@ -199,6 +200,7 @@ class JobView:
             alerts=tuple(a for a in (AlertView.from_payload(x) for x in alerts) if a is not None),
             failure=FailureView.from_payload(job.get("failure")),
             serving=ServingView.from_payload(job.get("serving")),
+            slurm=_slurm_text(job.get("slurm")),
             payload=job)
 
     # -- meaning -----------------------------------------------------------------------------------
@@ -265,9 +267,16 @@ class JobView:
     def cells(self, now: float, compact: bool = False) -> dict[str, str]:
         """Each column's text, by the keys of COLUMNS."""
         return {"name": self.name, "kind": self.kind, "state": self.state_text(), "runtime": self.runtime_text(now),
-                "pid": EMPTY if self.pid is None else str(self.pid), "run": clean(self.run_id, 32) or EMPTY,
+                "pid": self.pid_text(), "run": clean(self.run_id, 32) or EMPTY,
                 "port": self.port_text(), "gpus": self.gpus_text(), "exit": self.exit_text(),
-                "alerts": self.alerts_text(), "serving": self.serving_text(), "phase": self.progress_text(compact)}
+                "alerts": self.alerts_text(), "serving": self.serving_text(), "slurm": self.slurm or "",
+                "phase": self.progress_text(compact)}
+
+    def pid_text(self) -> str:
+        if self.pid is not None:
+            return str(self.pid)
+        job_id = _dict(self.payload.get("slurm")).get("job_id")
+        return clean(f"slurm:{job_id}", 16) if job_id else EMPTY
 
     def notice_lines(self, now: float) -> list[str]:
         """What the operator must act on, one line each: its alerts, and a failure no alert names."""
@@ -280,6 +289,14 @@ class JobView:
             hint = f" — {self.failure.hint}" if self.failure.hint else ""
             lines.append(clean(f"⚠ {self.name}: {self.failure.cause}{where}{hint}", 300))
         return lines
+
+
+def _slurm_text(data: Any) -> Optional[str]:
+    """Slurm's own words for a Slurm run: its job id and state (with the reason while pending)."""
+    data = _dict(data)
+    if not data.get("job_id"):
+        return None
+    return clean(f"{data.get('job_id')} {data.get('text') or data.get('state') or ''}".strip(), 48)
 
 
 def job_views(payload: Any) -> list[JobView]:

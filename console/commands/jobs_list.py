@@ -24,7 +24,7 @@ CLI_COLUMNS = tuple((key, label) for key, label in COLUMNS if key != "alerts")
 def table_lines(views: list[JobView], now: float) -> list[str]:
     """The table and, under it, one line per alert or failure: the same words as the console's jobs view."""
     shown = [(key, label) for key, label in CLI_COLUMNS
-             if key != "serving" or any(view.serving_text() for view in views)]
+             if key not in ("serving", "slurm") or any(view.cells(now)[key] for view in views)]
     rows = [tuple(label.split(" /")[0].upper() for _, label in shown)]
     for view in views:
         cells = view.cells(now)

@@ -83,11 +83,12 @@ TABLE_COLUMNS = (
     ("exit", 8, 7),
     ("alerts", 24, 2),
     ("serving", 34, 0),
+    ("slurm", 30, 5),
     (PHASE_KEY, None, None),     # last: it takes what is left
 )
 LABELS = dict(VIEW_COLUMNS)
 KEEP_WHILE_PHASE = {"kind": 28, "gpus": 16, "exit": 14, "port": 14, "runtime": 12, "pid": 40, "alerts": 40,
-                    "run": 40, "serving": 40}
+                    "run": 40, "serving": 40, "slurm": 30}
 COMPACT_BELOW = 110         # table widths under this leave out a phase that repeats the state
 
 
@@ -103,8 +104,9 @@ def table_layout(jobs: list[JobView], now: float, width: int) -> TableLayout:
         return min(longest, cap)
 
     sized = {key: needed(key, cap) for key, cap, _ in TABLE_COLUMNS if cap is not None}
-    # A column with nothing in any row (serving on a box without engines) takes no room.
-    kept = {key for key, cap, _ in TABLE_COLUMNS if key != "serving" or any(t[key] for t in texts)}
+    # A column with nothing in any row (serving on a box without engines, slurm without Slurm jobs) takes no room.
+    kept = {key for key, cap, _ in TABLE_COLUMNS
+            if key not in ("serving", "slurm") or any(t[key] for t in texts)}
 
     def phase_width() -> int:
         used = sum(sized[key] + CELL_GAP for key in kept if key != PHASE_KEY)
