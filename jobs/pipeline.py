@@ -26,6 +26,8 @@ from gpudeck.jobs.runs import (PRIVATE_DIR_MODE, ensure_private_dir, new_run_id,
 from gpudeck.jobs.spec import spec_snapshot
 
 POLL_S = 0.5
+# After a Slurm stage fails, how long its dependants get for Slurm to cancel them itself.
+DOOMED_WAIT_S = 10.0
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -213,6 +215,16 @@ class PipelineRunner:
     def _stop_stage(self, sup, stage: str, run_id: str) -> None:
         from gpudeck.jobs.runs import find_run
         run = find_run(stage, run_id, sup.state_dir)
+        if run is not None and run.exit_record() is None and not self.stop_requested \
+                and run.meta().get("slurm_after"):
+            # Queued after a stage that failed: Slurm cancels it itself (DependencyNeverSatisfied),
+            # which says why better than a stop; one whose dependencies all succeeded is stopped.
+            from gpudeck.jobs.slurm import doomed
+            deadline = time.monotonic() + DOOMED_WAIT_S
+            while time.monotonic() < deadline and not doomed(run):
+                time.sleep(0.25)
+            if doomed(run):
+                return
         if run is not None and run.exit_record() is None:
             self.pipe.add_event("StageStopRequested", stage=stage, run_id=run_id)
             try:

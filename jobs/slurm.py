@@ -220,7 +220,8 @@ def sacct(job_id: str, env: Optional[dict] = None) -> Optional[Accounting]:
         # TIMEOUT and CANCELLED leave 0:0 on the job line; the batch step has the signal it died of.
         code, sig = parse_exit(batch[2])
     return Accounting(state=state, exit_code=code, signal=sig,
-                      reason=job[3] if job[3] not in ("", "None") else None, nodes=job[4] or None,
+                      reason=job[3] if job[3] not in ("", "None") else None,
+                      nodes=job[4] if job[4] not in ("", "None assigned") else None,
                       start=parse_time(job[5]), end=parse_time(job[6]), cpu_s=parse_duration(job[7]),
                       max_rss=max_rss or None)
 
@@ -268,11 +269,40 @@ def sinfo(partitions: list[str], env: Optional[dict] = None) -> list[dict]:
     return nodes
 
 
+def cluster_status(jobs_file: Any) -> Optional[dict]:
+    """`status`'s Slurm part: the nodes and GPUs of the partitions the Slurm jobs use; None without Slurm jobs."""
+    specs = [spec for spec in jobs_file.jobs.values() if spec.backend == "slurm"]
+    if not specs:
+        return None
+    # A job without a partition goes to the cluster's default one: then every partition is of interest.
+    partitions = sorted({spec.partition for spec in specs if spec.partition}) if all(
+        spec.partition for spec in specs) else []
+    try:
+        nodes = sinfo(partitions)
+    except SlurmError as exc:
+        return {"partitions": partitions, "nodes": [], "gpus": None, "gpus_used": None, "error": str(exc)}
+    return {"partitions": partitions or sorted({n["partition"] for n in nodes}), "nodes": nodes,
+            "gpus": sum(n["gpus"] for n in nodes), "gpus_used": sum(n["gpus_used"] for n in nodes), "error": None}
+
+
+def status_lines(data: dict) -> list[str]:
+    """The Slurm part of `status` as text: one line per partition's summary, one per node."""
+    if data.get("error"):
+        return [f"slurm: {data['error']}"]
+    nodes = data.get("nodes") or []
+    lines = [f"slurm partition {','.join(data.get('partitions') or []) or '(default)'}: {len(nodes)} node"
+             f"{'s' if len(nodes) != 1 else ''}, GPUs {data.get('gpus_used')}/{data.get('gpus')} in use"]
+    for n in nodes:
+        lines.append(f"  {n['node']:<16} {n['partition']:<10} {n['state']:<12} CPUs {n['cpus_alloc']}/{n['cpus']}"
+                     f"  GPUs {n['gpus_used']}/{n['gpus']}")
+    return lines
+
+
 def _int(text: str) -> Optional[int]:
     return int(text) if text.isdigit() else None
 
 
-_GPU_GRES = re.compile(r"(?:^|,)gpu(?::[A-Za-z0-9_.-]+)?:(\d+)")
+_GPU_GRES = re.compile(r"(?:^|,)gpu(?::(?:\(null\)|[A-Za-z0-9_.-]+))?:(\d+)")
 
 
 def _gpu_count(gres: str) -> int:
@@ -343,7 +373,9 @@ def exit_record(job_id: str, state: str, acct: Optional[Accounting], stopped: bo
         code, sig = acct.exit_code, acct.signal
     exit_code: Optional[int] = code
     sig_name: Optional[str] = None
-    if sig and 0 < sig < 65:                 # 125 (OOM) and other markers are not signals
+    if state == "OUT_OF_MEMORY" and not (sig and 0 < sig < 65):
+        sig = 9               # Slurm's 0:125 marks the OOM kill; what the process got was the kernel's SIGKILL
+    if sig and 0 < sig < 65:                 # other markers (Slurm's 125...) are not signals
         exit_code, sig_name = 128 + sig, signal_name(sig)
     if state != "COMPLETED" and exit_code == 0:
         exit_code = None
@@ -355,8 +387,9 @@ def exit_record(job_id: str, state: str, acct: Optional[Accounting], stopped: bo
         "note": f"Slurm: {FINAL_NOTES.get(state, state.lower())}",
     }
     if acct is not None:
-        record.update(slurm_reason=acct.reason, nodes=acct.nodes, cpu_s=acct.cpu_s, max_rss=acct.max_rss,
-                      started_at=acct.start)
+        # slurmctld's reason is the later word (DependencyNeverSatisfied; sacct still says Dependency).
+        record.update(slurm_reason=(job.reason if job is not None and job.reason else acct.reason),
+                      nodes=acct.nodes, cpu_s=acct.cpu_s, max_rss=acct.max_rss, started_at=acct.start)
     elif job is not None:
         record.update(slurm_reason=job.reason, nodes=job.nodes, started_at=job.start)
     return record
@@ -498,6 +531,17 @@ def stop(run: Run, stop_signal: str, timeout: float) -> dict:
     return result
 
 
+def doomed(run: Run) -> bool:
+    """Slurm has ended the run, or will never start it (a dependency failed)."""
+    if run.exit_record() is not None:
+        return True
+    try:
+        job = squeue(str(run.meta().get("slurm_job_id") or ""))
+    except SlurmError:
+        return False
+    return job is None or job.final or job.reason == "DependencyNeverSatisfied"
+
+
 # -- readers -----------------------------------------------------------------------------
 
 def reconcile(run: Run) -> None:
@@ -514,7 +558,7 @@ def reconcile(run: Run) -> None:
         if job is None or job.final:
             acct = accounting_when_final(str(job_id), 0)
             if acct is not None:
-                finalize(run, acct.state, acct)
+                finalize(run, acct.state, acct, job)
                 return
             if job is not None:
                 finalize(run, job.state, None, job)
@@ -663,6 +707,8 @@ class Watcher:
             self._tick(time.time(), self._last_size, False, alive=False)
             for monitor in list(self.monitors):
                 self._call(monitor, "finished", self.run, record)
+        else:
+            index_at_end(self.run)          # never ran (cancelled while queued): still a run of the history
         return True
 
     def _tick(self, now: float, size: int, grew: bool, alive: bool) -> None:
@@ -686,6 +732,14 @@ class Watcher:
                 self.monitors.remove(monitor)
             self.run.add_event("MonitorFailed", monitor=type(monitor).__name__, method=method, error=repr(exc),
                                traceback=traceback.format_exc(limit=5))
+
+
+def index_at_end(run: Run) -> None:
+    try:
+        from gpudeck.jobs.history.index import index_run_at_end
+        index_run_at_end(run.path)
+    except Exception as exc:             # the history is rebuilt from run dirs; a failure here loses nothing
+        run.add_event("MonitorFailed", monitor="history index", error=repr(exc))
 
 
 def load_monitors(run: Run) -> list[Any]:
