@@ -217,6 +217,9 @@ def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
         if isinstance(alert, dict) and isinstance(alert.get("code"), str) and alert["code"] not in alerts_raised:
             alerts_raised.append(alert["code"])
     failed = _is_failed(state, code, sig, stopped_by, failure, alerts_raised)
+    slurm_state = _text((exit_record or {}).get("slurm_state"))
+    if slurm_state and slurm_state not in ("COMPLETED", "CANCELLED") and not stopped_by:
+        failed = True          # TIMEOUT, OUT_OF_MEMORY, NODE_FAIL...: Slurm ended it, whatever the exit code
     phases_list = [p for p in summary.get("phases") or [] if isinstance(p, dict)]
     phases = phase_durations(phases_list, ended or (now if state in ("running", "stopping") else None))
     load_s = None
