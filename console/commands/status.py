@@ -32,6 +32,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_status, remote_ok=True)
 
 
+def _slurm_status(args: argparse.Namespace):
+    """sinfo of the partitions the jobs file's Slurm jobs use; None without such jobs (or a usable jobs file)."""
+    from gpudeck.jobs.paths import find_jobs_file
+    from gpudeck.jobs.spec import SpecError, load_jobs
+    path = find_jobs_file(getattr(args, "jobs_file", None))
+    if path is None or not path.exists():
+        return None
+    try:
+        jobs_file = load_jobs(path)
+    except SpecError:
+        return None          # status is about the box; `gpudeck check` reports a broken jobs file
+    from gpudeck.jobs.slurm import cluster_status
+    return cluster_status(jobs_file)
+
+
 def run_status(args: argparse.Namespace) -> int:
     if args.interval < 0:
         raise CliError("--interval must be >= 0", code=2)
@@ -52,6 +67,9 @@ def run_status(args: argparse.Namespace) -> int:
         # Every vLLM/SGLang on the box, gpudeck's (managed) or not (foreign).
         from gpudeck.jobs.engines.discovery import discover_engines, engines_payload
         snapshot.extra["engines"] = engines_payload(discover_engines())
+    slurm = _slurm_status(args)
+    if slurm is not None:
+        snapshot.extra["slurm"] = slurm
     if args.json:
         payload = status_payload(snapshot)
         payload["host_name"] = spec.name
@@ -59,6 +77,9 @@ def run_status(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print(render_status_text(snapshot))
+        if slurm is not None:
+            from gpudeck.jobs.slurm import status_lines
+            print("\n".join(status_lines(slurm)))   # stdout goes through the sanitizer (cli.py)
     if args.require_gpu and not snapshot.gpus:
         raise CliError(f"no GPU telemetry: {snapshot.gpu_error or 'no GPU reported'}", code=3)
     return 0
