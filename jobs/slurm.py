@@ -586,6 +586,20 @@ def launch_watcher(run: Run) -> None:
 
 # -- the watcher ---------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Tick:
+    """What a monitor sees each second: the fields of the runner's Tick, so the same monitors serve both."""
+
+    now: float
+    run: Run
+    meta: dict
+    log_size: int
+    log_grew: bool
+    last_output_at: Optional[float]
+    sample: dict
+    job_alive: bool
+
+
 class Watcher:
     """Follows one Slurm run until Slurm reports its end: times, samples, health, exit record."""
 
@@ -718,7 +732,6 @@ class Watcher:
             append_jsonl(self.run.samples_path, sample)
         except OSError:
             pass
-        from gpudeck.jobs.runner import Tick
         tick = Tick(now=now, run=self.run, meta=self.run.meta(), log_size=size, log_grew=grew,
                     last_output_at=None, sample=sample, job_alive=alive)
         for monitor in list(self.monitors):
@@ -743,14 +756,24 @@ def index_at_end(run: Run) -> None:
 
 
 def load_monitors(run: Run) -> list[Any]:
-    """The runner's monitors, told that the job's port is not on this box (it runs on a Slurm node)."""
-    from gpudeck.jobs.runner import load_monitors as runner_monitors
+    """The runner's monitors (health, history), told that the job's port is not on this box (it runs on a node)."""
     meta = dict(run.meta())
     meta["port"] = None
     spec = dict(meta.get("spec") or {})
     spec["port"] = None
     meta["spec"] = spec
-    return runner_monitors(run, meta)
+    try:
+        from gpudeck.jobs.runner_monitors import make_monitors
+        return list(make_monitors(run, meta))
+    except Exception as exc:             # a broken monitor must not stop the run being followed
+        run.add_event("MonitorFailed", monitor="gpudeck.jobs.runner_monitors", error=repr(exc))
+        return []
+
+
+def detach() -> None:
+    """Fork once more so the launcher can reap its child at once (as the runner does)."""
+    if os.fork() > 0:
+        os._exit(0)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -761,7 +784,6 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("usage: python -m gpudeck.jobs.slurm [--detach] RUN_DIR", file=sys.stderr)
         return 2
     if do_detach:
-        from gpudeck.jobs.runner import detach
         detach()
     watcher = Watcher(args[0])
     try:
