@@ -49,3 +49,12 @@ def test_the_readme_jobs_toml_example_loads(tmp_path):
     assert list(jobs) == ["vllm-k2", "synth-data", "finetune"]
     assert jobs["vllm-k2"].port == 8000 and jobs["vllm-k2"].gpus == tuple(range(8))
     assert jobs["finetune"].needs == ("synth-data",)
+
+
+def test_the_readme_slurm_example_loads(tmp_path):
+    block = re.search(r"## Jobs on a Slurm cluster\n.*?```toml\n(.*?)```", README, flags=re.S).group(1)
+    path = tmp_path / "jobs.toml"
+    path.write_text(block)
+    jobs = load_jobs(path).jobs
+    assert jobs["drafter-train"].backend == "slurm" and jobs["drafter-train"].gpus_per_node == 8
+    assert jobs["hidden-states"].time == "360" and jobs["drafter-train"].needs == ("hidden-states",)
