@@ -35,6 +35,12 @@ def _bar(r: random.Random, label: str, total: int) -> str:
 # Each maker returns text for one or more physical lines (no trailing newline); numbers vary so
 # that many lines share a template.
 MAKERS = [
+    # one phase marker repeated on consecutive lines (every rank prints it): the first and the last count
+    lambda r: "\n".join(r.choice(["[2025-10-22 10:00:0{k} TP{k}] The server is fired up and ready to roll!",
+                                   "[2025-10-22 10:00:0{k} TP{k}] Memory pool end. avail mem={k}.5 GB",
+                                   "(APIServer pid=1{k}) INFO:     Application startup complete.",
+                                   "[2025-10-22 10:00:0{k} TP{k}] Load weight begin. avail mem=7{k}.1 GB"]).format(k=k)
+                         for k in range(r.randint(1, 4))),
     lambda r: "\r".join(_bar(r, r.choice(["", "Loading safetensors checkpoint shards: ", "Capturing batches: ",
                                           "Training: ", "Epoch 1: ", "(Worker pid=3) Compiling: "]), 50)
                         for _ in range(r.randint(1, 30))),

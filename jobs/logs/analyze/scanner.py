@@ -8,7 +8,7 @@ from operator import attrgetter, is_, is_not
 from typing import Any, Optional, Union
 
 from .model import (GIANT_SEGMENT, HEAD_BYTES, LogAnalysis, READ_CHUNK, S, SPEC_WINDOW, TAIL_BYTES)
-from .patterns import (families_in, prefilter_in)
+from .patterns import (ANSI, SIZE, TQDM, families_in, prefilter_in)
 from .state import (State)
 from .templates import (ALL_SERVING_BITS, K_BAR, K_BAR_GLUED, K_BUILD, K_GIANT, K_INERT, K_OTHER, K_REFILTER, K_SERVING, NORMALIZE, RUN_GROUPS, SKIP_GROUP, SPEC_BITS, TEMPLATE_CACHE_BYTES, TEMPLATE_KEY_MAX, TEMPLATE_ONE_OFFS_MAX, ONLY_FRAME, Template, classify_template, record_plan, chunk_kv_safe, prefilter_one_offs)
 
@@ -196,6 +196,14 @@ class LogAnalyzer:
                 fams = families_in(rx, raw, m, len(raw))
             state.examine(raw, line, fams)
 
+        def bar_full(i: int) -> bool:
+            """Whether segment i's tqdm bar is full (State._tqdm's "the load completed")."""
+            start = where(i)[0]
+            raw = data[start:start + len(segs[i])]
+            m = TQDM.search((ANSI.sub(b"", raw) if b"\x1b" in raw else raw).decode("utf-8", "replace"))
+            total = float(m.group("N")) * SIZE[m.group("Nu")]
+            return bool(total) and float(m.group("n")) * SIZE[m.group("nu")] >= total
+
         def flush_run() -> None:
             nonlocal run_kind, serving_run
             state.seq += run_len - 1                  # the dropped members' progress updates
@@ -258,12 +266,31 @@ class LogAnalyzer:
                     if run_kind:
                         flush_run()
                     # A member's effect is overwritten by the next one's when nothing else depends
-                    # on it: no clock-based rate, no error waiting for progress, a phase that is a
-                    # fixed point (a loading bar may complete the load, turning later bars into capture).
-                    if now_unset and state.progress_at_failure is None and (
-                            kind == K_BUILD or (info.named or state._unnamed_bar_phase()) != "loading"):
+                    # on it: no clock-based rate, no error waiting for progress of this very series
+                    # (its advances would prove the job carried on; another phase's bar cannot be
+                    # that series), a phase that is a fixed point (a loading bar may complete the
+                    # load, turning later bars into capture).
+                    run_phase = "building" if kind == K_BUILD else (info.named or state._unnamed_bar_phase())
+                    pending = state.progress_at_failure
+                    if now_unset and (pending is None or not pending[0] or pending[0][0] != "bar"
+                                      or pending[0][1] != run_phase) and (
+                            kind == K_BUILD or run_phase != "loading" or info.named == "loading"):
+                        if run_phase == "loading" and not state.load_done and any(
+                                bar_full(sel[q]) for q in range(first, last + 1)):
+                            # Bars that name loading stay loading bars; what a member leaves behind
+                            # is only that the load completed (nothing reads it before the run ends).
+                            state.load_done = True
                         run_kind, run_named, run_len, run_last = kind, info.named, last - first + 1, sel[last]
                         continue
+            if last > first and engine_known and group is info and info.plan and info.plan.marker_only:
+                if run_kind:
+                    flush_run()
+                if deferred and info.fams & S:
+                    flush_deferred()
+                serving_run = False
+                examine(sel[first])                   # a run of one marker: its first and last (RecordPlan)
+                examine(sel[last])
+                continue
             for q in range(first, last + 1):          # one segment at a time, as the exhaustive scanner
                 i = sel[q]
                 if not engine_known and group is info and info.kind != K_OTHER and self._absorbed(info):

@@ -214,7 +214,7 @@ class RecordPlan:
     (numbers, messages, timestamps) are read from the real text at the planned spans.
     """
     __slots__ = ("ansi", "bar_at", "msg_at", "body", "indent", "level", "has_ts", "stats", "marker",
-                 "progress", "failure", "guard", "warn", "only")
+                 "progress", "failure", "guard", "warn", "only", "marker_only")
 
     def __init__(self) -> None:
         self.ansi = False
@@ -233,6 +233,10 @@ class RecordPlan:
         # The whole effect, when it is one the scanner applies without reading the segment:
         # ONLY_FRAME (a traceback frame: its line), or the Spec of the failure candidate it is.
         self.only: Optional[int] = None
+        # A phase marker and nothing else: repeating it changes nothing but the lines it is
+        # remembered by (the first: ready line; the last: decided_by), so a run of segments
+        # of the template reduces to its first and last.
+        self.marker_only = False
 
 
 def record_plan(tpl: bytes, fams: int) -> Optional[RecordPlan]:
@@ -278,6 +282,7 @@ def record_plan(tpl: bytes, fams: int) -> Optional[RecordPlan]:
             elif not _failure_inert(body, level):
                 plan.failure = "classify"
     plan.warn = bool(fams & W) and bool(OOM_RISK.search(body) or KV_PRESSURE.search(body) or JIT.search(body))
+    plan.marker_only = plan.marker is not None and not (plan.stats or plan.progress or plan.warn or plan.failure)
     if not (plan.stats or plan.marker or plan.progress or plan.warn):
         if plan.failure == "frame":
             plan.only = ONLY_FRAME
