@@ -1,4 +1,4 @@
-"""Which charts a post-mortem draws from its timelines, and their Unicode sparkline form (the HTML form draws the same groups as SVG)."""
+"""What the Markdown and HTML post-mortems share: which charts to draw from the timelines, their Unicode sparkline form, value formats, how many alerts to list."""
 from __future__ import annotations
 
 import re
@@ -7,7 +7,7 @@ from typing import Optional
 SPARKS = "▁▂▃▄▅▆▇█"
 # One letter per phase in the Markdown phase strip (initials collide: compiling/capturing).
 PHASE_MARK = {"starting": "s", "loading": "L", "compiling": "C", "capturing": "G", "ready": "R",
-              "building": "B", "training": "T", "failed": "X", "running": "r"}
+              "building": "B", "training": "T", "failed": "X", "running": "r", "error (recovered)": "e"}
 _GPU_SERIES = re.compile(r"^gpu(\d+):(\w+)$")
 
 # (title, unit, which series) — unit: bytes | pct | watts | bps | count | ratio | rate
@@ -120,3 +120,20 @@ def phase_strip(report: dict, t: list, width: int = 60) -> str:
 
 def phase_mark(phase: str) -> str:
     return PHASE_MARK.get(phase, phase[:1] or "?")
+
+
+MAX_ALERTS_SHOWN = 20
+
+
+def few_alerts(alerts: list[dict]) -> tuple[list[dict], int]:
+    """The first alerts and the last few: a flapping alert must not bury the report."""
+    if len(alerts) <= MAX_ALERTS_SHOWN:
+        return alerts, 0
+    return alerts[:MAX_ALERTS_SHOWN - 5] + alerts[-5:], len(alerts) - MAX_ALERTS_SHOWN
+
+
+def alert_counts(alerts: list[dict]) -> str:
+    counts: dict[str, int] = {}
+    for a in alerts:
+        counts[str(a.get("code"))] = counts.get(str(a.get("code")), 0) + 1
+    return ", ".join(f"{code} ×{n}" for code, n in sorted(counts.items(), key=lambda kv: -kv[1]))

@@ -522,6 +522,9 @@ def _phase_rows(phases: list[dict], started: Optional[float], end: Optional[floa
                      "line": change.get("line") if isinstance(change.get("line"), int) else None})
     if rows and rows[-1]["phase"] == "failed":
         rows[-1]["duration_s"] = None       # "failed" is where the log ends, not a phase that took time
+    for row in rows[:-1]:
+        if row["phase"] == "failed":
+            row["phase"] = "error (recovered)"   # the log showed an error and the job carried on
     return rows
 
 
@@ -550,7 +553,9 @@ def _alerts(events: list[dict], health: dict, end: Optional[float], started: Opt
                                "cleared": _num(al.get("cleared")), "message": al.get("message"),
                                "severity": al.get("severity"), "cause": al.get("cause"), "hint": al.get("hint")})
     for a in alerts:
-        a["at_s"] = round(a["raised"] - started, 3) if a["raised"] is not None and started is not None else None
+        # When the condition began (the rules' clock), else when the alert was written.
+        at = a["since"] if a["since"] is not None else a["raised"]
+        a["at_s"] = round(at - started, 3) if at is not None and started is not None else None
     stalls = []
     for a in alerts:
         if a["code"] in ("stalled", "nccl_hang"):

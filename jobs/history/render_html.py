@@ -5,7 +5,7 @@ import html
 import time
 from typing import Any, Optional
 
-from gpudeck.jobs.history.charts import chart_groups, fmt_value, resample
+from gpudeck.jobs.history.charts import alert_counts, chart_groups, few_alerts, fmt_value, resample
 from gpudeck.jobs.history.postmortem import clock, span
 from gpudeck.jobs.logs.sanitize import terminal_text
 
@@ -15,7 +15,7 @@ MAX_POINTS = 460                  # two pixels a point is as fine as a chart nee
 LINE_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 PHASE_COLOURS = {"starting": "#e8eef7", "loading": "#fff3d6", "compiling": "#efe4fb", "capturing": "#e3f4f4",
                  "ready": "#e2f5e4", "building": "#f4ece1", "training": "#e6f0ff", "failed": "#fde2e2",
-                 "running": "#f1f1f1"}
+                 "running": "#f1f1f1", "error (recovered)": "#fbd0d0"}
 
 CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;margin:24px auto;max-width:980px;
@@ -135,12 +135,15 @@ def _alerts(report: dict) -> str:
     if not (alerts or stalls or silences):
         return ""
     items = []
-    for a in alerts:
+    shown, more = few_alerts(alerts)
+    for a in shown:
         at = clock(a.get("at_s")) if a.get("at_s") is not None else "?"
         cleared = ""
         if a.get("cleared") is not None and a.get("raised") is not None:
             cleared = f" — cleared after {span(a['cleared'] - a['raised'])}"
         items.append(f"<li>{at} <b>{esc(a.get('code'))}</b>: {esc(a.get('message'))}{esc(cleared)}</li>")
+    if more:
+        items.append(f"<li>… and {more} more alerts ({esc(alert_counts(alerts))}; every one in the JSON report)</li>")
     for s in stalls:
         items.append(f"<li>stall window ({esc(s['code'])}): from {clock(s.get('start_s'))} for "
                      f"{span(s.get('duration_s'))}{'' if s.get('cleared') else ' (until the end)'}</li>")

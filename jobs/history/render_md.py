@@ -5,7 +5,8 @@ import re
 import time
 from typing import Any, Optional
 
-from gpudeck.jobs.history.charts import chart_groups, fmt_value, phase_mark, phase_strip, sparkline
+from gpudeck.jobs.history.charts import (alert_counts, chart_groups, few_alerts, fmt_value, phase_mark, phase_strip,
+                                         sparkline)
 from gpudeck.jobs.history.postmortem import clock, span
 from gpudeck.jobs.logs.sanitize import terminal_text
 
@@ -82,7 +83,8 @@ def render(report: dict) -> str:
     stalls, alerts, silences = report.get("stalls") or [], report.get("alerts") or [], report.get("silences") or []
     if stalls or alerts or silences:
         out += ["## Stalls and alerts", ""]
-        for a in alerts:
+        shown, more = few_alerts(alerts)
+        for a in shown:
             at = clock(a.get("at_s")) if a.get("at_s") is not None else "?"
             cleared = ""
             if a.get("cleared") is not None and a.get("raised") is not None:
@@ -90,6 +92,8 @@ def render(report: dict) -> str:
             elif src.get("kind") == "run" and a.get("code") != "crashed":
                 cleared = " — never cleared"
             out.append(f"- {at} **{text(a.get('code'))}**: {text(a.get('message'))}{cleared}")
+        if more:
+            out.append(f"- … and {more} more alerts ({alert_counts(alerts)}; every one in --format json)")
         for s in stalls:
             out.append(f"- stall window ({text(s['code'])}): from {clock(s.get('start_s'))} for "
                        f"{span(s.get('duration_s'))}{'' if s.get('cleared') else ' (until the end)'}")
@@ -123,13 +127,23 @@ def render(report: dict) -> str:
         rows = []
         label_w = max(len(f"{g['title']} {lbl}") for g in groups for lbl, _ in g["lines"])
         for g in groups:
+            drawn: list[list] = []          # [labels, spark, peaks]: GPUs that look the same share a row
             for label, values in g["lines"]:
                 present = [v for v in values if v is not None]
                 peak = max(present) if present else None
-                lo = 0.0 if g["unit"] not in ("rate",) else None
+                spark = sparkline(values, SPARK_WIDTH, lo=0.0 if g["unit"] != "rate" else None)
+                if drawn and drawn[-1][1] == spark:
+                    drawn[-1][0].append(label)
+                    drawn[-1][2].append(peak)
+                else:
+                    drawn.append([[label], spark, [peak]])
+            for labels, spark, peaks in drawn:
+                label = labels[0] if len(labels) == 1 else f"{labels[0]}-{labels[-1].removeprefix('GPU')}"
                 name = f"{g['title']} {label}" if label.lower() not in g["title"].lower() else g["title"]
-                rows.append(f"{name.ljust(label_w)}  {sparkline(values, SPARK_WIDTH, lo=lo)}  "
-                            f"peak {fmt_value(peak, g['unit'])}")
+                known = [p for p in peaks if p is not None]
+                lo_text, hi_text = (fmt_value(min(known), g["unit"]), fmt_value(max(known), g["unit"])) if known \
+                    else ("-", "-")
+                rows.append(f"{name.ljust(label_w)}  {spark}  peak {hi_text if lo_text == hi_text else lo_text + '–' + hi_text}")
         strip = phase_strip(report, groups[0]["t"], SPARK_WIDTH)
         if strip:
             rows.append(f"{'phase'.ljust(label_w)}  {strip}")
@@ -139,7 +153,10 @@ def render(report: dict) -> str:
         out += _fence(rows) + [""]
     peaks = (report.get("resources") or {}).get("peaks") or {}
     if peaks.get("gpu_mem") or peaks.get("rss"):
-        parts = [f"GPU{g} {fmt_value(v, 'bytes')}" for g, v in sorted((peaks.get("gpu_mem") or {}).items())]
+        by_value: dict[str, list[str]] = {}
+        for g, v in sorted((peaks.get("gpu_mem") or {}).items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0):
+            by_value.setdefault(fmt_value(v, "bytes"), []).append(g)
+        parts = [f"GPU{gs[0]} {v}" if len(gs) == 1 else f"GPU{','.join(gs)} {v} each" for v, gs in by_value.items()]
         if peaks.get("rss"):
             parts.append(f"RSS {fmt_value(peaks['rss'], 'bytes')}")
         out += ["Peaks: " + ", ".join(parts), ""]
@@ -182,3 +199,4 @@ def render(report: dict) -> str:
     if missing:
         out += ["## What this report could not see", ""] + [f"- {text(m)}" for m in missing] + [""]
     return "\n".join(out).rstrip() + "\n"
+
