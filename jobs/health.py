@@ -303,16 +303,21 @@ class HealthMonitor:
         }
 
     def _publish(self, update: HealthUpdate, now: float) -> None:
+        # Each record on its own: one that cannot be written (a full disk) loses only itself.
         for alert in update.raised:
             pid = self._fire(alert)
-            append_event(self.run_dir / "events.jsonl",
-                         {"t": round(now, 3), "event": "AlertRaised", **alert.to_json(),
-                          **({"on_alert_pid": pid} if pid else {})})
+            self._record_event({"t": round(now, 3), "event": "AlertRaised", **alert.to_json(),
+                                **({"on_alert_pid": pid} if pid else {})})
         for alert in update.cleared:
-            append_event(self.run_dir / "events.jsonl",
-                         {"t": round(now, 3), "event": "AlertCleared", "code": alert.code,
-                          "since": alert.since, "cleared": alert.cleared})
+            self._record_event({"t": round(now, 3), "event": "AlertCleared", "code": alert.code,
+                                "since": alert.since, "cleared": alert.cleared})
         write_json_atomic(self.run_dir / HEALTH, self.health_record(now))
+
+    def _record_event(self, record: dict) -> None:
+        try:
+            append_event(self.run_dir / "events.jsonl", record)
+        except OSError as exc:
+            self.last_error = f"events.jsonl: {exc}"
 
     def _fire(self, alert) -> Optional[int]:
         """Run on_alert outside the run (gpudeck.jobs.alert_hook: own session, a deadline) with the alert in
@@ -345,9 +350,11 @@ class HealthMonitor:
         env.pop("GPUDECK_RUN_ID", None)
         timeout = _hook_timeout(env)
         try:
-            # bash like the jobs' own string commands (jobs.toml documents it so); sh where there is no bash.
-            with open(open_private(self.run_dir / ON_ALERT_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT),
-                      "ab") as out:
+            out_fd = open_private(self.run_dir / ON_ALERT_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        except OSError:
+            out_fd = os.open(os.devnull, os.O_WRONLY)      # a full disk costs the hook's log, not the alert
+        try:
+            with open(out_fd, "ab") as out:
                 child = subprocess.Popen(
                     [sys.executable, "-m", "gpudeck.jobs.alert_hook", f"{timeout:g}", str(self.run_dir),
                      self.on_alert.replace("\0", "")],

@@ -17,6 +17,7 @@ Importing this module has no side effects; nothing third-party is imported
 from __future__ import annotations
 
 import ctypes
+import errno
 import fcntl
 import os
 import select
@@ -43,6 +44,9 @@ MAX_PIDS_LISTED = 64
 # before SIGKILL, even if the job declares a longer stop_timeout: nothing is
 # left to shut down gracefully once the process that coordinated them is gone.
 LEFTOVER_GRACE_CAP_S = 10.0
+# Space set aside in the run dir at start and freed to write exit.json on a full disk.
+RESERVE = ".reserve"
+RESERVE_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,7 @@ class Runner:
         self._stop_started: Optional[float] = None
         self._stop_killed = False
         self._popen: Optional[subprocess.Popen] = None
+        self._disk_error: Optional[OSError] = None
 
     # -- setup -----------------------------------------------------------
     def _install_signals(self) -> None:
@@ -178,6 +183,7 @@ class Runner:
                                  "stopped_by_request": True, "leftovers": [],
                                  "note": "stopped before the job was launched"})
             return 0
+        self._reserve_space()
         log_fd = open_private(self.run.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         cwd = self.meta.get("cwd") or None
         try:
@@ -198,10 +204,14 @@ class Runner:
         self.job = identity(pid)
         self.pgid = pid            # start_new_session: the job leads its own session and group
         started = time.time()
-        self.meta = self.run.update_meta(
-            job_process=self.job.to_jsonable() if self.job else {"pid": pid, "start": None},
-            pgid=self.pgid, started_at=started)
-        self.run.add_event("JobStarted", pid=pid, pgid=self.pgid)
+        try:
+            self.meta = self.run.update_meta(
+                job_process=self.job.to_jsonable() if self.job else {"pid": pid, "start": None},
+                pgid=self.pgid, started_at=started)
+        except OSError as exc:
+            # The job runs: supervise it whatever the disk says (stop still finds it by its tag).
+            self._disk_error = exc
+        self._event("JobStarted", pid=pid, pgid=self.pgid)
         if self.run.stop_requested():
             # A stop that came between the check above and the pid being recorded found
             # no job to signal: the runner carries it out itself.
@@ -210,6 +220,47 @@ class Runner:
         self._watch()
         self._finish()
         return 0
+
+    # -- a full disk ----------------------------------------------------------
+    def _reserve_space(self) -> None:
+        """Set aside a little space in the run dir, freed only to write the exit record on a full disk."""
+        try:
+            fd = open_private(self.run.path / RESERVE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            try:
+                os.posix_fallocate(fd, 0, RESERVE_BYTES)
+            finally:
+                os.close(fd)
+        except OSError:
+            pass              # no reserve: the exit record is then only as safe as the free space
+
+    def _event(self, event: str, **fields: Any) -> None:
+        # Events are the story of the run, never a reason to stop supervising it (a full disk).
+        try:
+            self.run.add_event(event, **fields)
+        except OSError as exc:
+            self._disk_error = exc
+
+    def _write_exit(self, record: dict) -> bool:
+        """exit.json, even on a full disk: on ENOSPC the reserved space is freed and the write retried."""
+        for attempt in range(4):
+            try:
+                self.run.write_exit(record)
+                return True
+            except OSError as exc:
+                self._disk_error = exc
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    time.sleep(0.1)
+                    continue
+                reserve = self.run.path / RESERVE
+                if reserve.exists():
+                    record["note"] = "disk full: recorded in the space reserved at start"
+                    try:
+                        reserve.unlink()
+                    except OSError:
+                        pass
+                else:
+                    time.sleep(0.2 * (attempt + 1))     # the cleanup may free space meanwhile
+        return False
 
     def _watch(self) -> None:
         next_tick = time.monotonic()
@@ -264,7 +315,7 @@ class Runner:
     def _begin_stop(self, reason: str) -> None:
         sig, timeout = self._stop_settings()
         self._stop_started = time.monotonic()
-        self.run.add_event("StopRequested", by="runner", reason=reason, signal=signal_name(sig))
+        self._event("StopRequested", by="runner", reason=reason, signal=signal_name(sig))
         if self.job is not None and self.pgid is not None:
             signal_group(self.pgid, sig, [self.job])
             signal_process(self.job, sig)
@@ -276,7 +327,7 @@ class Runner:
         if time.monotonic() - self._stop_started >= timeout:
             self._stop_killed = True
             killed = self.kill_everything(signal.SIGKILL)
-            self.run.add_event("StopEscalated", by="runner", signal="SIGKILL",
+            self._event("StopEscalated", by="runner", signal="SIGKILL",
                                pids=[p.pid for p in killed])
 
     # -- the run's processes ----------------------------------------------
@@ -396,7 +447,7 @@ class Runner:
                 hook(tick)
             except Exception as exc:
                 self.tick_hooks.remove(hook)
-                self.run.add_event("MonitorFailed", monitor=repr(hook), error=repr(exc))
+                self._event("MonitorFailed", monitor=repr(hook), error=repr(exc))
 
     def _call_monitor(self, monitor: Any, method: str, *args: Any) -> None:
         fn = getattr(monitor, method, None)
@@ -407,7 +458,7 @@ class Runner:
         except Exception as exc:
             if monitor in self.monitors:
                 self.monitors.remove(monitor)
-            self.run.add_event("MonitorFailed", monitor=type(monitor).__name__, method=method,
+            self._event("MonitorFailed", monitor=type(monitor).__name__, method=method,
                                error=repr(exc), traceback=traceback.format_exc(limit=5))
 
     # -- the end --------------------------------------------------------------
@@ -420,12 +471,22 @@ class Runner:
                   "stopped_by_request": stopped, "leftovers": []}
         # The exit status is a fact about the main process: persist it before the
         # cleanup below, which can take a while and during which we could be killed.
-        self.run.write_exit(record)
-        self.run.add_event("JobExited", exit_code=code, signal=sig, stopped_by_request=stopped)
+        # A write that fails (a full disk) must not keep the cleanup from running.
+        recorded = self._write_exit(record)
+        self._event("JobExited", exit_code=code, signal=sig, stopped_by_request=stopped)
         leftovers = self._clean_leftovers()
-        if leftovers:
+        if leftovers or not recorded:
             record["leftovers"] = leftovers
-            self.run.write_exit(record)
+            recorded = self._write_exit(record)
+        if not recorded:
+            try:
+                print(f"gpudeck: exit not recorded: disk full ({self._disk_error})", file=sys.stderr, flush=True)
+            except OSError:
+                pass            # runner.log is on the same full disk
+        try:
+            (self.run.path / RESERVE).unlink()
+        except OSError:
+            pass
         self._tick(job_alive=False)
         for monitor in list(self.monitors):
             self._call_monitor(monitor, "finished", self.run, record)
@@ -439,13 +500,13 @@ class Runner:
         left = [{"pid": st.pid, "command": cmdline(st.pid) or st.comm} for st in procs]
         _, timeout = self._stop_settings()
         grace = min(timeout, LEFTOVER_GRACE_CAP_S)
-        self.run.add_event("LeftoversFound", processes=left, grace_s=grace)
+        self._event("LeftoversFound", processes=left, grace_s=grace)
         self.kill_everything(signal.SIGTERM)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             self._reap()
             if not self.run_processes():
-                self.run.add_event("LeftoversTerminated", signal="SIGTERM")
+                self._event("LeftoversTerminated", signal="SIGTERM")
                 return left
             self._update_times(time.time())
             self._sleep(0.1)
@@ -457,7 +518,7 @@ class Runner:
             self.kill_everything(signal.SIGKILL)
         self._reap()
         remaining = [st.pid for st in self.run_processes()]
-        self.run.add_event("LeftoversTerminated", signal="SIGKILL", pids=[p.pid for p in killed],
+        self._event("LeftoversTerminated", signal="SIGKILL", pids=[p.pid for p in killed],
                            remaining=remaining)
         return left
 
