@@ -6,19 +6,16 @@ import importlib
 import io
 import pkgutil
 import sys
+from typing import Optional
 
 from gpudeck.jobs import __version__
 
 import gpudeck.console.commands as _commands_pkg
 from gpudeck.console.errors import CliError
-from gpudeck.jobs.runs import UnsafeStateDir
+from gpudeck.jobs.paths import UnsafeStateDir
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="gpudeck",
-        description="Operator console for a GPU box: see, act, remember.",
-    )
+def _with_global_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpudeck {__version__}")
     parser.add_argument("--demo", action="store_true",
                         help="use the SIMULATED 8-GPU box instead of NVML")
@@ -30,15 +27,49 @@ def build_parser() -> argparse.ArgumentParser:
                         help="run on this host from ~/.config/gpudeck/hosts.toml (else $GPUDECK_HOST, else local)")
     parser.add_argument("--refresh", metavar="SECONDS", type=float, default=1.0,
                         help="console sampling interval (default 1s)")
+    return parser
+
+
+def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
+    """The whole command line; with `only`, just the command module of that name registers (if it exists)."""
+    parser = _with_global_options(argparse.ArgumentParser(
+        prog="gpudeck",
+        description="Operator console for a GPU box: see, act, remember.",
+    ))
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     # Each module in console/commands registers its own subcommand(s): adding a
     # command never means editing this file.
-    for info in sorted(pkgutil.iter_modules(_commands_pkg.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"gpudeck.console.commands.{info.name}")
+    names = sorted(info.name for info in pkgutil.iter_modules(_commands_pkg.__path__))
+    for name in ([only] if only in names else names):
+        module = importlib.import_module(f"gpudeck.console.commands.{name}")
         register = getattr(module, "register", None)
         if register is not None:
             register(sub)
+    if only in names and only not in sub.choices:      # the module is named otherwise than its command
+        return build_parser()
     return parser
+
+
+class _NotACommandLine(Exception):
+    pass
+
+
+class _PeekParser(argparse.ArgumentParser):
+    def error(self, message: str):          # noqa: ANN201 - argparse's documented hook; never exits here
+        raise _NotACommandLine(message)
+
+
+def command_word(argv: list[str]) -> Optional[str]:
+    """The subcommand `argv` names, read with the global options only (None: none, or unclear).
+
+    It only picks which command module to import: importing all of them costs every
+    command (`status` included) the start-up of the heaviest; the real parse follows.
+    """
+    try:
+        _, rest = _with_global_options(_PeekParser(prog="gpudeck", add_help=False)).parse_known_args(argv)
+    except _NotACommandLine:
+        return None
+    return rest[0] if rest and not rest[0].startswith("-") else None
 
 
 class TerminalSafeStream(io.TextIOBase):
@@ -81,7 +112,8 @@ class TerminalSafeStream(io.TextIOBase):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(only=command_word(argv))
     args = parser.parse_args(argv)
     saved = sys.stdout, sys.stderr
     if args.command is not None and not isinstance(sys.stdout, TerminalSafeStream):

@@ -7,6 +7,10 @@ from pathlib import Path
 from typing import BinaryIO, Union
 
 
+class UnsafeStateDir(Exception):
+    """A state or run directory another user owns or could write: refused, never read or signalled from."""
+
+
 def state_dir() -> Path:
     """Root of run directories: $GPUDECK_STATE_DIR, else $XDG_STATE_HOME/gpudeck."""
     explicit = os.environ.get("GPUDECK_STATE_DIR")

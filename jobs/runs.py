@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from gpudeck.jobs import paths, strictjson
+from gpudeck.jobs.paths import UnsafeStateDir
 from gpudeck.jobs.procs import ProcessId, is_alive
 
 META = "meta.json"
@@ -52,10 +53,6 @@ _JOB_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
-
-
-class UnsafeStateDir(Exception):
-    """A state or run directory another user owns or could write: refused, never read or signalled from."""
 
 
 def check_private_dir(path: Path, *, follow: bool = False) -> bool:

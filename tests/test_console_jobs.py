@@ -561,9 +561,9 @@ DISAGREED = FAKE_JOBS + [
 def _cli_cells(lines: list[str]) -> list[dict[str, str]]:
     """Split `gpudeck jobs` table lines into cells at the header's column starts."""
     import re
-    from gpudeck.console.commands.jobs_list import CLI_COLUMNS
+    from gpudeck.console.commands.jobs_list import cli_columns
     header = lines[0]
-    labels = {label.split(" /")[0].upper(): key for key, label in CLI_COLUMNS}
+    labels = {label.split(" /")[0].upper(): key for key, label in cli_columns()}
     starts = [(m.start(), labels[m.group()]) for m in re.finditer(r"\S+", header)]
     rows = []
     for line in lines[1:]:

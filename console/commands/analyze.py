@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from gpudeck.jobs import strictjson
-from gpudeck.jobs.logs.analyze import LogAnalysis
-from gpudeck.jobs.logs.sanitize import sanitize_text
 
 from gpudeck.console.errors import CliError
+
+if TYPE_CHECKING:
+    from gpudeck.jobs.logs.analyze import LogAnalysis
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -92,7 +93,7 @@ def _number(value: Optional[float], digits: int = 1) -> str:
 
 def render(analysis: LogAnalysis) -> str:
     """The human summary, one fact per line."""
-    safe = sanitize_text
+    from gpudeck.jobs.logs.sanitize import sanitize_text as safe
     out = [f"engine:   {analysis.engine or '-'}", f"phase:    {analysis.phase}"]
     p = analysis.progress
     if p is not None:

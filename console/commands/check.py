@@ -4,9 +4,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gpudeck.jobs.paths import check_regular, find_jobs_file
-from gpudeck.jobs.spec import check_jobs, load_jobs, SpecError
-
 from gpudeck.console.errors import CliError
 
 # How many job names the success line lists before it says "and N more".
@@ -24,6 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
+    from gpudeck.jobs.paths import check_regular, find_jobs_file
+    from gpudeck.jobs.spec import SpecError, check_jobs, load_jobs
     path = find_jobs_file(getattr(args, "jobs_file", None))
     if path is None:
         raise CliError("no jobs file: pass --jobs FILE, set GPUDECK_JOBS, or create ./jobs.toml "

@@ -4,9 +4,13 @@ from __future__ import annotations
 import argparse
 import time
 
+from typing import TYPE_CHECKING
+
 from gpudeck.jobs import strictjson
 from gpudeck.console.commands._jobs_file import supervisor
-from gpudeck.jobs.view import COLUMNS, EMPTY, JobView, clean, job_views
+
+if TYPE_CHECKING:
+    from gpudeck.jobs.view import JobView
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,13 +21,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_jobs, remote_ok=True)
 
 
-# The CLI shows every column of the view model but the alerts (their lines follow the table).
-CLI_COLUMNS = tuple((key, label) for key, label in COLUMNS if key != "alerts")
+def cli_columns() -> tuple[tuple[str, str], ...]:
+    """Every column of the view model but the alerts (their lines follow the table)."""
+    from gpudeck.jobs.view import COLUMNS
+    return tuple((key, label) for key, label in COLUMNS if key != "alerts")
 
 
 def table_lines(views: list[JobView], now: float) -> list[str]:
     """The table and, under it, one line per alert or failure: the same words as the console's jobs view."""
-    shown = [(key, label) for key, label in CLI_COLUMNS
+    from gpudeck.jobs.view import EMPTY
+    shown = [(key, label) for key, label in cli_columns()
              if key not in ("serving", "slurm") or any(view.cells(now)[key] for view in views)]
     rows = [tuple(label.split(" /")[0].upper() for _, label in shown)]
     for view in views:
@@ -37,6 +44,7 @@ def table_lines(views: list[JobView], now: float) -> list[str]:
 
 def run_jobs(args: argparse.Namespace) -> int:
     from gpudeck.console.commands._host import Remote, host_spec
+    from gpudeck.jobs.view import clean, job_views
     spec = host_spec(args)
     if spec.local:
         from gpudeck.jobs.payload import jobs_payload

@@ -5,13 +5,15 @@ import argparse
 import shutil
 import sys
 import time
-from typing import BinaryIO, Optional
+from typing import TYPE_CHECKING, BinaryIO, Optional
 
-from gpudeck.jobs.logs.follow import LogFollower, LogLine, follow, tail_offset
 from gpudeck.jobs.logs.sanitize import MAX_LINE_CHARS, sanitize_line
 from gpudeck.jobs.paths import find_jobs_file
 
 from gpudeck.console.errors import CliError
+
+if TYPE_CHECKING:
+    from gpudeck.jobs.logs.follow import LogLine
 
 # Keep up to this much of a \r-redrawn long line's last segment to show it at the end.
 _TAIL_KEEP = 64 * 1024
@@ -140,6 +142,7 @@ def _find_run(args: argparse.Namespace):
 
 
 def run_logs(args: argparse.Namespace) -> int:
+    from gpudeck.jobs.logs.follow import LogFollower, follow, tail_offset
     if args.lines is not None and args.lines < 0:
         raise CliError("-n must be 0 or more", code=2)
     from gpudeck.console.commands._host import remote_spec
@@ -174,6 +177,7 @@ def run_logs(args: argparse.Namespace) -> int:
 def _remote_logs(args: argparse.Namespace, spec) -> int:
     """The run's bytes from the host's agent by offset; the same printer as locally (sanitised here)."""
     from gpudeck.console.commands._host import Remote
+    from gpudeck.jobs.logs.follow import LogFollower
     printer = LinePrinter(sys.stdout.buffer)
     lines = LogFollower("", 0)            # used only to split the arriving bytes into lines
 

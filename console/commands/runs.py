@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import sys
 import time
 from typing import Optional
 
 from gpudeck.jobs import strictjson
 from gpudeck.console.errors import CliError
-from gpudeck.console.format import human_age, human_bytes, safe_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -47,6 +45,8 @@ def _age(text: Optional[str], flag: str) -> Optional[float]:
 
 
 def open_index(sync: bool = True):
+    import sqlite3
+
     from gpudeck.jobs.history.index import RunIndex
     index = RunIndex()
     try:
@@ -62,6 +62,7 @@ def open_index(sync: bool = True):
 
 
 def run_runs(args: argparse.Namespace) -> int:
+    import sqlite3
     since = _age(args.since, "--since")
     older = _age(args.older, "--older")
     if (args.keep is not None or older is not None or args.yes) and not args.prune:
@@ -134,6 +135,7 @@ TABLE_COLUMNS = ("run_id", "job", "kind", "started_at", "duration_s", "state", "
 
 
 def render_table(rows: list[dict], now: Optional[float] = None) -> str:
+    from gpudeck.console.format import human_age, human_bytes, safe_text
     now = time.time() if now is None else now
     cleaned: dict = {}
 
@@ -184,6 +186,7 @@ def _log_keep_lookup(args: argparse.Namespace):
 
 
 def _prune(args: argparse.Namespace, index, older: Optional[float]) -> int:
+    from gpudeck.console.format import human_bytes
     from gpudeck.jobs.history.retention import plan_prune, prune
     keep_for = _log_keep_lookup(args)
     candidates = plan_prune(index, keep=args.keep, older_s=older, job=args.job,

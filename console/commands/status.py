@@ -4,15 +4,16 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
+import time
 
 from gpudeck.jobs import strictjson
-from gpudeck.jobs.telemetry.sampler import make_sampler
-from gpudeck.jobs.telemetry.status import render_status_text, status_payload
 
 from gpudeck.console.errors import CliError
 
-# Rates (CPU %, disk and network bytes/s) need two readings; this is the gap between them.
-_DEFAULT_INTERVAL_S = 0.5
+# Rates (CPU %, disk and network bytes/s) need two readings; this is the least gap between them.
+# /proc/stat counts 10 ms jiffies: 0.1 s is the shortest window the host sampler calls a figure,
+# enough for one look (10 jiffies a core); a longer --interval gives steadier rates.
+_DEFAULT_INTERVAL_S = 0.1
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--interval", type=float, default=_DEFAULT_INTERVAL_S, metavar="SECONDS",
                    help=f"seconds between the two readings rates are computed from (default {_DEFAULT_INTERVAL_S}; "
-                        "0 = one reading, rates null)")
+                        "0 = one reading, rates null); the engine scan runs inside it")
     p.add_argument("--require-gpu", action="store_true",
                    help="exit 3 with a one-line reason when no GPU can be read")
     p.set_defaults(handler=run_status, remote_ok=True)
@@ -35,10 +36,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _slurm_status(args: argparse.Namespace):
     """sinfo of the partitions the jobs file's Slurm jobs use; None without such jobs (or a usable jobs file)."""
     from gpudeck.jobs.paths import find_jobs_file
-    from gpudeck.jobs.spec import SpecError, load_jobs
     path = find_jobs_file(getattr(args, "jobs_file", None))
     if path is None or not path.exists():
         return None
+    from gpudeck.jobs.spec import SpecError, load_jobs
     try:
         jobs_file = load_jobs(path)
     except SpecError:
@@ -54,20 +55,31 @@ def run_status(args: argparse.Namespace) -> int:
     spec = host_spec(args)
     if not spec.local:
         return _remote_status(args, spec)
+    from gpudeck.jobs.telemetry.sampler import make_sampler
+    from gpudeck.jobs.telemetry.status import render_status_text, status_payload
     sampler = make_sampler(demo=bool(getattr(args, "demo", False)))
+    engines = slurm = None
     try:
+        if not sampler.simulated:
+            # The first host reading opens the rate window; the engine scan and sinfo run inside it,
+            # and only the rest of the window is waited (a timed wait, not a hope).
+            started = time.monotonic()
+            if args.interval > 0:
+                sampler.prime_rates()
+            # Every vLLM/SGLang on the box, gpudeck's (managed) or not (foreign).
+            from gpudeck.jobs.engines.discovery import discover_engines, engines_payload
+            engines = engines_payload(discover_engines())
+            slurm = _slurm_status(args)
+            left = args.interval - (time.monotonic() - started)
+            if args.interval > 0 and left > 0:
+                threading.Event().wait(left)
         snapshot = sampler.sample()
-        if not sampler.simulated and args.interval > 0:
-            # A timed wait between two readings, not a hope: the rates are defined over it.
-            threading.Event().wait(args.interval)
-            snapshot = sampler.sample()
     finally:
         sampler.close()
-    if not sampler.simulated:
-        # Every vLLM/SGLang on the box, gpudeck's (managed) or not (foreign).
-        from gpudeck.jobs.engines.discovery import discover_engines, engines_payload
-        snapshot.extra["engines"] = engines_payload(discover_engines())
-    slurm = _slurm_status(args)
+    if engines is not None:
+        snapshot.extra["engines"] = engines
+    if sampler.simulated:
+        slurm = _slurm_status(args)
     if slurm is not None:
         snapshot.extra["slurm"] = slurm
     if args.json:
@@ -88,7 +100,7 @@ def run_status(args: argparse.Namespace) -> int:
 def _remote_status(args: argparse.Namespace, spec) -> int:
     """The same snapshot, taken by the host's agent (its telemetry source is in payload["source"])."""
     from gpudeck.jobs.hosts.protocol import unpack_status
-    from gpudeck.jobs.telemetry.status import snapshot_from_payload
+    from gpudeck.jobs.telemetry.status import render_status_text, snapshot_from_payload
 
     from gpudeck.console.commands._host import Remote
     params = {"engines": True, "simulated": bool(getattr(args, "demo", False))}

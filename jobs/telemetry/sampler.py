@@ -33,6 +33,9 @@ class Sampler:
     def _sample(self) -> Snapshot:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def prime_rates(self) -> None:
+        """Take the first of the two readings rates need, and nothing else (no GPUs, no ports)."""
+
     def close(self) -> None:
         self._closed = True
 
@@ -81,6 +84,14 @@ class LiveSampler(Sampler):
         gpus, ports = self._attach_procs(gpus, ports, extra)
         return Snapshot(time=now, host=host, gpus=gpus, gpu_error=gpu_error, ports=ports,
                         simulated=False, extra=extra)
+
+    def prime_rates(self) -> None:
+        with self._lock:
+            if self._host is not None:
+                try:
+                    self._host.read()
+                except Exception:  # noqa: BLE001 - the real sample reports it
+                    pass
 
     def _read_host(self, extra: dict[str, Any]) -> HostSample:
         if self._host is not None:
