@@ -35,6 +35,11 @@ class _Candidate:
 _CLASSIFIED: dict[tuple, Optional[tuple]] = {}
 _MISS = object()
 
+def _why_text(why) -> str:
+    """A `why` entry as text: kept as (format, *args) on the hot paths, formatted when a result is made."""
+    return why[0].format(*why[1:]) if isinstance(why, tuple) else why
+
+
 # The phase each phase marker asserts (for `decided_by`).
 _MARKER_PHASE = {"loading": "loading", "loaded": "starting", "compiling": "compiling", "compiled": "starting",
                  "capturing": "capturing", "captured": "starting", "starting": "starting", "startup_complete": "ready",
@@ -100,9 +105,13 @@ class State:
         if self.engine_strong is None:
             self._examine_text(text, line, 0, fams)
             return
+        self._apply_plan(text, line, plan)
+
+    def _apply_plan(self, text: str, line: int, plan) -> None:
         if plan.bar_at >= 0:
-            m = TQDM.match(text, plan.bar_at)
-            self._tqdm(text[:plan.bar_at], m, line)
+            self._tqdm(text[:plan.bar_at], TQDM.match(text, plan.bar_at), line)
+            if plan.rest is not None:
+                self._apply_plan(text[plan.bar_end:], line, plan.rest)
             return
         b0, b1 = plan.body
         if b0 >= b1:
@@ -116,7 +125,7 @@ class State:
         marker = plan.marker
         if marker is not None:
             kind = marker[0]
-            self.why["marker"] = f"marker {kind}: {body[marker[1]:marker[2]]!r} (line {line})"
+            self.why["marker"] = ("marker {}: {!r} (line {})", kind, body[marker[1]:marker[2]], line)
             before = self.phase
             self._marker(kind, line)
             if self.phase != before or self.phase == _MARKER_PHASE.get(kind):
@@ -142,7 +151,7 @@ class State:
 
     def _classify_memo(self, body: str, level: Optional[str], line: int) -> Optional[_Candidate]:
         """_classify() through a memo of its pure part (what it makes of a body at a phase)."""
-        if body.startswith("NVRM:") or "error:" in body or body.startswith("Error: "):
+        if body.startswith("NVRM:") or (("error:" in body or body.startswith("Error: ")) and BAD_ARGS.search(body)):
             return self._classify(body, level, line)      # reads the NVRM window / the usage line
         key = (body, level, self.phase)
         hit = _CLASSIFIED.get(key, _MISS)
@@ -184,7 +193,7 @@ class State:
         if fams & M:
             m = MARKERS.search(body)
             if m is not None:
-                self.why["marker"] = f"marker {m.lastgroup}: {m.group()!r} (line {line})"
+                self.why["marker"] = ("marker {}: {!r} (line {})", m.lastgroup, m.group(), line)
                 before = self.phase
                 self._marker(m.lastgroup, line)
                 if self.phase != before or self.phase == _MARKER_PHASE.get(m.lastgroup):
@@ -402,16 +411,16 @@ class State:
                 rate = (done - first_done) / (when - first_when)
         if eta is None and rate and total is not None and total >= done:
             eta = (total - done) / rate
-        progress = Progress(done=num(done), total=num(total) if total is not None else None, label=label,
-                            rate=rate, eta_s=eta)
-        entry = (self.seq, phase, progress, f"{sig} (line {line})", line, self.text[:MAX_MESSAGE])
+        # Progress(...) is built when a result is asked for: most updates are overwritten first.
+        progress = (num(done), num(total) if total is not None else None, label, rate, eta)
+        entry = (self.seq, phase, progress, sig, line, self.text[:MAX_MESSAGE])
         if source == "bar":
             self.bar = entry
         else:
             self.hint = entry
         if phase != "unknown":
             self.phase = phase
-            self.why["phase"] = f"progress {sig} (line {line})"
+            self.why["phase"] = ("progress {} (line {})", sig, line)
         # A job that keeps advancing after logging an error did not die of it.
         if self.progress_at_failure is not None:
             pkey, pdone = self.progress_at_failure
@@ -428,13 +437,13 @@ class State:
         # A newer hint of another phase wins — unless it only says "epoch 2.25" where the bar
         # still counts done/total (a loss dict glued onto a Trainer bar): the bar is the better answer.
         if hint is not None and (bar is None or (hint[0] > bar[0] and hint[1] != bar[1]
-                                                 and (hint[2].total is not None or bar[2].total is None))):
+                                                 and (hint[2][1] is not None or bar[2][1] is None))):
             return hint
         return bar
 
     def progress(self) -> Optional[Progress]:
         entry = self.progress_entry()
-        return entry[2] if entry is not None else None
+        return Progress(*entry[2]) if entry is not None else None
 
     # ------------------------------------------------------------------ serving
 
@@ -730,7 +739,7 @@ class State:
             why["phase"] = "the failure"
         elif self.phase:
             phase = self.phase
-            why["phase"] = self.why.get("phase", "")
+            why["phase"] = _why_text(self.why.get("phase", ""))
         else:
             phase = "starting" if engine else "unknown"
             if engine:
@@ -743,15 +752,15 @@ class State:
         if self.first_error is not None:
             key_lines.append(KeyLine("first_error", self.first_error.line, self.first_error.message))
         if entry is not None:
-            why["progress"] = entry[3]
+            why["progress"] = f"{entry[3]} (line {entry[4]})"
             key_lines.append(KeyLine("last_progress", entry[4], entry[5]))
         if self.ready_line is not None:
-            why["ready_line"] = self.why.get("ready_line", "")
+            why["ready_line"] = _why_text(self.why.get("ready_line", ""))
             key_lines.append(KeyLine("ready", self.ready_line, self.ready_text))
         serving = None
         if self.serving:
             serving = ServingNumbers(**{k: self.serving.get(k) for k in SERVING_KEYS})
         warnings = tuple(sorted(self.warnings.values(), key=lambda w: (w.line, w.code)))
-        return LogAnalysis(engine=engine, phase=phase, progress=entry[2] if entry is not None else None,
+        return LogAnalysis(engine=engine, phase=phase, progress=Progress(*entry[2]) if entry is not None else None,
                            failure=failure, ready_line=self.ready_line, serving=serving, warnings=warnings,
                            key_lines=tuple(key_lines), decided_by=tuple(why.items()))

@@ -214,11 +214,13 @@ class RecordPlan:
     (numbers, messages, timestamps) are read from the real text at the planned spans.
     """
     __slots__ = ("ansi", "bar_at", "msg_at", "body", "indent", "level", "has_ts", "stats", "marker",
-                 "progress", "failure", "guard", "warn", "only", "marker_only")
+                 "progress", "failure", "guard", "warn", "only", "marker_only", "bar_end", "rest")
 
     def __init__(self) -> None:
         self.ansi = False
-        self.bar_at = -1                 # a lone tqdm bar at this offset (nothing glued after it)
+        self.bar_at = -1                 # a tqdm bar at this offset, ending at bar_end,
+        self.bar_end = -1
+        self.rest: Optional[RecordPlan] = None     # and the plan of what is glued after it
         self.msg_at = 0
         self.body = (0, 0)               # span of the stripped message
         self.indent = 0
@@ -241,16 +243,23 @@ class RecordPlan:
 
 def record_plan(tpl: bytes, fams: int) -> Optional[RecordPlan]:
     """The plan for segments of template `tpl` (prefiltered into `fams`), or None to read them in full."""
+    ansi = b"\x1b" in tpl
+    raw = ANSI.sub(b"", tpl) if ansi else tpl
+    plan = _text_plan(raw.decode("utf-8", "replace"), fams, 0)
+    plan.ansi = ansi
+    return plan
+
+
+def _text_plan(text: str, fams: int, depth: int) -> RecordPlan:
+    """Mirror of State._examine_text (a bar, and what is glued after it, up to depth 3) and _record."""
     plan = RecordPlan()
-    plan.ansi = b"\x1b" in tpl
-    raw = ANSI.sub(b"", tpl) if plan.ansi else tpl
-    text = raw.decode("utf-8", "replace")
     if fams & P and "%" in text:
         m = TQDM.search(text)
         if m is not None:
-            if text[m.end():].strip():
-                return None                              # a record glued onto the bar: read in full
-            plan.bar_at = m.start()
+            plan.bar_at, plan.bar_end = m.start(), m.end()
+            rest = text[m.end():]
+            if depth < 3 and rest.strip():
+                plan.rest = _text_plan(rest, fams, depth + 1)
             return plan
     msg, level, ts = strip_prefixes(text)
     plan.msg_at = len(text) - len(msg)
