@@ -417,6 +417,11 @@ def build_run(run_dir: Path, state_dir: Optional[Path] = None) -> dict:
     report["outcome"] = {k: row[k] for k in ("state", "exit_code", "signal", "stopped_by", "failed", "started_at",
                                               "ended_at", "duration_s", "final_phase", "load_s")}
     report["outcome"]["failed"] = bool(row["failed"])
+    if meta.get("backend") == "slurm":
+        # Slurm's own word for the end (TIMEOUT, OUT_OF_MEMORY, NODE_FAIL...), with its job id and nodes.
+        rec = exit_record or {}
+        report["outcome"]["slurm"] = {"job_id": meta.get("slurm_job_id"), "state": rec.get("slurm_state"),
+                                      "reason": rec.get("slurm_reason"), "nodes": rec.get("nodes") or meta.get("nodes")}
     if exit_record is None and row["state"] not in ("running", "starting", "stopping"):
         missing.append("exit.json missing: the run ended without its runner recording how")
 

@@ -99,6 +99,10 @@ def _facts(src: dict, o: dict) -> str:
             result += f", exit {o['exit_code']}"
         if o.get("stopped_by"):
             result += f", stopped by {o['stopped_by']}"
+        slurm = o.get("slurm") if isinstance(o.get("slurm"), dict) else None
+        if slurm and slurm.get("job_id"):
+            result += (f" — Slurm job {slurm['job_id']} {slurm.get('state') or 'not ended'}"
+                       + (f" on {slurm['nodes']}" if slurm.get("nodes") else ""))
         rows.append(("result", result))
     if src.get("log"):
         rows.append(("log", src["log"]))

@@ -62,6 +62,10 @@ def render(report: dict) -> str:
             result += f", exit {o['exit_code']}"
         if o.get("stopped_by"):
             result += f", stopped by {text(o['stopped_by'])}"
+        slurm = o.get("slurm") if isinstance(o.get("slurm"), dict) else None
+        if slurm and slurm.get("job_id"):
+            result += text(f" — Slurm job {slurm['job_id']} {slurm.get('state') or 'not ended'}"
+                           + (f" on {slurm['nodes']}" if slurm.get("nodes") else ""))
         facts.append(("result", result))
     if src.get("log"):
         facts.append(("log", f"`{terminal_text(src['log'], 300)}`"))

@@ -62,6 +62,12 @@ def history(jobs: Path, env: dict, name: str) -> dict:
     return rows[0]
 
 
+def postmortem(jobs: Path, env: dict, name: str) -> dict:
+    done = gd(jobs, env, "postmortem", name, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 def squeue_field(job_id: str, fmt: str, env: dict) -> str:
     return subprocess.run(["squeue", "-h", "--states=all", "-j", job_id, "-o", fmt], env=env, capture_output=True,
                           text=True, timeout=30).stdout.strip()
@@ -85,7 +91,15 @@ def timeout_job(slurm_cluster, tmp_path_factory):
     started = gd(jobs, env, "start", "slowpoke")
     assert started.returncode == 0, started.stderr
     yield jobs, env, state, started.stdout.strip()
-    subprocess.run(["scancel", "--name=slowpoke"], env=env, capture_output=True, timeout=30)
+    cancel_all(state, env)
+
+
+def cancel_all(state: Path, env: dict) -> None:
+    """scancel every Slurm job submitted under `state`, by id: other sessions may share the cluster."""
+    for meta in state.glob("runs/*/*/meta.json"):
+        job_id = json.loads(meta.read_text()).get("slurm_job_id")
+        if job_id:
+            subprocess.run(["scancel", str(job_id)], env=env, capture_output=True, timeout=30)
 
 
 @pytest.fixture
@@ -93,10 +107,7 @@ def slurm_env(slurm_cluster, state, timeout_job):
     """A private state dir; every Slurm job submitted under it is cancelled afterwards."""
     env = cli_env(state)
     yield env
-    for meta in state.glob("runs/*/*/meta.json"):
-        job_id = json.loads(meta.read_text()).get("slurm_job_id")
-        if job_id:
-            subprocess.run(["scancel", str(job_id)], env=env, capture_output=True, timeout=30)
+    cancel_all(state, env)
 
 
 def test_slurm_keys_are_checked_with_their_location(slurm_env, tmp_path):
@@ -175,6 +186,12 @@ def test_pipeline_queued_at_once_with_dependencies(slurm_env, state, tmp_path):
     assert by_name["prep"]["run_id"] == meta_run(state, "prep")       # not run again
     row = history(jobs, slurm_env, "train")
     assert row["failed"] and row["exit_code"] == 3
+    report = postmortem(jobs, slurm_env, "train")
+    assert report["outcome"]["slurm"]["state"] == "FAILED" and report["outcome"]["exit_code"] == 3
+    assert report["failure"]["cause"] == "exception" and "bad batch" in report["failure"]["message"]
+    report = postmortem(jobs, slurm_env, "eval")
+    assert report["outcome"]["slurm"] == {"job_id": by_name["eval"]["slurm"]["job_id"], "state": "CANCELLED",
+                                          "reason": "DependencyNeverSatisfied", "nodes": None}
 
 
 def meta_run(state: Path, name: str) -> str:
@@ -205,6 +222,9 @@ def test_stop_a_job_that_ignores_sigterm(slurm_env, state, tmp_path):
     assert analyze(log, slurm_env)["failure"] is None         # a requested cancel is not a failure
     row = history(jobs, slurm_env, "stubborn")
     assert row["state"] == "stopped" and not row["failed"]
+    report = postmortem(jobs, slurm_env, "stubborn")
+    assert report["outcome"]["state"] == "stopped" and report["outcome"]["slurm"]["state"] == "CANCELLED"
+    assert report["verdict"].startswith("stopped by")
     events = [json.loads(line)["event"] for line in (log.parent / "events.jsonl").read_text().splitlines()]
     assert events.index("StopRequested") < events.index("StopEscalated") < events.index("JobExited")
 
@@ -228,6 +248,9 @@ def test_out_of_memory(slurm_env, state, tmp_path):
     assert row["failed"] and row["failure_cause"] == "host_oom"
     record = json.loads((log.parent / "exit.json").read_text())
     assert record["slurm_state"] == "OUT_OF_MEMORY" and "memory" in record["note"]
+    report = postmortem(jobs, slurm_env, "hog")
+    assert report["outcome"]["slurm"]["state"] == "OUT_OF_MEMORY" and report["failure"]["cause"] == "host_oom"
+    assert "--mem" in report["verdict"]
 
 
 def test_status_shows_the_partition(slurm_env, tmp_path):
@@ -261,3 +284,6 @@ def test_time_limit(timeout_job):
     assert found["failure"]["cause"] == "time_limit" and "time" in found["failure"]["hint"]
     row = history(jobs, env, "slowpoke")
     assert row["failed"] and row["failure_cause"] == "time_limit"
+    report = postmortem(jobs, env, "slowpoke")
+    assert report["outcome"]["slurm"]["state"] == "TIMEOUT" and report["failure"]["cause"] == "time_limit"
+    assert "time limit" in report["verdict"]
