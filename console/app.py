@@ -22,6 +22,7 @@ from gpudeck.console.screens.dashboard import DashboardScreen
 from gpudeck.console.screens.help import HelpScreen
 from gpudeck.console.feeds import Feed, JobsFeed, LiveJobsSource
 from gpudeck.console.screens.history import HistoryScreen
+from gpudeck.console.screens.hosts import HostsScreen
 from gpudeck.console.screens.jobs import JobsScreen
 from gpudeck.console.telemetry_view import TelemetryView
 from gpudeck.themes import DEFAULT_THEME, GPUDECK_THEMES, THEME_CYCLE, is_known_theme, known_theme_names, next_theme
@@ -32,6 +33,7 @@ VIEWS: list[tuple[str, str, str, type[Screen]]] = [
     ("dashboard", "1", "Dashboard", DashboardScreen),
     ("jobs", "2", "Jobs", JobsScreen),
     ("history", "3", "History", HistoryScreen),
+    ("hosts", "4", "Hosts", HostsScreen),
 ]
 
 HISTORY_CAPACITY = 900   # 15 minutes at the default 1 s refresh: more than the 10 the issue asks
@@ -86,6 +88,9 @@ class GpuDeckApp(App[int]):
         # The push paths: widgets follow these instead of the app walking its screens.
         self.telemetry_feed: Feed[TelemetryView] = Feed(self, "telemetry")
         self._jobs_feed: Optional[JobsFeed] = None
+        self._hosts_feed: Any = None
+        self.host_specs: Optional[list] = None     # None: read hosts.toml when the hosts view opens
+        self.initial_host: Optional[str] = None    # --host NAME: the hosts view opens on its tab
 
     @property
     def jobs_feed(self) -> JobsFeed:
@@ -138,6 +143,26 @@ class GpuDeckApp(App[int]):
             self.jobs_feed.switch(self._live_source())
             self.notify("live jobs", timeout=2)
 
+    @property
+    def hosts_feed(self) -> Any:
+        """Every host's overview row (remote ones polled over SSH by the core's Fleet, started on first follow)."""
+        if self._hosts_feed is None:
+            from gpudeck.console.hosts_feed import HostsFeed
+            specs = self.host_specs
+            if specs is None:
+                from gpudeck.jobs.hosts.config import HostConfigError, load_hosts
+                try:
+                    specs = list(load_hosts().values())
+                except HostConfigError as exc:
+                    self.notify(str(exc), severity="error", timeout=10)
+                    specs = []
+            self._hosts_feed = HostsFeed(self, specs, max(0.5, float(self.refresh_s or 1.0)))
+        return self._hosts_feed
+
+    def on_unmount(self) -> None:
+        if self._hosts_feed is not None:
+            self._hosts_feed.close()
+
     @jobs_feed.setter
     def jobs_feed(self, feed: JobsFeed) -> None:
         self._jobs_feed = feed
@@ -151,6 +176,8 @@ class GpuDeckApp(App[int]):
             self.notify("SIMULATED box. Press 2: the jobs view replays four recorded runs — an engine loading, "
                         "a relaunch that crashes, a build heading for OOM, a deadlocked engine.",
                         title="gpudeck --demo", timeout=12, markup=False)
+        if self.initial_host:
+            self.switch_mode("hosts")
 
     def _start_tick(self) -> None:
         if self._sampling:
@@ -315,6 +342,10 @@ def run_console(args: argparse.Namespace) -> int:
     try:
         app = make_app(sampler=sampler, theme=theme, refresh=refresh,
                        jobs_file=getattr(args, "jobs_file", None), demo_replay=bool(getattr(args, "demo", False)))
+        from gpudeck.console.commands._host import host_spec
+        spec = host_spec(args)          # --host / $GPUDECK_HOST: a bad name is one line before the app opens
+        if not spec.local:
+            app.initial_host = spec.name
         result = app.run()
         # Invariant 1: quitting never stops a job, and the operator is told what still runs.
         note = live_jobs_note(app.jobs_file)

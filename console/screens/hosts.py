@@ -1,0 +1,174 @@
+"""The hosts view: an overview row per host and one tab per host, all drawn from the fleet's cached views.
+
+Nothing here touches the network: the core's Fleet polls the remote hosts on its own
+thread, the app publishes `fleet.views()` (instant) on a timer, and switching tabs only
+re-draws what is already cached. A dead host shows DOWN with the age of its last data.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Static, Tab, Tabs
+
+from gpudeck.console.format import human_age, safe_text
+from gpudeck.console.widgets.rows_table import Cell, Column, RowsTable
+
+OVERVIEW = "overview"
+_GIB = 1 << 30
+
+
+def link_cell(summary: dict) -> Cell:
+    """LIVE; STALE 14s (amber past 10 s, red past 60 s); DOWN 2m (retry in 8s); CONNECTING."""
+    link = summary["link"]
+    age = summary.get("data_age_s")
+    if link == "LIVE":
+        return ("LIVE", "bold $success")
+    if link == "CONNECTING":
+        return ("CONNECTING", "$text-muted")
+    text = link + (f" {human_age(age)}" if age is not None else "")
+    if link == "DOWN" and summary.get("retry_in_s") is not None:
+        text += f" (retry {summary['retry_in_s']:.0f}s)"
+    level = summary.get("age_level")
+    return (text, "bold $error" if level == "red" or link == "DOWN" else "bold $warning" if level == "amber" else "")
+
+
+def overview_cells(summary: dict) -> tuple[Cell, ...]:
+    gpus = summary.get("gpus") or 0
+    util = summary.get("gpu_util")
+    gpu_text = f"{gpus} × {util:.0f}%" if gpus and util is not None else (f"{gpus}" if gpus else "-")
+    mem = ("-" if not summary.get("gpu_mem_total") else
+           f"{summary['gpu_mem_used'] / _GIB:.0f}/{summary['gpu_mem_total'] / _GIB:.0f} GiB")
+    failed = summary.get("jobs_failed") or 0
+    alerts = summary.get("alerts") or 0
+    note = safe_text(summary.get("error") or summary.get("ssh") or "this machine", 200)
+    if summary.get("simulated"):
+        note = "SIMULATED · " + note
+    return (summary["host"], link_cell(summary), gpu_text, mem, str(summary.get("jobs_running") or 0),
+            (str(failed), "bold $error") if failed else "0", (str(alerts), "bold $warning") if alerts else "0", note)
+
+
+class HostsTable(RowsTable):
+    """One row per host: GPUs (count × mean util), GPU memory, jobs running / failed, alerts, link."""
+
+    COLUMNS = (Column("host", 14), Column("link", 22), Column("GPUs", 9), Column("GPU mem", 14),
+               Column("run", 4, right=True), Column("fail", 4, right=True), Column("alerts", 6, right=True),
+               Column("where"))
+    EMPTY = "no hosts"
+
+
+def detail_text(summary: dict, status: Optional[dict], jobs: Optional[dict], agent: dict) -> Text:
+    """A host's tab: its link, its GPUs and host (as `status` prints them) and its jobs (as `jobs` prints them)."""
+    from gpudeck.jobs.telemetry.status import render_status_text, snapshot_from_payload
+    from gpudeck.console.commands.jobs_list import table_lines
+    from gpudeck.jobs.view import job_views
+    out = Text()
+    link_text, link_style = link_cell(summary)
+    out.append(f"{summary['host']}  ", style="bold")
+    out.append(link_text, style=link_style.replace("$success", "green").replace("$error", "red")
+               .replace("$warning", "yellow").replace("$text-muted", "dim"))
+    if summary.get("ssh"):
+        out.append(f"  {safe_text(summary['ssh'], 200)}")
+    if agent:
+        out.append(f"  agent {safe_text(str(agent.get('via')))} on Python {safe_text(str(agent.get('python')))}",
+                   style="dim")
+    out.append("\n")
+    if summary.get("error"):
+        out.append(safe_text(summary["error"], 400) + "\n", style="red")
+    if status:
+        source = status.get("source") or {}
+        if source:
+            out.append(f"GPU via {safe_text(str(source.get('gpu')))}, host via {safe_text(str(source.get('host')))}\n",
+                       style="dim")
+        for line in render_status_text(snapshot_from_payload(status)).splitlines():
+            out.append(safe_text(line, 400) + "\n")
+    else:
+        out.append("no telemetry yet\n", style="dim")
+    out.append("\n")
+    if jobs is not None:
+        for line in table_lines(job_views(jobs), time.time()):
+            out.append(safe_text(line, 400) + "\n")
+    return out
+
+
+class HostsScreen(Screen):
+    """Tabs: the overview, then one per host (local first). Follows the app's hosts feed."""
+
+    DEFAULT_CSS = """
+    HostsScreen #host-detail-scroll { height: 1fr; }
+    HostsScreen #host-detail { padding: 0 1; }
+    HostsScreen.-overview #host-detail-scroll { display: none; }
+    HostsScreen.-detail #hosts-table { display: none; }
+    """
+
+    BINDINGS = [
+        Binding("left", "tab(-1)", "Prev host", id="hosts.tab.prev"),
+        Binding("right", "tab(1)", "Next host", id="hosts.tab.next"),
+    ]
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.selected = OVERVIEW
+        self.renders = 0                   # detail re-draws (tests)
+
+    def compose(self) -> ComposeResult:
+        yield Tabs(Tab(OVERVIEW, id=f"tab-{OVERVIEW}"), id="host-tabs")
+        yield HostsTable(id="hosts-table")
+        with VerticalScroll(id="host-detail-scroll"):
+            yield Static("", id="host-detail")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.set_class(True, "-overview")
+        jobs = getattr(self.app, "jobs_feed", None)
+        if jobs is not None:
+            jobs.follow(self, lambda _snapshot: None)     # the local row counts this box's jobs
+        feed = getattr(self.app, "hosts_feed", None)
+        if feed is not None:
+            feed.follow(self, self.apply_hosts)
+        wanted = getattr(self.app, "initial_host", None)
+        if wanted:
+            self.call_after_refresh(self.select, wanted)
+
+    def apply_hosts(self, hosts: dict) -> None:
+        tabs = self.query_one(Tabs)
+        have = {tab.id for tab in tabs.query(Tab)}
+        for name in hosts:
+            if f"tab-{name}" not in have:
+                tabs.add_tab(Tab(name, id=f"tab-{name}"))
+        self.query_one(HostsTable).sync({name: overview_cells(h["summary"]) for name, h in hosts.items()},
+                                        f"hosts ({len(hosts)})", False)
+        self._hosts = hosts
+        if self.selected != OVERVIEW:
+            self._draw_detail()
+
+    def select(self, name: str) -> None:
+        tabs = self.query_one(Tabs)
+        if tabs.query(f"#tab-{name}"):
+            tabs.active = f"tab-{name}"
+
+    def on_tabs_tab_activated(self, event: Tabs.TabActivated) -> None:
+        self.selected = (event.tab.id or f"tab-{OVERVIEW}")[len("tab-"):]
+        overview = self.selected == OVERVIEW
+        self.set_class(overview, "-overview")
+        self.set_class(not overview, "-detail")
+        if not overview:
+            self._draw_detail()
+
+    def _draw_detail(self) -> None:
+        host = getattr(self, "_hosts", {}).get(self.selected)
+        widget = self.query_one("#host-detail", Static)
+        if host is None:
+            widget.update(Text(f"{self.selected}: no data yet", style="dim"))
+        else:
+            widget.update(detail_text(host["summary"], host.get("status"), host.get("jobs"), host.get("agent") or {}))
+        self.renders += 1
+
+    def action_tab(self, delta: int) -> None:
+        tabs = self.query_one(Tabs)
+        tabs.action_previous_tab() if delta < 0 else tabs.action_next_tab()

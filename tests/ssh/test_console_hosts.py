@@ -1,0 +1,111 @@
+"""The console's hosts view over real sshd: an overview row per host, a tab per host, dead links never block it."""
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+async def until(pilot, predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await pilot.pause(0.1)
+
+
+def links(app) -> dict:
+    hosts = app.hosts_feed.latest or {}
+    return {name: h["summary"]["link"] for name, h in hosts.items()}
+
+
+@pytest.fixture
+def console_env(lab, monkeypatch):
+    for key, value in lab.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    return lab
+
+
+def test_overview_and_tabs_while_one_box_goes_dark(console_env):
+    lab = console_env
+    from gpudeck.console.app import make_app
+
+    async def scenario():
+        app = make_app(demo=True, refresh=0.5, jobs_file=str(lab.work / "jobs.toml"))
+        async with app.run_test(size=(140, 40)) as pilot:
+            await pilot.press("4")
+            await until(pilot, lambda: links(app) == {"local": "LIVE", "box": "LIVE", "box2": "LIVE"}
+                        and all(h["status"] for h in app.hosts_feed.latest.values()), 60, "three LIVE hosts")
+            screen = app.screen
+            table = screen.query_one("#hosts-table")
+            assert table.row_keys == ["local", "box", "box2"]
+            row = app.hosts_feed.latest["box"]["summary"]
+            assert row["gpus"] == 8 and row["simulated"] and row["gpu_mem_total"] > 0
+            lab.box.freeze()
+            try:
+                frozen = time.monotonic()
+                await until(pilot, lambda: links(app).get("box") == "DOWN", 20, "box DOWN")
+                assert time.monotonic() - frozen < 10          # keepalive 1 s x 3, plus a poll or two
+                assert links(app)["box2"] == "LIVE"
+                # Switching tabs is drawing cached data: it never waits for the dead host.
+                t0 = time.monotonic()
+                await pilot.press("right", "right")
+                await pilot.pause()
+                assert screen.selected == "box" and time.monotonic() - t0 < 3
+                detail = str(screen.query_one("#host-detail").render())
+                assert "DOWN" in detail and "NVIDIA H200" in detail      # its last data, still shown
+                await pilot.press("right")
+                await pilot.pause()
+                assert screen.selected == "box2"
+                assert "LIVE" in str(screen.query_one("#host-detail").render())
+            finally:
+                lab.box.thaw()
+            await until(pilot, lambda: links(app).get("box") == "LIVE", 60, "box LIVE again")
+        app.hosts_feed.close()
+
+    asyncio.run(scenario())
+
+
+def test_console_link_killed_reconnects_and_the_job_runs_on(console_env):
+    lab = console_env
+    from gpudeck.console.app import make_app
+    started = subprocess.run([sys.executable, "-m", "gpudeck.console.cli", "--host", "box", "start", "sleeper"],
+                             cwd=REPO, env=lab.env, capture_output=True, text=True, timeout=90)
+    assert started.returncode == 0, started.stderr
+
+    def box_jobs(app):
+        host = (app.hosts_feed.latest or {}).get("box") or {}
+        return {j["name"]: j for j in (host.get("jobs") or {}).get("jobs", [])}
+
+    async def scenario():
+        app = make_app(demo=True, refresh=0.5, jobs_file=str(lab.work / "jobs.toml"))
+        async with app.run_test(size=(140, 40)) as pilot:
+            await pilot.press("4")
+            await until(pilot, lambda: box_jobs(app).get("sleeper", {}).get("state") == "running", 60,
+                        "sleeper running on box")
+            pid = box_jobs(app)["sleeper"]["pid"]
+            assert app.hosts_feed.latest["box"]["summary"]["jobs_running"] == 1
+            connects = app.hosts_feed.fleet.views()["box"].connects
+            assert lab.box.kill_sessions()
+            await until(pilot, lambda: app.hosts_feed.fleet.views()["box"].connects > connects
+                        and links(app)["box"] == "LIVE", 60, "box reconnected")
+            assert box_jobs(app)["sleeper"]["state"] == "running" and box_jobs(app)["sleeper"]["pid"] == pid
+        app.hosts_feed.close()
+
+    asyncio.run(scenario())
+    out = subprocess.run([sys.executable, "-m", "gpudeck.console.cli", "--host", "box", "jobs", "--json"],
+                         cwd=REPO, env=lab.env, capture_output=True, text=True, timeout=90)
+    sleeper = next(j for j in json.loads(out.stdout)["jobs"] if j["name"] == "sleeper")
+    assert sleeper["state"] == "running"
