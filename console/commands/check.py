@@ -17,10 +17,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Validate the jobs file. Prints each problem as FILE:LINE:COL: message and exits 1 "
                     "if there is any; exits 2 if no jobs file is found.",
     )
-    p.set_defaults(handler=run_check)
+    p.set_defaults(handler=run_check, remote_ok=True)
 
 
 def run_check(args: argparse.Namespace) -> int:
+    from gpudeck.console.commands._host import Remote, remote_spec
+    spec = remote_spec(args)
+    if spec is not None:
+        with Remote(spec) as remote:
+            reply = remote.call("check")
+        return _report(f"{spec.name}:{reply['path']}", reply["errors"], reply["jobs"])
     from gpudeck.jobs.paths import check_regular, find_jobs_file
     from gpudeck.jobs.spec import SpecError, check_jobs, load_jobs
     path = find_jobs_file(getattr(args, "jobs_file", None))
@@ -35,18 +41,23 @@ def run_check(args: argparse.Namespace) -> int:
         raise CliError(str(exc), code=2) from None
     errors = check_jobs(path)
     if errors:
-        for error in errors:
-            print(error)
-        print(f"gpudeck: {path}: {len(errors)} error{'s' if len(errors) != 1 else ''}", file=sys.stderr)
-        return 1
+        return _report(str(path), [str(e) for e in errors], [])
     try:
         jobs_file = load_jobs(path)
     except SpecError as exc:  # the file changed between the two reads
-        print(exc)
+        return _report(str(path), [str(exc)], [])
+    return _report(str(path), [], list(jobs_file.jobs))
+
+
+def _report(where: str, errors: list[str], names: list[str]) -> int:
+    """Every error, one per line, exit 1; or the job names, exit 0."""
+    if errors:
+        for error in errors:
+            print(error)
+        print(f"gpudeck: {where}: {len(errors)} error{'s' if len(errors) != 1 else ''}", file=sys.stderr)
         return 1
-    names = list(jobs_file.jobs)
     shown = ", ".join(names[:_NAMES_SHOWN])
     if len(names) > _NAMES_SHOWN:
         shown += f", and {len(names) - _NAMES_SHOWN} more"
-    print(f"{path}: {len(names)} job{'s' if len(names) != 1 else ''} OK ({shown})")
+    print(f"{where}: {len(names)} job{'s' if len(names) != 1 else ''} OK ({shown})")
     return 0

@@ -151,6 +151,22 @@ class Agent:
         payload = jobs_payload(self._supervisor())
         return self._maybe_delta("jobs", payload, params) if params.get("delta") is not None else payload
 
+    def op_check(self, params: dict) -> dict:
+        """`gpudeck check` on this host's jobs file: every located error, or the job names."""
+        from gpudeck.jobs.paths import find_jobs_file
+        from gpudeck.jobs.spec import SpecError, check_jobs, load_jobs
+        path = find_jobs_file(self.jobs_file)
+        if path is None or not path.exists():
+            self._supervisor()                     # raises the one-line reason
+        errors = [str(e) for e in check_jobs(path)]
+        names: list[str] = []
+        if not errors:
+            try:
+                names = list(load_jobs(path).jobs)
+            except SpecError as exc:               # the file changed between the two reads
+                errors = [str(exc)]
+        return {"path": str(path), "errors": errors, "jobs": names}
+
     def op_start(self, params: dict) -> dict:
         from gpudeck.jobs.supervisor import SupervisorError
         sup = self._supervisor()

@@ -250,3 +250,11 @@ def test_stopped_sshd_is_down_with_backoff_and_the_other_host_unaffected(lab):
     assert out.returncode == 1 and "cannot connect" in out.stderr and "Traceback" not in out.stderr
     assert time.monotonic() - t0 < 30
     assert gd(lab, "--host", "box2", "jobs").returncode == 0
+
+
+def test_check_over_ssh(lab):
+    out = gd(lab, "--host", "box", "check")
+    assert out.returncode == 0 and out.stdout.startswith(f"box:{lab.work / 'jobs.toml'}: 3 jobs OK")
+    (lab.work / "jobs.toml").write_text('[jobs.bad]\ncmd = 3\n')
+    out = gd(lab, "--host", "box", "check")
+    assert out.returncode == 1 and "jobs.toml:2:" in out.stdout and "1 error" in out.stderr
