@@ -21,8 +21,19 @@ from gpudeck.console.widgets.border_titles import set_border_titles
 REFRESH_S = 5.0
 # The view lists this many runs at most (newest first); `gpudeck runs` lists them all.
 MAX_ROWS = 2000
-COLUMNS = (("started", "started", 16), ("job", "job", 20), ("run", "run", 21), ("took", "took", 7),
-           ("result", "result", 14), ("phase", "phase", 10), ("why", "why", 0))
+# (key, label, cap on its width); "why" is last and takes what is left, so the table never scrolls sideways.
+COLUMNS = (("started", "started", 16), ("job", "job", 24), ("run", "run", 24), ("took", "took", 8),
+           ("result", "result", 16), ("phase", "phase", 12), ("why", "why", None))
+CELL_PADDING = 1
+
+
+def column_widths(texts: list[dict[str, str]], width: int) -> tuple[int, ...]:
+    """Each column as wide as its longest cell (capped); "why" gets the rest (at least 10)."""
+    widths = []
+    for key, label, cap in COLUMNS[:-1]:
+        widths.append(min(cap, max([len(label)] + [len(t[key]) for t in texts])))
+    used = sum(w + 2 * CELL_PADDING for w in widths) + 2 * CELL_PADDING
+    return (*widths, max(10, width - used))
 
 
 def result_text(row: dict) -> str:
@@ -105,6 +116,7 @@ class HistoryScreen(Screen):
         self.loads = 0                      # completed loads (tests wait on it)
         self._timer: Optional[Timer] = None
         self._shown: Optional[list[tuple]] = None
+        self._widths: Optional[tuple[int, ...]] = None
 
     def compose(self) -> ComposeResult:
         try:
@@ -113,17 +125,19 @@ class HistoryScreen(Screen):
         except ImportError:  # pragma: no cover - the header is the dashboard's; the view works without it
             pass
         yield Static("", id="history-reason", markup=False)
-        table: DataTable = DataTable(id="history-table", cursor_type="row", zebra_stripes=False, cell_padding=1)
+        table: DataTable = DataTable(id="history-table", cursor_type="row", zebra_stripes=False,
+                                     cell_padding=CELL_PADDING)
         table.border_title = "runs"
         yield table
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        for key, label, width in COLUMNS:
-            table.add_column(label, key=key, width=width or None)
-        table.focus()
+        self.query_one(DataTable).focus()
         self._load()
+
+    def on_resize(self) -> None:
+        self._shown = None
+        self.call_after_refresh(self._render_rows)
 
     def on_screen_resume(self) -> None:
         self._load()
@@ -173,13 +187,19 @@ class HistoryScreen(Screen):
             return                     # nothing changed: no repaint
         self._shown = shown
         cursor = table.cursor_row
-        table.clear()
+        texts = [row_texts(row, now) for row in self.rows]
+        width = table.scrollable_content_region.width or max(40, self.size.width - 4)
+        widths = column_widths(texts, width)
+        table.clear(columns=widths != self._widths)
+        if widths != self._widths:
+            self._widths = widths
+            for (key, label, _), w in zip(COLUMNS, widths):
+                table.add_column(label, key=key, width=w)
         error = self.app.get_css_variables().get("error", "red")
-        for row in self.rows:
-            texts = row_texts(row, now)
+        for row, text in zip(self.rows, texts):
             style = f"bold {error}" if row.get("failed") else ""
             # Job-derived text is Text, never markup.
-            table.add_row(*(Text(texts[key], style=style, no_wrap=True, overflow="ellipsis")
+            table.add_row(*(Text(text[key], style=style, no_wrap=True, overflow="ellipsis")
                             for key, _, _ in COLUMNS), key=str(row.get("key")))
         if self.rows:
             table.move_cursor(row=min(max(cursor, 0), len(self.rows) - 1))

@@ -15,8 +15,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
-from gpudeck.console.format import human_age, human_bytes, safe_text, sparkline
-from gpudeck.console.widgets.log_view import LogView, sanitize_for_display
+from gpudeck.console.format import safe_text
+from gpudeck.console.widgets.log_view import LogView
 
 CHART_WIDTH = 48
 
@@ -24,10 +24,8 @@ CHART_WIDTH = 48
 @dataclass(frozen=True)
 class Chart:
     label: str
-    values: tuple[Optional[float], ...]
-    lo: float
-    hi: float
-    text: str                     # the numbers beside it: "peak 136.2G"
+    spark: str                    # the sparkline (or the phase strip), CHART_WIDTH cells at most
+    text: str                     # the numbers beside it: "peak 136.2 GiB"
 
 
 @dataclass(frozen=True)
@@ -44,7 +42,7 @@ class PostmortemView:
     title: str
     verdict: str
     failed: bool
-    log_path: Path
+    log_path: Optional[Path]
     timeline: list[str] = field(default_factory=list)
     alerts: list[str] = field(default_factory=list)
     charts: list[Chart] = field(default_factory=list)
@@ -52,176 +50,86 @@ class PostmortemView:
     notes: list[str] = field(default_factory=list)      # what is missing from the run, said plainly
 
 
-def clock_text(seconds: Optional[float]) -> str:
-    if seconds is None:
-        return "?"
-    s = max(0, int(seconds))
-    h, rest = divmod(s, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+def view_of(report: dict) -> PostmortemView:
+    """The screen's words for a post-mortem report (gpudeck.jobs.history.postmortem), the same data
+    `gpudeck postmortem` prints; every text from the job passes safe_text where it is shown."""
+    from gpudeck.jobs.history.charts import chart_groups, fmt_value, phase_strip
+    from gpudeck.jobs.history.charts import sparkline as spark
+    from gpudeck.jobs.history.postmortem import clock, span
 
-
-def _read_lines(log_path: Path, wanted: list[int], context: int = 0) -> dict[int, str]:
-    """Sanitised text of 1-based lines of a log of any size (indexed, never loaded whole)."""
-    from gpudeck.console.widgets.log_index import LogIndex
-    out: dict[int, str] = {}
-    if not wanted:
-        return out
-    index = LogIndex(log_path)
-    try:
-        while index.update():
-            pass
-        count = index.line_count
-        for line in wanted:
-            if 1 <= line <= count:
-                raw, _ = index.read_line(line - 1)
-                out[line] = sanitize_for_display(raw)
-    except (OSError, IndexError, ValueError):
-        pass
-    finally:
-        index.close()
-    return out
-
-
-def _line_count(log_path: Path) -> int:
-    from gpudeck.console.widgets.log_index import LogIndex
-    index = LogIndex(log_path)
-    try:
-        while index.update():
-            pass
-        return index.line_count
-    except OSError:
-        return 0
-    finally:
-        index.close()
+    source = report.get("source") or {}
+    outcome = report.get("outcome") or {}
+    title = f"{source.get('job') or '?'} · run {source.get('run_id') or '?'}"
+    timeline = []
+    for p in report.get("phases") or []:
+        line = f" (line {p['line']:,})" if isinstance(p.get("line"), int) else ""
+        dur = span(p["duration_s"]) if p.get("duration_s") is not None else ""
+        timeline.append(f"{clock(p.get('start_s')):>8}  {str(p.get('phase')):<12} {dur:>12}{line}")
+    for st in report.get("stalls") or []:
+        how = "" if st.get("cleared") else " (never cleared)"
+        timeline.append(f"{clock(st.get('start_s')):>8}  {st.get('code')} for {span(st.get('duration_s'))}{how}")
+    for gap in report.get("silences") or []:
+        timeline.append(f"{clock(gap.get('start_s')):>8}  log silent for {span(gap.get('duration_s'))}")
+    alerts = []
+    for a in report.get("alerts") or []:
+        cleared = " (cleared)" if a.get("cleared") is not None else ""
+        alerts.append(f"{clock(a.get('at_s')):>8}  ⚠ {a.get('code')}{cleared}: {a.get('message') or ''}")
+    for e in report.get("events") or []:
+        if e.get("event") in ("JobStarted",):
+            continue
+        alerts.append(f"{clock(e.get('at_s')):>8}  · {e.get('event')} {e.get('detail') or ''}")
+    context = report.get("context") or {}
+    for key in ("pivot", "stopped_by"):
+        if context.get(key):
+            alerts.append(f"{key.replace('_', ' ')}: {context[key]}")
+    pipeline = context.get("pipeline")
+    if isinstance(pipeline, dict) and pipeline.get("target"):
+        alerts.append(f"pipeline {pipeline.get('id')} to {pipeline.get('target')}: "
+                      f"{', '.join(pipeline.get('stages') or [])}")
+    history = report.get("history") or {}
+    if history.get("same_failure") and history["same_failure"][0]:
+        k, n = history["same_failure"]
+        alerts.append(f"same failure in {k} of the last {n} runs")
+    if history.get("median_load_s") is not None and history.get("load_s") is not None:
+        alerts.append(f"load time {clock(history['load_s'])} vs median {clock(history['median_load_s'])} "
+                      f"of {history.get('load_runs')} earlier runs")
+    charts = []
+    groups = chart_groups(report)
+    if groups:
+        strip = phase_strip(report, groups[0].get("t") or [], CHART_WIDTH)
+        if strip:
+            charts.append(Chart("phases", strip, ""))
+    for group in groups:
+        for label, values in group["lines"]:
+            present = [v for v in values if v is not None]
+            if not present or not max(present):
+                continue                  # a flat zero (no GPU memory taken) says nothing
+            hi = 100.0 if group["unit"] == "pct" else (1.0 if group["unit"] == "ratio" else None)
+            text = spark(list(values), CHART_WIDTH, 0.0, hi)
+            charts.append(Chart(f"{group['title']} {label}" if label not in group["title"] else group["title"],
+                                text, f"peak {fmt_value(max(present), group['unit'])}"))
+    lines = []
+    for item in report.get("lines") or []:
+        text = next((c.get("text") for c in item.get("context") or [] if c.get("key")), "")
+        lines.append(KeyLine(str(item.get("label") or "line"), int(item["line"]), str(text or "")))
+    known = {k.line for k in lines}
+    for item in report.get("last_lines") or []:
+        if isinstance(item.get("line"), int) and item["line"] not in known:
+            lines.append(KeyLine("last lines", item["line"], str(item.get("text") or "")))
+    lines.sort(key=lambda k: k.line)
+    log = source.get("log") or (str(Path(str(source.get("path") or "")) / "output.log") if source.get("path") else "")
+    return PostmortemView(title=title, verdict=str(report.get("verdict") or ""), failed=bool(outcome.get("failed")),
+                          log_path=Path(log) if log else None, timeline=timeline, alerts=alerts, charts=charts,
+                          lines=lines, notes=[str(m) for m in report.get("missing") or []])
 
 
 def build_view(run_dir: Path) -> PostmortemView:
-    """The post-mortem of a run directory, from the run index's summary of it, its summary.json and events."""
-    from gpudeck.jobs.history.index import summarize_run
-    from gpudeck.jobs.history.recorder import read_summary, timeline_from_samples
-    from gpudeck.jobs.runs import read_jsonl
-
+    """The post-mortem of a run directory from the core (blocking: the screen calls it in a worker)."""
+    from gpudeck.jobs.history.postmortem import build_run
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"{run_dir}: the run directory is gone")
-    row = summarize_run(run_dir)[0]
-    summary = read_summary(run_dir) or {}
-    notes = []
-    started = row.get("started_at")
-    log_path = run_dir / "output.log"
-    if not log_path.exists():
-        notes.append("no output.log: the log was not kept")
-    # -- verdict --
-    state = row.get("state") or "?"
-    took = f" after {human_age(row['duration_s'])}" if isinstance(row.get("duration_s"), (int, float)) else ""
-    if row.get("failed"):
-        what = row.get("failure_cause") or "failed"
-        where = f" (line {row['failure_line']:,})" if isinstance(row.get("failure_line"), int) else ""
-        message = f": {row['failure_message']}" if row.get("failure_message") else ""
-        hint = f" — {row['failure_hint']}" if row.get("failure_hint") else ""
-        exit_words = row.get("signal") or (f"exit {row['exit_code']}" if row.get("exit_code") is not None else state)
-        verdict = f"{exit_words}{took}: {what}{where}{message}{hint}"
-    elif state in ("running", "starting", "stopping"):
-        verdict = f"still {state}" + (f", {row['final_phase']}" if row.get("final_phase") else "")
-    else:
-        stop = f" (stopped by {row['stopped_by']})" if row.get("stopped_by") else ""
-        exit_words = row.get("signal") or (f"exit {row['exit_code']}" if row.get("exit_code") is not None else state)
-        verdict = f"{exit_words}{took}{stop}" + (f", last phase {row['final_phase']}" if row.get("final_phase") else "")
-    # -- phase timeline --
-    phases = [p for p in summary.get("phases") or [] if isinstance(p, dict)]
-    timeline = []
-    end = row.get("ended_at")
-    for i, p in enumerate(phases):
-        t = p.get("t")
-        nxt = phases[i + 1].get("t") if i + 1 < len(phases) else end
-        at = clock_text(t - started) if isinstance(t, (int, float)) and isinstance(started, (int, float)) else "?"
-        dur = human_age(nxt - t) if isinstance(nxt, (int, float)) and isinstance(t, (int, float)) else "…"
-        line = f" (line {p['line']:,})" if isinstance(p.get("line"), int) else ""
-        timeline.append(f"{at:>8}  {str(p.get('phase')):<12} {dur:>7}{line}")
-    if not phases:
-        notes.append("no phase timeline: the run has no summary.json (an older runner, or it was killed early)")
-    # -- alerts --
-    alerts = []
-    for e in read_jsonl(run_dir / "events.jsonl"):
-        t = e.get("t")
-        at = clock_text(t - started) if isinstance(t, (int, float)) and isinstance(started, (int, float)) else "?"
-        if e.get("event") == "AlertRaised":
-            alerts.append(f"{at:>8}  ⚠ {e.get('code')}: {e.get('message') or ''}")
-        elif e.get("event") == "AlertCleared":
-            alerts.append(f"{at:>8}  ✓ {e.get('code')} cleared")
-        elif e.get("event") in ("StopRequested", "JobExited", "PivotRequested", "PivotStarted"):
-            detail = ""
-            if e.get("event") == "JobExited":
-                detail = f" {e.get('signal') or e.get('exit_code')}"
-            elif e.get("by"):
-                detail = f" by {e.get('by')}"
-            alerts.append(f"{at:>8}  · {e.get('event')}{detail}")
-    # -- charts --
-    series_doc = summary.get("timeline") if isinstance(summary.get("timeline"), dict) else None
-    if not series_doc:
-        samples = read_jsonl(run_dir / "samples.jsonl")
-        if samples:
-            series_doc, _ = timeline_from_samples(samples)
-        else:
-            notes.append("no samples.jsonl: no resource timeline")
-    charts = _charts(series_doc or {})
-    # -- the lines that matter --
-    wanted: list[tuple[str, int]] = []
-    if isinstance(row.get("failure_line"), int):
-        wanted.append(("root cause", row["failure_line"]))
-    analysis = summary.get("analysis") if isinstance(summary.get("analysis"), dict) else {}
-    if isinstance(analysis.get("ready_line"), int):
-        wanted.append(("ready", analysis["ready_line"]))
-    for p in phases:
-        if isinstance(p.get("line"), int) and p.get("phase") not in ("ready", "failed"):
-            wanted.append((f"{p.get('phase')} began", p["line"]))
-    total = _line_count(log_path) if log_path.exists() else 0
-    for n in range(max(1, total - 2), total + 1):
-        wanted.append(("last lines", n))
-    texts = _read_lines(log_path, sorted({n for _, n in wanted}))
-    seen: set[int] = set()
-    lines = []
-    for label, n in wanted:
-        if n in texts and n not in seen:
-            seen.add(n)
-            lines.append(KeyLine(label, n, texts[n]))
-    title = f"{row.get('job')} · run {row.get('run_id')}"
-    return PostmortemView(title=title, verdict=verdict, failed=bool(row.get("failed")), log_path=log_path,
-                          timeline=timeline, alerts=alerts, charts=charts, lines=lines, notes=notes)
-
-
-def _charts(doc: dict) -> list[Chart]:
-    series = doc.get("series") if isinstance(doc.get("series"), dict) else {}
-    charts = []
-
-    def add(key: str, label: str, fmt, hi: Optional[float] = None) -> None:
-        values = series.get(key)
-        if not isinstance(values, list):
-            return
-        nums = [v if isinstance(v, (int, float)) else None for v in values]
-        known = [v for v in nums if v is not None]
-        if not known:
-            return
-        peak = max(known)
-        top = hi if hi is not None else (peak or 1.0)
-        step = max(1, -(-len(nums) // CHART_WIDTH))
-        # One cell per bucket group, at the group's peak: a spike must survive the narrowing.
-        cells = [max((v for v in nums[i:i + step] if v is not None), default=None) for i in range(0, len(nums), step)]
-        charts.append(Chart(label, tuple(cells), 0.0, top, f"peak {fmt(peak)}"))
-
-    gpus = sorted({k.split(":")[0] for k in series if k.startswith("gpu") and ":" in k},
-                  key=lambda g: int(g[3:]) if g[3:].isdigit() else 0)
-    for gpu in gpus:
-        add(f"{gpu}:mem", f"{gpu} mem", human_bytes)
-        add(f"{gpu}:util", f"{gpu} util", lambda v: f"{v:.0f}%", 100.0)
-    add("cpu_pct", "CPU", lambda v: f"{v:.0f}%")
-    add("rss", "RSS", human_bytes)
-    add("read_bps", "disk read", lambda v: f"{human_bytes(v)}/s")
-    add("serving:gen_tokens_per_s", "gen tok/s", lambda v: f"{v:.1f}")
-    add("serving:running", "running", lambda v: f"{v:.0f}")
-    add("serving:kv_cache_pct", "KV cache", lambda v: f"{v:.0f}%", 100.0)
-    return charts
+    return view_of(build_run(run_dir))
 
 
 class PostmortemBuilt(Message):
@@ -238,10 +146,10 @@ class PostmortemScreen(Screen):
     PostmortemScreen #pm-verdict { height: auto; padding: 0 1; text-style: bold; }
     PostmortemScreen #pm-verdict.-failed { color: $error; background: $error 15%; }
     PostmortemScreen #pm-top { height: 1fr; }
-    PostmortemScreen #pm-report { height: auto; max-height: 100%; border: round $primary; padding: 0 1;
+    PostmortemScreen #pm-report { height: 1fr; border: round $primary; padding: 0 1;
                                   border-title-color: $foreground; border-title-style: bold; }
-    PostmortemScreen #pm-lines { height: auto; max-height: 9; border: round $primary;
-                                 border-title-color: $foreground; border-title-style: bold; }
+    PostmortemScreen #pm-lines { height: auto; max-height: 10; border: round $primary; text-wrap: nowrap;
+                                 text-overflow: ellipsis; border-title-color: $foreground; border-title-style: bold; }
     PostmortemScreen #pm-lines:focus { border: round $accent; }
     PostmortemScreen LogView { height: 1fr; border: round $primary; }
     PostmortemScreen LogView:focus-within { border: round $accent; }
@@ -302,14 +210,19 @@ class PostmortemScreen(Screen):
         options.clear_options()
         for key_line in view.lines:
             # Job output: Text, never markup.
-            label = Text(f"{key_line.line:>8,}  {key_line.label:<14} ", style="bold")
-            label.append(safe_text(key_line.text, 300), style="")
+            label = Text(no_wrap=True, overflow="ellipsis")
+            label.append(f"{key_line.line:>8,}  ", style="bold")
+            label.append(f"{safe_text(key_line.label, 20):<14} ", style="bold" if key_line.label != "last lines" else "")
+            label.append(safe_text(key_line.text, 300))
             options.add_option(Option(label, id=str(key_line.line)))
-        log = self.query_one(LogView)
-        log.open(view.log_path, title=safe_text(view.title, 80))
+        if view.log_path is not None:
+            self.query_one(LogView).open(view.log_path, title=safe_text(view.title, 80))
         if view.lines:
             options.focus()
-            options.highlighted = 0
+            # The cursor starts on the line an operator wants first: the root cause, if the log names one.
+            ranked = [i for word in ("root cause", "first error") for i, k in enumerate(view.lines) if word in k.label]
+            options.highlighted = ranked[0] if ranked else 0
+            self.call_after_refresh(options.scroll_to_highlight)
 
     def _report_text(self, view: PostmortemView) -> Text:
         out = Text()
@@ -328,9 +241,8 @@ class PostmortemScreen(Screen):
             out.append("resources over the run\n", style="bold")
             width = max(len(c.label) for c in view.charts)
             for chart in view.charts:
-                out.append(f"{chart.label:<{width}}  ")
-                out.append(sparkline(chart.values, min(CHART_WIDTH, len(chart.values)), chart.lo, chart.hi),
-                           style=accent if accent.startswith("#") else "")
+                out.append(f"{safe_text(chart.label, 40):<{width}}  ")
+                out.append(chart.spark, style=accent if accent.startswith("#") and chart.label != "phases" else "")
                 out.append(f"  {chart.text}\n")
         for note in view.notes:
             out.append(safe_text(note, 300) + "\n", style=muted if muted.startswith("#") else "dim")

@@ -14,7 +14,7 @@ KEYS = "space pause · +/- speed · [ ] ∓1 min · n/N event · Esc live"
 def bar_parts(frame: SessionFrame, width: int) -> list:
     """The line as (text, style) parts for `width` cells (job text never goes in here unsanitised)."""
     badge = " SIMULATED REPLAY " if frame.simulated else " REPLAY "
-    state = "⏸" if frame.paused else ("■" if frame.t >= frame.end else "▶")
+    state = "paused" if frame.paused else ("end" if frame.t >= frame.end else "▶")
     speed = f"{frame.speed:g}×"
     where = f"{clock_text(frame.t - frame.start)} / {clock_text(frame.end - frame.start)}"
     head = [(badge, "bold reverse $warning"), " ", (state, "bold"), f" {speed:>3} ", (where, "bold"), "  "]
