@@ -382,7 +382,9 @@ def exit_record(job_id: str, state: str, acct: Optional[Accounting], stopped: bo
     ended = (acct.end if acct else None) or (job.end if job else None) or time.time()
     record = {
         "exit_code": exit_code, "signal": sig_name, "ended_at": ended,
-        "stopped_by_request": stopped and state == "CANCELLED", "leftovers": [],
+        # Asked to stop, it ended by our scancel, or by the stop signal (FAILED), or cleanly on it
+        # (COMPLETED); a TIMEOUT or NODE_FAIL meanwhile is still Slurm's doing.
+        "stopped_by_request": stopped and state in ("CANCELLED", "FAILED", "COMPLETED"), "leftovers": [],
         "backend": "slurm", "slurm_job_id": job_id, "slurm_state": state,
         "note": f"Slurm: {FINAL_NOTES.get(state, state.lower())}",
     }

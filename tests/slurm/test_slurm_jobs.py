@@ -7,12 +7,14 @@ the other tests run while it waits for its limit.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from runsupport import cli, cli_env, wait_for, write_jobs
+from runsupport import cli, cli_env, pid_alive, wait_for, write_jobs
 
 pytestmark = pytest.mark.slow
 
@@ -251,6 +253,33 @@ def test_out_of_memory(slurm_env, state, tmp_path):
     report = postmortem(jobs, slurm_env, "hog")
     assert report["outcome"]["slurm"]["state"] == "OUT_OF_MEMORY" and report["failure"]["cause"] == "host_oom"
     assert "--mem" in report["verdict"]
+
+
+def test_dead_watcher_is_replaced_and_a_queued_pipeline_stops(slurm_env, state, tmp_path):
+    jobs = write_jobs(tmp_path / "jobs.toml", {
+        "first": {"cmd": "echo started; sleep 120", "backend": "slurm", "stop_timeout": 5},
+        "second": {"cmd": "echo never", "backend": "slurm", "needs": ["first"]},
+    })
+    assert gd(jobs, slurm_env, "run", "second").returncode == 0
+    first = wait_state(jobs, slurm_env, "first", ("running",), timeout=60)
+    meta_path = run_dir(state, "first", first["run_id"]) / "meta.json"
+    watcher = json.loads(meta_path.read_text())["runner"]
+    os.kill(watcher["pid"], signal.SIGKILL)          # the watcher dies; the job is Slurm's and runs on
+    wait_for(lambda: not pid_alive(watcher["pid"]), timeout=10, what="the watcher to die")
+    again = job(jobs, slurm_env, "first")            # a reader re-attaches: a new watcher follows the run
+    assert again["state"] == "running" and again["slurm"]["state"] == "RUNNING", again
+    new = json.loads(meta_path.read_text())["runner"]
+    assert new["pid"] != watcher["pid"] and pid_alive(new["pid"])
+    second = job(jobs, slurm_env, "second")
+    assert second["state"] == "starting" and second["slurm"]["reason"] == "Dependency"
+    done = gd(jobs, slurm_env, "stop", "second")
+    assert done.returncode == 0, done.stdout + done.stderr
+    wait_for(lambda: jobs_json(jobs, slurm_env)["pipelines"][0]["state"] == "stopped", timeout=60, interval=0.5,
+             what="the pipeline to stop")
+    by_name = {j["name"]: j for j in jobs_json(jobs, slurm_env)["jobs"]}
+    assert by_name["second"]["state"] == "stopped" and by_name["second"]["slurm"]["state"] == "CANCELLED"
+    assert by_name["first"]["state"] == "stopped", by_name["first"]      # the pipeline stopped its live stage
+    assert sacct_state(by_name["first"]["slurm"]["job_id"], slurm_env) in ("FAILED", "CANCELLED")
 
 
 def test_status_shows_the_partition(slurm_env, tmp_path):
