@@ -426,18 +426,49 @@ def finalize(run: Run, state: str, acct: Optional[Accounting], job: Optional[Slu
 
 
 def accounting_when_final(job_id: str, wait_s: float, env: Optional[dict] = None) -> Optional[Accounting]:
-    """sacct's record once it shows a final state, waiting out its lag behind slurmctld; None if it never does."""
+    """sacct's record once it shows a final state, waiting out its lag behind slurmctld; else slurmctld's own
+    record (`scontrol show job`: a cluster without accounting, or sacct still behind); None if neither is final."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
             acct = sacct(job_id, env)
         except SlurmError:
-            acct = None             # no accounting on this cluster: squeue's word is all there is
+            break                   # no accounting on this cluster: slurmctld's record is all there is
         if acct is not None and acct.final:
             return acct
         if time.monotonic() >= deadline:
-            return None
+            break
         time.sleep(0.5)
+    try:
+        acct = scontrol_job(job_id, env)
+    except SlurmError:
+        return None
+    return acct if acct is not None and acct.final else None
+
+
+def scontrol_job(job_id: str, env: Optional[dict] = None) -> Optional[Accounting]:
+    """The job as slurmctld keeps it for MinJobAge after its end (no usage figures); None once purged."""
+    try:
+        out = _cli(["scontrol", "show", "job", "-o", job_id], env=env)
+    except SlurmError as exc:
+        if "Invalid job id" in str(exc):
+            return None
+        raise
+    fields: dict[str, str] = {}
+    for token in out.split():
+        key, sep, value = token.partition("=")
+        if sep and key not in fields:
+            fields[key] = value
+    if fields.get("JobId") != job_id or not fields.get("JobState"):
+        return None
+    code, sig = parse_exit(fields.get("ExitCode", ""))
+    reason = fields.get("Reason")
+    nodes = fields.get("NodeList")
+    return Accounting(state=fields["JobState"], exit_code=code, signal=sig,
+                      reason=reason if reason not in (None, "", "None") else None,
+                      nodes=nodes if nodes not in (None, "", "(null)") else None,
+                      start=parse_time(fields.get("StartTime", "")), end=parse_time(fields.get("EndTime", "")),
+                      cpu_s=None, max_rss=None)
 
 
 # -- the live reading ------------------------------------------------------------------

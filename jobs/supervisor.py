@@ -604,8 +604,8 @@ class Supervisor:
     def processes(self, name: str) -> list[ProcessReport]:
         """The live processes of the job's latest run (pid, command, GPU memory): what a stop confirmation names."""
         run = self.latest(name)
-        if run is None:
-            return []
+        if run is None or run.meta().get("backend") == "slurm":
+            return []               # a Slurm job's processes are on its node, Slurm's to signal
         from gpudeck.jobs import gpuprocs
         mem_by_pid: dict[int, list] = {}
         for h in gpuprocs.holders() or []:

@@ -610,3 +610,15 @@ async def test_cli_and_jobs_view_show_the_same_words_for_every_job() -> None:
     for line in banner.splitlines():
         assert line in notices
     assert "⚠ killed: oom at log line 12 — lower the batch" in notices
+
+
+def test_slurm_jobs_get_a_slurm_column_only_when_there_are_some() -> None:
+    slurm_job = {"name": "train", "kind": "train", "state": "starting", "pid": None, "run_id": "20261201-044852-00001",
+                 "backend": "slurm", "slurm": {"job_id": "4242", "state": "PENDING", "reason": "Dependency",
+                                               "nodes": None, "text": "PENDING (Dependency)"}}
+    views = job_views({"jobs": FAKE_JOBS + [slurm_job]})
+    cells = views[-1].cells(NOW)
+    assert cells["slurm"] == "4242 PENDING (Dependency)" and cells["pid"] == "slurm:4242"
+    assert "slurm" in [c.key for c in table_layout(views, NOW, 200).columns]
+    assert "slurm" not in [c.key for c in table_layout(job_views({"jobs": FAKE_JOBS}), NOW, 300).columns]
+    assert all(v.cells(NOW)["slurm"] == "" for v in views[:-1])

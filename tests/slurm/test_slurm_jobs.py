@@ -250,6 +250,13 @@ def test_out_of_memory(slurm_env, state, tmp_path):
     assert row["failed"] and row["failure_cause"] == "host_oom"
     record = json.loads((log.parent / "exit.json").read_text())
     assert record["slurm_state"] == "OUT_OF_MEMORY" and "memory" in record["note"]
+    # Without accounting (no slurmdbd), slurmctld's own record gives the same end.
+    from gpudeck.jobs import slurm
+    job_id = final["slurm"]["job_id"]
+    kept = slurm.scontrol_job(job_id)
+    assert kept is not None and kept.state == "OUT_OF_MEMORY"
+    without = slurm.exit_record(job_id, kept.state, kept, stopped=False)
+    assert (without["exit_code"], without["signal"]) == (record["exit_code"], record["signal"]) == (137, "SIGKILL")
     report = postmortem(jobs, slurm_env, "hog")
     assert report["outcome"]["slurm"]["state"] == "OUT_OF_MEMORY" and report["failure"]["cause"] == "host_oom"
     assert "--mem" in report["verdict"]
