@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from gpudeck.jobs.procs import RUN_TAG, ProcessId, identity, is_alive, signal_name, signal_number
-from gpudeck.jobs.runs import Run, append_jsonl, read_json, write_json_atomic
+from gpudeck.jobs.runs import Run, append_jsonl, open_private, read_json, write_json_atomic
 
 LIVE = "slurm.json"              # the watcher's latest reading of the job (state, reason, nodes)
 SCRIPT = "job.sbatch"
@@ -344,9 +344,9 @@ def sbatch_argv(spec: Any, run: Run, cwd: str, after: list[str]) -> list[str]:
 
 def submit(run: Run, spec: Any, cwd: str, env: dict, after: list[str]) -> str:
     """sbatch the job into `run`; returns the Slurm job id. SlurmError when sbatch refuses."""
-    script = run.path / SCRIPT
-    script.write_text(batch_script(spec.cmd if isinstance(spec.cmd, str) else list(spec.cmd)))
-    os.chmod(script, 0o755)
+    # sbatch reads the script and hands Slurm a copy: it needs no exec bit, and stays private like the run.
+    with open(open_private(run.path / SCRIPT, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as fh:
+        fh.write(batch_script(spec.cmd if isinstance(spec.cmd, str) else list(spec.cmd)))
     job_env = dict(os.environ)
     job_env.update(env)
     job_env.update({RUN_TAG: run.run_id, "GPUDECK_JOB": run.job, "GPUDECK_RUN_DIR": str(run.path)})
@@ -398,7 +398,7 @@ def exit_record(job_id: str, state: str, acct: Optional[Accounting], stopped: bo
 
 
 def _locked(run: Run):
-    fd = os.open(run.path / ".slurm.lock", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = open_private(run.path / ".slurm.lock", os.O_WRONLY | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
     return fd
 
@@ -605,11 +605,13 @@ def reconcile(run: Run) -> None:
 
 def launch_watcher(run: Run) -> None:
     """Start the detached watcher for a run (it forks away; this returns at once)."""
-    package_root = Path(__file__).resolve().parent.parent
+    from gpudeck.jobs.paths import child_launch
     env = {k: v for k, v in os.environ.items() if k not in (RUN_TAG, "GPUDECK_JOB", "GPUDECK_RUN_DIR")}
-    with open(run.path / "runner.log", "ab") as diag:
+    # From a checkout, an install, or the SSH agent's zipapp on a login node alike.
+    cwd, env = child_launch(env)
+    with open(open_private(run.path / "runner.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as diag:
         launcher = subprocess.Popen([sys.executable, "-m", "gpudeck.jobs.slurm", "--detach", str(run.path)],
-                                    cwd=str(package_root), env=env, stdin=subprocess.DEVNULL, stdout=diag,
+                                    cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=diag,
                                     stderr=diag, start_new_session=True, close_fds=True)
     try:
         launcher.wait(timeout=10)
@@ -697,8 +699,12 @@ class Watcher:
         grew = size > self._last_size
         self._last_size = size
         if size > self._recorded:
-            with open(self.run.times_path, "a", encoding="ascii") as fh:
-                fh.write(f"{size} {int(now)}\n")
+            try:
+                with open(open_private(self.run.times_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a",
+                          encoding="ascii") as fh:
+                    fh.write(f"{size} {int(now)}\n")
+            except OSError:
+                pass          # a full disk or a planted symlink costs the arrival index, not the watch
             self._recorded = size
         return size, grew
 
