@@ -52,8 +52,9 @@ def write_jobs(path: Path, jobs: dict[str, dict]) -> Path:
     return path
 
 
-def wait_for(predicate: Callable[[], object], timeout: float = 20.0, interval: float = 0.05,
-             what: str = "condition") -> object:
+def wait_for(predicate: Callable[[], object], timeout: float = 20.0, what: str = "condition",
+             interval: float = 0.05) -> object:
+    """predicate()'s first truthy value, polled every `interval` s; AssertionError naming `what` after `timeout` s."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
