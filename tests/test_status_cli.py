@@ -42,6 +42,15 @@ def test_json_lists_the_socket_this_test_opened_with_its_pid():
         assert key in host
 
 
+def test_default_status_has_rates_over_its_window():
+    # No --interval: the first host reading opens a window the engine scan runs inside; rates are there.
+    out = gpudeck("status", "--json")
+    assert out.returncode == 0, out.stderr
+    host = json.loads(out.stdout)["host"]
+    assert host["cpu_percent"] is not None and 0 <= host["cpu_percent"] <= 100
+    assert host["disk_read_bps"] is not None and host["net_rx_bps"] is not None
+
+
 @pytest.mark.skipif(gpuprocs.available(), reason="this machine has a working NVIDIA driver")
 def test_without_a_gpu_the_reason_is_given_and_require_gpu_fails_in_one_line():
     out = gpudeck("status", "--json", "--interval", "0")
