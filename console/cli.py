@@ -15,8 +15,9 @@ from gpudeck.console.errors import CliError
 from gpudeck.jobs.paths import UnsafeStateDir
 
 
-def _with_global_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("--version", action="version", version=f"gpudeck {__version__}")
+def _with_global_options(parser: argparse.ArgumentParser, version: bool = True) -> argparse.ArgumentParser:
+    if version:
+        parser.add_argument("--version", action="version", version=f"gpudeck {__version__}")
     parser.add_argument("--demo", action="store_true",
                         help="use the SIMULATED 8-GPU box instead of NVML")
     parser.add_argument("--jobs", metavar="FILE", dest="jobs_file",
@@ -66,7 +67,9 @@ def command_word(argv: list[str]) -> Optional[str]:
     command (`status` included) the start-up of the heaviest; the real parse follows.
     """
     try:
-        _, rest = _with_global_options(_PeekParser(prog="gpudeck", add_help=False)).parse_known_args(argv)
+        # No --version and no -h here: they act (print, exit) wherever they appear; the real parse decides.
+        peek = _with_global_options(_PeekParser(prog="gpudeck", add_help=False), version=False)
+        _, rest = peek.parse_known_args(argv)
     except _NotACommandLine:
         return None
     return rest[0] if rest and not rest[0].startswith("-") else None

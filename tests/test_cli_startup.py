@@ -65,6 +65,8 @@ def test_status_json_loads_only_what_status_needs(tmp_path):
     (["--ref", "2", "logs", "j", "-n", "5"], "logs"),   # argparse's abbreviations, as the real parse reads them
     (["--refresh", "x", "status"], None),                 # a bad global: the full parser says why
     (["-h"], None),
+    (["--version"], None),
+    (["status", "--version"], "status"),                 # the real parse refuses it, as before
     ([], None),
 ])
 def test_the_command_word_is_read_as_the_full_parser_reads_it(argv, word):
