@@ -50,6 +50,14 @@ def run_hook(command: str, timeout: float) -> int:
     return 124
 
 
+def _leave_run_cgroup() -> None:
+    """Born in the run's cgroup (the runner is in it): move to the one above, so the hook is not the run's."""
+    from gpudeck.jobs import cgroups
+    here = cgroups.current_cgroup()
+    if here and here.rstrip("/").rsplit("/", 1)[-1].startswith("gpudeck-"):
+        cgroups.leave(here.rstrip("/").rsplit("/", 1)[0] or "/")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 3:
@@ -60,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         timeout = 60.0
     started = time.time()
+    _leave_run_cgroup()
     code = run_hook(args[2], timeout)
     if code not in (0, 124):
         print(f"gpudeck: on_alert exited {code} after {time.time() - started:.1f} s", flush=True)

@@ -206,6 +206,23 @@ def cmdline(pid: int) -> Optional[str]:
     return " ".join(part.decode("utf-8", "replace") for part in raw.rstrip(b"\0").split(b"\0"))
 
 
+def boot_time() -> Optional[float]:
+    """Unix time the machine booted (/proc/stat btime)."""
+    try:
+        for line in (PROC / "stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def ticks_at(unix_time: float) -> int:
+    """The start-time value (clock ticks since boot) a process started at `unix_time` would have."""
+    boot = boot_time()
+    return 0 if boot is None else max(0, int((unix_time - boot) * _CLK_TCK) - _CLK_TCK)
+
+
 def cmdline_args(pid: int) -> list[str]:
     """argv of a process as the kernel shows it (empty: gone, a kernel thread, or not ours to read)."""
     try:
@@ -239,6 +256,12 @@ def holds_file(pid: int, target: tuple[int, int]) -> bool:
         if (st.st_dev, st.st_ino) == target:
             return True
     return False
+
+
+def holders_of(target: tuple[int, int], stats: Optional[dict[int, "ProcStat"]] = None) -> list["ProcStat"]:
+    """Every process holding the file open: a job's processes keep its output.log as stdout/stderr."""
+    stats = all_stats() if stats is None else stats
+    return [st for st in stats.values() if holds_file(st.pid, target)]
 
 
 def io_bytes(pid: int) -> tuple[Optional[int], Optional[int]]:

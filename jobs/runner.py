@@ -33,6 +33,7 @@ from typing import Any, Callable, Optional
 
 from gpudeck.jobs.procs import (RUN_TAG, ProcessId, ProcStat, all_stats, descendants, identity, io_bytes,
                         signal_group, signal_name, signal_number, signal_process, tagged)
+from gpudeck.jobs import cgroups
 from gpudeck.jobs.runs import Run, open_private
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -47,6 +48,8 @@ LEFTOVER_GRACE_CAP_S = 10.0
 # Space set aside in the run dir at start and freed to write exit.json on a full disk.
 RESERVE = ".reserve"
 RESERVE_BYTES = 64 * 1024
+# ids.json lists at most this many session ids (a build forking thousands of setsid'd workers).
+MAX_SESSIONS = 512
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,10 @@ class Runner:
         self._stop_killed = False
         self._popen: Optional[subprocess.Popen] = None
         self._disk_error: Optional[OSError] = None
+        self._sessions: set[int] = set()
+        self.cgroup: Optional[Path] = None
+        self._cgroup_home: Optional[str] = None
+        self._stop_timeout: Optional[float] = None     # from the StopRequested that started the stop
 
     # -- setup -----------------------------------------------------------
     def _install_signals(self) -> None:
@@ -175,6 +182,8 @@ class Runner:
         self.meta = self.run.meta()
         self.meta = self.run.update_meta(runner=self.me.to_jsonable() if self.me else None,
                                          runner_host=socket.gethostname())
+        self._ids(runner=self.me.to_jsonable() if self.me else None, run_id=self.run_id,
+                  created_at=self.meta.get("created_at"))
         if self.run.stop_requested():
             # `stop` came while this runner was still coming up (start at once followed by
             # stop on a loaded box): the job is never launched, and the run says why.
@@ -184,6 +193,13 @@ class Runner:
                                  "note": "stopped before the job was launched"})
             return 0
         self._reserve_space()
+        # The job is born in the run's own cgroup where one can be made: however it daemonises
+        # (setsid, double fork, a cleared environment, closed fds), stop still finds it there.
+        self._cgroup_home = cgroups.current_cgroup()
+        if os.environ.get("GPUDECK_RUN_CGROUP", "1") != "0":       # 0: do without (and test that path)
+            self.cgroup = cgroups.enter_new(f"gpudeck-{self.run.job}-{self.run_id}")
+        if self.cgroup is not None:
+            self._ids(cgroup=str(self.cgroup))
         log_fd = open_private(self.run.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         cwd = self.meta.get("cwd") or None
         try:
@@ -211,6 +227,7 @@ class Runner:
         except OSError as exc:
             # The job runs: supervise it whatever the disk says (stop still finds it by its tag).
             self._disk_error = exc
+        self._ids(job_process=self.job.to_jsonable() if self.job else None, pgid=self.pgid, started_at=started)
         self._event("JobStarted", pid=pid, pgid=self.pgid)
         if self.run.stop_requested():
             # A stop that came between the check above and the pid being recorded found
@@ -232,6 +249,21 @@ class Runner:
                 os.close(fd)
         except OSError:
             pass              # no reserve: the exit record is then only as safe as the free space
+
+    def _ids(self, **fields: Any) -> None:
+        # ids.json: the second record of what stop needs, written whole each time (never torn).
+        try:
+            self.run.update_ids(**fields)
+        except OSError as exc:
+            self._disk_error = exc
+
+    def _note_sessions(self, procs: list[ProcStat]) -> None:
+        """Record every session seen in the run: a daemon that setsid'd and cleared its environment
+        keeps its session after the runner is gone, and stop looks there."""
+        new = {st.session for st in procs if st.session > 1} - self._sessions
+        if new and len(self._sessions) < MAX_SESSIONS:
+            self._sessions |= new
+            self._ids(sessions=sorted(self._sessions)[:MAX_SESSIONS])
 
     def _event(self, event: str, **fields: Any) -> None:
         # Events are the story of the run, never a reason to stop supervising it (a full disk).
@@ -313,17 +345,31 @@ class Runner:
         return sig, float(self.meta.get("stop_timeout") or 30.0)
 
     def _begin_stop(self, reason: str) -> None:
+        """Start stopping the job; the deadline is the run's, kept here, whoever asked.
+
+        When `gpudeck stop` asked (a StopRequested by the supervisor, then SIGTERM to this
+        runner) it has already sent the stop signal and its deadline is adopted: if that
+        CLI is killed mid-stop, the runner still escalates to SIGKILL on time.
+        """
         sig, timeout = self._stop_settings()
-        self._stop_started = time.monotonic()
-        self._event("StopRequested", by="runner", reason=reason, signal=signal_name(sig))
-        if self.job is not None and self.pgid is not None:
+        started = time.monotonic()
+        asked = [e for e in self.run.events() if e.get("event") == "StopRequested" and e.get("by") == "supervisor"
+                 and isinstance(e.get("timeout_s"), (int, float)) and isinstance(e.get("t"), (int, float))]
+        if asked:
+            last = asked[-1]
+            timeout = float(last["timeout_s"])
+            started -= max(0.0, time.time() - float(last["t"]))
+        self._stop_started = started
+        self._stop_timeout = timeout
+        self._event("StopRequested", by="runner", reason=reason, signal=signal_name(sig), timeout_s=timeout)
+        if self.job is not None and self.pgid is not None and not asked:
             signal_group(self.pgid, sig, [self.job])
             signal_process(self.job, sig)
 
     def _advance_stop(self) -> None:
         if self._stop_started is None or self._stop_killed:
             return
-        _, timeout = self._stop_settings()
+        timeout = self._stop_timeout if self._stop_timeout is not None else self._stop_settings()[1]
         if time.monotonic() - self._stop_started >= timeout:
             self._stop_killed = True
             killed = self.kill_everything(signal.SIGKILL)
@@ -344,6 +390,9 @@ class Runner:
         candidates = {pid: st for pid, st in stats.items() if st.start >= job_start and pid not in found}
         for st in tagged(self.run_id, candidates):
             found[st.pid] = st
+        for pid in cgroups.members(self.cgroup):
+            if pid in stats:
+                found.setdefault(pid, stats[pid])
         if self.me is not None:
             found.pop(self.me.pid, None)
         return self.run.without_hooks([st for st in found.values() if st.state != "Z"])
@@ -393,6 +442,7 @@ class Runner:
                 io_known = True
                 read_b += r
                 write_b += w or 0
+        self._note_sessions(procs)
         pids = sorted(st.pid for st in procs)
         sample: dict[str, Any] = {
             "t": round(now, 3), "procs": len(procs), "pids": pids[:MAX_PIDS_LISTED],
@@ -487,6 +537,8 @@ class Runner:
             (self.run.path / RESERVE).unlink()
         except OSError:
             pass
+        if self.cgroup is not None and cgroups.leave(self._cgroup_home) and cgroups.remove(self.cgroup):
+            self._ids(cgroup=None)          # gone: nothing of the run was left in it
         self._tick(job_alive=False)
         for monitor in list(self.monitors):
             self._call_monitor(monitor, "finished", self.run, record)

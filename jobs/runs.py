@@ -42,6 +42,7 @@ TIMES = "times"
 EXIT = "exit.json"
 EVENTS = "events.jsonl"
 SAMPLES = "samples.jsonl"
+IDS = "ids.json"                # runner, job_process, pgid, created_at, started_at, sessions, cgroup
 HOOKS = "hooks.jsonl"           # on_alert hooks fired: {"pid", "start", "t", "code"} — outside the job
 
 # A run whose runner has not written its pid after this long never started.
@@ -208,6 +209,18 @@ def _timestamp(value: Any) -> Optional[float]:
     return float(value)
 
 
+# What `stop` needs to find and prove the run's processes, kept in meta.json and ids.json both.
+ID_FIELDS = ("runner", "job_process", "pgid", "created_at", "started_at")
+
+
+def _valid_id_field(key: str, value: Any) -> bool:
+    if key in ("runner", "job_process"):
+        return ProcessId.from_jsonable(value) is not None
+    if key == "pgid":
+        return isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return _timestamp(value) is not None
+
+
 def _number(value: Any) -> float:
     return _timestamp(value) or 0.0
 
@@ -260,6 +273,10 @@ class Run:
         return self.path / OUTPUT
 
     @property
+    def ids_path(self) -> Path:
+        return self.path / IDS
+
+    @property
     def times_path(self) -> Path:
         return self.path / TIMES
 
@@ -276,12 +293,30 @@ class Run:
         return self.path / SAMPLES
 
     def meta(self) -> dict:
-        return read_json(self.meta_path) or {}
+        """meta.json; the identifiers needed to stop the run fall back to ids.json where meta.json
+        lost them (corrupt, torn, hand-edited): a broken meta.json never makes a live run `lost`."""
+        data = read_json(self.meta_path) or {}
+        if any(not _valid_id_field(key, data.get(key)) for key in ID_FIELDS):
+            ids = self.ids()
+            for key in ID_FIELDS:
+                if not _valid_id_field(key, data.get(key)) and _valid_id_field(key, ids.get(key)):
+                    data[key] = ids[key]
+        return data
 
     def update_meta(self, **fields: Any) -> dict:
         data = self.meta()
         data.update(fields)
         write_json_atomic(self.meta_path, data)
+        return data
+
+    def ids(self) -> dict:
+        """ids.json: the second, small, atomic record of what identifies the run's processes."""
+        return read_json(self.ids_path) or {}
+
+    def update_ids(self, **fields: Any) -> dict:
+        data = self.ids()
+        data.update(fields)
+        write_json_atomic(self.ids_path, data)
         return data
 
     def exit_record(self) -> Optional[dict]:
@@ -507,6 +542,10 @@ def prune_runs(job: str, keep: int, state_dir: Optional[Path] = None) -> list[Ru
     for run in runs[:-keep] if len(runs) > keep else []:
         if run.exit_record() is None and run.state().state not in ("lost",):
             continue
+        from gpudeck.jobs import cgroups
+        cgroup = run.ids().get("cgroup")
+        if cgroups.is_run_cgroup(cgroup, run.run_id) and not cgroups.members(cgroup):
+            cgroups.remove(cgroup)
         shutil.rmtree(run.path, ignore_errors=True)
         removed.append(run)
     return removed

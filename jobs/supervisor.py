@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from gpudeck.jobs import paths
+from gpudeck.jobs.cgroups import is_run_cgroup, members as cgroup_members
 from gpudeck.jobs.procs import (RUN_TAG, ProcessId, ProcStat, all_stats, cmdline, cmdline_args, descendants,
-                                environ_value, file_id, group_members, holds_file, is_alive, listening_ports,
-                                port_owners, signal_group, signal_name, signal_number, signal_process, tagged)
+                                environ_value, file_id, group_members, holders_of, holds_file, is_alive,
+                                listening_ports, port_owners, signal_group, signal_name, signal_number,
+                                signal_process, tagged, ticks_at)
 from gpudeck.jobs.runs import (Run, RunState, create_run, ensure_job_dir, latest_run, list_runs, open_private,
                                prune_runs)
 from gpudeck.jobs.spec import JobsFile, JobSpec, spec_snapshot
@@ -192,12 +194,18 @@ def run_processes(run: Run, stats: Optional[dict[int, ProcStat]] = None) -> list
     Membership is proven, never assumed: a descendant of the runner's verified
     identity (cmdline names this run dir), the job proven by tag / parent / log fd,
     a member of the job's group while a proven process of ours is in it, or a
-    process whose environment carries this run's tag.
+    process whose environment carries this run's tag. Daemons that left all of
+    that (setsid, double fork, a cleared environment — after the runner was
+    SIGKILLed) are found in the run's cgroup, in a session the runner recorded,
+    or holding the run's output.log open; only processes started after the run was
+    created are considered.
     """
     stats = all_stats() if stats is None else stats
     meta = run.meta()
+    ids = run.ids()
+    log_id = file_id(run.log_path)
     runner = proven_runner(run, meta, stats)
-    job = proven_job(run, meta, stats, runner, file_id(run.log_path))
+    job = proven_job(run, meta, stats, runner, log_id)
     found: dict[int, ProcStat] = {}
     if runner is not None:
         for st in descendants(runner, stats):
@@ -208,10 +216,25 @@ def run_processes(run: Run, stats: Optional[dict[int, ProcStat]] = None) -> list
             found[job.pid] = top
             for st in descendants(job, stats):
                 found[st.pid] = st
-    earliest = min([p.start for p in (runner, job) if p is not None], default=0)
+    created = meta.get("created_at")
+    created_ticks = ticks_at(float(created)) if isinstance(created, (int, float)) and created > 0 else 0
+    earliest = min([p.start for p in (runner, job) if p is not None], default=created_ticks)
     candidates = {pid: st for pid, st in stats.items() if st.start >= earliest and pid not in found}
     for st in tagged(run.run_id, candidates):
         found[st.pid] = st
+    if is_run_cgroup(ids.get("cgroup"), run.run_id):
+        for pid in cgroup_members(ids.get("cgroup")):
+            if pid in stats:
+                found.setdefault(pid, stats[pid])
+    if earliest > 0:
+        sessions = {s for s in ids.get("sessions") or [] if isinstance(s, int) and s > 1}
+        rest = [st for st in candidates.values() if st.pid not in found]
+        for st in rest:
+            if st.session in sessions:
+                found[st.pid] = st
+        if log_id is not None:
+            for st in holders_of(log_id, {st.pid: st for st in rest if st.pid not in found}):
+                found[st.pid] = st
     pgid = meta.get("pgid")
     if pgid and found:
         ours = {st.pid: st.start for st in found.values()}
@@ -221,7 +244,21 @@ def run_processes(run: Run, stats: Optional[dict[int, ProcStat]] = None) -> list
                 found.setdefault(m.pid, m)
     if runner is not None:
         found.pop(runner.pid, None)
+    recorded = ProcessId.from_jsonable(meta.get("runner"))
+    if recorded is not None and recorded.pid in found and found[recorded.pid].start == recorded.start:
+        found.pop(recorded.pid)         # the runner itself (it sits in the run's cgroup) is never a leftover
     return run.without_hooks([st for st in found.values() if st.state != "Z"])
+
+
+def _remove_cgroup(run: Run) -> None:
+    """The run's cgroup, once empty (a runner killed before it could remove it)."""
+    from gpudeck.jobs import cgroups
+    path = run.ids().get("cgroup")
+    if cgroups.is_run_cgroup(path, run.run_id) and not cgroups.members(path) and cgroups.remove(path):
+        try:
+            run.update_ids(cgroup=None)
+        except OSError:
+            pass
 
 
 def _host() -> str:
@@ -286,7 +323,9 @@ class Supervisor:
                 if st.state in LIVE_STATES:
                     raise JobAlreadyRunning(name, current.run_id)
             run = create_run(name, self.state_dir)
-            run.update_meta(job=name, run_id=run.run_id, created_at=time.time())
+            created = time.time()
+            run.update_meta(job=name, run_id=run.run_id, created_at=created)
+            run.update_ids(run_id=run.run_id, created_at=created)
         finally:
             os.close(lock_fd)
         os.close(open_private(run.log_path, os.O_WRONLY | os.O_CREAT))   # readers (logs -f, the console) may open it at once
@@ -464,6 +503,13 @@ class Supervisor:
             signal_group(int(pgid), sig, ids + ([job] if job else []))
         if job is not None:
             signal_process(job, sig)
+        for st in procs:
+            if st.pgrp != pgid:
+                signal_process(st.identity, sig)     # escapees outside the job's group get the signal too
+        # The deadline is the run's: the runner adopts it and escalates on its own if this CLI dies.
+        runner = proven_runner(run, meta, all_stats())
+        if runner is not None:
+            signal_process(runner, signal.SIGTERM)
         report.signalled = sorted(p.pid for p in ids)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
@@ -586,6 +632,8 @@ class Supervisor:
                 report.port_holders = [self._describe(pid, mem_by_pid, owned=pid in ours)
                                        for pid in port_owners(spec.port)]
         report.duration_s = round(time.monotonic() - started, 3)
+        if run is not None and not left:
+            _remove_cgroup(run)
         if run is not None and report.was_running:
             run.add_event("StopVerified", clean=report.clean,
                           remaining=[p.pid for p in report.remaining],

@@ -123,8 +123,20 @@ def cleanup_state(state_dir: Path) -> None:
         proc = pipe.process()
         if proc is not None:
             procs.signal_process(proc, 9)
+    from gpudeck.jobs import cgroups
     for run in iter_all_runs(state_dir):
         kill_run_leftovers(run.run_id)
         job = run.job_id()
         if job is not None:
             procs.signal_process(job, 9)
+        # The run's cgroup (where this machine allows one): its processes, then the directory.
+        path = run.ids().get("cgroup")
+        if cgroups.is_run_cgroup(path, run.run_id):
+            for pid in cgroups.members(path):
+                ident = procs.identity(pid)
+                if ident is not None and ident.pid != os.getpid():
+                    procs.signal_process(ident, 9)
+            deadline = time.monotonic() + 10
+            while cgroups.members(path) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            cgroups.remove(path)
