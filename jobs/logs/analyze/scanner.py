@@ -179,6 +179,7 @@ class LogAnalyzer:
                 # Plan a template on its second examination (one-off templates are not worth it).
                 if info.seen:
                     info.plan = plan = record_plan(segs[i], info.fams) or False
+                    self._template_bytes += 512        # a plan's share of the template cache's bound
                     if plan:
                         state.examine_planned(data[start:stop], line, info.fams, plan)
                         return

@@ -151,7 +151,8 @@ class State:
 
     def _classify_memo(self, body: str, level: Optional[str], line: int) -> Optional[_Candidate]:
         """_classify() through a memo of its pure part (what it makes of a body at a phase)."""
-        if body.startswith("NVRM:") or (("error:" in body or body.startswith("Error: ")) and BAD_ARGS.search(body)):
+        if (len(body) > 1024 or body.startswith("NVRM:")            # long bodies are not remembered (memory)
+                or (("error:" in body or body.startswith("Error: ")) and BAD_ARGS.search(body))):
             return self._classify(body, level, line)      # reads the NVRM window / the usage line
         key = (body, level, self.phase)
         hit = _CLASSIFIED.get(key, _MISS)
