@@ -318,6 +318,11 @@ class Supervisor:
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
             current = self.latest(name)
+            if current is not None and current.exit_record() is None and current.meta().get("backend") == "slurm":
+                # Its watcher may have died: ask Slurm before a queued or running job reads as lost.
+                from gpudeck.jobs import slurm
+                slurm.reconcile(current)
+                current = self.latest(name)
             if current is not None:
                 st = current.state()
                 if st.state in LIVE_STATES:

@@ -1,5 +1,6 @@
 """Slurm jobs end to end on a real single-node cluster: a three-stage pipeline queued with dependencies, a stop of a
-job that ignores SIGTERM, OUT_OF_MEMORY, TIMEOUT — each read by `jobs`, `analyze`, `runs` and `postmortem` as Slurm reported it.
+job that ignores SIGTERM, OUT_OF_MEMORY, TIMEOUT — each read by `jobs`, `analyze`, `runs` and `postmortem` as
+Slurm reported it.
 
 The time-limit job takes Slurm's minimum (1 minute), so it is submitted first (module fixture) and judged last;
 the other tests run while it waits for its limit.
