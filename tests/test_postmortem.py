@@ -209,3 +209,24 @@ def _corrupt(state):
     for suffix in ("-wal", "-shm"):
         Path(str(db_path(state)) + suffix).unlink(missing_ok=True)
     db_path(state).write_bytes(b"this is not a database" * 100)
+
+
+def test_a_day_of_serving_with_recovered_errors_is_one_phase_and_one_alert_line():
+    from gpudeck.jobs.history.charts import alert_items
+    from gpudeck.jobs.history.postmortem import _phase_rows
+    t0 = 1000.0
+    changes = [{"phase": "loading", "t": t0, "line": 1}, {"phase": "ready", "t": t0 + 100, "line": 50}]
+    for k in range(30):          # thirty failed requests, each recovered from
+        changes += [{"phase": "failed", "t": t0 + 200 + k * 100, "line": 100 + k},
+                    {"phase": "ready", "t": t0 + 210 + k * 100, "line": 101 + k}]
+    changes.append({"phase": "failed", "t": t0 + 5000, "line": 999})
+    rows = _phase_rows(changes, t0, t0 + 5000)
+    assert [r["phase"] for r in rows] == ["loading", "ready", "failed"]
+    assert rows[1]["duration_s"] == 4900 and rows[1]["recovered_errors"] == 30
+    alerts = [{"code": "crashed", "message": f"unhandled exception: ValueError: too long [log line {n}]",
+               "raised": t0 + n, "cleared": t0 + n + 5, "at_s": float(n)} for n in range(200, 3200, 100)]
+    alerts.append({"code": "crashed", "message": "CUDA out of memory [log line 999]", "raised": t0 + 5000,
+                   "cleared": None, "at_s": 5000.0})
+    items = alert_items(alerts, live_run=True)
+    assert len(items) == 2 and "×30" in items[0][2] and "each cleared, after 5 s to 5 s" in items[0][2]
+    assert items[1][2].startswith(": CUDA out of memory")

@@ -124,16 +124,54 @@ def phase_mark(phase: str) -> str:
 
 MAX_ALERTS_SHOWN = 20
 
+def recovered_note(phase: dict) -> str:
+    n = phase.get("recovered_errors")
+    if not n:
+        return ""
+    lines = [str(x) for x in phase.get("error_lines") or [] if x]
+    where = f" (lines {', '.join(lines[:3])}{', …' if len(lines) > 3 else ''})" if lines else ""
+    return f"{n} error{'s' if n > 1 else ''} logged and recovered from{where}"
 
-def few_alerts(alerts: list[dict]) -> tuple[list[dict], int]:
-    """The first alerts and the last few: a flapping alert must not bury the report."""
-    if len(alerts) <= MAX_ALERTS_SHOWN:
-        return alerts, 0
-    return alerts[:MAX_ALERTS_SHOWN - 5] + alerts[-5:], len(alerts) - MAX_ALERTS_SHOWN
+
+_LOG_LINE_REF = re.compile(r"\s*\[log line [\d,]+\]")
 
 
-def alert_counts(alerts: list[dict]) -> str:
-    counts: dict[str, int] = {}
+def alert_items(alerts: list[dict], live_run: bool) -> list[tuple[str, str, str]]:
+    """(when, code, the rest) per line to list: an alert that came and went many times with the same
+    message is one line with its count, so a flapping alert cannot bury the report."""
+    groups: dict[tuple, list[dict]] = {}
     for a in alerts:
-        counts[str(a.get("code"))] = counts.get(str(a.get("code")), 0) + 1
-    return ", ".join(f"{code} ×{n}" for code, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+        key = (a.get("code"), _LOG_LINE_REF.sub("", str(a.get("message") or "")), a.get("cleared") is not None)
+        groups.setdefault(key, []).append(a)
+    items: list[tuple[float, tuple[str, str, str]]] = []
+    for (code, message, cleared), members in groups.items():
+        first = members[0]
+        at = _clock(first.get("at_s"))
+        if len(members) == 1:
+            rest = f": {first.get('message')}"
+            if cleared and first.get("raised") is not None:
+                rest += f" — cleared after {_span(first['cleared'] - first['raised'])}"
+            elif live_run and code != "crashed":
+                rest += " — never cleared"
+        else:
+            at = f"{at}–{_clock(members[-1].get('at_s'))}"
+            rest = f" ×{len(members)}: {message}"
+            if cleared:
+                took = [m["cleared"] - m["raised"] for m in members if m.get("raised") is not None]
+                if took:
+                    rest += f" — each cleared, after {_span(min(took))} to {_span(max(took))}"
+        items.append((first.get("at_s") if first.get("at_s") is not None else float("inf"), (at, str(code), rest)))
+    items.sort(key=lambda item: item[0])
+    lines = [item for _, item in items]
+    return lines[:MAX_ALERTS_SHOWN] + ([("", "", f"… {len(items) - MAX_ALERTS_SHOWN} more kinds of alert "
+                                         "(every one in the JSON report)")] if len(lines) > MAX_ALERTS_SHOWN else [])
+
+
+def _clock(seconds) -> str:
+    from gpudeck.jobs.history.postmortem import clock
+    return clock(seconds) if seconds is not None else "?"
+
+
+def _span(seconds) -> str:
+    from gpudeck.jobs.history.postmortem import span
+    return span(seconds)

@@ -530,7 +530,31 @@ def _phase_rows(phases: list[dict], started: Optional[float], end: Optional[floa
     for row in rows[:-1]:
         if row["phase"] == "failed":
             row["phase"] = "error (recovered)"   # the log showed an error and the job carried on
-    return rows
+    return _fold_recovered(rows)
+
+
+def _fold_recovered(rows: list[dict]) -> list[dict]:
+    """ready, error (recovered), ready -> one ready row that counts the errors: a day of serving with
+    the odd failed request is one phase, not a hundred."""
+    out: list[dict] = []
+    i = 0
+    while i < len(rows):
+        row = rows[i]
+        if (row["phase"] == "error (recovered)" and out and i + 1 < len(rows)
+                and rows[i + 1]["phase"] == out[-1]["phase"]):
+            prev = out[-1]
+            for part in (row, rows[i + 1]):
+                if prev["duration_s"] is not None and part["duration_s"] is not None:
+                    prev["duration_s"] = round(prev["duration_s"] + part["duration_s"], 3)
+                else:
+                    prev["duration_s"] = None
+            prev["recovered_errors"] = prev.get("recovered_errors", 0) + 1
+            prev.setdefault("error_lines", []).append(row.get("line"))
+            i += 2
+            continue
+        out.append(row)
+        i += 1
+    return out
 
 
 def _alerts(events: list[dict], health: dict, end: Optional[float], started: Optional[float]

@@ -5,7 +5,7 @@ import html
 import time
 from typing import Any, Optional
 
-from gpudeck.jobs.history.charts import alert_counts, chart_groups, few_alerts, fmt_value, resample
+from gpudeck.jobs.history.charts import alert_items, chart_groups, fmt_value, recovered_note, resample
 from gpudeck.jobs.history.postmortem import clock, span
 from gpudeck.jobs.logs.sanitize import terminal_text
 
@@ -129,25 +129,18 @@ def _phases(report: dict) -> str:
     rows = "".join(
         f"<tr><td>{esc(p['phase'])}</td><td>{clock(p['start_s']) if p.get('start_s') is not None else '-'}</td>"
         f"<td>{clock(p['duration_s']) if p.get('duration_s') is not None else '-'}</td>"
-        f"<td>{p['line'] if p.get('line') else '-'}</td></tr>" for p in phases)
+        f"<td>{p['line'] if p.get('line') else '-'}</td><td>{esc(recovered_note(p))}</td></tr>" for p in phases)
     return ("<h2>Phases</h2>" + (f'<div class="phasebar">{"".join(bar)}</div>' if bar else "")
-            + f"<table><tr><th>phase</th><th>at</th><th>took</th><th>log line</th></tr>{rows}</table>")
+            + "<table><tr><th>phase</th><th>at</th><th>took</th><th>log line</th><th></th></tr>"
+            + f"{rows}</table>")
 
 
 def _alerts(report: dict) -> str:
     alerts, stalls, silences = report.get("alerts") or [], report.get("stalls") or [], report.get("silences") or []
     if not (alerts or stalls or silences):
         return ""
-    items = []
-    shown, more = few_alerts(alerts)
-    for a in shown:
-        at = clock(a.get("at_s")) if a.get("at_s") is not None else "?"
-        cleared = ""
-        if a.get("cleared") is not None and a.get("raised") is not None:
-            cleared = f" — cleared after {span(a['cleared'] - a['raised'])}"
-        items.append(f"<li>{at} <b>{esc(a.get('code'))}</b>: {esc(a.get('message'))}{esc(cleared)}</li>")
-    if more:
-        items.append(f"<li>… and {more} more alerts ({esc(alert_counts(alerts))}; every one in the JSON report)</li>")
+    items = [f"<li>{esc(at)} <b>{esc(code)}</b>{esc(rest)}</li>" if code else f"<li>{esc(rest)}</li>"
+             for at, code, rest in alert_items(alerts, live_run=(report.get("source") or {}).get("kind") == "run")]
     for s in stalls:
         items.append(f"<li>stall window ({esc(s['code'])}): from {clock(s.get('start_s'))} for "
                      f"{span(s.get('duration_s'))}{'' if s.get('cleared') else ' (until the end)'}</li>")

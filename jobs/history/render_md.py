@@ -5,7 +5,7 @@ import re
 import time
 from typing import Any, Optional
 
-from gpudeck.jobs.history.charts import (alert_counts, chart_groups, few_alerts, fmt_value, phase_mark, phase_strip,
+from gpudeck.jobs.history.charts import (alert_items, chart_groups, fmt_value, phase_mark, phase_strip, recovered_note,
                                          sparkline)
 from gpudeck.jobs.history.postmortem import clock, span
 from gpudeck.jobs.logs.sanitize import terminal_text
@@ -77,27 +77,18 @@ def render(report: dict) -> str:
         out += ["## Phases", "",
                 " → ".join(f"{p['phase']} {clock(p['duration_s'])}" if p.get("duration_s") is not None
                            else p["phase"] for p in phases), "",
-                "| phase | at | took | log line |", "|---|---|---|---|"]
+                "| phase | at | took | log line | note |", "|---|---|---|---|---|"]
         for p in phases:
             out.append(f"| {p['phase']} | {clock(p.get('start_s')) if p.get('start_s') is not None else '-'} | "
                        f"{clock(p['duration_s']) if p.get('duration_s') is not None else '-'} | "
-                       f"{p['line'] if p.get('line') else '-'} |")
+                       f"{p['line'] if p.get('line') else '-'} | {recovered_note(p)} |")
         out.append("")
 
     stalls, alerts, silences = report.get("stalls") or [], report.get("alerts") or [], report.get("silences") or []
     if stalls or alerts or silences:
         out += ["## Stalls and alerts", ""]
-        shown, more = few_alerts(alerts)
-        for a in shown:
-            at = clock(a.get("at_s")) if a.get("at_s") is not None else "?"
-            cleared = ""
-            if a.get("cleared") is not None and a.get("raised") is not None:
-                cleared = f" — cleared after {span(a['cleared'] - a['raised'])}"
-            elif src.get("kind") == "run" and a.get("code") != "crashed":
-                cleared = " — never cleared"
-            out.append(f"- {at} **{text(a.get('code'))}**: {text(a.get('message'))}{cleared}")
-        if more:
-            out.append(f"- … and {more} more alerts ({alert_counts(alerts)}; every one in --format json)")
+        for at, code, rest in alert_items(alerts, live_run=src.get("kind") == "run"):
+            out.append(f"- {at} **{text(code)}**{text(rest)}" if code else f"- {text(rest)}")
         for s in stalls:
             out.append(f"- stall window ({text(s['code'])}): from {clock(s.get('start_s'))} for "
                        f"{span(s.get('duration_s'))}{'' if s.get('cleared') else ' (until the end)'}")
