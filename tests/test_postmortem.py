@@ -213,14 +213,14 @@ def _corrupt(state):
 
 def test_a_day_of_serving_with_recovered_errors_is_one_phase_and_one_alert_line():
     from gpudeck.jobs.history.charts import alert_items
-    from gpudeck.jobs.history.postmortem import _phase_rows
+    from gpudeck.jobs.history.phases import phase_rows
     t0 = 1000.0
     changes = [{"phase": "loading", "t": t0, "line": 1}, {"phase": "ready", "t": t0 + 100, "line": 50}]
     for k in range(30):          # thirty failed requests, each recovered from
         changes += [{"phase": "failed", "t": t0 + 200 + k * 100, "line": 100 + k},
                     {"phase": "ready", "t": t0 + 210 + k * 100, "line": 101 + k}]
     changes.append({"phase": "failed", "t": t0 + 5000, "line": 999})
-    rows = _phase_rows(changes, t0, t0 + 5000)
+    rows = phase_rows(changes, t0, t0 + 5000)
     assert [r["phase"] for r in rows] == ["loading", "ready", "failed"]
     assert rows[1]["duration_s"] == 4900 and rows[1]["recovered_errors"] == 30
     alerts = [{"code": "crashed", "message": f"unhandled exception: ValueError: too long [log line {n}]",

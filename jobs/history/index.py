@@ -129,19 +129,6 @@ def _size(path: Path) -> int:
         return 0
 
 
-def phase_durations(phases: list[dict], end: Optional[float]) -> dict[str, float]:
-    """{phase: seconds} from the recorded phase changes; a phase entered twice adds up."""
-    out: dict[str, float] = {}
-    for i, change in enumerate(phases):
-        t = _num(change.get("t"))
-        nxt = _num(phases[i + 1].get("t")) if i + 1 < len(phases) else end
-        phase = change.get("phase")
-        if t is None or nxt is None or not isinstance(phase, str):
-            continue
-        out[phase] = round(out.get(phase, 0.0) + max(0.0, nxt - t), 3)
-    return out
-
-
 def _stopped_by(events: list[dict], exit_record: Optional[dict]) -> Optional[str]:
     if not exit_record or not exit_record.get("stopped_by_request"):
         return None
@@ -221,7 +208,8 @@ def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
     if slurm_state and slurm_state not in ("COMPLETED", "CANCELLED") and not stopped_by:
         failed = True          # TIMEOUT, OUT_OF_MEMORY, NODE_FAIL...: Slurm ended it, whatever the exit code
     phases_list = [p for p in summary.get("phases") or [] if isinstance(p, dict)]
-    phases = phase_durations(phases_list, ended or (now if state in ("running", "stopping") else None))
+    from gpudeck.jobs.history.phases import phase_durations
+    phases = phase_durations(phases_list, started, ended or (now if state in ("running", "stopping") else None))
     load_s = None
     ready_at = next((_num(p.get("t")) for p in phases_list if p.get("phase") == "ready"), None)
     if ready_at is not None and started is not None:

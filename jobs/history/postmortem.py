@@ -17,7 +17,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from gpudeck.jobs.history.index import RunIndex, phase_durations
+from gpudeck.jobs.history.index import RunIndex
+from gpudeck.jobs.history.phases import phase_rows
 from gpudeck.jobs.history.recorder import read_summary, timeline_from_samples
 
 REPORT_VERSION = 1
@@ -467,7 +468,7 @@ def build_run(run_dir: Path, state_dir: Optional[Path] = None) -> dict:
                                                         "serving", "warnings", "key_lines") if k in analysis}
     failure = analysis.get("failure") if isinstance(analysis.get("failure"), dict) else None
     report["failure"] = failure
-    report["phases"] = _phase_rows(phases_raw, started, end_for_phases)
+    report["phases"] = phase_rows(phases_raw, started, end_for_phases)
 
     # Alerts, stalls and the log's silences.
     report["alerts"], report["stalls"] = _alerts(events, health, end_for_phases, started)
@@ -501,60 +502,6 @@ def _size(path: Path) -> int:
         return os.stat(path).st_size
     except OSError:
         return 0
-
-
-def _phase_rows(phases: list[dict], started: Optional[float], end: Optional[float]) -> list[dict]:
-    """Recorded phase changes -> [{phase, start_s, duration_s, line}] relative to the run's start.
-
-    The first phase starts when the job started, whenever the analyzer first named it; a
-    phase the log never named is shown as "running".
-    """
-    rows: list[dict] = []
-    base = started if started is not None else next((_num(p.get("t")) for p in phases if _num(p.get("t"))), None)
-    for i, change in enumerate(phases):
-        t = _num(change.get("t"))
-        if i == 0 and started is not None:
-            t = started
-        nxt = _num(phases[i + 1].get("t")) if i + 1 < len(phases) else end
-        name = change.get("phase") if change.get("phase") not in (None, "unknown") else "running"
-        duration = (nxt - t) if (t is not None and nxt is not None) else None
-        if rows and rows[-1]["phase"] == name:
-            if rows[-1]["duration_s"] is not None and duration is not None:
-                rows[-1]["duration_s"] = round(rows[-1]["duration_s"] + max(0.0, duration), 3)
-            continue
-        rows.append({"phase": name, "start_s": round(t - base, 3) if t is not None and base is not None else None,
-                     "at": t, "duration_s": round(max(0.0, duration), 3) if duration is not None else None,
-                     "line": change.get("line") if isinstance(change.get("line"), int) else None})
-    if rows and rows[-1]["phase"] == "failed":
-        rows[-1]["duration_s"] = None       # "failed" is where the log ends, not a phase that took time
-    for row in rows[:-1]:
-        if row["phase"] == "failed":
-            row["phase"] = "error (recovered)"   # the log showed an error and the job carried on
-    return _fold_recovered(rows)
-
-
-def _fold_recovered(rows: list[dict]) -> list[dict]:
-    """ready, error (recovered), ready -> one ready row that counts the errors: a day of serving with
-    the odd failed request is one phase, not a hundred."""
-    out: list[dict] = []
-    i = 0
-    while i < len(rows):
-        row = rows[i]
-        if (row["phase"] == "error (recovered)" and out and i + 1 < len(rows)
-                and rows[i + 1]["phase"] == out[-1]["phase"]):
-            prev = out[-1]
-            for part in (row, rows[i + 1]):
-                if prev["duration_s"] is not None and part["duration_s"] is not None:
-                    prev["duration_s"] = round(prev["duration_s"] + part["duration_s"], 3)
-                else:
-                    prev["duration_s"] = None
-            prev["recovered_errors"] = prev.get("recovered_errors", 0) + 1
-            prev.setdefault("error_lines", []).append(row.get("line"))
-            i += 2
-            continue
-        out.append(row)
-        i += 1
-    return out
 
 
 def _alerts(events: list[dict], health: dict, end: Optional[float], started: Optional[float]
@@ -818,7 +765,7 @@ def build_log(path: Path) -> dict:
         end = _line_timestamp(tail) or times[-1]
     else:
         missing.append("no timestamps in the log and no run around it: phase durations unknown")
-    report["phases"] = _phase_rows(phases, start, end)
+    report["phases"] = phase_rows(phases, start, end)
     report["outcome"] = {"state": "log", "final_phase": analysis.get("phase"),
                          "failed": bool(analysis.get("failure")), "duration_s": (end - start) if start and end else None}
     missing.append("a bare log: no exit status, samples, alerts or earlier runs")
