@@ -347,13 +347,19 @@ class Supervisor:
             port=spec.port, gpus=list(spec.gpus), pipeline=pipeline, backend=spec.backend,
             # resolved here (job's own, else the file-wide default): the runner fires it with no jobs.toml at hand
             on_alert=self.jobs_file.alert_command(name))
+        # One launch per backend, the same run directory for both: every view reads it the same way.
         if spec.backend == "slurm":
             self._submit_slurm(run, spec, env, after or [])
-            try:
-                prune_runs(name, spec.log_keep, self.state_dir)
-            except OSError:
-                pass
-            return run.run_id
+        else:
+            self._launch_runner(run)
+        try:
+            prune_runs(name, spec.log_keep, self.state_dir)
+        except OSError:
+            pass
+        return run.run_id
+
+    def _launch_runner(self, run: Run) -> None:
+        """The local backend: a detached runner owns the job; waits briefly for it to report the job's pid."""
         runner_env = {k: v for k, v in os.environ.items()
                       if k not in (RUN_TAG, "GPUDECK_JOB", "GPUDECK_RUN_DIR")}
         # The runner's own diagnostics (a traceback if it ever fails) go beside the run.
@@ -374,13 +380,9 @@ class Supervisor:
             if meta.get("job_process") or run.exit_path.exists():
                 break
             time.sleep(0.01)
-        try:
-            prune_runs(name, spec.log_keep, self.state_dir)
-        except OSError:
-            pass
-        return run.run_id
 
     def _submit_slurm(self, run: Run, spec: JobSpec, env: dict, after: list[str]) -> None:
+        """The Slurm backend: sbatch into the run directory, then a detached watcher follows it."""
         from gpudeck.jobs import slurm
         try:
             job_id = slurm.submit(run, spec, self.job_cwd(spec), env, after)
