@@ -20,6 +20,9 @@ from gpudeck.console.format import human_age, safe_text
 from gpudeck.console.widgets.rows_table import Cell, Column, RowsTable
 
 OVERVIEW = "overview"
+TAIL_JOBS = 3           # log tails under a remote host's jobs
+TAIL_LINES = 20
+TAIL_EVERY_S = 2.0      # a shown tab refreshes its tails this often (off the UI thread, from the fleet)
 _GIB = 1 << 30
 
 
@@ -62,7 +65,8 @@ class HostsTable(RowsTable):
     EMPTY = "no hosts"
 
 
-def detail_text(summary: dict, status: Optional[dict], jobs: Optional[dict], agent: dict) -> Text:
+def detail_text(summary: dict, status: Optional[dict], jobs: Optional[dict], agent: dict,
+                tails: Optional[dict] = None) -> Text:
     """A host's tab: its link, its GPUs and host (as `status` prints them) and its jobs (as `jobs` prints them)."""
     from gpudeck.jobs.telemetry.status import render_status_text, snapshot_from_payload
     from gpudeck.console.commands.jobs_list import table_lines
@@ -93,7 +97,18 @@ def detail_text(summary: dict, status: Optional[dict], jobs: Optional[dict], age
     if jobs is not None:
         for line in table_lines(job_views(jobs), time.time()):
             out.append(safe_text(line, 400) + "\n")
+    for (job, run_id), lines in (tails or {}).items():
+        out.append(f"\n── {job} (run {run_id}): last {len(lines)} lines ──\n", style="bold")
+        for line in lines:
+            out.append(line + "\n")
     return out
+
+
+def _tail_jobs(jobs: Optional[dict]) -> list[dict]:
+    """The jobs whose log tails a host tab shows: live ones first, at most TAIL_JOBS."""
+    records = [j for j in (jobs or {}).get("jobs") or [] if j.get("run_id")]
+    records.sort(key=lambda j: (j.get("state") not in ("starting", "running", "stopping"), -(j.get("started_at") or 0)))
+    return records[:TAIL_JOBS]
 
 
 class HostsScreen(Screen):
@@ -115,6 +130,8 @@ class HostsScreen(Screen):
         super().__init__(**kwargs)
         self.selected = OVERVIEW
         self.renders = 0                   # detail re-draws (tests)
+        self._tails: dict[str, dict] = {}          # host -> {(job, run_id): [lines]}
+        self._tails_asked: dict[str, float] = {}   # host -> when its tails were last asked for
 
     def compose(self) -> ComposeResult:
         yield Tabs(Tab(OVERVIEW, id=f"tab-{OVERVIEW}"), id="host-tabs")
@@ -166,8 +183,46 @@ class HostsScreen(Screen):
         if host is None:
             widget.update(Text(f"{self.selected}: no data yet", style="dim"))
         else:
-            widget.update(detail_text(host["summary"], host.get("status"), host.get("jobs"), host.get("agent") or {}))
+            widget.update(detail_text(host["summary"], host.get("status"), host.get("jobs"), host.get("agent") or {},
+                                      self._tails.get(self.selected)))
+            self._ask_tails(self.selected, host.get("jobs"))
         self.renders += 1
+
+    def _ask_tails(self, name: str, jobs: Optional[dict]) -> None:
+        """Ask the fleet (its thread, its link) for the shown host's log tails; the answer redraws the tab."""
+        feed = getattr(self.app, "hosts_feed", None)
+        fleet = getattr(feed, "fleet", None)
+        if fleet is None or name not in fleet.specs_by_name or time.monotonic() - self._tails_asked.get(name, 0) < TAIL_EVERY_S:
+            return
+        self._tails_asked[name] = time.monotonic()
+        wanted = _tail_jobs(jobs)
+        if not wanted:
+            self._tails.pop(name, None)
+            return
+        from gpudeck.jobs.logs.sanitize import sanitize_block
+        futures = [(j["name"], fleet.call(name, "logs", {"job": j["name"], "run": j["run_id"], "tail": TAIL_LINES},
+                                          timeout=10, retry=True)) for j in wanted]
+
+        def collect() -> None:
+            tails = {}
+            for job, fut in futures:
+                try:
+                    reply = fut.result(timeout=15)
+                except Exception:  # noqa: BLE001 - a lost link: the tab keeps its last tails
+                    return
+                import base64
+                tails[(job, reply["run_id"])] = sanitize_block(base64.b64decode(reply.get("data") or ""))[-TAIL_LINES:]
+            self.app.call_later(self._store_tails, name, tails)
+
+        self.run_worker(collect, thread=True, group="host-tails", exit_on_error=False)
+
+    def _store_tails(self, name: str, tails: dict) -> None:
+        self._tails[name] = tails
+        if self.selected == name:
+            host = getattr(self, "_hosts", {}).get(name)
+            if host is not None:
+                self.query_one("#host-detail", Static).update(detail_text(
+                    host["summary"], host.get("status"), host.get("jobs"), host.get("agent") or {}, tails))
 
     def action_tab(self, delta: int) -> None:
         tabs = self.query_one(Tabs)

@@ -125,6 +125,7 @@ class Fleet:
         self.specs = [s for s in specs if not s.local]
         self.interval = interval
         self._pollers = {s.name: _Poller(s, interval) for s in self.specs}
+        self.specs_by_name = {s.name: s for s in self.specs}
         self._loop = asyncio.new_event_loop()
         self._thread: Optional[threading.Thread] = None
         self._tasks: list[asyncio.Task] = []

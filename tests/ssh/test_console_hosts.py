@@ -102,6 +102,11 @@ def test_console_link_killed_reconnects_and_the_job_runs_on(console_env):
             await until(pilot, lambda: app.hosts_feed.fleet.views()["box"].connects > connects
                         and links(app)["box"] == "LIVE", 60, "box reconnected")
             assert box_jobs(app)["sleeper"]["state"] == "running" and box_jobs(app)["sleeper"]["pid"] == pid
+            # Its tab shows the job running with its log (fetched by the fleet, off the UI thread).
+            await pilot.press("right", "right")
+            detail = app.screen.query_one("#host-detail")
+            await until(pilot, lambda: "sleeper up" in str(detail.render()), 30, "the sleeper's log in box's tab")
+            assert "running" in str(detail.render())
         app.hosts_feed.close()
 
     asyncio.run(scenario())

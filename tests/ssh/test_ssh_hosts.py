@@ -258,3 +258,32 @@ def test_check_over_ssh(lab):
     (lab.work / "jobs.toml").write_text('[jobs.bad]\ncmd = 3\n')
     out = gd(lab, "--host", "box", "check")
     assert out.returncode == 1 and "jobs.toml:2:" in out.stdout and "1 error" in out.stderr
+
+
+def test_proxyjump_from_ssh_config_is_honoured(lab):
+    # `hop` reaches box2 only through box (ProxyJump): the alias comes from ~/.ssh/config alone.
+    config = lab.client.ssh_dir / "config"
+    original = config.read_text()
+    user = os.environ.get("USER") or "root"
+    config.write_text(original + "\n".join([
+        "Host hop", "  HostName 127.0.0.1", f"  Port {lab.box2.port}", f"  User {user}",
+        f"  IdentityFile {lab.client.key}", "  IdentitiesOnly yes", "  ProxyJump box", ""]))
+    hosts = lab.client.config_dir / "hosts.toml"
+    hosts.write_text(hosts.read_text() + f'\n[hosts.hop]\nssh = "hop"\njobs = "{lab.work / "jobs.toml"}"\n'
+                     f'state_dir = "{lab.work / "state-hop"}"\nsimulated = true\n')
+    try:
+        box_sessions = len(lab.box.sessions())
+        assert gd(lab, "--host", "hop", "start", "sleeper").returncode == 0
+        proc = subprocess.Popen([sys.executable, "-m", "gpudeck.console.cli", "--host", "hop", "logs", "-f", "sleeper"],
+                                cwd=REPO, env=lab.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout.readline() == "sleeper up\n"
+            # The jump went through box's sshd (a session there) and the run is on hop's state dir.
+            assert len(lab.box.sessions()) > box_sessions
+            assert run_dirs(lab, "hop", "sleeper")
+        finally:
+            proc.kill()
+            proc.wait(timeout=10)
+        assert gd(lab, "--host", "hop", "stop", "sleeper").returncode == 0
+    finally:
+        config.write_text(original)
