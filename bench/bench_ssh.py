@@ -120,6 +120,33 @@ def actions(env: dict, jobs: Path, rounds: int) -> dict:
     return {k: statistics.median(v) for k, v in res.items()}
 
 
+def cold_breakdown(rounds: int) -> dict:
+    """Where a cold `--host` command's extra time goes: importing asyncssh, the SSH handshake, the agent's start."""
+    def py(code: str) -> float:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+        return time.perf_counter() - t0
+    res: dict[str, list[float]] = {k: [] for k in ("import asyncssh", "connect", "agent start")}
+    from gpudeck.jobs.hosts.config import load_hosts
+    from gpudeck.jobs.hosts.ssh import AgentChannel, open_connection
+    spec = load_hosts()["box"]
+
+    async def one() -> None:
+        t0 = time.perf_counter()
+        conn = await open_connection(spec)
+        t1 = time.perf_counter()
+        channel = await AgentChannel.open(spec, conn)
+        t2 = time.perf_counter()
+        await channel.close()
+        res["connect"].append(t1 - t0)
+        res["agent start"].append(t2 - t1)
+
+    for _ in range(rounds):
+        res["import asyncssh"].append(py("import asyncssh") - py("pass"))
+        asyncio.run(one())
+    return {k: statistics.median(v) for k, v in res.items()}
+
+
 def warm_actions(rounds: int) -> dict:
     """start/stop over one kept link (the console's path), against the same calls in-process locally."""
     from gpudeck.jobs.hosts.config import load_hosts
@@ -195,6 +222,8 @@ def main() -> int:
         for op in ("start", "stop"):
             added = cold[f"ssh {op}"] - cold[f"local {op}"]
             print(f"  {op}: local {cold[f'local {op}']:.3f} s, --host {cold[f'ssh {op}']:.3f} s, added {added:+.3f} s")
+        parts = cold_breakdown(args.rounds)
+        print("  of which: " + ", ".join(f"{k} {v:.3f} s" for k, v in parts.items()))
         warm = warm_actions(args.rounds)
         print(f"\nactions over a kept link (the console's path), median of {args.rounds}:")
         for op in ("start", "stop"):
