@@ -4,7 +4,6 @@ from __future__ import annotations
 import time
 from typing import Any, Optional
 
-from textual.dom import DOMNode
 from textual.timer import Timer
 from textual.widget import Widget
 

@@ -6,7 +6,7 @@ import concurrent.futures
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 from gpudeck.jobs.hosts.config import HostSpec
 from gpudeck.jobs.hosts.protocol import unpack_status

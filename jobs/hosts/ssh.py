@@ -351,7 +351,8 @@ async def upload_agent(conn: asyncssh.SSHClientConnection, home: str) -> str:
 
 # -- a kept link (console, logs -f) ----------------------------------------------------------
 class HostLink:
-    """A host's agent kept connected: state CONNECTING/LIVE/STALE/DOWN, reconnect with backoff 1, 2, 4 ... 60 s.
+    """A host's agent kept connected: CONNECTING (first attempt), LIVE, DOWN (reconnecting with backoff
+    1, 2, 4 ... 60 s). STALE is the fleet's word for LIVE with data older than it should be.
 
     `call()` waits for the link when it is down (up to `timeout`), so a caller that
     retries by offset (logs -f) resumes right after the reconnect.
@@ -423,13 +424,6 @@ class HostLink:
             self._set(DOWN, f"{self.spec.name}: {channel._closed or 'connection lost'}")
         self._set(DOWN, self.error or "closed")
 
-    def mark(self, stale_after_s: float) -> str:
-        """Re-derive LIVE vs STALE from the age of the last answer (for faces polling the state)."""
-        if self.state in (LIVE, STALE) and self.last_reply is not None:
-            age = time.time() - self.last_reply
-            self._set(STALE if age > stale_after_s else LIVE)
-        return self.state
-
     def traffic(self) -> tuple[int, int]:
         ch = self._channel
         return (self.bytes_in + (ch.bytes_in if ch else 0), self.bytes_out + (ch.bytes_out if ch else 0))
@@ -463,8 +457,6 @@ class HostLink:
                 await asyncio.sleep(0)      # the keeper sees the dead channel and reconnects
                 continue
             self.last_reply = time.time()
-            if self.state == STALE:
-                self._set(LIVE)
             return result
 
     async def close(self) -> None:
