@@ -135,3 +135,15 @@ def test_key_lines_for_a_post_mortem() -> None:
     ready = analyze_file(FIXTURES / "sglang_startup_ready.log").to_json()
     (line,) = [k["line"] for k in ready["key_lines"] if k["kind"] == "ready"]
     assert line == ready["ready_line"]
+
+
+def test_ray_memory_monitor_kill_is_host_oom_not_cuda() -> None:
+    r = analyze_file(FIXTURES / "ray_node_oom_worker_killed.log")
+    assert (r.failure.cause, r.failure.line) == ("host_oom", 2)
+    assert "host RAM" in r.failure.hint
+
+
+def test_kv_cache_too_small_for_the_max_length() -> None:
+    r = analyze_file(FIXTURES / "vllm_kv_cache_too_small_for_max_len.log")
+    assert (r.failure.cause, r.failure.line) == ("cuda_oom", 3)
+    assert "--max-model-len" in r.failure.hint

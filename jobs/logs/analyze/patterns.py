@@ -404,7 +404,10 @@ CUDA_OOM = re.compile(
     r"CUDA out of memory|OutOfMemoryError|CUDA (?:driver )?error: out of memory|cudaErrorMemoryAllocation"
     r"|CUBLAS_STATUS_ALLOC_FAILED|No available memory for the cache blocks|Not enough memory\. Please try to increase"
     r"|can be stored in KV cache|Capture cuda graph failed:.*out of memory|insufficient (?:GPU|device) memory"
-    r"|out of memory on (?:device|GPU)")
+    r"|out of memory on (?:device|GPU)|larger than the available KV cache memory")
+# Ray's memory monitor kills workers when the node runs low on host RAM (its error is named OutOfMemoryError).
+NODE_OOM = re.compile(r"ray\.exceptions\.OutOfMemoryError|node running low on memory|exceeds the memory usage threshold"
+                      r"|Ray killed this worker|killed due to memory pressure \(OOM\)")
 HOST_OOM = re.compile(
     r"^Killed\s*$|^Killed process|\d+\s+Killed\b|\bKilled\s{2,}\S|died due to signal 9|Killed signal terminated program"
     r"|internal compiler error: Killed|(?:exit|exited with) (?:code|status)[:= ]*(?:137|-9)\b"
@@ -441,7 +444,8 @@ BUILD_SPECIFIC = re.compile(
     r"|^(?:[\w.+-]*-)?(?:c\+\+|g\+\+|gcc|cc|clang(?:\+\+)?|ld|ld\.\w+)(?:-\d+)?: (?:fatal )?error: ")
 BUILD_UMBRELLA = re.compile(
     r"ninja: build stopped|^make(?:\[\d+\])?: \*\*\*|error: command '[^']*' failed|subprocess-exited-with-error"
-    r"|Failed building wheel|did not run successfully|Error compiling objects for extension|^FAILED: "
+    r"|Failed building wheel|did not run successfully|Error compiling objects for extension|Error building extension"
+    r"|^FAILED: "
     r"|CalledProcessError.*(?:cmake|ninja|make|nvcc|setup\.py)")
 ENGINE_UMBRELLA = re.compile(
     r"Engine core initialization failed|EngineCore failed to start|Scheduler hit an exception"
@@ -508,6 +512,10 @@ HINTS = {
     "exception_traceback": "a Python traceback without its final exception line (log cut short?) — read it above",
     "exception_crash": "the process crashed in native code — rerun with CUDA_LAUNCH_BLOCKING=1 / faulthandler "
                        "to locate it",
+    "host_oom_ray": "Ray's memory monitor killed a worker: the node ran low on host RAM — free host memory, lower "
+                    "CPU-side use (object store, dataloaders), or raise RAY_memory_usage_threshold knowingly",
+    "cuda_oom_kv": "the model's max length needs more KV cache than the GPU memory left after the weights — lower "
+                   "--max-model-len, or raise --gpu-memory-utilization / spread the model over more GPUs",
     "host_oom_launcher": "a worker was SIGKILLed (exitcode -9) — almost always the host OOM killer: check `dmesg` "
                          "for the kill, then free host RAM or lower CPU-side memory use (loading weights into RAM, "
                          "dataloader workers)",

@@ -8,7 +8,7 @@ from enum import IntEnum
 from typing import Optional
 
 from .model import (STALL_REPEATS, ALL_FAMILIES, KeyLine, F, Failure, LogAnalysis, LogWarning, M, MAX_MESSAGE, Number, P, Progress, RECOVERY_ADVANCES, S, SERVING_KEYS, SPEC_MIN_ACCEPT_LEN, SPEC_MIN_ACCEPT_RATE, SPEC_WINDOW, ServingNumbers, W)
-from .patterns import (STALL_NOTICE, engine_signals, ANSI, BAD_ARGS, BUILD_SPECIFIC, BUILD_UMBRELLA, CODE_INDENT, CRASH, CUDA_ERR, CUDA_OOM, ENGINE_UMBRELLA, ENGINE_WEAK, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HANG, HINTS, HOST_OOM, IMPORT, JIT, KV_PRESSURE, LOSS_DICT, SLURM_END, SLURM_OOM, MAKE, MARKERS, NCCL, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID, XID_APP, XID_NOISE, clock, is_build_tool, label_phase, num, parse_serving_stats_line, series_label, strip_prefixes, ts_seconds)
+from .patterns import (NODE_OOM, STALL_NOTICE, engine_signals, ANSI, BAD_ARGS, BUILD_SPECIFIC, BUILD_UMBRELLA, CODE_INDENT, CRASH, CUDA_ERR, CUDA_OOM, ENGINE_UMBRELLA, ENGINE_WEAK, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HANG, HINTS, HOST_OOM, IMPORT, JIT, KV_PRESSURE, LOSS_DICT, SLURM_END, SLURM_OOM, MAKE, MARKERS, NCCL, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID, XID_APP, XID_NOISE, clock, is_build_tool, label_phase, num, parse_serving_stats_line, series_label, strip_prefixes, ts_seconds)
 
 
 class Spec(IntEnum):
@@ -600,8 +600,15 @@ class State:
             return None
         if GPU_FAULT.search(body):
             return _Candidate(Spec.SPECIFIC, "gpu_fault", line, msg, "gpu_fault", sig="GPU_FAULT")
+        if NODE_OOM.search(body):
+            return _Candidate(Spec.SPECIFIC, "host_oom", line, msg, "host_oom_ray", sig="NODE_OOM")
         if CUDA_OOM.search(body) or ("out of memory" in body and "CUDA" in body):
-            key = "cuda_oom_capture" if self.phase == "capturing" or "graph" in body.lower() else "cuda_oom"
+            if "KV cache" in body and "out of memory" not in body:
+                key = "cuda_oom_kv"
+            elif self.phase == "capturing" or "graph" in body.lower():
+                key = "cuda_oom_capture"
+            else:
+                key = "cuda_oom"
             return _Candidate(Spec.SPECIFIC, "cuda_oom", line, msg, key, sig="CUDA_OOM")
         if HOST_OOM.search(body):
             if "ptxas" in body and "signal 9" not in body:
