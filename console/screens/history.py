@@ -15,7 +15,6 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Static
 
 from gpudeck.console.format import human_age, human_bytes, safe_text
-from gpudeck.console.widgets.border_titles import set_border_titles
 
 # A run that ends shows up within this long while the view is open (the index is synced lazily).
 REFRESH_S = 5.0
@@ -182,7 +181,9 @@ class HistoryScreen(Screen):
             filters.append(f"job {self.job_filter}")
         if self.failed_only:
             filters.append("failed")
-        set_border_titles(table, f"runs ({len(self.rows)})" + (f" · {' · '.join(filters)}" if filters else ""))
+        title = f"runs ({len(self.rows)})" + (f" · {' · '.join(filters)}" if filters else "")
+        if str(table.border_title) != title:
+            table.border_title = Text(title)          # the job name is job text: never markup
         if shown == self._shown and not any(r.get("state") in ("starting", "running", "stopping") for r in self.rows):
             return                     # nothing changed: no repaint
         self._shown = shown

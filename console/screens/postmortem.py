@@ -204,7 +204,7 @@ class PostmortemScreen(Screen):
         view = self.view = message.view
         verdict.update(Text(safe_text(view.verdict, 600)))
         verdict.set_class(view.failed, "-failed")
-        self.query_one("#pm-report").border_title = safe_text(view.title, 80)
+        self.query_one("#pm-report").border_title = Text(safe_text(view.title, 80))   # a str would be markup
         self.query_one("#pm-body", Static).update(self._report_text(view))
         options = self.query_one("#pm-lines", OptionList)
         options.clear_options()
