@@ -10,7 +10,10 @@ from typing import Any, Optional, Union
 from .model import (GIANT_SEGMENT, HEAD_BYTES, LogAnalysis, READ_CHUNK, S, SPEC_WINDOW, TAIL_BYTES)
 from .patterns import (ANSI, SIZE, TQDM, families_in, prefilter_in)
 from .state import (State)
-from .templates import (ALL_SERVING_BITS, K_BAR, K_BAR_GLUED, K_BUILD, K_GIANT, K_INERT, K_OTHER, K_REFILTER, K_SERVING, NORMALIZE, RUN_GROUPS, SKIP_GROUP, SPEC_BITS, TEMPLATE_CACHE_BYTES, TEMPLATE_KEY_MAX, TEMPLATE_ONE_OFFS_MAX, ONLY_FRAME, Template, classify_template, record_plan, chunk_kv_safe, prefilter_one_offs)
+from .templates import (ALL_SERVING_BITS, K_BAR, K_BAR_GLUED, K_BUILD, K_GIANT, K_INERT, K_OTHER, K_REFILTER,
+                        K_SERVING, NORMALIZE, ONLY_FRAME, RUN_GROUPS, SKIP_GROUP, SPEC_BITS,
+                        TEMPLATE_CACHE_BYTES, TEMPLATE_KEY_MAX, TEMPLATE_ONE_OFFS_MAX, Template,
+                        chunk_kv_safe, classify_template, prefilter_one_offs, record_plan)
 
 
 # --------------------------------------------------------------------------- the incremental reader

@@ -7,8 +7,16 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Optional
 
-from .model import (STALL_REPEATS, ALL_FAMILIES, KeyLine, F, Failure, LogAnalysis, LogWarning, M, MAX_MESSAGE, Number, P, Progress, RECOVERY_ADVANCES, S, SERVING_KEYS, SPEC_MIN_ACCEPT_LEN, SPEC_MIN_ACCEPT_RATE, SPEC_WINDOW, ServingNumbers, W)
-from .patterns import (NODE_OOM, STALL_NOTICE, engine_signals, ANSI, BAD_ARGS, BUILD_SPECIFIC, BUILD_UMBRELLA, CODE_INDENT, CRASH, CUDA_ERR, CUDA_OOM, ENGINE_UMBRELLA, ENGINE_WEAK, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HANG, HINTS, HOST_OOM, IMPORT, JIT, KV_PRESSURE, LOSS_DICT, SLURM_END, SLURM_OOM, MAKE, MARKERS, NCCL, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID, XID_APP, XID_NOISE, clock, is_build_tool, label_phase, num, parse_serving_stats_line, series_label, strip_prefixes, ts_seconds)
+from .model import (ALL_FAMILIES, F, Failure, KeyLine, LogAnalysis, LogWarning, M, MAX_MESSAGE, Number, P,
+                    Progress, RECOVERY_ADVANCES, S, SERVING_KEYS, SPEC_MIN_ACCEPT_LEN, SPEC_MIN_ACCEPT_RATE,
+                    SPEC_WINDOW, STALL_REPEATS, ServingNumbers, W)
+from .patterns import (ANSI, BAD_ARGS, BUILD_SPECIFIC, BUILD_UMBRELLA, CODE_INDENT, CRASH, CUDA_ERR, CUDA_OOM,
+                       ENGINE_UMBRELLA, ENGINE_WEAK, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HANG, HINTS, HOST_OOM,
+                       IMPORT, JIT, KV_PRESSURE, LOSS_DICT, MAKE, MARKERS, NCCL, NINJA, NODE_OOM,
+                       NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, SLURM_END, SLURM_OOM, STALL_NOTICE,
+                       STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID, XID_APP, XID_NOISE,
+                       clock, engine_signals, is_build_tool, label_phase, num, parse_serving_stats_line,
+                       series_label, strip_prefixes, ts_seconds)
 
 
 class Spec(IntEnum):

@@ -8,7 +8,10 @@ from itertools import accumulate
 from typing import Optional, Union
 
 from .model import ALL_FAMILIES, F, Family, GIANT_SEGMENT, M, P, S, SERVING_KEYS, W
-from .patterns import (CODE_INDENT, STALL_NOTICE, engine_signals, ANSI, BAD_ARGS, EPOCH, FAMILY, FRAME, JIT, KV_PRESSURE, LOSS_DICT, MAKE, MARKERS, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, STEP, TOTAL_STEPS, TQDM, TRAIN_END, VLLM_SPEC_RATE, families_in, label_phase, parse_serving_stats_line, prefilter_in, strip_prefixes)
+from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, FAMILY, FRAME, JIT, KV_PRESSURE, LOSS_DICT, MAKE,
+                       MARKERS, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, STALL_NOTICE, STEP,
+                       TOTAL_STEPS, TQDM, TRAIN_END, VLLM_SPEC_RATE, engine_signals, families_in, label_phase,
+                       parse_serving_stats_line, prefilter_in, strip_prefixes)
 from .state import (State)
 
 
@@ -28,7 +31,7 @@ from .state import (State)
 # are re-filtered per segment. Value-dependent verdicts (argparse usage proximity, V0
 # spec-decode token counts, step/epoch arithmetic, timestamped build steps, KV-cache
 # thresholds) send segments to full examination as well.
-# LogAnalyzer(exhaustive=True) examines every anchored segment; tests compare the two.
+# tests/analyze_reference.py (ReferenceAnalyzer) examines every anchored segment; tests compare the two.
 
 NORMALIZE = bytes.maketrans(b"0123456789\r", b"0000000000\n")
 _DIGIT_VALUE_WORDS = ("Xid", "exit", "signal", "collect")
