@@ -223,3 +223,27 @@ def test_a_pipeline_is_a_run_and_its_failed_stage_knows_it(tmp_path, state):
     assert report.startswith("**exited with code 3") and f"pipeline {pipe['run_id']} → train (failed)" in report
     summary = cli(["postmortem", pipe["run_id"]], env).stdout.decode()
     assert summary.startswith(f"**pipeline train failed at stage train (run {train.run_id}, exit 3)")
+
+
+def test_a_slurm_run_is_a_run_on_its_node(tmp_path):
+    # The files a Slurm-backed run leaves (as gpudeck.jobs.slurm writes them after sacct), written by hand.
+    state = tmp_path / "state"
+    d = _fake_run(state, "train", "20250101-000000-00009", started=1_700_000_000.0)
+    meta = json.loads((d / "meta.json").read_text())
+    meta.update(backend="slurm", host="login-1")
+    (d / "meta.json").write_text(json.dumps(meta))
+    (d / "output.log").write_text("epoch 1/5\nslurmstepd: error: *** JOB 42 ON gpu-node-7 CANCELLED DUE TO TIME LIMIT ***\n")
+    (d / "exit.json").write_text(json.dumps({
+        "exit_code": 143, "signal": "SIGTERM", "ended_at": 1_700_003_700.0, "stopped_by_request": False,
+        "backend": "slurm", "slurm_job_id": "42", "slurm_state": "TIMEOUT", "nodes": "gpu-node-7",
+        "started_at": 1_700_000_100.0, "note": "Slurm: killed by Slurm at its time limit"}))
+    with RunIndex(state) as index:
+        index.sync()
+        row = index.query()[0]
+    assert row["backend"] == "slurm" and row["host"] == "gpu-node-7"
+    assert row["started_at"] == 1_700_000_100.0 and row["duration_s"] == 3600.0
+    assert row["failed"] is True and row["failure_cause"] == "slurm_timeout"
+    from gpudeck.jobs.history.postmortem import build
+    report = build(str(d), state)
+    assert report["outcome"]["slurm"]["state"] == "TIMEOUT" and report["outcome"]["slurm"]["nodes"] == "gpu-node-7"
+    assert report["verdict"] == "killed by SIGTERM after 1 h 00 min of training; Slurm: killed by Slurm at its time limit"

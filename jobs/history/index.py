@@ -189,7 +189,10 @@ def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
     if not analysis:
         analysis = health
     job, run_id = run_dir.parent.name, run_dir.name
+    backend = _text(meta.get("backend")) or _text((exit_record or {}).get("backend")) or "local"
     started = _num(meta.get("started_at")) or _num(meta.get("created_at"))
+    if backend == "slurm" and _num((exit_record or {}).get("started_at")) is not None:
+        started = _num(exit_record["started_at"])      # when Slurm ran it, not when it was queued
     ended = _num((exit_record or {}).get("ended_at"))
     state = _run_state(run_dir, meta, exit_record, events)
     code = _int((exit_record or {}).get("exit_code"))
@@ -222,8 +225,10 @@ def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
     pivot_context, pivot_record = _pivot_context(events)
     row = {
         "key": f"job/{job}/{run_id}", "kind": "job", "job": job, "run_id": run_id, "path": str(run_dir),
-        "host": _text(meta.get("host")) or _text(meta.get("runner_host")),
-        "backend": _text(meta.get("backend")) or "local",
+        # A Slurm job ran on its allocated node(s), not on the host that submitted it.
+        "host": (_text((exit_record or {}).get("nodes")) if backend == "slurm" else None)
+        or _text(meta.get("host")) or _text(meta.get("runner_host")),
+        "backend": backend,
         "job_kind": _text(meta.get("kind")) or _text(spec.get("kind")),
         "engine": _text(analysis.get("engine")) or _text(spec.get("engine")),
         "command": command if isinstance(command, str) else None,
@@ -233,9 +238,11 @@ def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
         "state": state, "exit_code": code, "signal": sig, "stopped_by": stopped_by,
         "final_phase": _text(analysis.get("phase")),
         "failed": 1 if failed else 0,
-        "failure_cause": _text((failure or {}).get("cause")) or (_lost_or_signal_cause(state, sig) if failed else None),
+        "failure_cause": _text((failure or {}).get("cause")) or (_lost_or_signal_cause(state, sig, exit_record)
+                                                                  if failed else None),
         "failure_line": _int((failure or {}).get("line")),
-        "failure_message": _text((failure or {}).get("message")),
+        "failure_message": _text((failure or {}).get("message")) or (_text((exit_record or {}).get("note"))
+                                                                      if failed else None),
         "failure_hint": _text((failure or {}).get("hint")),
         "phases": phases, "load_s": load_s,
         "peak_gpu_mem": {str(k): v for k, v in (peaks.get("gpu_mem") or {}).items()}
@@ -279,9 +286,12 @@ def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
     return rows
 
 
-def _lost_or_signal_cause(state: str, sig: Optional[str]) -> Optional[str]:
+def _lost_or_signal_cause(state: str, sig: Optional[str], exit_record: Optional[dict]) -> Optional[str]:
     if state == "lost":
         return "lost"
+    slurm_state = _text((exit_record or {}).get("slurm_state"))
+    if slurm_state and slurm_state not in ("COMPLETED", "FAILED"):
+        return f"slurm_{slurm_state.lower()}"       # TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED...
     if sig:
         return f"killed by {sig}"
     return None

@@ -38,6 +38,7 @@ CAUSE_TEXT = {
     "cuda_error": "CUDA error", "import_error": "import error", "syntax_error": "SyntaxError",
     "bad_arguments": "bad arguments", "build_failed": "build failed", "hang": "hang",
     "gpu_fault": "GPU fault", "exception": "Python exception", "lost": "lost (runner and job gone, no exit record)",
+    "slurm_timeout": "Slurm time limit", "slurm_out_of_memory": "Slurm memory limit", "slurm_node_fail": "node failure",
 }
 SERVING_LABELS = {
     "gen_tokens_per_s": "generation tokens/s", "prompt_tokens_per_s": "prompt tokens/s",
@@ -418,6 +419,8 @@ def build_run(run_dir: Path, state_dir: Optional[Path] = None) -> dict:
     report["outcome"] = {k: row[k] for k in ("state", "exit_code", "signal", "stopped_by", "failed", "started_at",
                                               "ended_at", "duration_s", "final_phase", "load_s")}
     report["outcome"]["failed"] = bool(row["failed"])
+    if isinstance((exit_record or {}).get("note"), str):
+        report["outcome"]["note"] = exit_record["note"]          # Slurm's word on how the job ended
     if meta.get("backend") == "slurm":
         # Slurm's own word for the end (TIMEOUT, OUT_OF_MEMORY, NODE_FAIL...), with its job id and nodes.
         rec = exit_record or {}
@@ -869,6 +872,9 @@ def verdict(report: dict) -> str:
                 what += " (not asked for by gpudeck: the host OOM killer or someone's kill -9?)"
         else:
             what = f"exited with code {code}"
+        note = o.get("note")
+        if note:
+            return f"{what}{when}; {note}"
         return f"{what}{when}; the log names no cause — see its last lines"
     if state == "log":
         return f"log ends in phase {o.get('final_phase') or 'unknown'}; no failure in it"
