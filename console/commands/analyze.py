@@ -113,6 +113,9 @@ def render(analysis: LogAnalysis) -> str:
         out.append(f"FAILED:   {f.cause} at line {f.line}")
         out.append(f"  {safe(f.message)}")
         out.append(f"  hint: {f.hint}")
+        first = next((k for k in analysis.key_lines if k.kind == "first_error"), None)
+        if first is not None and first.line != f.line:
+            out.append(f"  first error logged at line {first.line}: {safe(first.text)[:200]}")
     s = analysis.serving
     if s is not None:
         parts = [f"running {_number(s.running)}", f"waiting {_number(s.waiting)}"]
