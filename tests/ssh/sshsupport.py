@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from runsupport import free_port
+
 SSHD = "/usr/sbin/sshd"
 
 
@@ -33,12 +35,6 @@ def ensure_openssh() -> Optional[str]:
     if done.returncode != 0 or not os.path.exists(SSHD):
         return f"installing openssh-server failed: {(done.stderr or done.stdout).strip()[-300:]}"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def keygen(path: Path) -> Path:

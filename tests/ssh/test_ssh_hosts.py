@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from runsupport import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -28,17 +29,6 @@ def is_alive(pid: int) -> bool:
 def gd(lab, *args: str, timeout: float = 90, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "gpudeck.console.cli", *args], cwd=REPO,
                           env=env or lab.env, capture_output=True, text=True, timeout=timeout)
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def jobs_json(lab, host: str = "box") -> dict:
