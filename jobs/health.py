@@ -165,6 +165,8 @@ class HealthMonitor:
         self.last_error: Optional[str] = None
         self.ended = False
         self._children: list[subprocess.Popen] = []
+        self._progress_key: Any = None
+        self.progress_at: Optional[float] = None     # when the progress last moved (ETA only while it does)
 
     @classmethod
     def for_run(cls, run_dir: Path, meta: Optional[Mapping[str, Any]] = None, **overrides: Any) -> "HealthMonitor":
@@ -242,6 +244,7 @@ class HealthMonitor:
         self._reap()
         grew = self._read_new_log(now)
         self.analysis = self._analyze()
+        self._note_progress(now)
         cpu_pct, read_bps = self.rates.update(now, sample)
         mem_available = mem_total = None
         if self.kind == "build" or self.analysis.get("phase") == "building":
@@ -288,6 +291,14 @@ class HealthMonitor:
             self.last_error = f"{type(exc).__name__}: {exc}"
             return None
 
+    def _note_progress(self, now: float) -> None:
+        progress = self.analysis.get("progress")
+        key = ((progress.get("label"), progress.get("done"), progress.get("total"), self.analysis.get("phase"))
+               if isinstance(progress, Mapping) else None)
+        if key != self._progress_key:
+            self._progress_key = key
+            self.progress_at = now if key is not None else None
+
     # -- publishing -----------------------------------------------------------
 
     def health_record(self, now: float) -> dict:
@@ -295,6 +306,7 @@ class HealthMonitor:
         return {
             "job": self.job, "run_id": self.run_id, "updated_at": round(now, 3), "ended": self.ended,
             "phase": a.get("phase"), "progress": a.get("progress"), "engine": a.get("engine"),
+            "progress_at": round(self.progress_at, 3) if self.progress_at is not None else None,
             "failure": a.get("failure"), "serving": a.get("serving"), "warnings": a.get("warnings") or [],
             "ready_line": a.get("ready_line"),
             "alerts": [al.to_json() for al in self.rules.active],
@@ -447,6 +459,7 @@ def job_health(run_dir: Optional[Path]) -> dict:
             return value if isinstance(value, kind) else None
         alerts = health.get("alerts")
         return {"phase": typed("phase", str), "progress": typed("progress", dict),
+                "progress_at": finite_number(typed("progress_at", (int, float))),
                 "alerts": [a for a in alerts if isinstance(a, dict)] if isinstance(alerts, list) else [],
                 "failure": typed("failure", dict), "serving": typed("serving", dict)}
     analysis = analyze_tail(run_dir)

@@ -18,6 +18,9 @@ EMPTY = "—"                    # a cell with nothing to say
 LIVE_STATES = ("starting", "running", "stopping")
 STALL_CODES = frozenset({"stalled", "nccl_hang"})
 FAILURE_CODES = frozenset({"crashed"})
+ENDED_PHASES = frozenset({"failed", "done", "stopped", "exited", "finished", "crashed"})
+# A live run whose progress has not moved for this long shows "no progress for …" instead of an ETA.
+NO_PROGRESS_AFTER_S = 120.0
 # Every state word a row can show (a face sizes its state column for the longest).
 STATE_WORDS = ("idle", "starting", "running", "stopping", "stopped", "exited", "lost", "STALLED")
 # The row's columns, in order: (key, label). Faces choose which to show; the texts are these.
@@ -91,15 +94,21 @@ class ProgressView:
             return None
         return 100.0 * self.done / self.total
 
-    def text(self) -> str:
-        """`gen 6200/10000 62% ETA 55m00s`; empty when there is nothing measured."""
+    def text(self, eta: bool = True) -> str:
+        """`gen 6200/10000 62% ETA 55m00s`; empty when there is nothing measured. `eta=False`: no ETA."""
         parts = []
         if self.done is not None and self.total:
             piece = f"{self.done:g}/{self.total:g} {self.percent:.0f}%"
             parts.append(f"{clean(self.label, 24)} {piece}" if self.label else piece)
-        if self.eta_s is not None:
+        if eta and self.eta_s is not None:
             parts.append(f"ETA {human_age(self.eta_s)}")
         return " ".join(parts)
+
+    def where(self) -> str:
+        """`8/64` (what an ended or stuck run reached), empty when nothing was counted."""
+        if self.done is None:
+            return ""
+        return f"{self.done:g}/{self.total:g}" if self.total else f"{self.done:g}"
 
 
 @dataclass(frozen=True)
@@ -177,6 +186,7 @@ class JobView:
     signal: Optional[str] = None
     phase: Optional[str] = None
     progress: Optional[ProgressView] = None
+    progress_at: Optional[float] = None   # unix time the progress last moved (health.json)
     alerts: tuple[AlertView, ...] = ()
     failure: Optional[FailureView] = None
     serving: Optional[ServingView] = None
@@ -197,6 +207,7 @@ class JobView:
             exit_code=_int(job.get("exit_code")), signal=_str(job.get("signal")),
             phase=None if phase == "unknown" else clean(phase, 24) or None,
             progress=ProgressView.from_payload(job.get("progress")),
+            progress_at=_num(job.get("progress_at")),
             alerts=tuple(a for a in (AlertView.from_payload(x) for x in alerts) if a is not None),
             failure=FailureView.from_payload(job.get("failure")),
             serving=ServingView.from_payload(job.get("serving")),
@@ -249,14 +260,40 @@ class JobView:
             return clean(self.signal, 16)
         return EMPTY if self.exit_code is None else str(self.exit_code)
 
-    def progress_text(self, compact: bool = False) -> str:
-        """`loading gen 33/85 39% ETA 12m00s`; `compact` leaves out a phase that only repeats the state."""
-        measured = self.progress.text() if self.progress is not None else ""
+    def progress_text(self, compact: bool = False, now: Optional[float] = None) -> str:
+        """`loading gen 33/85 39% ETA 12m00s`; `compact` leaves out a phase that only repeats the state.
+
+        An ETA is shown only while the run is live and its progress moves: an ended run
+        says where it got to (`loading at 8/64 when stopped`), a stuck one for how long
+        nothing moved (`loading 8/64 13% no progress for 5m00s`).
+        """
+        progress = self.progress
+        if progress is not None and not self.live and self.state != "idle" and progress.where():
+            when = {"stopped": "when stopped", "lost": "when lost"}.get(
+                self.state, "when it failed" if self.health == "failed" else "when it ended")
+            # A phase that only names the end ("failed") says nothing beside "when it failed".
+            phase = f"{self.phase} " if self.phase and self.phase not in ENDED_PHASES else ""
+            return clean(f"{phase}at {progress.where()} {when}", 60) or EMPTY
+        stuck = self._stuck_for(now)
+        measured = progress.text(eta=stuck is None) if progress is not None else ""
+        if measured and stuck is not None:
+            measured += f" no progress for {human_age(stuck)}"
         parts = [measured] if measured else []
         # A phase repeating the state word beside it says nothing in a narrow table (alone it still shows).
         if self.phase and not (compact and measured and self.phase == self.state_text()):
             parts.insert(0, self.phase)
         return clean(" ".join(parts), 60) or EMPTY
+
+    def _stuck_for(self, now: Optional[float]) -> Optional[float]:
+        """Seconds since the progress last moved, when that is long enough to distrust an ETA (or a stall alert says so)."""
+        if not self.live or self.progress is None:
+            return None
+        since = None if now is None or self.progress_at is None else max(0.0, now - self.progress_at)
+        if since is not None and since >= NO_PROGRESS_AFTER_S:
+            return since
+        if {a.code for a in self.alerts} & STALL_CODES:
+            return since if since is not None else 0.0
+        return None
 
     def alerts_text(self) -> str:
         return clean(",".join(a.code for a in self.alerts), 40)
@@ -270,7 +307,7 @@ class JobView:
                 "pid": self.pid_text(), "run": clean(self.run_id, 32) or EMPTY,
                 "port": self.port_text(), "gpus": self.gpus_text(), "exit": self.exit_text(),
                 "alerts": self.alerts_text(), "serving": self.serving_text(), "slurm": self.slurm or "",
-                "phase": self.progress_text(compact)}
+                "phase": self.progress_text(compact, now)}
 
     def pid_text(self) -> str:
         if self.pid is not None:

@@ -603,7 +603,8 @@ async def test_cli_and_jobs_view_show_the_same_words_for_every_job() -> None:
             assert "\x1b" not in tui[key] and "\x07" not in tui[key]
     by_name = {row["name"]: row for row in cli}
     assert by_name["killed"]["exit"] == "SIGKILL" and by_name["killed"]["port"] == "9000 shut"
-    assert by_name["killed"]["gpus"] == "2-4" and by_name["killed"]["phase"] == "shard 3/9 33% ETA 40s"
+    # an ended run says where it got to, never an ETA (issue 9)
+    assert by_name["killed"]["gpus"] == "2-4" and by_name["killed"]["phase"] == "at 3/9 when it failed"
     assert by_name["sglang-k2"]["state"] == "STALLED"
     assert by_name["vllm-k2"]["serving"].startswith("54.6 tok/s")
     notices = [line for line in table_lines(job_views({"jobs": DISAGREED}), NOW) if line.startswith("⚠")]
