@@ -228,7 +228,8 @@ def run_processes(run: Run, stats: Optional[dict[int, ProcStat]] = None) -> list
                 found.setdefault(pid, stats[pid])
     if earliest > 0:
         sessions = {s for s in ids.get("sessions") or [] if isinstance(s, int) and s > 1}
-        rest = [st for st in candidates.values() if st.pid not in found]
+        # Only our own processes: a session id is a pid, and a reused one must never name another user's.
+        rest = [st for st in candidates.values() if st.pid not in found and _owned_by_me(st.pid)]
         for st in rest:
             if st.session in sessions:
                 found[st.pid] = st
@@ -248,6 +249,13 @@ def run_processes(run: Run, stats: Optional[dict[int, ProcStat]] = None) -> list
     if recorded is not None and recorded.pid in found and found[recorded.pid].start == recorded.start:
         found.pop(recorded.pid)         # the runner itself (it sits in the run's cgroup) is never a leftover
     return run.without_hooks([st for st in found.values() if st.state != "Z"])
+
+
+def _owned_by_me(pid: int) -> bool:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid == os.geteuid()
+    except OSError:
+        return False
 
 
 def _remove_cgroup(run: Run) -> None:
