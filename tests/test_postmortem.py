@@ -230,3 +230,22 @@ def test_a_day_of_serving_with_recovered_errors_is_one_phase_and_one_alert_line(
     items = alert_items(alerts, live_run=True)
     assert len(items) == 2 and "×30" in items[0][2] and "each cleared, after 5 s to 5 s" in items[0][2]
     assert items[1][2].startswith(": CUDA out of memory")
+
+
+def test_a_live_run_and_no_target_means_the_latest_run(tmp_path, state):
+    jobs = write_jobs(tmp_path / "jobs.toml", {"slow": {
+        "cmd": "echo 'Loading safetensors checkpoint shards:  10% Completed | 1/10'; sleep 60", "stop_timeout": 5}})
+    env = cli_env(state)
+    assert cli(["--jobs", str(jobs), "start", "slow"], env).returncode == 0
+    run = latest_run("slow")
+    wait_for(lambda: (run.path / "summary.json").exists(), timeout=30, what="the first summary")
+    out = cli(["postmortem"], env)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout.decode()
+    assert text.startswith("**still running in loading for "), text[:200]
+    assert f"Post-mortem of slow run {run.run_id}" in text and "the run is live" in text
+    assert cli(["--jobs", str(jobs), "stop", "slow"], env).returncode == 0
+    wait_for(lambda: not run.state().runner_alive, timeout=60, what="the runner to finish")
+    stopped = cli(["postmortem", "slow", "-o", str(tmp_path / "r.md")], env)
+    assert stopped.stdout.decode().startswith("stopped by supervisor after ")
+    assert (tmp_path / "r.md").read_text().startswith("**stopped by supervisor")

@@ -481,7 +481,14 @@ def build_run(run_dir: Path, state_dir: Optional[Path] = None) -> dict:
 
     # Resource and serving timelines.
     timeline, peaks = None, None
-    if summary is not None and isinstance(summary.get("timeline"), dict) and summary["timeline"].get("t"):
+    live = row["state"] in ("running", "starting", "stopping")
+    if live and summary is not None:
+        age = now - (_num(summary.get("written_at")) or now)
+        missing.append(f"the run is live: phases and the lines that matter are as of its runner's last summary "
+                       f"({span(age)} ago); the resource timeline is read from samples.jsonl")
+    if live and (run_dir / "samples.jsonl").exists():
+        timeline, peaks = _timeline_from_samples_file(run_dir / "samples.jsonl", missing)
+    elif summary is not None and isinstance(summary.get("timeline"), dict) and summary["timeline"].get("t"):
         timeline, peaks = summary["timeline"], summary.get("peaks") or {}
     elif (run_dir / "samples.jsonl").exists():
         timeline, peaks = _timeline_from_samples_file(run_dir / "samples.jsonl", missing)
@@ -847,7 +854,8 @@ def verdict(report: dict) -> str:
         when = f" after {span(duration)}"
     if state == "stopped" and not o.get("failed"):
         by = o.get("stopped_by") or "request"
-        return f"stopped by {by}{when}" + (f" (phase {last_phase['phase']})" if last_phase else "")
+        phase_said = last_phase is not None and last_phase["phase"] in when
+        return f"stopped by {by}{when}" + (f" (phase {last_phase['phase']})" if last_phase and not phase_said else "")
     if state == "lost":
         return "lost: the runner and the job are gone and no exit was recorded" + when
     if f and (o.get("failed") or state == "log"):
