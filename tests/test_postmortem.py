@@ -249,3 +249,28 @@ def test_a_live_run_and_no_target_means_the_latest_run(tmp_path, state):
     stopped = cli(["postmortem", "slow", "-o", str(tmp_path / "r.md")], env)
     assert stopped.stdout.decode().startswith("stopped by supervisor after ")
     assert (tmp_path / "r.md").read_text().startswith("**stopped by supervisor")
+
+
+def test_an_engine_run_made_by_the_runner_monitors_has_serving_charts(tmp_path, browser):  # noqa: F811
+    # The benchmark's generator at a small size: a vLLM start-up, a 40-minute load, serving, a CUDA OOM,
+    # ticked through the real runner monitors (health + history) on a simulated clock.
+    import sys
+    sys.path.insert(0, str(REPO / "bench"))
+    from bench_postmortem import make_run
+    state = tmp_path / "state"
+    run_dir = state / "runs" / "vllm-k2" / "20251201-000000-00000"
+    make_run(run_dir, gigabytes=0.002, hours=0.75)
+    report = build(str(run_dir), state)
+    assert report["verdict"].startswith("crashed ") and "after ready" in report["verdict"]
+    assert [p["phase"] for p in report["phases"]][:2] == ["starting", "loading"]
+    loading = report["phases"][1]
+    assert 2300 < loading["duration_s"] < 2500                 # the 40-minute load, from the arrival index
+    assert set(report["serving"]["series"]) >= {"gen_tokens_per_s", "running", "kv_cache_pct"}
+    assert set(report["resources"]["peaks"]["gpu_mem"]) == {str(g) for g in range(8)}
+    from gpudeck.jobs.history import render_html, render_md
+    md = render_md.render(report)
+    assert "tokens/s generation" in md and "GPU memory GPU0-7" in md
+    page = tmp_path / "engine.html"
+    page.write_text(render_html.render(report))
+    loaded = browser.load(page)
+    assert loaded.problems == [] and loaded.dom.count("<svg") >= 10
