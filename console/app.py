@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
@@ -9,8 +10,6 @@ from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.timer import Timer
-from textual.worker import Worker, WorkerState
 
 from gpudeck.jobs.telemetry.snapshot import Snapshot
 from gpudeck.jobs.watch import JobsWatcher, live_jobs_note
@@ -83,8 +82,8 @@ class GpuDeckApp(App[int]):
         self.sample_error: Optional[str] = None
         self.paused = False
         self.ticks = 0                     # completed ticks, good or failed (tests wait on it)
-        self._tick_timer: Optional[Timer] = None
-        self._sampling = False             # a worker is out collecting
+        self._sampling = False             # a sample is being taken off the UI thread
+        self._wake: Optional[asyncio.Event] = None
         # The push paths: widgets follow these instead of the app walking its screens.
         self.telemetry_feed: Feed[TelemetryView] = Feed(self, "telemetry")
         self._jobs_feed: Optional[JobsFeed] = None
@@ -170,8 +169,9 @@ class GpuDeckApp(App[int]):
     # -- sampling loop -----------------------------------------------------------------------
 
     def on_mount(self) -> None:
+        self._wake = asyncio.Event()
         if self.start_sampling:
-            self._start_tick()
+            self.run_worker(self._sampling_loop, group="sampling", exclusive=True, exit_on_error=False)
         if self.demo_replay:
             self.notify("SIMULATED box. Press 2: the jobs view replays four recorded runs — an engine loading, "
                         "a relaunch that crashes, a build heading for OOM, a deadlocked engine.",
@@ -179,47 +179,58 @@ class GpuDeckApp(App[int]):
         if self.initial_host:
             self.switch_mode("hosts")
 
-    def _start_tick(self) -> None:
-        if self._sampling:
-            return
+    async def _sampling_loop(self) -> None:
+        """One task for the app's life: a sample off the UI thread, shown, then a wait of refresh_s
+        (cut short by "sample now" or resume). The next sample starts only after this one was shown,
+        so a slow source never stacks ticks up; no worker, timer or message is made per tick."""
+        loop = asyncio.get_running_loop()
+        while True:
+            if self.paused:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            self._wake.clear()
+            await self._sample_once()
+            if self._wake.is_set() or self.paused:
+                continue
+            handle = loop.call_later(self.refresh_s, self._wake.set)
+            try:
+                await self._wake.wait()
+            finally:
+                handle.cancel()
+
+    async def _sample_once(self) -> None:
         self._sampling = True
-        self.collect_sample()
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="sampling")
-    def collect_sample(self) -> None:
-        """Off the UI thread: ask the core for a snapshot and report the outcome as a message."""
         try:
-            snapshot = self.sampler.sample()
+            snapshot = await asyncio.get_running_loop().run_in_executor(None, self.sampler.sample)
         except Exception as exc:  # a broken source must show as stale data, never end the app
-            self.post_message(SampleFailed(f"{type(exc).__name__}: {exc}"))
+            self._sample_failed(f"{type(exc).__name__}: {exc}")
         else:
-            self.post_message(SamplesCollected(snapshot))
+            self._sample_collected(snapshot)
+        finally:
+            self._sampling = False
 
-    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        # Only if posting itself failed: keep the loop alive rather than freezing silently.
-        if event.worker.group == "sampling" and event.state in (WorkerState.ERROR, WorkerState.CANCELLED):
-            self._tick_done()
-
+    # The same facts as messages, for whoever samples elsewhere (tests, a replay of samples).
     def on_samples_collected(self, message: SamplesCollected) -> None:
-        self.snapshot = message.snapshot
-        self.sample_error = None
-        if self.history is not None:
-            self.history.add(message.snapshot)
-        self._tick_done()
+        self._sample_collected(message.snapshot)
 
     def on_sample_failed(self, message: SampleFailed) -> None:
-        self.sample_error = message.error
+        self._sample_failed(message.error)
+
+    def _sample_collected(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.sample_error = None
+        if self.history is not None:
+            self.history.add(snapshot)
+        self._tick_done()
+
+    def _sample_failed(self, error: str) -> None:
+        self.sample_error = error
         self._tick_done()
 
     def _tick_done(self) -> None:
         self.ticks += 1
-        self._sampling = False
         self._push_telemetry()
-        # Re-armed only after a tick completed, so a slow sample never stacks ticks up.
-        if self._tick_timer is not None:
-            self._tick_timer.stop()
-        if not self.paused and self.start_sampling:
-            self._tick_timer = self.set_timer(self.refresh_s, self._start_tick, name="sampling-tick")
 
     @property
     def telemetry(self) -> TelemetryView:
@@ -261,17 +272,15 @@ class GpuDeckApp(App[int]):
         self.notify(f"theme: {name}", timeout=2, markup=False)
 
     def action_sample_now(self) -> None:
-        if self._tick_timer is not None:
-            self._tick_timer.stop()
-        self._start_tick()
+        if self.start_sampling:
+            self._wake.set()           # the loop samples now, or right after the sample under way
+        elif not self._sampling:
+            self.run_worker(self._sample_once, group="sampling-once", exit_on_error=False)
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
-        if self.paused:
-            if self._tick_timer is not None:
-                self._tick_timer.stop()
-        else:
-            self._start_tick()
+        if not self.paused:
+            self._wake.set()
         self._push_telemetry()
 
     def action_show_view(self, mode: str) -> None:
