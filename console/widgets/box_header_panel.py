@@ -42,7 +42,6 @@ class BoxHeaderPanel(FollowsTelemetry, PaintedLines, Widget):
         if key != self._shown:
             self._shown = key
             self.view = view
-            self._painter.invalidate()
             self.refresh()
 
     def render_line(self, y: int) -> Strip:

@@ -147,8 +147,8 @@ class GpuCardPanel(PaintedLines, Widget):
         if restyled:
             self.stale = stale
             self.set_class(stale, "-stale")
+            self._painter.invalidate()      # the class changes the base style; data alone does not
         self._update_titles()
-        self._painter.invalidate()
         width = self.size.width
         shown = self._lines[1] if self._lines[0] == width and not restyled else None
         self._lines = (width, self.card_lines(width))

@@ -37,8 +37,9 @@ class GpuLinesPanel(PaintedLines, Widget):
         restyled = stale != self._stale
         count_changed = len(new) != len(self._gpus)
         self._gpus, self._stale = new, stale
-        self.set_class(stale, "-stale")
-        self._painter.invalidate()
+        if restyled:
+            self.set_class(stale, "-stale")
+            self._painter.invalidate()      # the class changes the base style; data alone does not
         width = self.size.width
         shown = self._lines[1] if self._lines[0] == width and not restyled else None
         self._lines = (width, self._build(width))

@@ -130,8 +130,9 @@ class HostPanel(FollowsTelemetry, PaintedLines, Widget):
         self.host = host
         if host is None and view.error:
             self.message = f"host data unavailable: {view.error}"
-        self.set_class(view.stale, "-stale")
-        self._painter.invalidate()
+        if restyled:
+            self.set_class(view.stale, "-stale")
+            self._painter.invalidate()      # the class changes the base style; data alone does not
         title = f"host · {safe_text(host.name, 60)}" if host else "host"
         set_border_titles(self, title + (" · STALE" if view.stale else ""))
         width = self.size.width

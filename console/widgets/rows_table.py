@@ -76,8 +76,9 @@ class RowsTable(PaintedLines, Widget, can_focus=True):
     def sync(self, rows: dict[str, tuple[Cell, ...]], title: str, stale: bool) -> None:
         """Show exactly `rows` (in order); repaint only if something visible changed."""
         set_border_titles(self, title + (" · STALE" if stale else ""))
-        self.set_class(stale, "-stale")
-        self._painter.invalidate()
+        if stale != self.has_class("-stale"):
+            self.set_class(stale, "-stale")
+            self._painter.invalidate()      # the class changes the base style; data alone does not
         if rows == self._rows:
             return
         count_changed = len(rows) != len(self._rows)
@@ -178,7 +179,9 @@ class RowsTable(PaintedLines, Widget, can_focus=True):
             self._move_to(offset.y - 1)
 
     def on_focus(self) -> None:
+        self._painter.invalidate()
         self.refresh()
 
     def on_blur(self) -> None:
+        self._painter.invalidate()
         self.refresh()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence, Union
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style as RichStyle
 from textual.color import Color
@@ -22,9 +23,10 @@ Part = Union[str, tuple[str, str]]
 
 
 class StripPainter:
-    """Owned by one widget. Call `invalidate()` whenever the widget's data or classes change
-    (once per tick), and `ensure()` at the top of `render_line`: the widget's base style
-    (walking the DOM costs ~0.1 ms) is then read once per repaint, not once per line."""
+    """Owned by one widget. Call `invalidate()` whenever the widget's classes or focus change
+    (never merely because its data did), and `ensure()` at the top of `render_line`: the widget's
+    base style (walking the DOM costs ~0.1 ms) is then read again only after a change that can
+    alter it, not on every tick's repaint. A theme change invalidates by itself."""
 
     def __init__(self, widget: Widget) -> None:
         self.widget = widget
@@ -82,17 +84,32 @@ class StripPainter:
         # compositor, the terminal's escape codes) costs per segment.
         texts: list[str] = []
         styles: list[RichStyle] = []
+        last_style: object = None
+        resolved = self._base
         for part in parts:
             text, style = (part, "") if isinstance(part, str) else part
             if not text:
                 continue
-            resolved = self._resolve(style)
+            if style != last_style:
+                last_style = style
+                resolved = self._resolve(style)
             if styles and styles[-1] is resolved:
                 texts[-1] += text
             else:
                 texts.append(text)
                 styles.append(resolved)
-        return Strip([Segment(t, s) for t, s in zip(texts, styles)]).adjust_cell_length(width, self._base)
+        # The strip's cell length is known here (ASCII: one cell a character), so Textual need
+        # not measure every segment again, and padding to the width makes no second Strip.
+        cells = sum(len(t) if t.isascii() else cell_len(t) for t in texts)
+        if cells > width:
+            return Strip([Segment(t, s) for t, s in zip(texts, styles)]).adjust_cell_length(width, self._base)
+        if cells < width:
+            if styles and styles[-1] is self._base:
+                texts[-1] += " " * (width - cells)
+            else:
+                texts.append(" " * (width - cells))
+                styles.append(self._base)
+        return Strip([Segment(t, s) for t, s in zip(texts, styles)], width)
 
     def blank(self, width: int) -> Strip:
         return Strip.blank(width, self._base)
