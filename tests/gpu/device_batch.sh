@@ -1,30 +1,61 @@
 #!/usr/bin/env bash
-# The GPU evidence in one go, on a machine with NVIDIA GPUs and no network: GPU tests, then
-# the sampling and console benchmarks with real NVML. Output lands in $OUT (or ./gpu-evidence).
-# Python packages the machine lacks (Textual and its deps) come as wheels in .whl/ (see README of tests/gpu).
+# The GPU evidence, on a machine with NVIDIA GPUs and no network. Output lands in $OUT (or ./gpu-evidence).
+#   tests/gpu/device_batch.sh tests     machine, `gpudeck status --json` timings, tests/gpu, the sampling bench
+#   tests/gpu/device_batch.sh console   console CPU, gpudeck beside nvitop, with a matmul load on every GPU
+#   tests/gpu/device_batch.sh           both
+# Python packages the machine lacks (Textual and its deps, nvitop) come as wheels in .whl/:
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl textual==8.2.8 rich ... nvitop
+# gpudeck itself is not installed there (no setuptools from an index): a shim folder maps
+# gpudeck.jobs / gpudeck.console / gpudeck.themes onto this checkout's jobs/, console/, themes/.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+phase=${1:-all}
 out=${OUT:-gpu-evidence}; mkdir -p "$out"
+site=/tmp/site
 if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .whl/*.whl || exit 1
 fi
+shim=/tmp/gd
+mkdir -p "$shim/gpudeck" && : > "$shim/gpudeck/__init__.py"
+for name in jobs console themes; do ln -sfn "$PWD/$name" "$shim/gpudeck/$name"; done
+export PYTHONPATH=$shim:$site:$PWD/tests
 export PYTHONUNBUFFERED=1 GPUDECK_STATE_DIR=/tmp/gpudeck-state
-{
-  echo "== machine"; nvidia-smi -L; nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
-  python3 -c "import torch, pynvml, psutil; print('torch', torch.__version__, 'nvidia-ml-py', pynvml.__version__ if hasattr(pynvml,'__version__') else '?', 'psutil', psutil.__version__)"
-  nproc; uname -r
-  echo "== gpudeck status (real NVML)"; python3 -m gpudeck.console.cli status
-  python3 -m gpudeck.console.cli status --json > "$out/status.json"; echo "status --json exit $?"
-  echo "== doctor"; python3 -m gpudeck.console.cli doctor; echo "doctor exit $?"
-  # An engine job whose interpreter is this machine's torch python: torch, CUDA and the
-  # H200's sm_90 are checked for real; the engine import fails here (no vLLM installed).
-  printf '[jobs.vllm-h200]\nengine = "vllm"\npython = "%s"\nmodel = "/tmp"\ncmd = "vllm serve /tmp --port 8000"\n' \
-    "$(command -v python3)" > /tmp/doctor-jobs.toml
-  echo "== doctor vllm-h200"; python3 -m gpudeck.console.cli --jobs /tmp/doctor-jobs.toml doctor vllm-h200; echo "doctor exit $?"
-} 2>&1 | tee "$out/machine.txt"
-timeout 420 python3 -m pytest tests/gpu -v -s -rs -p no:cacheprovider 2>&1 | tee "$out/gpu-tests.txt"
-timeout 60 python3 bench/bench_sampling.py --ticks 300 2>&1 | tee "$out/bench-sampling.txt"
-timeout 100 python3 bench/bench_console_cpu.py --seconds 60 --real 2>&1 | tee "$out/bench-console.txt"
+
+if [ "$phase" = tests ] || [ "$phase" = all ]; then
+  {
+    echo "== machine"; nvidia-smi -L; nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
+    python3 -c "import torch, pynvml, psutil, textual; print('torch', torch.__version__, 'psutil', psutil.__version__, 'textual', textual.__version__)"
+    python3 --version; nproc; uname -r; grep -m1 'model name' /proc/cpuinfo
+    echo "== gpudeck status (real NVML)"; python3 -m gpudeck.console.cli status
+    echo "== time gpudeck status --json (3 runs)"
+    TIMEFORMAT='real %3R s  user %3U s  sys %3S s'
+    for i in 1 2 3; do time python3 -m gpudeck.console.cli status --json > "$out/status.json"; done
+  } 2>&1 | tee "$out/machine.txt"
+  timeout 330 python3 -m pytest tests/gpu -v -rs -p no:cacheprovider 2>&1 | tee "$out/gpu-tests.txt"
+  timeout 60 python3 bench/bench_sampling.py --ticks 300 2>&1 | tee "$out/bench-sampling.txt"
+fi
+
+if [ "$phase" = console ] || [ "$phase" = all ]; then
+  # A matmul load on every GPU for the whole comparison: utilisation, power and clocks move as in use.
+  load_s=${LOAD_S:-560}
+  python3 - "$load_s" > "$out/load.txt" 2>&1 <<'EOF' &
+import sys, time, torch
+end = time.time() + float(sys.argv[1])
+mats = []
+for i in range(torch.cuda.device_count()):
+    a = torch.randn(8192, 8192, device=f"cuda:{i}", dtype=torch.bfloat16)
+    mats.append((a, torch.randn_like(a)))
+print("load on", len(mats), "GPUs", flush=True)
+while time.time() < end:
+    for a, b in mats:
+        for _ in range(8):
+            a @ b
+    for i in range(len(mats)):
+        torch.cuda.synchronize(i)
+EOF
+  load=$!
+  sleep 8
+  timeout $((load_s - 20)) python3 bench/bench_console_cpu.py --real --nvitop --refresh 1 2 --runs "${ROUNDS:-3}" \
+      --seconds "${SECONDS_EACH:-30}" --warmup 6 --size 120x40 2>&1 | tee "$out/bench-console.txt"
+  kill "$load" 2>/dev/null; wait "$load" 2>/dev/null
+fi
