@@ -138,11 +138,15 @@ def main() -> int:
     for refresh in args.refresh:
         figures: dict[str, list[float]] = {label: [] for label, _, _ in programs}
         for round_no in range(args.runs):
-            for label, argv, env in programs:
+            for label, argv, env in list(programs):
                 result = run_once(args, argv + refresh_args(label, refresh), env, refresh, cols, rows)
                 if result is None:
                     print(f"bench: {label} exited during warm-up", file=sys.stderr)
-                    return 1
+                    if label == "gpudeck":
+                        return 1
+                    programs.remove((label, argv, env))     # nvitop without a GPU, say: gpudeck alone
+                    figures.pop(label, None)
+                    continue
                 machine = result["machine"]
                 figures[label].append(result["cpu_percent_of_one_core"])
                 if args.json:
