@@ -147,3 +147,17 @@ def test_kv_cache_too_small_for_the_max_length() -> None:
     r = analyze_file(FIXTURES / "vllm_kv_cache_too_small_for_max_len.log")
     assert (r.failure.cause, r.failure.line) == ("cuda_oom", 3)
     assert "--max-model-len" in r.failure.hint
+
+
+def test_container_shm_too_small_for_nccl() -> None:
+    r = analyze_file(FIXTURES / "container_shm_and_oomkilled.log")
+    assert (r.failure.cause, r.failure.line) == ("nccl", 2)
+    assert "--shm-size" in r.failure.hint
+    assert analyze_bytes(b"Bus error (core dumped)\n").failure.hint.count("--shm-size") == 1
+    assert analyze_bytes(b"    Last State:  Terminated\n      Reason:    OOMKilled\n").failure.cause == "host_oom"
+
+
+def test_exception_types_named_failed() -> None:
+    r = analyze_file(FIXTURES / "dynamo_backend_compiler_failed.log")
+    assert (r.failure.cause, r.failure.line, r.phase) == ("exception", 5, "failed")
+    assert "BackendCompilerFailed" in r.failure.message

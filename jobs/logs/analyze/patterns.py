@@ -391,7 +391,8 @@ MARKERS = re.compile(
 
 CODE_INDENT = 4     # traceback source lines are indented by >= 4 spaces; exception lines by 0
 EXC_LINE = re.compile(
-    r"^(?:-\s+)?(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Fault))(?::\s*(?P<msg>.*))?$")
+    r"^(?:-\s+)?(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Fault|Failed|OutOfResources))"
+    r"(?::\s*(?P<msg>.*))?$")   # ...Failed: torch._dynamo's BackendCompilerFailed; OutOfResources: triton
 FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
 XID = re.compile(r"\bXid\b\s*(?:\([^)]*\))?\s*:?\s*(\d+)")
 XID_APP = {13, 31, 43, 45, 68, 69}           # application faults and their clean-up, not the hardware
@@ -415,13 +416,14 @@ HOST_OOM = re.compile(
     r"|terminated by signal 9\b|Out of memory: Kill|invoked oom-killer|oom-kill|oom_reaper|^MemoryError\b"
     r"|std::bad_alloc|Cannot allocate memory|virtual memory exhausted|out of memory allocating"
     # torch.distributed.elastic: "failed (exitcode: -9) local_rank: 0", "Signal 9 (SIGKILL) received by PID"
-    r"|exitcode\s*:\s*-9\b|Signal \d+ \(SIGKILL\) received")
+    r"|exitcode\s*:\s*-9\b|Signal \d+ \(SIGKILL\) received"
+    r"|OOMKilled")   # Docker / Kubernetes: the container's memory limit
 NCCL = re.compile(
     r"NCCL error|nccl(?:System|Internal|UnhandledCuda|InvalidUsage|Remote|InvalidArgument)Error"
     r"|collective operation timeout|NCCL communicator was aborted|NCCL (?:timeout|Timeout)|DistBackendError"
     r"|Timeout at NCCL work|NCCL operations have failed"
     r"|NCCL WARN NET/\w+ ?: (?:Got completion from peer|.*(?:failed|error))|NCCL WARN Call to \w+ failed"
-    r"|NCCL WARN .*[Cc]onnection (?:refused|reset|closed)")
+    r"|NCCL WARN .*[Cc]onnection (?:refused|reset|closed)|NCCL WARN .*failed to extend /dev/shm")
 CUDA_ERR = re.compile(
     r"CUDA error|Cuda error|CUDA driver error|\.cuh?:\d+: .*Assertion .* failed|illegal memory access|device-side assert|CUBLAS_STATUS_(?!SUCCESS)[A-Z_]+"
     r"|CUDNN_STATUS_[A-Z_]+|cuDNN error|cudaError[A-Z]\w+|no kernel image is available|misaligned address"
@@ -448,14 +450,14 @@ BUILD_UMBRELLA = re.compile(
     r"|^FAILED: "
     r"|CalledProcessError.*(?:cmake|ninja|make|nvcc|setup\.py)")
 ENGINE_UMBRELLA = re.compile(
-    r"Engine core initialization failed|EngineCore failed to start|Scheduler hit an exception"
+    r"Engine core initialization failed|EngineCore failed to start|\bhit an exception"
     r"|Received sigquit from a child process|EngineDeadError|EngineCore encountered a fatal error"
     r"|died unexpectedly|[Ww]orker.* died|Child process .* died|terminate called after throwing"
     r"|Traceback \(most recent call last\)|Initialization failed\. detoken|Capture cuda graph failed")
 # Slurm's step daemon writes these into the job's own output when Slurm ends the job.
 SLURM_END = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+(?: DUE TO (?P<why>[A-Z ]+?))? \*\*\*")
 SLURM_OOM = re.compile(r"Detected \d+ oom[-_ ]kill event|Exceeded (?:job|step) memory limit|exceeded memory limit")
-CRASH = re.compile(r"Segmentation fault|SIGSEGV|core dumped|Aborted \(core dumped\)|Fatal Python error")
+CRASH = re.compile(r"Segmentation fault|SIGSEGV|core dumped|Aborted \(core dumped\)|Fatal Python error|^Bus error\b")
 NOT_FAILURE_LEVELS = ("INFO", "DEBUG", "NOTICE")
 
 OOM_RISK = re.compile(r"Allowing ninja to set a default number of workers|make -j(?:\s|$)"
@@ -527,6 +529,10 @@ HINTS = {
                          "a length beyond the model's limits) — rerun with CUDA_LAUNCH_BLOCKING=1 to locate it",
     "hang_stall": "a step has waited minutes for the workers (repeated shared-memory broadcast notices) — a worker "
                   "is stuck (collective, device) or still compiling; stack-dump the workers (py-spy dump)",
+    "nccl_shm": "NCCL could not grow its shared-memory segment — the container's /dev/shm is too small: run it "
+                "with --shm-size (e.g. 16g) or --ipc=host",
+    "exception_bus_error": "a bus error — in a container almost always /dev/shm too small for shared tensors "
+                           "(dataloader workers, NCCL): --shm-size or --ipc=host",
     "exception_interrupt": "interrupted (Ctrl-C / SIGINT) — stopped by someone, not by a bug",
 }
 

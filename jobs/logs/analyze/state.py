@@ -643,7 +643,7 @@ class State:
                 key = "cuda_error"
             return _Candidate(Spec.SPECIFIC, "cuda_error", line, msg, key, sig="CUDA_ERR")
         if NCCL.search(body):
-            key = "nccl_net" if "NET/" in body else "nccl"
+            key = "nccl_net" if "NET/" in body else "nccl_shm" if "/dev/shm" in body else "nccl"
             if "timeout" in body.lower() or "timed out" in body:
                 key = "nccl_first" if "SeqNum=1," in body or "last completed NCCL work: 0" in body else "nccl_timeout"
             return _Candidate(Spec.SPECIFIC, "nccl", line, msg, key, sig="NCCL")
@@ -674,8 +674,9 @@ class State:
             return _Candidate(Spec.UMBRELLA, "build_failed" if building else "exception", line, msg,
                               "build_failed" if building else key, sig="ENGINE_UMBRELLA")
         if CRASH.search(body):
+            key = "exception_bus_error" if body.startswith("Bus error") else "exception_crash"
             return _Candidate(Spec.EXCEPTION, "build_failed" if building else "exception", line, msg,
-                              "build_failed" if building else "exception_crash", sig="CRASH")
+                              "build_failed" if building else key, sig="CRASH")
         if exc is not None and level not in ("WARNING", "WARN"):
             etype = exc.group("type").split(".")[-1]
             if etype in ("SyntaxError", "IndentationError", "TabError"):
