@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 from gpudeck.jobs.pipeline_records import META, RESULT, Pipeline, latest_pipeline, pipelines_root
-from gpudeck.jobs.procs import identity, signal_process
+from gpudeck.jobs.procs import ProcessId, identity, signal_process
 from gpudeck.jobs.runs import (PRIVATE_DIR_MODE, ensure_private_dir, new_run_id, open_private, state_root,
                                write_json_atomic)
 from gpudeck.jobs.spec import spec_snapshot
@@ -101,9 +101,26 @@ def start_pipeline(supervisor, target: str) -> Pipeline:
 
 
 def stop_pipeline(pipe: Pipeline) -> bool:
-    """Ask a running pipeline to stop (it stops its current stage and records the result)."""
+    """Ask a running pipeline to stop (it stops its current stage and records the result).
+
+    The pid in the pipeline's meta.json is signalled only if that process is this
+    pipeline's own runner (`python -m gpudeck.jobs.pipeline ... PIPELINE_DIR`).
+    """
     proc = pipe.process()
-    return proc is not None and signal_process(proc, signal.SIGTERM)
+    if proc is None or not _is_pipeline_process(proc, pipe.path):
+        return False
+    return signal_process(proc, signal.SIGTERM)
+
+
+def _is_pipeline_process(proc: ProcessId, path: Path) -> bool:
+    from gpudeck.jobs.procs import cmdline_args, start_time
+    if start_time(proc.pid) != proc.start:
+        return False
+    args = cmdline_args(proc.pid)
+    if "gpudeck.jobs.pipeline" not in args:
+        return False
+    here = os.path.realpath(path)
+    return any(os.path.realpath(a) == here for a in args[args.index("gpudeck.jobs.pipeline") + 1:])
 
 
 class PipelineRunner:

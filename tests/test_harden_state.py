@@ -120,3 +120,27 @@ def test_stop_never_signals_a_pid_from_meta_json_it_cannot_prove(tmp_path, state
     finally:
         os.killpg(victim.pid, signal.SIGKILL)
         victim.wait()
+
+
+def test_stop_never_signals_a_pid_from_a_pipeline_record_it_cannot_prove(tmp_path, state):
+    from gpudeck.jobs.pipeline import stop_pipeline
+    from gpudeck.jobs.pipeline_records import list_pipelines
+    jobs = write_jobs(tmp_path / "jobs.toml", {"a": {"cmd": "sleep 300"}, "b": {"cmd": "sleep 300", "needs": "a"}})
+    env = cli_env(state)
+    assert cli(["--jobs", str(jobs), "run", "b"], env).returncode == 0
+    pipe = wait_for(lambda: list_pipelines("b", state), what="pipeline record")[0]
+    real = wait_for(lambda: pipe.process(), what="pipeline process")
+    victim = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        meta = json.loads((pipe.path / "meta.json").read_text())
+        meta["process"] = procs.identity(victim.pid).to_jsonable()
+        (pipe.path / "meta.json").write_text(json.dumps(meta))
+        assert stop_pipeline(pipe) is False
+        done = cli(["--jobs", str(jobs), "stop", "b", "--timeout", "2"], env)
+        assert "Traceback" not in done.stderr.decode()
+        time.sleep(0.3)
+        assert pid_alive(victim.pid), "a pid from the pipeline's meta.json was signalled unproven"
+    finally:
+        victim.kill()
+        victim.wait()
+        procs.signal_process(real, signal.SIGKILL)
