@@ -292,7 +292,7 @@ def _last_byte(path: Path) -> bytes:
 # --------------------------------------------------------------------------- locating what to report on
 
 def _is_run_dir(path: Path) -> bool:
-    return (path / "meta.json").is_file() or (path / "output.log").is_file() and (path / "times").is_file()
+    return (path / "meta.json").is_file() or ((path / "output.log").is_file() and (path / "times").is_file())
 
 
 def resolve(target: str, state_dir: Optional[Path] = None) -> dict:
