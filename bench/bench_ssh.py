@@ -110,7 +110,7 @@ def timed(argv: list[str], env: dict) -> float:
 
 
 def actions(env: dict, jobs: Path, rounds: int) -> dict:
-    local_env = dict(env, GPUDECK_STATE_DIR=str(jobs.parent / "local-state"))
+    local_env = dict(env, GPUDECK_STATE_DIR=str(jobs.parent / "local-state"), GPUDECK_SSH_MUX="0")
     res: dict[str, list[float]] = {k: [] for k in ("local start", "ssh start", "local stop", "ssh stop")}
     for _ in range(rounds):
         res["local start"].append(timed(["--jobs", str(jobs), "start", "nap"], local_env))
@@ -217,8 +217,15 @@ def main() -> int:
         print(f"  on the wire (TCP, both SSH directions): {bw['wire_down']:.0f} B/s down + {bw['wire_up']:.0f} B/s up"
               f" = {bw['wire_down'] + bw['wire_up']:.0f} B/s  (target <= 2048)")
         print(f"  agent payload (JSON lines):             {bw['payload_in']:.0f} B/s in + {bw['payload_out']:.0f} B/s out")
-        cold = actions(env, jobs, args.rounds)
-        print(f"\nactions through the CLI, median of {args.rounds} (a new process and connection each):")
+        first = timed(["--host", "box", "jobs"], env)
+        print(f"\nfirst `gpudeck --host box jobs` (starts the host's link keeper): {first:.3f} s")
+        kept = actions(env, jobs, args.rounds)
+        print(f"actions through the CLI with the link keeper (the default), median of {args.rounds}:")
+        for op in ("start", "stop"):
+            added = kept[f"ssh {op}"] - kept[f"local {op}"]
+            print(f"  {op}: local {kept[f'local {op}']:.3f} s, --host {kept[f'ssh {op}']:.3f} s, added {added:+.3f} s")
+        cold = actions(dict(env, GPUDECK_SSH_MUX="0"), jobs, args.rounds)
+        print(f"actions through the CLI without it (GPUDECK_SSH_MUX=0: a new connection each), median of {args.rounds}:")
         for op in ("start", "stop"):
             added = cold[f"ssh {op}"] - cold[f"local {op}"]
             print(f"  {op}: local {cold[f'local {op}']:.3f} s, --host {cold[f'ssh {op}']:.3f} s, added {added:+.3f} s")
@@ -230,6 +237,7 @@ def main() -> int:
             added = warm[f"ssh {op}"] - warm[f"local {op}"]
             print(f"  {op}: local {warm[f'local {op}']:.3f} s, over SSH {warm[f'ssh {op}']:.3f} s, added {added:+.3f} s")
     finally:
+        home.stop_keepers()
         sshd.stop()
     return 0
 

@@ -31,7 +31,7 @@ class Remote:
         self.host = RemoteHost(spec)
 
     def _guard(self, fn: Any, *a: Any, **kw: Any) -> Any:
-        from gpudeck.jobs.hosts.ssh import HostError, RemoteError
+        from gpudeck.jobs.hosts.errors import HostError, RemoteError
         try:
             return fn(*a, **kw)
         except RemoteError as exc:
@@ -44,6 +44,9 @@ class Remote:
 
     def action(self, op: str, params: dict) -> Any:
         return self._guard(self.host.action, op, params)
+
+    def agent_info(self) -> dict:
+        return self._guard(self.host.agent_info)
 
     def follow_log(self, *a: Any, **kw: Any) -> int:
         return self._guard(self.host.follow_log, *a, **kw)

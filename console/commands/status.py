@@ -109,9 +109,9 @@ def _remote_status(args: argparse.Namespace, spec) -> int:
         if not payload.get("simulated") and args.interval > 0:
             threading.Event().wait(args.interval)
             payload = unpack_status(remote.call("status", params)["full"])
-        hello = remote.host.link.hello
+        hello = remote.agent_info()
     payload["host_name"] = spec.name
-    payload["agent"] = {key: hello.get(key) for key in ("via", "version", "python", "hostname")}
+    payload["agent"] = {key: hello.get(key) for key in ("via", "version", "python", "hostname", "pid")}
     if args.json:
         sys.stdout.write(strictjson.dumps(payload, indent=2))
         sys.stdout.write("\n")

@@ -135,6 +135,9 @@ class Agent:
         return run
 
     # -- requests ----------------------------------------------------------------------
+    def op_hello(self, params: dict) -> dict:
+        return self.hello()
+
     def op_ping(self, params: dict) -> dict:
         return {"time": time.time()}
 

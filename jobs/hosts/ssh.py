@@ -22,6 +22,7 @@ import asyncssh
 
 from gpudeck.jobs.hosts.bundle import agent_zipapp
 from gpudeck.jobs.hosts.config import HostSpec
+from gpudeck.jobs.hosts.errors import HostError, HostKeyError, RemoteError  # noqa: F401 - re-exported
 from gpudeck.jobs.hosts.protocol import HELLO, PROTOCOL, decode, encode, patch
 
 REMOTE_CACHE = ".cache/gpudeck"          # relative to the remote home (SFTP starts there)
@@ -31,22 +32,6 @@ CONNECTING, LIVE, STALE, DOWN = "CONNECTING", "LIVE", "STALE", "DOWN"
 # Reconnect backoff: 1, 2, 4 ... 60 s.
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 60.0
-
-
-class HostError(Exception):
-    """The host cannot be reached or its agent failed: one line for the operator."""
-
-
-class HostKeyError(HostError):
-    """Unknown or changed host key: refused, with the fingerprint and how to trust it."""
-
-    def __init__(self, message: str, fingerprint: Optional[str] = None) -> None:
-        super().__init__(message)
-        self.fingerprint = fingerprint
-
-
-class RemoteError(Exception):
-    """The agent answered, with an error (unknown job, no jobs file...): one line."""
 
 
 # -- connecting ----------------------------------------------------------------------

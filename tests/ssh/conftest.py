@@ -57,6 +57,7 @@ class Lab:
         return self.work / f"state-{name}"
 
     def close(self) -> None:
+        self.client.stop_keepers()
         for sshd in (self.box, self.box2):
             sshd.stop()
 
@@ -79,6 +80,7 @@ def lab(ssh_lab, tmp_path):
             sshd.start()
     ssh_lab.env = ssh_lab.setup(tmp_path)
     yield ssh_lab
+    ssh_lab.client.stop_keepers()
     # Leave nothing running on the "boxes": stop every job of this test locally.
     for name in ("box", "box2"):
         state = ssh_lab.state_dir(name)

@@ -192,6 +192,16 @@ class ClientHome:
         self.config_dir.mkdir(parents=True, exist_ok=True)
         self._aliases: dict[str, str] = {}
         self.known_hosts = self.ssh_dir / "known_hosts"
+        self.runtime = self.root / "run"
+        self.runtime.mkdir(mode=0o700, exist_ok=True)
+
+    def stop_keepers(self) -> None:
+        """End the SSH link keepers the CLI started for this HOME (they would idle out anyway)."""
+        for pid_file in self.runtime.glob("gpudeck-*/mux-*.pid"):
+            try:
+                os.kill(int(pid_file.read_text()), signal.SIGTERM)
+            except (OSError, ValueError):
+                pass
 
     def add_alias(self, alias: str, sshd: Sshd) -> None:
         user = os.environ.get("USER") or "root"
@@ -215,6 +225,9 @@ class ClientHome:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("GPUDECK_") and k not in ("SSH_AUTH_SOCK", "XDG_CONFIG_HOME", "XDG_STATE_HOME")}
         env["HOME"] = str(self.root)
+        # The CLI's SSH link keepers (jobs/hosts/mux.py) put their sockets here and idle out quickly.
+        env["XDG_RUNTIME_DIR"] = str(self.runtime)
+        env["GPUDECK_MUX_IDLE_S"] = "20"
         env["GPUDECK_STATE_DIR"] = str(self.root / "local-state")
         env.update(extra)
         return env

@@ -277,3 +277,24 @@ def test_proxyjump_from_ssh_config_is_honoured(lab):
         assert gd(lab, "--host", "hop", "stop", "sleeper").returncode == 0
     finally:
         config.write_text(original)
+
+
+def test_cli_commands_share_one_kept_link_and_work_without_it(lab):
+    def agent_pid(env=None):
+        out = gd(lab, "--host", "box", "status", "--json", "--interval", "0", env=env)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)["agent"]
+
+    first, second = agent_pid(), agent_pid()
+    # The second command reached the same agent: no new SSH handshake, no new agent start.
+    assert first["pid"] == second["pid"] and first["via"] == "zipapp"
+    keepers = list(lab.client.runtime.glob("gpudeck-*/mux-box-*.sock"))
+    assert len(keepers) == 1 and oct(keepers[0].stat().st_mode & 0o777) == "0o600"
+    # GPUDECK_SSH_MUX=0: the command holds its own link (a new agent each time).
+    direct = dict(lab.env, GPUDECK_SSH_MUX="0")
+    assert agent_pid(direct)["pid"] != first["pid"]
+    started = gd(lab, "--host", "box", "start", "sleeper", env=direct)
+    assert started.returncode == 0
+    wait_for(lambda: gd(lab, "--host", "box", "logs", "sleeper", env=direct).stdout == "sleeper up\n", 30,
+             "the sleeper's log without the keeper")
+    assert gd(lab, "--host", "box", "stop", "sleeper", env=direct).returncode == 0
