@@ -15,6 +15,7 @@ import fcntl
 import hashlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -156,9 +157,16 @@ def serve(spec: HostSpec, idle_s: float) -> int:
             path.unlink()             # a dead keeper's socket (we hold the lock: nobody else serves it)
         server = await asyncio.start_unix_server(handle, path=str(path))
         os.chmod(path, 0o600)
+        stop = asyncio.Event()
+        # SIGTERM/SIGHUP: leave cleanly (socket removed, link closed) instead of dying mid-state.
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
         try:
-            while True:
-                await asyncio.sleep(0.5)
+            while not stop.is_set():
+                try:
+                    await asyncio.wait_for(stop.wait(), 0.5)
+                except asyncio.TimeoutError:
+                    pass
                 idle = state["active"] == 0 and time.monotonic() - state["last"] > idle_s
                 refused = state["active"] == 0 and link._task is not None and link._task.done()
                 if idle or refused:

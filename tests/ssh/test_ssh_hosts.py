@@ -279,7 +279,7 @@ def test_proxyjump_from_ssh_config_is_honoured(lab):
         config.write_text(original)
 
 
-def test_cli_commands_share_one_kept_link_and_work_without_it(lab):
+def test_cli_commands_share_one_kept_link_and_work_without_it(lab, monkeypatch):
     def agent_pid(env=None):
         out = gd(lab, "--host", "box", "status", "--json", "--interval", "0", env=env)
         assert out.returncode == 0, out.stderr
@@ -288,8 +288,12 @@ def test_cli_commands_share_one_kept_link_and_work_without_it(lab):
     first, second = agent_pid(), agent_pid()
     # The second command reached the same agent: no new SSH handshake, no new agent start.
     assert first["pid"] == second["pid"] and first["via"] == "zipapp"
-    keepers = list(lab.client.runtime.glob("gpudeck-*/mux-box-*.sock"))
-    assert len(keepers) == 1 and oct(keepers[0].stat().st_mode & 0o777) == "0o600"
+    from gpudeck.jobs.hosts import mux
+    from gpudeck.jobs.hosts.config import load_hosts
+    for key in ("HOME", "XDG_RUNTIME_DIR"):
+        monkeypatch.setenv(key, lab.env[key])
+    keeper = mux.socket_path(load_hosts(Path(lab.env["HOME"]) / ".config/gpudeck/hosts.toml")["box"])
+    assert keeper.exists() and oct(keeper.stat().st_mode & 0o777) == "0o600"
     # GPUDECK_SSH_MUX=0: the command holds its own link (a new agent each time).
     direct = dict(lab.env, GPUDECK_SSH_MUX="0")
     assert agent_pid(direct)["pid"] != first["pid"]
