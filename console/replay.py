@@ -89,9 +89,9 @@ class ReplayJobsSource:
         self.poll_now()
         return t
 
-    def next_mark(self) -> Optional[Mark]:
+    def next_mark(self, kinds: Optional[set[str]] = None) -> Optional[Mark]:
         self._advance()
-        mark = self.session.next_mark()
+        mark = self.session.next_mark(kinds)
         self.poll_now()
         return mark
 

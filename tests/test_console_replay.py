@@ -156,7 +156,15 @@ async def test_enter_opens_the_post_mortem_and_a_line_that_matters_jumps_the_log
         await pilot_wait_for(pilot, lambda: pane.current_match == 7, "log pane on line 8",
                              detail=lambda: pane.current_match)
         assert "OutOfMemoryError" in pane.line_text(7)[0]
-        await pilot.press("escape")
+        await pilot.press("R")                                          # replay this run from its post-mortem
+        await pilot_wait_for(pilot, lambda: getattr(app.screen, "replay", None) is not None, "replaying")
+        assert [j.name for j in app.screen.jobs] == ["trainer"]
+        source = replay_source(app)
+        await pilot.press("space", "a")                                  # paused; the next alert: the crash
+        crash = next(m for m in source.session.marks if m.kind == "alert")
+        await pilot_wait_for(pilot, lambda: app.screen.replay.t == crash.t and app.screen.jobs[0].alerts,
+                             "at the crash alert")
+        await pilot.press("3")
         await pilot_wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen), "back to history")
 
 

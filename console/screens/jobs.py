@@ -225,9 +225,10 @@ class JobsScreen(Screen):
         Binding("right_square_bracket", "replay_seek(60)", "+1 min", key_display="]", id="jobs.replay.forward"),
         Binding("n", "replay_next", "Next event", id="jobs.replay.next"),
         Binding("N", "replay_previous", "Prev event", show=False, id="jobs.replay.previous"),
+        Binding("a", "replay_next_alert", "Next alert", show=False, id="jobs.replay.alert"),
     ]
     REPLAY_ACTIONS = {"replay_pause", "replay_faster", "replay_slower", "replay_seek", "replay_next",
-                      "replay_previous"}
+                      "replay_previous", "replay_next_alert"}
     LIVE_ACTIONS = {"start_job", "stop_job", "restart_job", "pivot"}
 
     def __init__(
@@ -498,6 +499,11 @@ class JobsScreen(Screen):
         source = self._replay_source()
         if source is not None and source.next_mark() is None:
             self._say("no later event in this replay", severity="warning", timeout=2)
+
+    def action_replay_next_alert(self) -> None:
+        source = self._replay_source()
+        if source is not None and source.next_mark({"alert"}) is None:
+            self._say("no later alert in this replay", severity="warning", timeout=2)
 
     def action_replay_previous(self) -> None:
         source = self._replay_source()
