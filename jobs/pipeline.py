@@ -19,6 +19,7 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
+from gpudeck.jobs import paths
 from gpudeck.jobs.pipeline_records import META, RESULT, Pipeline, latest_pipeline, pipelines_root
 from gpudeck.jobs.procs import ProcessId, identity, signal_process
 from gpudeck.jobs.runs import (PRIVATE_DIR_MODE, ensure_private_dir, new_run_id, open_private, state_root,
@@ -28,7 +29,6 @@ from gpudeck.jobs.spec import spec_snapshot
 POLL_S = 0.5
 # After a Slurm stage fails, how long its dependants get for Slurm to cancel them itself.
 DOOMED_WAIT_S = 10.0
-_PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 
 class PipelineError(Exception):
@@ -88,10 +88,11 @@ def start_pipeline(supervisor, target: str) -> Pipeline:
         })
     finally:
         os.close(lock_fd)          # closing the fd releases the lock
+    launch_cwd, launch_env = paths.child_launch({k: v for k, v in os.environ.items() if k != "GPUDECK_RUN_ID"})
     with open(open_private(path / "pipeline.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as diag:
         launcher = subprocess.Popen(
             [sys.executable, "-m", "gpudeck.jobs.pipeline", "--detach", str(path)],
-            cwd=str(_PACKAGE_ROOT), env={k: v for k, v in os.environ.items() if k != "GPUDECK_RUN_ID"},
+            cwd=launch_cwd, env=launch_env,
             stdin=subprocess.DEVNULL, stdout=diag, stderr=diag, start_new_session=True, close_fds=True)
     try:
         launcher.wait(timeout=10)

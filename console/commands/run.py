@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "open. --wait follows it and exits 0 on success, 1 naming the failed stage.")
     p.add_argument("job", metavar="JOB")
     p.add_argument("--wait", action="store_true", help="follow the pipeline to its end and exit with its result")
-    p.set_defaults(handler=run_pipeline)
+    p.set_defaults(handler=run_pipeline, remote_ok=True)
 
 
 def describe_event(ev: dict) -> str | None:
@@ -37,6 +37,21 @@ def describe_event(ev: dict) -> str | None:
 
 
 def run_pipeline(args: argparse.Namespace) -> int:
+    from gpudeck.console.commands._host import Remote, remote_spec
+    spec = remote_spec(args)
+    if spec is not None:
+        with Remote(spec) as remote:
+            started = remote.action("run", {"job": args.job})
+            pipeline_id = started["pipeline_id"]
+            print(f"pipeline {pipeline_id}: {' -> '.join(started['stages'])}", flush=True)
+            if not args.wait:
+                return 0
+
+            def poll_remote(seen: int) -> tuple[list[dict], int, dict | None, str]:
+                reply = remote.call("pipeline", {"job": args.job, "pipeline_id": pipeline_id, "seen": seen})
+                return reply["events"], reply["count"], reply["result"], reply["state"]
+
+            return follow_pipeline(pipeline_id, poll_remote)
     from gpudeck.jobs.pipeline import PipelineError, start_pipeline
     sup = supervisor(args)
     known_job(sup, args.job)
@@ -47,23 +62,33 @@ def run_pipeline(args: argparse.Namespace) -> int:
     print(f"pipeline {pipe.pipeline_id}: {' -> '.join(pipe.meta()['stages'])}", flush=True)
     if not args.wait:
         return 0
+
+    def poll_local(seen: int) -> tuple[list[dict], int, dict | None, str]:
+        events = pipe.events()
+        return events[seen:], len(events), pipe.result(), pipe.state()
+
+    return follow_pipeline(pipe.pipeline_id, poll_local)
+
+
+def follow_pipeline(pipeline_id: str, poll) -> int:
+    """Print each stage event as it happens; exit 0 on success, 1 naming the failed stage."""
     seen = 0
     while True:
-        events = pipe.events()
-        for ev in events[seen:]:
+        events, count, _, _ = poll(seen)
+        for ev in events:
             text = describe_event(ev)
             if text:
                 print(text, flush=True)
-        seen = len(events)
-        result = pipe.result()
-        if result is not None and seen >= len(pipe.events()):
+        seen = count
+        _, count, result, state = poll(seen)
+        if result is not None and seen >= count:
             if result.get("ok"):
-                print(f"pipeline {pipe.pipeline_id}: succeeded")
+                print(f"pipeline {pipeline_id}: succeeded")
                 return 0
             stage = result.get("failed_stage")
             how = result.get("error") or (f"signal {result['signal']}" if result.get("signal")
                                           else f"exit {result.get('exit_code')}")
-            raise CliError(f"pipeline {pipe.pipeline_id} failed at stage {stage} ({how})", code=1)
-        if pipe.state() == "lost":
-            raise CliError(f"pipeline {pipe.pipeline_id} vanished without a result", code=1)
+            raise CliError(f"pipeline {pipeline_id} failed at stage {stage} ({how})", code=1)
+        if state == "lost":
+            raise CliError(f"pipeline {pipeline_id} vanished without a result", code=1)
         time.sleep(0.3)

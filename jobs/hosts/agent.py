@@ -195,6 +195,29 @@ class Agent:
             raise RequestError(str(exc)) from None
         return {"report": report.to_jsonable(), "lines": notes + report.lines(), "clean": report.clean}
 
+    def op_run(self, params: dict) -> dict:
+        """`gpudeck run JOB`: a detached pipeline of JOB after its needs, on this host."""
+        from gpudeck.jobs.pipeline import PipelineError, start_pipeline
+        sup = self._supervisor()
+        self._known(sup, params["job"])
+        try:
+            pipe = start_pipeline(sup, params["job"])
+        except PipelineError as exc:
+            raise RequestError(str(exc)) from None
+        return {"pipeline_id": pipe.pipeline_id, "stages": pipe.meta()["stages"]}
+
+    def op_pipeline(self, params: dict) -> dict:
+        """A pipeline's events from index `seen` on, its result and state (what `run --wait` follows)."""
+        from gpudeck.jobs.pipeline_records import list_pipelines
+        sup = self._supervisor()
+        pipe = next((p for p in list_pipelines(params["job"], sup.state_dir)
+                     if p.pipeline_id == params["pipeline_id"]), None)
+        if pipe is None:
+            raise RequestError(f"no pipeline {params['pipeline_id']} for {params['job']}")
+        events = pipe.events()
+        return {"events": events[int(params.get("seen") or 0):], "count": len(events), "result": pipe.result(),
+                "state": pipe.state()}
+
     def op_restart(self, params: dict) -> dict:
         stopped = self.op_stop(params)
         started = self.op_start(params)

@@ -22,6 +22,13 @@ cmd = ["python3", "-u", "-c", "import time\\nfor i in range(400):\\n    print('l
 [jobs.sleeper]
 cmd = "echo sleeper up; exec sleep 600"
 
+[jobs.prep]
+cmd = "echo prepared > prep.done"
+
+[jobs.train]
+cmd = "cat prep.done; echo trained"
+needs = ["prep"]
+
 [jobs.tree]
 cmd = "setsid sleep 600 & echo $! > tree.pids; setsid sh -c 'sleep 600 & echo $! >> tree.pids; wait' & echo $! >> tree.pids; echo tree up; wait"
 stop_timeout = 2

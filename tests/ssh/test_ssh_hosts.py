@@ -244,7 +244,7 @@ def test_stopped_sshd_is_down_with_backoff_and_the_other_host_unaffected(lab):
 
 def test_check_over_ssh(lab):
     out = gd(lab, "--host", "box", "check")
-    assert out.returncode == 0 and out.stdout.startswith(f"box:{lab.work / 'jobs.toml'}: 3 jobs OK")
+    assert out.returncode == 0 and out.stdout.startswith(f"box:{lab.work / 'jobs.toml'}: 5 jobs OK")
     (lab.work / "jobs.toml").write_text('[jobs.bad]\ncmd = 3\n')
     out = gd(lab, "--host", "box", "check")
     assert out.returncode == 1 and "jobs.toml:2:" in out.stdout and "1 error" in out.stderr
@@ -302,3 +302,14 @@ def test_cli_commands_share_one_kept_link_and_work_without_it(lab, monkeypatch):
     wait_for(lambda: gd(lab, "--host", "box", "logs", "sleeper", env=direct).stdout == "sleeper up\n", 30,
              "the sleeper's log without the keeper")
     assert gd(lab, "--host", "box", "stop", "sleeper", env=direct).returncode == 0
+
+
+def test_run_pipeline_over_ssh_with_wait(lab):
+    out = gd(lab, "--host", "box", "run", "train", "--wait")
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("pipeline ") and lines[0].endswith("prep -> train")
+    assert "prep: succeeded" in lines and "train: succeeded" in lines and lines[-1].endswith("succeeded")
+    # The stages ran on box (its state dir), from the zipapp agent's runners.
+    assert gd(lab, "--host", "box", "logs", "train").stdout == "prepared\ntrained\n"
+    assert run_dirs(lab, "box", "prep") and not run_dirs(lab, "box2", "prep")
