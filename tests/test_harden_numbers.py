@@ -66,3 +66,14 @@ def test_an_old_health_json_with_infinity_is_read_as_null(tmp_path, state):
         assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
         if "--json" in command:
             strict(done.stdout.decode())
+
+
+def test_the_job_view_shows_non_finite_numbers_as_nothing():
+    """The jobs screen (key 2) and `gpudeck jobs` build rows here: inf/nan/huge ints must not crash them."""
+    from gpudeck.jobs.view import JobView
+    for progress in ({"done": 8, "total": float("inf"), "eta_s": float("inf")},
+                     {"done": float("nan"), "total": 10 ** 400, "eta_s": 10 ** 400, "rate": float("-inf")}):
+        view = JobView.from_payload({"name": "j", "kind": "stage", "state": "running", "phase": "loading",
+                                     "started_at": float("inf"), "progress": progress})
+        cells = view.cells(1000.0)
+        assert "inf" not in cells["phase"].lower() and "nan" not in cells["phase"].lower(), cells
