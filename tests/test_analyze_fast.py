@@ -234,3 +234,17 @@ def test_fast_scanner_equals_reference_on_dense_repeated_logs() -> None:
         fast.finish()
         full.finish()
         assert fast.result() == full.result()
+
+
+def test_unlabeled_full_bar_then_glued_bar_agree() -> None:
+    """A run of unlabeled bars keeps its phase fixed: a full one must not end 'capturing' for its
+    successor (found by a soak of reference-log mixes)."""
+    data = (b"[2025-11-10 19:59:09 TP0] Capture cuda graph num tokens [4, 8, 12]\r\n"
+            b" 99%|##########| 377/324 [94:95:57<86:19:70, 102.49s/it]\r\n"
+            b" 14%|#4        | 378/2724 [13:58:09<86:18:35, 132.44s/it][2023-06-07 22:16:00,018] [INFO] "
+            b"[loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping step.\r\n")
+    fast, full = LogAnalyzer(), ReferenceAnalyzer()
+    for a in (fast, full):
+        a.feed(data)
+        a.finish()
+    assert fast.result() == full.result()

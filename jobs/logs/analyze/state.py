@@ -318,8 +318,10 @@ class State:
             self.load_done = True
         self._set_progress("bar", phase, label or self._default_label(phase), done, total, rate, eta, line, None,
                            key_label)
-        if phase == "capturing" and total and done >= total:
-            self.phase = "starting"          # the capture bar is full: capture finished, the server is next
+        if named_phase == "capturing" and total and done >= total:
+            # A capture bar (its label says so) is full: capture finished, the server is next. Not
+            # for unlabeled bars, whose phase comes from the state: runs of them must keep it fixed.
+            self.phase = "starting"
             self.why["phase"] = f"full capture bar (line {line})"
 
     def _unnamed_bar_phase(self) -> str:
