@@ -94,7 +94,7 @@ def main() -> int:
     t0 = time.perf_counter()
     session = ReplaySession.open([run], speed=64)
     opened = time.perf_counter() - t0
-    print(f"open (meta, times, samples, events): {opened * 1000:.0f} ms")
+    print(f"open (meta, times, events; samples load on first use): {opened * 1000:.0f} ms")
 
     # Play the first 30 minutes at 64x in 0.5 s ticks, as the console does.
     ticks = []

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import json
 import math
 import threading
 from dataclasses import dataclass, field
@@ -81,7 +82,6 @@ class RunFrame:
     job: dict                          # the `jobs --json` record as it was at t (plus replay: True)
     log_path: Path
     log_bytes: int                     # how much of output.log had arrived by t
-    sample: Optional[dict]             # the latest resource sample at or before t
     engine: Optional[tuple]            # (engine, model, port) for an engine job, else None
 
 
@@ -104,9 +104,12 @@ class Recording:
         self.simulated = bool(self.meta.get("simulated"))
         self.events = sorted((e for e in read_jsonl(self.path / EVENTS) if _number(e.get("t")) is not None),
                              key=lambda e: e["t"])
-        self.samples = sorted((s for s in read_jsonl(self.path / SAMPLES) if _number(s.get("t")) is not None),
-                              key=lambda s: s["t"])
-        self.sample_times = [float(s["t"]) for s in self.samples]
+        # samples.jsonl is the big file (a day of 1 s samples is ~30 MB of JSON): only its two ends are
+        # read here; the samples themselves load on first use (sample_at), not to open a replay.
+        self._samples: Optional[list[dict]] = None
+        self._sample_times: list[float] = []
+        self._samples_lock = threading.Lock()
+        self.first_sample_t, self.last_sample_t = self._sample_bounds()
         self.created_at = _number(self.meta.get("created_at"))
         started = _number(self.meta.get("started_at"))
         for e in self.events:
@@ -115,11 +118,13 @@ class Recording:
                 break
         self.started_at = started
         self.ended_at = _number((self.exit or {}).get("ended_at"))
+        self._alert_events: Optional[list[dict]] = None
+        self._alert_times: list[float] = []
         self.stop_requested_at = next((float(e["t"]) for e in self.events if e.get("event") == "StopRequested"), None)
         self._load_points()
         times = [t for t in (self.created_at, self.started_at, self.ended_at) if t is not None]
         times += [t for t in (self.point_times[:1] + self.point_times[-1:]) if t is not None]
-        times += [self.sample_times[0], self.sample_times[-1]] if self.sample_times else []
+        times += [t for t in (self.first_sample_t, self.last_sample_t) if t is not None]
         times += [float(self.events[0]["t"]), float(self.events[-1]["t"])] if self.events else []
         if not times:
             try:
@@ -144,10 +149,12 @@ class Recording:
                             continue              # a torn last line of a killed runner
         except OSError:
             pass
-        for s in self.samples:
-            size = s.get("log_bytes")
-            if isinstance(size, int) and not isinstance(size, bool) and size >= 0:
-                raw.append((float(s["t"]), size))
+        if not raw:
+            # No `times` file (an older or killed runner): the samples note the log's size each second too.
+            for s in self.samples:
+                size = s.get("log_bytes")
+                if isinstance(size, int) and not isinstance(size, bool) and size >= 0:
+                    raw.append((float(s["t"]), size))
         try:
             self.log_size = self.log_path.stat().st_size
         except OSError:
@@ -171,7 +178,7 @@ class Recording:
                 candidates = [t for t in (self.started_at, self.created_at) if t is not None]
                 when = times[-1] if times else (min(candidates) if candidates else None)
             if when is None:
-                when = self.sample_times[-1] if self.sample_times else 0.0
+                when = self.last_sample_t or 0.0
             times.append(max(when, times[-1]) if times else when)
             offsets.append(self.log_size)
         self.point_times = times
@@ -199,26 +206,62 @@ class Recording:
         i = bisect.bisect_right(self.point_times, t)
         return self.point_offsets[i - 1] if i else 0
 
+    def _sample_bounds(self) -> tuple[Optional[float], Optional[float]]:
+        """The first and the last sample's time, read from the two ends of samples.jsonl."""
+        try:
+            with open(self.path / SAMPLES, "rb") as fh:
+                head = fh.readline()
+                size = fh.seek(0, 2)
+                fh.seek(max(0, size - 64 * 1024))
+                tail = fh.read().splitlines()
+        except OSError:
+            return None, None
+
+        def t_of(line: bytes) -> Optional[float]:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                return None              # a torn line of a killed writer
+            return _number(obj.get("t")) if isinstance(obj, dict) else None
+        first = t_of(head)
+        last = next((t for t in map(t_of, reversed(tail)) if t is not None), None)
+        return first, last
+
+    @property
+    def samples(self) -> list[dict]:
+        """Every resource sample, by time (read once, on first use)."""
+        with self._samples_lock:
+            if self._samples is None:
+                samples = sorted((s for s in read_jsonl(self.path / SAMPLES) if _number(s.get("t")) is not None),
+                                 key=lambda s: s["t"])
+                self._sample_times = [float(s["t"]) for s in samples]
+                self._samples = samples
+            return self._samples
+
     def sample_at(self, t: float) -> Optional[dict]:
-        i = bisect.bisect_right(self.sample_times, t)
-        return self.samples[i - 1] if i else None
+        """The job's resources as last sampled at or before t (CPU seconds, RSS, disk, GPU memory/util/power)."""
+        samples = self.samples
+        i = bisect.bisect_right(self._sample_times, t)
+        return samples[i - 1] if i else None
 
     def samples_between(self, t0: float, t1: float) -> list[dict]:
-        lo = bisect.bisect_left(self.sample_times, t0)
-        hi = bisect.bisect_right(self.sample_times, t1)
-        return self.samples[lo:hi]
+        samples = self.samples
+        lo = bisect.bisect_left(self._sample_times, t0)
+        hi = bisect.bisect_right(self._sample_times, t1)
+        return samples[lo:hi]
 
     def alerts_at(self, t: float) -> list[dict]:
         """The alerts active at t: raised at or before t and not cleared by then (events.jsonl)."""
+        if self._alert_events is None:
+            # Only the alert events, with their times: a long run's other events are not walked per frame.
+            self._alert_events = [e for e in self.events if e.get("event") in ("AlertRaised", "AlertCleared")]
+            self._alert_times = [float(e["t"]) for e in self._alert_events]
         active: dict[str, dict] = {}
-        for e in self.events:
-            if float(e["t"]) > t:
-                break
-            name = e.get("event")
-            if name == "AlertRaised":
+        for e in self._alert_events[:bisect.bisect_right(self._alert_times, t)]:
+            if e.get("event") == "AlertRaised":
                 alert = {k: v for k, v in e.items() if k not in ("t", "event", "on_alert_pid")}
                 active[str(alert.get("code"))] = alert
-            elif name == "AlertCleared":
+            else:
                 active.pop(str(e.get("code")), None)
         return list(active.values())
 
@@ -352,10 +395,12 @@ class RunReplay:
         with self._lock:
             analysis = dict(self._track.advance(t))
         log_bytes = rec.offset_at(t)
-        sample = rec.sample_at(t)
-        job = self._job_record(t, analysis, sample)
-        return RunFrame(t=t, job=job, log_path=rec.log_path, log_bytes=log_bytes, sample=sample,
-                        engine=self._engine)
+        job = self._job_record(t, analysis)
+        return RunFrame(t=t, job=job, log_path=rec.log_path, log_bytes=log_bytes, engine=self._engine)
+
+    def sample_at(self, t: float) -> Optional[dict]:
+        """The run's resource sample at t (the latest at or before it); the samples load on first use."""
+        return self.recording.sample_at(t)
 
     def _port(self) -> Optional[int]:
         if self._engine is not None and self._engine[2] is not None:
@@ -369,7 +414,7 @@ class RunReplay:
         gpus = meta.get("gpus") if isinstance(meta.get("gpus"), list) else spec.get("gpus")
         return [g for g in gpus or [] if isinstance(g, int) and not isinstance(g, bool)]
 
-    def _job_record(self, t: float, analysis: dict, sample: Optional[dict]) -> dict:
+    def _job_record(self, t: float, analysis: dict) -> dict:
         """The `jobs --json` record (see supervisor.jobs_payload) as the job stood at t."""
         rec = self.recording
         meta, spec = rec.meta, rec.spec
@@ -396,9 +441,8 @@ class RunReplay:
         job_process = meta.get("job_process") if isinstance(meta.get("job_process"), dict) else {}
         port = self._port()
         phase = analysis.get("phase")
+        # Serving numbers as the log said them (a live engine's /metrics scrapes are not recorded).
         serving = analysis.get("serving") if isinstance(analysis.get("serving"), dict) else None
-        if isinstance(sample, dict) and isinstance(sample.get("serving"), dict):
-            serving = sample["serving"]          # scraped /metrics, where the recorder kept them
         exit_record = rec.exit or {}
         return {
             "name": rec.job, "kind": str(spec.get("kind") or meta.get("kind") or "stage"), "state": state,

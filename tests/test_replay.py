@@ -141,6 +141,19 @@ def test_the_analysis_at_t_equals_the_analyzer_over_the_bytes_that_had_arrived(r
                                                        (expect["progress"] or {}).get("total"))
 
 
+def test_the_resource_sample_at_t_is_the_last_one_recorded_by_then(recorded):
+    run = RunReplay(recorded["sleeper"])
+    lines = [json.loads(line) for line in (recorded["sleeper"] / "samples.jsonl").read_text().splitlines()]
+    assert len(lines) >= 3
+    assert run.recording._samples is None                 # opening a replay does not parse the samples
+    assert run.sample_at(lines[0]["t"] - 0.001) is None
+    for before, after in zip(lines, lines[1:]):
+        assert run.sample_at((before["t"] + after["t"]) / 2) == before
+    assert run.sample_at(run.end + 100) == lines[-1]
+    assert run.recording.first_sample_t == lines[0]["t"] and run.recording.last_sample_t == lines[-1]["t"]
+    assert [s["t"] for s in run.recording.samples_between(lines[1]["t"], lines[2]["t"])] == [lines[1]["t"], lines[2]["t"]]
+
+
 def test_seeking_back_restores_a_checkpoint_instead_of_rereading_the_log(recorded, monkeypatch):
     monkeypatch.setattr(replay_mod, "CHECKPOINT_BYTES", 64)
     run = RunReplay(recorded["trainer"])
