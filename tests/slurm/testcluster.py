@@ -296,14 +296,24 @@ def stop(base: Path = BASE) -> None:
             continue
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except OSError:
-                break
+        while time.monotonic() < deadline and _running(pid):
             time.sleep(0.1)
-        else:
+        if _running(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a daemon this process started stays one until reaped: reap it)."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 def main(argv: list[str]) -> int:
