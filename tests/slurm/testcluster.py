@@ -288,8 +288,18 @@ def start(base: Path = BASE, log=sys.stderr) -> Cluster:
 
 
 def stop(base: Path = BASE) -> None:
-    """Stop the daemons this directory's cluster runs (by their pid files), slurmd first."""
+    """Cancel every job of the cluster, then stop its daemons (by their pid files), slurmd first."""
     run = base / "run"
+    if _pid_alive(run / "slurmctld.pid") is not None:
+        # A job left running would outlive its slurmd as an orphaned slurmstepd.
+        env = dict(os.environ, SLURM_CONF=str(base / "etc" / "slurm.conf"))
+        subprocess.run(["scancel", f"--user={os.geteuid()}"], env=env, capture_output=True, timeout=30)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            left = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True, timeout=30)
+            if left.returncode != 0 or not left.stdout.strip():
+                break
+            time.sleep(0.2)
     for name in ("slurmd", "slurmctld", "slurmdbd", "mysqld", "munged"):
         pid = _pid_alive(run / f"{name}.pid")
         if pid is None:
