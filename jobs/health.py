@@ -343,21 +343,22 @@ class HealthMonitor:
             return None
 
     def _launch_hook(self, alert) -> Optional[int]:
-        env = dict(os.environ)
-        env.update({
+        from gpudeck.jobs.logs.sanitize import terminal_text
+        fields = {
             "GPUDECK_ALERT_CODE": alert.code,
             "GPUDECK_ALERT_MESSAGE": alert.message,
             "GPUDECK_ALERT_JOB": alert.job,
             "GPUDECK_ALERT_RUN_ID": alert.run_id,
             "GPUDECK_ALERT_SINCE": f"{alert.since:.3f}",
             "GPUDECK_ALERT_SEVERITY": alert.severity,
-        })
-        if alert.cause:
-            env["GPUDECK_ALERT_CAUSE"] = alert.cause
-        if alert.hint:
-            env["GPUDECK_ALERT_HINT"] = alert.hint
-        # A NUL (a crash message can carry one) cannot be in an environment: shown as \0, the alert still goes out.
-        env = {k: v.replace("\0", "\\0") for k, v in env.items() if "\0" not in k}
+            "GPUDECK_ALERT_CAUSE": alert.cause,
+            "GPUDECK_ALERT_HINT": alert.hint,
+        }
+        env = {k: v for k, v in os.environ.items() if "\0" not in v}
+        # The alert's text came from the job's log and goes on to a desktop notification, a chat,
+        # a terminal: the same sanitizer as every other face. A NUL (a crash message can carry
+        # one) cannot be in an environment at all: shown as \0, the alert still goes out.
+        env.update({k: terminal_text(str(v).replace("\0", "\\0"), 4000) for k, v in fields.items() if v})
         # The job's own run tag must not leak: the hook is not part of the run's tree.
         env.pop("GPUDECK_RUN_ID", None)
         timeout = _hook_timeout(env)

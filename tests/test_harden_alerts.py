@@ -19,7 +19,7 @@ def test_nul_in_a_crash_message_still_raises_the_alert_and_runs_on_alert(tmp_pat
     script = tmp_path / "crash.py"
     script.write_text("import sys\n"
                       "sys.stderr.write('Traceback (most recent call last):\\n  File \"x.py\", line 1, in <module>\\n')\n"
-                      "sys.stderr.write('ValueError: bad \\x00 byte\\n')\n"
+                      "sys.stderr.write('ValueError: bad \\x00 byte \\x1b]52;c;U0VDUkVU\\x07\\u202eevil\\x1bc\\n')\n"
                       "sys.exit(1)\n")
     out = tmp_path / "hook.out"
     jobs = write_jobs(tmp_path / "jobs.toml", {"crashy": {
@@ -31,6 +31,8 @@ def test_nul_in_a_crash_message_still_raises_the_alert_and_runs_on_alert(tmp_pat
     assert raised[0]["code"] == "crashed"
     text = wait_for(lambda: out.exists() and out.read_text(), what="on_alert output")
     assert text.startswith("crashed|") and "bad \\0 byte" in text, text
+    # The hook's GPUDECK_ALERT_* went through the sanitizer: no escape sequence, bidi shown escaped.
+    assert "\x1b" not in text and "U0VDUkVU" not in text and "<U+202E>evil" in text, text
     health = wait_for(lambda: (json.loads((run.path / "health.json").read_text())
                                if (run.path / "health.json").exists() else {}).get("ended"), what="ended")
     assert health is True
