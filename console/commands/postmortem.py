@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("md", "html", "json"), default=None,
                    help="md (default; charts as Unicode sparklines), html (one self-contained file), json")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE (format from .html/.json/.md)")
-    p.set_defaults(handler=run_postmortem)
+    p.set_defaults(handler=run_postmortem, remote_ok=True)
 
 
 def _format(args: argparse.Namespace) -> str:
@@ -33,14 +33,21 @@ def _format(args: argparse.Namespace) -> str:
 
 
 def run_postmortem(args: argparse.Namespace) -> int:
-    from gpudeck.jobs.history.postmortem import PostmortemError, build
-    target = args.target
-    if not target:
-        target = _latest_target()
-    try:
-        report = build(target)
-    except PostmortemError as exc:
-        raise CliError(str(exc), 2) from None
+    from gpudeck.console.commands._host import Remote, remote_spec
+    spec = remote_spec(args)
+    if spec is not None:
+        # Built on the box from its run directories; rendered here like a local one.
+        with Remote(spec) as remote:
+            report = remote.call("postmortem", {"target": args.target})["report"]
+    else:
+        from gpudeck.jobs.history.postmortem import PostmortemError, build
+        target = args.target
+        if not target:
+            target = _latest_target()
+        try:
+            report = build(target)
+        except PostmortemError as exc:
+            raise CliError(str(exc), 2) from None
     fmt = _format(args)
     if fmt == "json":
         body = json.dumps(report, indent=1, default=str, ensure_ascii=False) + "\n"

@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--keep", type=int, metavar="N", help="with --prune: keep the newest N runs of each job")
     p.add_argument("--older", metavar="AGE", help="with --prune: only runs started more than AGE ago (e.g. 30d)")
     p.add_argument("--yes", action="store_true", help="with --prune: delete without asking")
-    p.set_defaults(handler=run_runs)
+    p.set_defaults(handler=run_runs, remote_ok=True)
 
 
 def _age(text: Optional[str], flag: str) -> Optional[float]:
@@ -69,6 +69,16 @@ def run_runs(args: argparse.Namespace) -> int:
         raise CliError("--keep, --older and --yes go with --prune", 2)
     if args.keep is not None and args.keep < 0:
         raise CliError("--keep: must be 0 or more", 2)
+    from gpudeck.console.commands._host import Remote, remote_spec
+    spec = remote_spec(args)
+    if spec is not None:
+        if args.reindex or args.prune:
+            raise CliError("--reindex and --prune run on the box itself, not over SSH", 2)
+        with Remote(spec) as remote:
+            rows = remote.call("runs", {"job": args.job, "failed": args.failed, "limit": args.limit,
+                                        "since": time.time() - since if since is not None else None,
+                                        "columns": None if args.json else list(TABLE_COLUMNS)})["runs"]
+        return _print_rows(args, rows)
     if args.reindex:
         from gpudeck.jobs.history.index import RunIndex
         index = RunIndex()
@@ -88,6 +98,10 @@ def run_runs(args: argparse.Namespace) -> int:
         rows = index.query(job=args.job, failed=args.failed,
                            since=time.time() - since if since is not None else None, limit=args.limit,
                            **({} if args.json else {"columns": TABLE_COLUMNS}))
+    return _print_rows(args, rows)
+
+
+def _print_rows(args: argparse.Namespace, rows: list) -> int:
     if args.json:
         print(strictjson.dumps({"runs": rows}, indent=1, default=str))
         return 0

@@ -224,9 +224,31 @@ class Agent:
         return {**stopped, **started}
 
     def op_runs(self, params: dict) -> dict:
-        from gpudeck.jobs.runs import list_runs
-        return {"runs": [{"run_id": r.run_id, "state": r.state().state}
-                         for r in list_runs(params["job"], self._state_dir())]}
+        """`gpudeck runs`: rows of this host's run index (synced first), newest first."""
+        from gpudeck.jobs.history.index import RunIndex
+        columns = params.get("columns")
+        with RunIndex() as index:
+            index.sync()
+            rows = index.query(job=params.get("job"), failed=bool(params.get("failed")), since=params.get("since"),
+                               limit=params.get("limit"), **({"columns": tuple(columns)} if columns else {}))
+        return {"runs": rows}
+
+    def op_postmortem(self, params: dict) -> dict:
+        """`gpudeck postmortem`: the report of a run of this host (its latest when no target is given)."""
+        from gpudeck.jobs.history.postmortem import PostmortemError, build
+        target = params.get("target")
+        if not target:
+            from gpudeck.jobs.history.index import RunIndex
+            with RunIndex() as index:
+                index.sync()
+                rows = index.query(kinds=["job"], limit=1, columns=("run_id",))
+            if not rows:
+                raise RequestError("no runs yet on this host: give a run id or a job")
+            target = rows[0]["run_id"]
+        try:
+            return {"report": build(target)}
+        except PostmortemError as exc:
+            raise RequestError(str(exc)) from None
 
     def op_logs(self, params: dict) -> dict:
         """Bytes of a run's output.log from `offset` (or the last `tail` lines), waiting up to `wait_s` for more.
@@ -290,6 +312,9 @@ def main(argv: Optional[list[str]] = None, via: str = "installed") -> int:
     parser.add_argument("--state-dir", default=None)
     parser.add_argument("--simulated", action="store_true")
     args = parser.parse_args(argv)
+    if args.state_dir:
+        # Every core default (run index, post-mortem lookups) follows this host's state dir.
+        os.environ["GPUDECK_STATE_DIR"] = str(Path(os.path.expanduser(args.state_dir)).absolute())
     # The protocol owns the real stdout; anything else that prints (a library, a
     # warning) goes to stderr so it can never corrupt a reply.
     proto = os.fdopen(os.dup(1), "wb", buffering=0)

@@ -313,3 +313,22 @@ def test_run_pipeline_over_ssh_with_wait(lab):
     # The stages ran on box (its state dir), from the zipapp agent's runners.
     assert gd(lab, "--host", "box", "logs", "train").stdout == "prepared\ntrained\n"
     assert run_dirs(lab, "box", "prep") and not run_dirs(lab, "box2", "prep")
+
+
+def test_runs_and_postmortem_over_ssh(lab):
+    assert gd(lab, "--host", "box", "run", "train", "--wait").returncode == 0
+    out = gd(lab, "--host", "box", "runs", "--json")
+    assert out.returncode == 0, out.stderr
+    jobs_seen = {row.get("job") for row in json.loads(out.stdout)["runs"]}
+    assert {"prep", "train"} <= jobs_seen
+    table = gd(lab, "--host", "box", "runs", "train")
+    assert table.returncode == 0 and "train" in table.stdout
+    # box2 never ran them: its own index says so.
+    assert "prep" not in gd(lab, "--host", "box2", "runs", "--json").stdout
+    report = gd(lab, "--host", "box", "postmortem", "train", "--format", "json")
+    assert report.returncode == 0, report.stderr
+    data = json.loads(report.stdout)
+    assert data["verdict"] and "train" in json.dumps(data)
+    md = gd(lab, "--host", "box", "postmortem", "train")
+    assert md.returncode == 0 and md.stdout.strip()
+    assert gd(lab, "--host", "box", "runs", "--prune").returncode == 2
