@@ -112,3 +112,55 @@ def test_agent_zipapp_on_a_bare_python(tmp_path):
         assert agent.call("frobnicate")["ok"] is False
     finally:
         assert agent.close() == 0
+
+
+def test_a_down_host_is_retried_with_doubling_backoff_up_to_the_cap():
+    """A real refused TCP port: DOWN at once, retries 1x, 2x, 4x the first delay, never past the cap."""
+    import asyncio
+    import socket
+
+    from gpudeck.jobs.hosts.config import HostSpec
+    from gpudeck.jobs.hosts.ssh import DOWN, HostLink
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]          # closed again: connecting is refused
+    spec = HostSpec("gone", ssh=f"nobody@127.0.0.1:{port}", connect_timeout_s=2)
+
+    async def scenario():
+        delays = []
+        link = HostLink(spec, backoff_first_s=0.2, backoff_max_s=0.8)
+
+        def changed(l):
+            if l.state == DOWN and l.next_retry is not None:
+                delays.append(l.next_retry - time.time())
+
+        link._on_change = changed
+        link.start()
+        deadline = time.monotonic() + 30
+        while len(delays) < 5 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert link.state == DOWN and "cannot connect" in link.error
+        await link.close()
+        return delays
+
+    delays = asyncio.run(scenario())
+    assert len(delays) >= 5
+    expected = [0.2, 0.4, 0.8, 0.8, 0.8]
+    for got, want in zip(delays, expected):
+        assert want - 0.15 <= got <= want + 0.05, (delays, expected)
+
+
+def test_link_age_levels_and_overview_row():
+    from gpudeck.jobs.hosts.fleet import HostView
+    live = HostView(name="a", ssh="a", state="LIVE", data_age_s=0.5)
+    assert live.age_level == "ok"
+    assert HostView(name="a", ssh="a", state="STALE", data_age_s=11).age_level == "amber"
+    assert HostView(name="a", ssh="a", state="DOWN", data_age_s=61).age_level == "red"
+    row = HostView(name="a", ssh="a", state="LIVE", data_age_s=0.1,
+                   status={"gpus": [{"util": 50.0, "mem_used": 1, "mem_total": 4}, {"util": 70.0, "mem_used": 1,
+                                                                                    "mem_total": 4}]},
+                   jobs={"jobs": [{"state": "running", "alerts": [{"code": "stalled"}]},
+                                  {"state": "exited", "exit_code": 1}, {"state": "exited", "exit_code": 0}]}).summary()
+    assert (row["gpus"], row["gpu_util"], row["gpu_mem_used"], row["gpu_mem_total"]) == (2, 60.0, 2, 8)
+    assert (row["jobs_running"], row["jobs_failed"], row["alerts"]) == (1, 1, 1)

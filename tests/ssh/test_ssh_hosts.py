@@ -214,8 +214,9 @@ def test_frozen_box_goes_down_within_keepalive_while_the_other_stays_live(lab, m
         frozen_at = time.monotonic()
         wait_for(lambda: fleet.views()["box"].state == "DOWN", 15, "box DOWN")
         took = time.monotonic() - frozen_at
-        # keepalive 1 s x 3 (plus one interval for the poll to notice): well inside 10 s.
-        assert took < 8, f"DOWN after {took:.1f}s"
+        # keepalive 1 s x 3 is the window; asyncssh's timer granularity, one poll interval and a
+        # loaded 2-core machine come on top. 15 s x 3 (the default) would be 45 s.
+        assert took < 10, f"DOWN after {took:.1f}s"
         box2 = fleet.views()["box2"]
         assert box2.state == "LIVE" and box2.data_age_s is not None and box2.data_age_s < 2
         # Views never wait on the network: reading them is instant even with a dead host.
