@@ -440,7 +440,8 @@ class JobsScreen(Screen):
         name = job.name
         path = self.log_paths.get(name)
         if path is None:
-            self._say(f"{name} has no run yet: press s to start it", severity="warning", timeout=3)
+            advice = "at this point of the replay" if self.replay is not None else "press s to start it"
+            self._say(f"{name} has no run yet: {advice}", severity="warning", timeout=3)
             return
         self.add_class("-log-open")
         self._open_log(name, path)
