@@ -22,10 +22,11 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def login(slurm_cluster, tmp_path):
+def login(slurm_cluster, tmp_path_factory):
     reason = ensure_openssh()
     if reason:
         pytest.skip(reason)
+    tmp_path = tmp_path_factory.mktemp("login")    # short: the SSH link's unix socket lives under HOME
     client = ClientHome(tmp_path / "laptop")
     sshd = Sshd(tmp_path / "login", client.pub)
     config = sshd.config.read_text()
