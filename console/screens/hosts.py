@@ -201,7 +201,7 @@ class HostsScreen(Screen):
             return
         from gpudeck.jobs.logs.sanitize import sanitize_block
         futures = [(j["name"], fleet.call(name, "logs", {"job": j["name"], "run": j["run_id"], "tail": TAIL_LINES},
-                                          timeout=10, retry=True)) for j in wanted]
+                                          timeout=10, retry=True, wake=False)) for j in wanted]
 
         def collect() -> None:
             tails = {}

@@ -83,7 +83,8 @@ class _Poller:
             try:
                 # A delta only against a base we hold; after any failure, ask for the whole thing.
                 reply = await self.link.call("poll", {"delta": self.status.value is not None,
-                                                      "jobs_delta": self.jobs.value is not None}, timeout=timeout)
+                                                      "jobs_delta": self.jobs.value is not None}, timeout=timeout,
+                                             wake=False)
                 self.shown_status = self.status.apply(reply["status"])
                 if "jobs" in reply:
                     self.shown_jobs = self.jobs.apply(reply["jobs"])
@@ -147,10 +148,10 @@ class Fleet:
         return {name: poller.view() for name, poller in self._pollers.items()}
 
     def call(self, host: str, op: str, params: Optional[dict] = None, timeout: float = 600.0,
-             retry: bool = False) -> concurrent.futures.Future:
+             retry: bool = False, wake: bool = True) -> concurrent.futures.Future:
         """Send one request (an action) to a host; the returned future completes off the UI thread."""
         link = self._pollers[host].link
-        return asyncio.run_coroutine_threadsafe(link.call(op, params, timeout=timeout, retry=retry), self._loop)
+        return asyncio.run_coroutine_threadsafe(link.call(op, params, timeout=timeout, retry=retry, wake=wake), self._loop)
 
     def close(self) -> None:
         if self._thread is None:

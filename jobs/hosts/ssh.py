@@ -360,6 +360,9 @@ class HostLink:
         self._backoff_max = backoff_max_s
         self._on_change = on_change
         self._changed = asyncio.Event()            # set on every state change: wakes callers waiting for the link
+        self._kick = asyncio.Event()               # set by a caller: retry now instead of after the backoff
+        self.attempts = 0                          # finished connection attempts
+        self._attempt_done = 0.0                   # monotonic time the last one finished
         self._task: Optional[asyncio.Task] = None
         self._closing = False
 
@@ -385,13 +388,21 @@ class HostLink:
                 channel = await AgentChannel.open(self.spec)
             except HostKeyError as exc:
                 # Retrying cannot help until the operator decides about the key.
+                self.attempts, self._attempt_done = self.attempts + 1, time.monotonic()
                 self.next_retry = None
                 self._set(DOWN, str(exc))
                 return
             except HostError as exc:
+                self.attempts, self._attempt_done = self.attempts + 1, time.monotonic()
                 self.next_retry = time.time() + delay
                 self._set(DOWN, str(exc))
-                await asyncio.sleep(delay)
+                # Backoff, cut short when a command asks for the host (the lid just opened:
+                # nobody should wait out a 60 s backoff to see the box again).
+                self._kick.clear()
+                try:
+                    await asyncio.wait_for(self._kick.wait(), delay)
+                except asyncio.TimeoutError:
+                    pass
                 delay = min(delay * 2, self._backoff_max)
                 continue
             self._channel, self.hello, self.next_retry = channel, channel.hello, None
@@ -414,19 +425,38 @@ class HostLink:
         return (self.bytes_in + (ch.bytes_in if ch else 0), self.bytes_out + (ch.bytes_out if ch else 0))
 
     async def call(self, op: str, params: Optional[dict] = None, timeout: Optional[float] = None,
-                   retry: bool = True) -> Any:
+                   retry: bool = True, wake: bool = True) -> Any:
         """One request; when the link is down, wait for it (within `timeout`) instead of failing at once.
 
-        A link that never came up fails at once (the CLI says why). `retry=False`
-        is for actions: a start whose answer was lost is not sent twice.
+        A link that never came up fails with the reason of a fresh attempt (the CLI
+        says why). `wake` (a person asked: a CLI command) cuts a pending backoff short;
+        background polling passes False so the backoff holds. `retry=False` is for
+        actions: a start whose answer was lost is not sent twice.
         """
         self.start()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             if self._channel is None or self._channel.closed:
-                if (self._task is not None and self._task.done()) or (self.connects == 0 and self.state == DOWN):
+                if self._task is not None and self._task.done():
                     raise HostError(self.error or f"{self.spec.name}: down")
+                if self.connects == 0 and self.state == DOWN:
+                    # Never up: the verdict of an attempt that ended just now stands; an older
+                    # one is re-tried at once (if woken) and that attempt decides.
+                    if not wake or time.monotonic() - self._attempt_done < 1.0:
+                        raise HostError(self.error or f"{self.spec.name}: down")
+                    seen = self.attempts
+                    self._kick.set()
+                    while self.attempts == seen and (self._channel is None or self._channel.closed):
+                        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                        self._changed.clear()
+                        try:
+                            await asyncio.wait_for(self._changed.wait(), left)
+                        except asyncio.TimeoutError:
+                            raise HostError(self.error or f"{self.spec.name}: not connected") from None
+                    continue
+                if wake:
+                    self._kick.set()
                 # No await between the check above and this wait: a state change cannot slip past.
                 self._changed.clear()
                 try:

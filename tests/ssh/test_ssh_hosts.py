@@ -241,6 +241,14 @@ def test_stopped_sshd_is_down_with_backoff_and_the_other_host_unaffected(lab):
     assert out.returncode == 1 and "cannot connect" in out.stderr and "Traceback" not in out.stderr
     assert time.monotonic() - t0 < 30
     assert gd(lab, "--host", "box2", "jobs").returncode == 0
+    # The keeper keeps retrying box with a growing backoff (1, 2, 4, 8 s by now) ...
+    time.sleep(8)
+    lab.box.start()
+    # ... but a command cuts the backoff short: the box answers at once once it is back.
+    t0 = time.monotonic()
+    out = gd(lab, "--host", "box", "jobs")
+    assert out.returncode == 0, out.stderr
+    assert time.monotonic() - t0 < 6
 
 
 def test_check_over_ssh(lab):
