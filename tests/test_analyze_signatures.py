@@ -161,3 +161,20 @@ def test_exception_types_named_failed() -> None:
     r = analyze_file(FIXTURES / "dynamo_backend_compiler_failed.log")
     assert (r.failure.cause, r.failure.line, r.phase) == ("exception", 5, "failed")
     assert "BackendCompilerFailed" in r.failure.message
+
+
+def test_gpu_memory_already_taken_is_cuda_oom_with_who_holds_it() -> None:
+    r = analyze_file(FIXTURES / "vllm_gpu_memory_taken_port_in_use.log")
+    assert (r.failure.cause, r.failure.line) == ("cuda_oom", 3)
+    assert "another process" in r.failure.hint
+
+
+def test_port_in_use_after_startup() -> None:
+    r = analyze_file(FIXTURES / "uvicorn_port_in_use.log")
+    assert (r.failure.cause, r.failure.line, r.phase) == ("exception", 4, "failed")
+    assert "--port" in r.failure.hint
+
+
+def test_sglang_dead_scheduler_is_the_failure() -> None:
+    r = analyze_file(FIXTURES / "sglang_scheduler_dead.log")
+    assert (r.engine, r.failure.cause, r.failure.line) == ("sglang", "exception", 2)

@@ -49,6 +49,7 @@ _COMMON_ANCHORS: list[tuple[bytes, int]] = [
     (b"error", F), (b"failed", F), (b"out of memory", F | W), (b"signal 9", F), (b"died", F), (b"usage:", F),
     (b"timed out", F), (b"undefined symbol", F), (b"step", P), (b"epoch", P), (b"retract", W), (b"preempted", W),
     (b"make -j", W), (b"iteration", P), (b"training ...", M), (b"did not run successfully", F), (b"exitcode", F),
+    (b"is dead", F),
 ]
 # Until the engine is known for sure, every line of an engine's log carries its
 # signature (a `(Worker_TP0 pid=…)` prefix, a `[… TP3]` rank tag): look at those too.
@@ -405,7 +406,10 @@ CUDA_OOM = re.compile(
     r"CUDA out of memory|OutOfMemoryError|CUDA (?:driver )?error: out of memory|cudaErrorMemoryAllocation"
     r"|CUBLAS_STATUS_ALLOC_FAILED|No available memory for the cache blocks|Not enough memory\. Please try to increase"
     r"|can be stored in KV cache|Capture cuda graph failed:.*out of memory|insufficient (?:GPU|device) memory"
-    r"|out of memory on (?:device|GPU)|larger than the available KV cache memory")
+    r"|out of memory on (?:device|GPU)|larger than the available KV cache memory"
+    # GPU memory held by someone else at startup (vLLM >= 0.10 / SGLang)
+    r"|is less than desired GPU memory utilization|memory capacity is unbalanced")
+PORT_IN_USE = re.compile(r"[Aa]ddress already in use")
 # Ray's memory monitor kills workers when the node runs low on host RAM (its error is named OutOfMemoryError).
 NODE_OOM = re.compile(r"ray\.exceptions\.OutOfMemoryError|node running low on memory|exceeds the memory usage threshold"
                       r"|Ray killed this worker|killed due to memory pressure \(OOM\)")
@@ -452,7 +456,7 @@ BUILD_UMBRELLA = re.compile(
 ENGINE_UMBRELLA = re.compile(
     r"Engine core initialization failed|EngineCore failed to start|\bhit an exception"
     r"|Received sigquit from a child process|EngineDeadError|EngineCore encountered a fatal error"
-    r"|died unexpectedly|[Ww]orker.* died|Child process .* died|terminate called after throwing"
+    r"|died unexpectedly|[Ww]orker.* died|Child process .* died|terminate called after throwing|scheduler is dead"
     r"|Traceback \(most recent call last\)|Initialization failed\. detoken|Capture cuda graph failed")
 # Slurm's step daemon writes these into the job's own output when Slurm ends the job.
 SLURM_END = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+(?: DUE TO (?P<why>[A-Z ]+?))? \*\*\*")
@@ -518,6 +522,10 @@ HINTS = {
                     "CPU-side use (object store, dataloaders), or raise RAY_memory_usage_threshold knowingly",
     "cuda_oom_kv": "the model's max length needs more KV cache than the GPU memory left after the weights — lower "
                    "--max-model-len, or raise --gpu-memory-utilization / spread the model over more GPUs",
+    "cuda_oom_occupied": "GPU memory is already taken by another process — find it (nvidia-smi, gpudeck status) "
+                         "and stop it, or lower --gpu-memory-utilization / --mem-fraction-static",
+    "exception_port": "the port is already in use — another server (or a previous run) listens on it: stop it "
+                      "(gpudeck status shows who) or pick another --port",
     "host_oom_launcher": "a worker was SIGKILLed (exitcode -9) — almost always the host OOM killer: check `dmesg` "
                          "for the kill, then free host RAM or lower CPU-side memory use (loading weights into RAM, "
                          "dataloader workers)",

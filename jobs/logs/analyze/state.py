@@ -10,7 +10,7 @@ from typing import Optional
 from .model import (ALL_FAMILIES, F, Failure, KeyLine, LogAnalysis, LogWarning, M, MAX_MESSAGE, Number, P,
                     Progress, RECOVERY_ADVANCES, S, SERVING_KEYS, SPEC_MIN_ACCEPT_LEN, SPEC_MIN_ACCEPT_RATE,
                     SPEC_WINDOW, STALL_REPEATS, ServingNumbers, W)
-from .patterns import (ANSI, BAD_ARGS, BUILD_SPECIFIC, BUILD_UMBRELLA, CODE_INDENT, CRASH, CUDA_ERR, CUDA_OOM,
+from .patterns import (PORT_IN_USE, ANSI, BAD_ARGS, BUILD_SPECIFIC, BUILD_UMBRELLA, CODE_INDENT, CRASH, CUDA_ERR, CUDA_OOM,
                        ENGINE_UMBRELLA, ENGINE_WEAK, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HANG, HINTS, HOST_OOM,
                        IMPORT, JIT, KV_PRESSURE, LOSS_DICT, MAKE, MARKERS, NCCL, NINJA, NODE_OOM,
                        NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, SLURM_END, SLURM_OOM, STALL_NOTICE,
@@ -615,6 +615,8 @@ class State:
         if CUDA_OOM.search(body) or ("out of memory" in body and "CUDA" in body):
             if "KV cache" in body and "out of memory" not in body:
                 key = "cuda_oom_kv"
+            elif "desired GPU memory utilization" in body or "unbalanced" in body:
+                key = "cuda_oom_occupied"
             elif self.phase == "capturing" or "graph" in body.lower():
                 key = "cuda_oom_capture"
             else:
@@ -649,6 +651,8 @@ class State:
             if "timeout" in body.lower() or "timed out" in body:
                 key = "nccl_first" if "SeqNum=1," in body or "last completed NCCL work: 0" in body else "nccl_timeout"
             return _Candidate(Spec.SPECIFIC, "nccl", line, msg, key, sig="NCCL")
+        if PORT_IN_USE.search(body):
+            return _Candidate(Spec.SPECIFIC, "exception", line, msg, "exception_port", sig="PORT_IN_USE")
         if HANG.search(body):
             return _Candidate(Spec.SPECIFIC, "hang", line, msg, "hang", sig="HANG")
         exc = EXC_LINE.match(body)
