@@ -17,6 +17,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static, Tab, Tabs
 
 from gpudeck.console.format import human_age, safe_text
+from gpudeck.console.screens.confirm import ConfirmScreen
 from gpudeck.console.widgets.rows_table import Cell, Column, RowsTable
 
 OVERVIEW = "overview"
@@ -124,6 +125,10 @@ class HostsScreen(Screen):
     BINDINGS = [
         Binding("left", "tab(-1)", "Prev host", id="hosts.tab.prev"),
         Binding("right", "tab(1)", "Next host", id="hosts.tab.next"),
+        Binding("j", "pick_job(1)", "Next job", id="hosts.job.next"),
+        Binding("k", "pick_job(-1)", "Prev job", id="hosts.job.prev"),
+        Binding("s", "start_job", "Start", id="hosts.job.start"),
+        Binding("x", "stop_job", "Stop", id="hosts.job.stop"),
     ]
 
     def __init__(self, **kwargs: Any) -> None:
@@ -131,6 +136,7 @@ class HostsScreen(Screen):
         self.selected = OVERVIEW
         self.renders = 0                   # detail re-draws (tests)
         self._tails: dict[str, dict] = {}          # host -> {(job, run_id): [lines]}
+        self.picked: dict[str, str] = {}           # host -> the job s / x act on
         self._tails_asked: dict[str, float] = {}   # host -> when its tails were last asked for
 
     def compose(self) -> ComposeResult:
@@ -183,8 +189,13 @@ class HostsScreen(Screen):
         if host is None:
             widget.update(Text(f"{self.selected}: no data yet", style="dim"))
         else:
-            widget.update(detail_text(host["summary"], host.get("status"), host.get("jobs"), host.get("agent") or {},
-                                      self._tails.get(self.selected)))
+            text = detail_text(host["summary"], host.get("status"), host.get("jobs"), host.get("agent") or {},
+                               self._tails.get(self.selected))
+            job = self._picked_job()
+            if job is not None and self.selected != "local":
+                text.append(f"\nselected: {safe_text(job['name'], 80)} ({job.get('state')})  "
+                            "j/k choose · s start · x stop\n", style="bold")
+            widget.update(text)
             self._ask_tails(self.selected, host.get("jobs"))
         self.renders += 1
 
@@ -227,3 +238,77 @@ class HostsScreen(Screen):
     def action_tab(self, delta: int) -> None:
         tabs = self.query_one(Tabs)
         tabs.action_previous_tab() if delta < 0 else tabs.action_next_tab()
+
+    # -- acting on a remote host's jobs (through the fleet: never on the UI thread) -----------
+    def _jobs_of(self, name: str) -> list[dict]:
+        host = getattr(self, "_hosts", {}).get(name) or {}
+        return [j for j in (host.get("jobs") or {}).get("jobs") or [] if isinstance(j, dict) and j.get("name")]
+
+    def _picked_job(self) -> Optional[dict]:
+        jobs = self._jobs_of(self.selected)
+        if not jobs:
+            return None
+        name = self.picked.get(self.selected)
+        return next((j for j in jobs if j["name"] == name), jobs[0])
+
+    def action_pick_job(self, delta: int) -> None:
+        jobs = self._jobs_of(self.selected)
+        current = self._picked_job()
+        if not jobs or current is None:
+            return
+        names = [j["name"] for j in jobs]
+        self.picked[self.selected] = names[(names.index(current["name"]) + delta) % len(names)]
+        self._draw_detail()
+
+    def _remote_target(self) -> Optional[tuple[Any, str, dict]]:
+        fleet = getattr(getattr(self.app, "hosts_feed", None), "fleet", None)
+        if self.selected in (OVERVIEW, "local"):
+            self.notify("local jobs are started and stopped in the jobs view (key 2)", timeout=4)
+            return None
+        job = self._picked_job()
+        if fleet is None or job is None:
+            self.notify(f"{self.selected}: no jobs known yet", timeout=3)
+            return None
+        return fleet, self.selected, job
+
+    def action_start_job(self) -> None:
+        target = self._remote_target()
+        if target is not None:
+            fleet, host, job = target
+            self._act(fleet, host, "start", job["name"])
+
+    def action_stop_job(self) -> None:
+        target = self._remote_target()
+        if target is None:
+            return
+        fleet, host, job = target
+        name = job["name"]
+        lines = [f"host {host}, run {job.get('run_id') or '-'}, pid {job.get('pid') or '-'} ({job.get('state')})",
+                 "Stop signal to its process group, SIGKILL after its stop_timeout, then verified on the box:",
+                 "no process of the run left, port free, GPU memory released."]
+        self.app.push_screen(ConfirmScreen(f"Stop {name} on {host}?", [safe_text(line, 300) for line in lines],
+                                           confirm_label="Stop"),
+                             lambda yes: self._act(fleet, host, "stop", name) if yes else None)
+
+    def _act(self, fleet: Any, host: str, op: str, job: str) -> None:
+        self.notify(f"{op} {job} on {host}…", timeout=2)
+        future = fleet.call(host, op, {"job": job}, timeout=600, retry=False)
+
+        def wait() -> None:
+            try:
+                reply = future.result(timeout=620)
+            except Exception as exc:  # noqa: BLE001 - a lost link or a refusal: one line, the view stays
+                self.app.call_later(self.notify, safe_text(f"{op} {job} on {host}: {exc}", 300),
+                                    severity="error", timeout=8, markup=False)
+                return
+            if op == "start":
+                text, severity = f"started {job} on {host} (run {reply.get('run_id')})", "information"
+            else:
+                text = "; ".join(reply.get("lines") or [f"stopped {job} on {host}"])
+                severity = "information" if reply.get("clean") else "error"
+            self.app.call_later(self.notify, safe_text(text, 400), severity=severity, timeout=6, markup=False)
+            feed = getattr(self.app, "hosts_feed", None)
+            if feed is not None:
+                self.app.call_later(feed.publish_now)
+
+        self.run_worker(wait, thread=True, group="host-action", exit_on_error=False)

@@ -114,3 +114,39 @@ def test_console_link_killed_reconnects_and_the_job_runs_on(console_env):
                          cwd=REPO, env=lab.env, capture_output=True, text=True, timeout=90)
     sleeper = next(j for j in json.loads(out.stdout)["jobs"] if j["name"] == "sleeper")
     assert sleeper["state"] == "running"
+
+
+def test_start_and_stop_a_remote_job_from_its_tab(console_env):
+    lab = console_env
+    from gpudeck.console.app import make_app
+    from gpudeck.console.screens.confirm import ConfirmScreen
+
+    def box_job(app, name):
+        host = (app.hosts_feed.latest or {}).get("box") or {}
+        return next((j for j in (host.get("jobs") or {}).get("jobs", []) if j["name"] == name), {})
+
+    async def scenario():
+        app = make_app(demo=True, refresh=0.5, jobs_file=str(lab.work / "jobs.toml"))
+        async with app.run_test(size=(140, 40)) as pilot:
+            await pilot.press("4")
+            await until(pilot, lambda: box_job(app, "sleeper").get("state") == "idle", 60, "box's jobs")
+            await pilot.press("right", "right")
+            screen = app.screen
+            assert screen.selected == "box"
+            for _ in range(10):                      # j until the sleeper is picked
+                if (screen._picked_job() or {}).get("name") == "sleeper":
+                    break
+                await pilot.press("j")
+            assert screen._picked_job()["name"] == "sleeper"
+            await pilot.press("s")
+            await until(pilot, lambda: box_job(app, "sleeper").get("state") == "running", 60, "sleeper started")
+            await pilot.press("x")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 10, "the stop confirmation")
+            assert "Stop sleeper on box?" in app.screen.text and "pid" in app.screen.text
+            await pilot.press("y")
+            await until(pilot, lambda: box_job(app, "sleeper").get("state") == "stopped", 60, "sleeper stopped")
+        app.hosts_feed.close()
+
+    asyncio.run(scenario())
+    run = sorted((lab.state_dir("box") / "runs" / "sleeper").glob("2*"))
+    assert run and (run[-1] / "exit.json").exists()
