@@ -164,7 +164,7 @@ def test_exception_types_named_failed() -> None:
 
 
 def test_gpu_memory_already_taken_is_cuda_oom_with_who_holds_it() -> None:
-    r = analyze_file(FIXTURES / "vllm_gpu_memory_taken_port_in_use.log")
+    r = analyze_file(FIXTURES / "vllm_gpu_memory_taken.log")
     assert (r.failure.cause, r.failure.line) == ("cuda_oom", 3)
     assert "another process" in r.failure.hint
 
