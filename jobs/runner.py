@@ -33,7 +33,7 @@ from typing import Any, Callable, Optional
 
 from gpudeck.jobs.procs import (RUN_TAG, ProcessId, ProcStat, all_stats, descendants, identity, io_bytes,
                         signal_group, signal_name, signal_number, signal_process, tagged)
-from gpudeck.jobs import cgroups
+from gpudeck.jobs import cgroups, strictjson
 from gpudeck.jobs.runs import Run, open_private
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -273,26 +273,46 @@ class Runner:
             self._disk_error = exc
 
     def _write_exit(self, record: dict) -> bool:
-        """exit.json, even on a full disk: on ENOSPC the reserved space is freed and the write retried."""
+        """exit.json, even on a full disk: on ENOSPC it is written into the space reserved at start.
+
+        Written *into* the reserve file (its blocks are already allocated) and renamed to
+        exit.json: freeing the reserve and writing anew could lose the space to a job
+        process still writing.
+        """
         for attempt in range(4):
             try:
                 self.run.write_exit(record)
                 return True
             except OSError as exc:
                 self._disk_error = exc
-                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                    time.sleep(0.1)
-                    continue
-                reserve = self.run.path / RESERVE
-                if reserve.exists():
-                    record["note"] = "disk full: recorded in the space reserved at start"
-                    try:
-                        reserve.unlink()
-                    except OSError:
-                        pass
-                else:
-                    time.sleep(0.2 * (attempt + 1))     # the cleanup may free space meanwhile
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT) and self._exit_into_reserve(record):
+                    return True
+                time.sleep(0.2 * (attempt + 1))     # the cleanup may free space meanwhile
         return False
+
+    def _exit_into_reserve(self, record: dict) -> bool:
+        reserve = self.run.path / RESERVE
+        data = dict(record, note="disk full: recorded in the space reserved at start")
+        text = (strictjson.dumps(data, indent=1, sort_keys=True, default=str) + "\n").encode()
+        try:
+            fd = os.open(reserve, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            if len(text) > os.fstat(fd).st_size:
+                return False
+            os.pwrite(fd, text, 0)
+            os.ftruncate(fd, len(text))
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        try:
+            os.replace(reserve, self.run.exit_path)
+        except OSError:
+            return False
+        record.update(note=data["note"])
+        return True
 
     def _watch(self) -> None:
         next_tick = time.monotonic()

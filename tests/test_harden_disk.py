@@ -30,10 +30,18 @@ def small_fs(tmp_path, monkeypatch):
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
-def test_a_full_disk_still_cleans_up_and_records_the_exit(tmp_path, small_fs):
+import pytest as _pytest
+
+
+@_pytest.mark.parametrize("leftover", ["sleep 300", "while :; do head -c 65536 /dev/zero >> fill 2>/dev/null; done"],
+                         ids=["idle-leftover", "leftover-still-writing"])
+def test_a_full_disk_still_cleans_up_and_records_the_exit(tmp_path, small_fs, leftover):
     pidfile = tmp_path / "leftover.pid"          # not on the small disk
+    work = small_fs.parent / "work"              # the job's cwd is on the small disk: its writer competes
+    work.mkdir()
     jobs = write_jobs(tmp_path / "jobs.toml", {"filler": {
-        "cmd": f"sleep 300 & echo $! > {pidfile}; head -c 50000000 /dev/zero; exit 3"}})
+        "cwd": str(work),
+        "cmd": f"( {leftover} ) & echo $! > {pidfile}; head -c 50000000 /dev/zero; exit 3"}})
     env = cli_env(small_fs)
     assert cli(["--jobs", str(jobs), "start", "filler"], env).returncode == 0
     run = latest_run("filler", small_fs)
