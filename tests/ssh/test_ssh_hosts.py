@@ -341,3 +341,13 @@ def test_runs_and_postmortem_over_ssh(lab):
     md = gd(lab, "--host", "box", "postmortem", "train")
     assert md.returncode == 0 and md.stdout.strip()
     assert gd(lab, "--host", "box", "runs", "--prune").returncode == 2
+
+
+def test_hosts_lists_local_first_and_bad_hosts_file_is_one_line(lab):
+    out = gd(lab, "hosts", "--json")
+    assert [h["name"] for h in json.loads(out.stdout)["hosts"]] == ["local", "box", "box2"]
+    assert gd(lab, "hosts").stdout.splitlines()[0].startswith("local")
+    hosts = lab.client.config_dir / "hosts.toml"
+    hosts.write_text('[hosts.box]\nssh = "box"\nshell = "zsh"\n')
+    out = gd(lab, "--host", "box", "jobs")
+    assert out.returncode == 2 and "unknown key 'shell'" in out.stderr and len(out.stderr.splitlines()) == 1
