@@ -164,3 +164,25 @@ def test_link_age_levels_and_overview_row():
                                   {"state": "exited", "exit_code": 1}, {"state": "exited", "exit_code": 0}]}).summary()
     assert (row["gpus"], row["gpu_util"], row["gpu_mem_used"], row["gpu_mem_total"]) == (2, 60.0, 2, 8)
     assert (row["jobs_running"], row["jobs_failed"], row["alerts"]) == (1, 1, 1)
+
+
+def test_nvidia_smi_csv_is_read_when_nvml_is_not_importable(tmp_path, monkeypatch):
+    """A stand-in `nvidia-smi` (named as such) answering the exact query the agent sends, in the driver's CSV
+    format with its N/A spellings: the bare-box GPU source parses it (the real tool runs on GPU machines)."""
+    from gpudeck.jobs.hosts.telemetry import _SMI_FIELDS, SmiGpuSource
+    stand_in = tmp_path / "nvidia-smi"
+    stand_in.write_text("#!/bin/sh\n"
+                        f'[ "$1" = "--query-gpu={",".join(_SMI_FIELDS)}" ] || exit 9\n'
+                        'echo "0, NVIDIA H200, GPU-aaaa, 87, 41, 130000, 143771, 61, 512.35, 700.00, 1980, 3201, [N/A]"\n'
+                        'echo "1, NVIDIA H200, GPU-bbbb, 0, 0, 1, 143771, 33, 118.02, 700.00, 345, 3201, [Not Supported]"\n')
+    stand_in.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    gpus, error = SmiGpuSource().read()
+    assert error is None and [g.index for g in gpus] == [0, 1]
+    g = gpus[0]
+    assert (g.name, g.uuid, g.util, g.mem_util, g.temp, g.power_w, g.sm_clock_mhz) == \
+        ("NVIDIA H200", "GPU-aaaa", 87.0, 41.0, 61.0, 512.35, 1980)
+    assert g.mem_used == 130000 << 20 and g.mem_total == 143771 << 20 and g.fan_pct is None
+    assert gpus[1].fan_pct is None and gpus[1].util == 0.0
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert SmiGpuSource().read() == ((), "no NVIDIA driver: nvidia-smi not found on this box")
