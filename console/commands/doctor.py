@@ -18,26 +18,34 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "Exits 1 when any check fails.")
     p.add_argument("job", metavar="JOB", nargs="?", help="a job of the jobs file")
     p.add_argument("--json", action="store_true", help='print {"checks": [{"name", "ok", "detail"}]}')
-    p.set_defaults(handler=run_doctor_cmd)
+    p.set_defaults(handler=run_doctor_cmd, remote_ok=True)
 
 
 def run_doctor_cmd(args: argparse.Namespace) -> int:
-    from gpudeck.jobs.engines.doctor import doctor_payload, run_doctor
-    sup = None
-    if args.job is not None:
-        from gpudeck.console.commands._jobs_file import known_job, supervisor
-        sup = supervisor(args)
-        known_job(sup, args.job)
-    checks = run_doctor(sup, args.job)
-    payload = doctor_payload(checks, args.job)
+    from gpudeck.console.commands._host import Remote, remote_spec
+    spec = remote_spec(args)
+    if spec is not None:
+        # The checks run on the box (its driver, GPUs, interpreters, disk); printed here.
+        with Remote(spec) as remote:
+            payload = remote.call("doctor", {"job": args.job})
+        payload["host"] = spec.name
+    else:
+        from gpudeck.jobs.engines.doctor import doctor_payload, run_doctor
+        sup = None
+        if args.job is not None:
+            from gpudeck.console.commands._jobs_file import known_job, supervisor
+            sup = supervisor(args)
+            known_job(sup, args.job)
+        payload = doctor_payload(run_doctor(sup, args.job), args.job)
+    checks = payload["checks"]
     if args.json:
         print(strictjson.dumps(payload, indent=1))
     else:
-        width = max(len(c.name) for c in checks)
+        width = max(len(c["name"]) for c in checks)
         for c in checks:
-            mark = "skip" if c.skipped else ("ok" if c.ok else "FAIL")
-            print(f"{mark:>4}  {c.name:<{width}}  {c.detail}")
+            mark = "skip" if c.get("skipped") else ("ok" if c["ok"] else "FAIL")
+            print(f"{mark:>4}  {c['name']:<{width}}  {c['detail']}")
     if not payload["ok"]:
-        failed = ", ".join(c.name for c in checks if not c.ok)
+        failed = ", ".join(c["name"] for c in checks if not c["ok"])
         raise CliError(f"doctor: failed: {failed}", code=1)
     return 0

@@ -170,6 +170,19 @@ class Agent:
                 errors = [str(exc)]
         return {"path": str(path), "errors": errors, "jobs": names}
 
+    def op_doctor(self, params: dict) -> dict:
+        """`gpudeck doctor [JOB]` on this box: driver, free GPUs, the job's interpreter, port, disk, build RAM."""
+        from gpudeck.jobs.engines.doctor import doctor_payload, run_doctor
+        job = params.get("job")
+        sup = None
+        if job is not None:
+            sup = self._supervisor()
+            self._known(sup, job)
+        try:
+            return doctor_payload(run_doctor(sup, job), job)
+        except ImportError as exc:        # some checks need psutil on the box
+            raise RequestError(f"doctor cannot run on this host: {exc}") from None
+
     def op_start(self, params: dict) -> dict:
         from gpudeck.jobs.supervisor import SupervisorError
         sup = self._supervisor()

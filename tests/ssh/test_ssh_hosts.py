@@ -351,3 +351,15 @@ def test_hosts_lists_local_first_and_bad_hosts_file_is_one_line(lab):
     hosts.write_text('[hosts.box]\nssh = "box"\nshell = "zsh"\n')
     out = gd(lab, "--host", "box", "jobs")
     assert out.returncode == 2 and "unknown key 'shell'" in out.stderr and len(out.stderr.splitlines()) == 1
+
+
+def test_doctor_over_ssh_runs_the_checks_on_the_box(lab):
+    out = gd(lab, "--host", "box", "doctor", "--json")
+    payload = json.loads(out.stdout)
+    assert payload["host"] == "box" and payload["checks"]
+    names = {c["name"] for c in payload["checks"]}
+    assert any("driver" in n for n in names)
+    # No NVIDIA driver on this test box: the driver check fails there, exit 1, one line on stderr.
+    assert out.returncode == (0 if payload["ok"] else 1)
+    text = gd(lab, "--host", "box", "doctor")
+    assert text.returncode == out.returncode and "Traceback" not in text.stderr
