@@ -150,3 +150,23 @@ def test_start_and_stop_a_remote_job_from_its_tab(console_env):
     asyncio.run(scenario())
     run = sorted((lab.state_dir("box") / "runs" / "sleeper").glob("2*"))
     assert run and (run[-1] / "exit.json").exists()
+
+
+def test_host_option_opens_the_console_on_that_hosts_tab(console_env):
+    lab = console_env
+    import argparse
+
+    from gpudeck.console.app import make_app
+    from gpudeck.console.commands._host import host_spec
+
+    async def scenario():
+        app = make_app(demo=True, refresh=0.5, jobs_file=str(lab.work / "jobs.toml"))
+        app.initial_host = host_spec(argparse.Namespace(host="box2")).name    # what `gpudeck --host box2` sets
+        async with app.run_test(size=(140, 40)) as pilot:
+            await until(pilot, lambda: app.current_mode == "hosts" and getattr(app.screen, "selected", None) == "box2",
+                        30, "the hosts view on box2's tab")
+            await until(pilot, lambda: "LIVE" in str(app.screen.query_one("#host-detail").render()), 60,
+                        "box2's tab drawn")
+        app.hosts_feed.close()
+
+    asyncio.run(scenario())
