@@ -7,6 +7,8 @@ publishes recorded snapshots through exactly the same path, so the views cannot 
 """
 from __future__ import annotations
 
+import dataclasses
+import time
 from typing import Any, Callable, Generic, Optional, Protocol, TypeVar, Union
 
 from textual.dom import DOMNode
@@ -156,7 +158,13 @@ class LiveJobsSource:
         self._host.run_worker(self._work, thread=True, group="jobs-poll", exit_on_error=False)
 
     def _work(self) -> None:
-        snapshot = self.watcher.poll()
+        try:
+            snapshot = self.watcher.poll()
+        except Exception as exc:             # the watcher reports failures itself; this keeps polling alive
+            last = self._feed.latest if self._feed is not None else None
+            error = f"{type(exc).__name__}: {exc}"
+            snapshot = (dataclasses.replace(last, taken_at=time.time(), error=error) if last is not None
+                        else JobsSnapshot(taken_at=time.time(), error=error))
         # call_later is thread-safe and never blocks; it is dropped once the host has closed.
         self._host.call_later(self._publish, snapshot)
 

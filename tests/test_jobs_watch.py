@@ -84,3 +84,35 @@ async def test_the_jobs_view_shows_whatever_source_feeds_the_apps_jobs_feed() ->
         assert "train: crashed" in str(screen.query_one("#jobs-banner").render())
         await pilot.press("s")                  # a source without a supervisor is read-only: a notice, no crash
         assert app.is_running
+
+
+@pilot_test
+async def test_live_polling_survives_a_watcher_that_raises() -> None:
+    from textual.app import App
+
+    from gpudeck.console.feeds import JobsFeed, LiveJobsSource
+
+    class Flaky(JobsWatcher):
+        calls = 0
+
+        def poll(self) -> JobsSnapshot:
+            Flaky.calls += 1
+            if Flaky.calls == 2:
+                raise RuntimeError("disk vanished")
+            return JobsSnapshot.from_payload({"jobs": [{"name": "a", "state": "idle"}]}, time.time())
+
+    seen: list[JobsSnapshot] = []
+
+    class Host(App):
+        def on_mount(self) -> None:
+            self.source = LiveJobsSource(Flaky(supervisor=object()), 0.05)
+            self.feed = JobsFeed(self, self.source)
+            self.source.start(self.feed, self)
+            self.feed.signal.subscribe(self, seen.append, immediate=True)
+
+    app = Host()
+    async with app.run_test() as pilot:
+        await pilot_wait_for(pilot, lambda: app.source.polls >= 4, "polls after the failure")
+    errors = [s.error for s in seen if s.error]
+    assert errors and "disk vanished" in errors[0]
+    assert all([j.name for j in s.jobs] == ["a"] for s in seen)     # the failed poll kept the last jobs
