@@ -239,6 +239,8 @@ def main() -> int:
     finally:
         home.stop_keepers()
         sshd.stop()
+        import shutil
+        shutil.rmtree(root, ignore_errors=True)
     return 0
 
 

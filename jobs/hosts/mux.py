@@ -47,8 +47,20 @@ def socket_path(spec: HostSpec) -> Path:
     return runtime_dir() / f"mux-{spec.name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}.sock"
 
 
-def enabled() -> bool:
-    return os.environ.get("GPUDECK_SSH_MUX", "1") not in ("0", "no", "off", "")
+# sun_path holds 108 bytes on Linux (104 on BSDs): a deeper runtime dir cannot have a keeper.
+_SUN_PATH_MAX = 100
+
+
+def enabled(spec: Optional[HostSpec] = None) -> bool:
+    """The keeper is used unless GPUDECK_SSH_MUX=0, or its socket path would be too long to bind."""
+    if os.environ.get("GPUDECK_SSH_MUX", "1") in ("0", "no", "off", ""):
+        return False
+    if spec is not None:
+        try:
+            return len(str(socket_path(spec)).encode()) <= _SUN_PATH_MAX
+        except (HostError, OSError):
+            return False
+    return True
 
 
 # -- client (stdlib only) ---------------------------------------------------------------

@@ -24,7 +24,7 @@ class RemoteHost:
 
     def __init__(self, spec: HostSpec, *, use_mux: Optional[bool] = None) -> None:
         self.spec = spec
-        self.use_mux = mux.enabled() if use_mux is None else use_mux
+        self.use_mux = mux.enabled(spec) if use_mux is None else use_mux
         self._loop: Any = None
         self._link: Any = None
         self.hello: dict = {}

@@ -186,3 +186,19 @@ def test_nvidia_smi_csv_is_read_when_nvml_is_not_importable(tmp_path, monkeypatc
     assert gpus[1].fan_pct is None and gpus[1].util == 0.0
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
     assert SmiGpuSource().read() == ((), "no NVIDIA driver: nvidia-smi not found on this box")
+
+
+def test_no_keeper_where_its_socket_path_would_not_fit(tmp_path, monkeypatch):
+    from gpudeck.jobs.hosts import mux
+    from gpudeck.jobs.hosts.config import HostSpec
+    spec = HostSpec("box", ssh="box")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.delenv("GPUDECK_SSH_MUX", raising=False)
+    assert mux.enabled(spec)
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(deep))
+    assert not mux.enabled(spec)           # the CLI then holds its own link instead
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("GPUDECK_SSH_MUX", "0")
+    assert not mux.enabled(spec)
