@@ -160,6 +160,8 @@ class Fleet:
         async def shutdown() -> None:
             for task in self._tasks:
                 task.cancel()
+            # Wait for the pollers to finish cancelling: a loop stopped under them warns at exit.
+            await asyncio.gather(*self._tasks, return_exceptions=True)
             await asyncio.gather(*(p.link.close() for p in self._pollers.values()), return_exceptions=True)
 
         try:
