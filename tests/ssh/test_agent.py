@@ -202,3 +202,18 @@ def test_no_keeper_where_its_socket_path_would_not_fit(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     monkeypatch.setenv("GPUDECK_SSH_MUX", "0")
     assert not mux.enabled(spec)
+
+
+def test_the_readme_hosts_toml_example_loads(tmp_path):
+    import re
+    from pathlib import Path
+
+    from gpudeck.jobs.hosts.config import load_hosts
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = re.search(r"## Several boxes over SSH\n.*?```toml\n(.*?)```", readme, flags=re.S).group(1)
+    path = tmp_path / "hosts.toml"
+    path.write_text(block)
+    hosts = load_hosts(path)
+    assert list(hosts) == ["local", "box", "lab-2"]
+    assert hosts["box"].destination() == (None, "box", None) and hosts["box"].jobs == "~/work/jobs.toml"
+    assert hosts["lab-2"].destination() == ("ops", "10.0.0.12", None) and hosts["lab-2"].keepalive_s == 15
