@@ -244,12 +244,6 @@ class Recording:
         i = bisect.bisect_right(self._sample_times, t)
         return samples[i - 1] if i else None
 
-    def samples_between(self, t0: float, t1: float) -> list[dict]:
-        samples = self.samples
-        lo = bisect.bisect_left(self._sample_times, t0)
-        hi = bisect.bisect_right(self._sample_times, t1)
-        return samples[lo:hi]
-
     def alerts_at(self, t: float) -> list[dict]:
         """The alerts active at t: raised at or before t and not cleared by then (events.jsonl)."""
         if self._alert_events is None:
@@ -609,12 +603,6 @@ def clock_text(seconds: float) -> str:
     h, rest = divmod(s, 3600)
     m, s = divmod(rest, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-
-
-def latest_run_dir(job: str, state_dir: Optional[Path] = None) -> Optional[Path]:
-    from gpudeck.jobs.runs import latest_run
-    run = latest_run(job, state_dir)
-    return run.path if run is not None else None
 
 
 def demo_runs_dir() -> Path:

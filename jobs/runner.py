@@ -34,7 +34,7 @@ from typing import Any, Callable, Optional
 from gpudeck.jobs.procs import (RUN_TAG, ProcessId, ProcStat, all_stats, descendants, identity, io_bytes,
                         signal_group, signal_name, signal_number, signal_process, tagged)
 from gpudeck.jobs import cgroups, strictjson
-from gpudeck.jobs.runs import Run, open_private
+from gpudeck.jobs.runs import Run, open_private, run_dir_main
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NAME = 15
@@ -64,21 +64,6 @@ class Tick:
     last_output_at: Optional[float]  # unix time the log last grew (None: no output yet)
     sample: dict                     # the record just appended to samples.jsonl
     job_alive: bool
-
-
-class Monitor:
-    """Base for things the runner calls each tick (stall rules, alerts). Override what you need.
-
-    A monitor that raises is disabled for the rest of the run and a MonitorFailed
-    event is recorded: a bug in a rule never takes the runner (and so the job's
-    supervision) down.
-    """
-
-    def tick(self, tick: Tick) -> None:
-        pass
-
-    def finished(self, run: Run, exit_record: dict) -> None:
-        pass
 
 
 def load_monitors(run: Run, meta: dict) -> list[Any]:
@@ -119,7 +104,9 @@ class Runner:
     def __init__(self, run_dir: str | Path, tick_s: float = TICK_S) -> None:
         self.run = Run(Path(run_dir))
         self.tick_s = tick_s
-        self.monitors: list[Any] = []            # see Monitor; filled by load_monitors()
+        # Objects with tick(Tick) and finished(run, exit_record), filled by load_monitors(); one that raises is
+        # disabled for the rest of the run (a MonitorFailed event), never taking the runner down.
+        self.monitors: list[Any] = []
         self.tick_hooks: list[Callable[[Tick], None]] = []   # plain callables, same contract
         self.meta: dict = {}
         self.job: Optional[ProcessId] = None
@@ -595,31 +582,8 @@ class Runner:
         return left
 
 
-def detach() -> None:
-    """Fork once more so the runner's parent (the supervisor's Popen) can reap its child at once."""
-    if os.fork() > 0:
-        os._exit(0)
-
-
 def main(argv: Optional[list[str]] = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    do_detach = "--detach" in args
-    args = [a for a in args if a != "--detach"]
-    if len(args) != 1:
-        print("usage: python -m gpudeck.jobs.runner [--detach] RUN_DIR", file=sys.stderr)
-        return 2
-    if do_detach:
-        detach()
-    runner = Runner(args[0])
-    try:
-        return runner.main()
-    except Exception:
-        traceback.print_exc()
-        try:
-            runner.run.add_event("RunnerFailed", error=traceback.format_exc(limit=8))
-        except OSError:
-            pass
-        return 1
+    return run_dir_main(argv, "gpudeck.jobs.runner", Runner)
 
 
 if __name__ == "__main__":

@@ -27,10 +27,12 @@ import re
 import secrets
 import shutil
 import stat as _stat
+import sys
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from gpudeck.jobs import paths, strictjson
 from gpudeck.jobs.paths import UnsafeStateDir
@@ -549,3 +551,32 @@ def prune_runs(job: str, keep: int, state_dir: Optional[Path] = None) -> list[Ru
         shutil.rmtree(run.path, ignore_errors=True)
         removed.append(run)
     return removed
+
+
+def detach() -> None:
+    """Fork once more so the process that started us (the supervisor's Popen, the Slurm launcher) can reap its child at once."""
+    if os.fork() > 0:
+        os._exit(0)
+
+
+def run_dir_main(argv: Optional[list[str]], prog: str, make: Callable[[str], Any]) -> int:
+    """`python -m PROG [--detach] RUN_DIR`, the entry of the runner and of the Slurm watcher: `make(RUN_DIR).main()`,
+    whose crash is printed and kept in the run as a RunnerFailed event."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    do_detach = "--detach" in args
+    args = [a for a in args if a != "--detach"]
+    if len(args) != 1:
+        print(f"usage: python -m {prog} [--detach] RUN_DIR", file=sys.stderr)
+        return 2
+    if do_detach:
+        detach()
+    owner = make(args[0])
+    try:
+        return owner.main()
+    except Exception:
+        traceback.print_exc()
+        try:
+            owner.run.add_event("RunnerFailed", error=traceback.format_exc(limit=8))
+        except OSError:
+            pass
+        return 1

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from gpudeck.jobs.procs import RUN_TAG, ProcessId, identity, is_alive, signal_name, signal_number
-from gpudeck.jobs.runs import Run, append_jsonl, open_private, read_json, write_json_atomic
+from gpudeck.jobs.runs import Run, append_jsonl, open_private, read_json, run_dir_main, write_json_atomic
 
 LIVE = "slurm.json"              # the watcher's latest reading of the job (state, reason, nodes)
 SCRIPT = "job.sbatch"
@@ -485,13 +485,6 @@ def write_live(run: Run, fields: dict) -> None:
     write_json_atomic(run.path / LIVE, data)
 
 
-def gpudeck_state(slurm_state: Optional[str]) -> str:
-    """Slurm's state as gpudeck's: queued or held -> starting, on a node -> running."""
-    if slurm_state is None or slurm_state in PENDING_STATES:
-        return "starting"
-    return "running"
-
-
 def describe(data: dict) -> str:
     """`PENDING (Dependency)`, `RUNNING on node12`, `TIMEOUT`: Slurm's own state for the views."""
     state = data.get("state")
@@ -809,31 +802,8 @@ def load_monitors(run: Run) -> list[Any]:
         return []
 
 
-def detach() -> None:
-    """Fork once more so the launcher can reap its child at once (as the runner does)."""
-    if os.fork() > 0:
-        os._exit(0)
-
-
 def main(argv: Optional[list[str]] = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    do_detach = "--detach" in args
-    args = [a for a in args if a != "--detach"]
-    if len(args) != 1:
-        print("usage: python -m gpudeck.jobs.slurm [--detach] RUN_DIR", file=sys.stderr)
-        return 2
-    if do_detach:
-        detach()
-    watcher = Watcher(args[0])
-    try:
-        return watcher.main()
-    except Exception:
-        traceback.print_exc()
-        try:
-            watcher.run.add_event("RunnerFailed", error=traceback.format_exc(limit=8))
-        except OSError:
-            pass
-        return 1
+    return run_dir_main(argv, "gpudeck.jobs.slurm", Watcher)
 
 
 if __name__ == "__main__":

@@ -199,23 +199,6 @@ def _tail_lines(path: Path, count: int, total_lines: Optional[int]) -> list[dict
     return out
 
 
-def _count_lines(path: Path) -> Optional[int]:
-    """Physical lines of a file (a last line without a newline counts)."""
-    try:
-        with open(path, "rb") as fh:
-            count = 0
-            last = b""
-            while True:
-                chunk = fh.read(1 << 22)
-                if not chunk:
-                    break
-                count += chunk.count(b"\n")
-                last = chunk[-1:]
-    except OSError:
-        return None
-    return count + (1 if last and last != b"\n" else 0)
-
-
 def _line_timestamp(data: bytes) -> Optional[float]:
     """The last timestamp a log line prints (2025-11-29 23:45:01, or vLLM's 11-29 23:45:01), as a unix time."""
     found = None
