@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from enum import IntEnum
 from itertools import accumulate
 from typing import Optional, Union
@@ -299,7 +299,7 @@ def _text_plan(text: str, fams: int, depth: int) -> RecordPlan:
         if plan.failure == "frame":
             plan.only = ONLY_FRAME
         elif plan.failure == "classify" and not (
-                body.startswith("NVRM:") or "error:" in body or body.startswith("Error: ")
+                body.startswith("NVRM:") or BAD_ARGS.search(body)   # reads the usage line's distance
                 or any(w in body for w in _DIGIT_VALUE_WORDS)):
             cand = _PROBE._classify(body, level, 0)   # its Spec does not depend on the phase, nor on digits here
             if cand is not None:
@@ -310,14 +310,25 @@ def _text_plan(text: str, fams: int, depth: int) -> RecordPlan:
 ONLY_FRAME = -1
 
 
-# A chunk is "KV-safe" when none of its stats lines can raise kv_cache_pressure (KV use >= 95 %):
-# every "usage:" in it is followed by a plainly small number. Otherwise its stats lines are
-# all examined in full, because that warning keeps the line of the last line that raised it.
+# A run of stats lines is "KV-safe" when none of them can raise kv_cache_pressure (KV use >= 95 %):
+# every "usage:" in its bytes is followed by a plainly small number, and the KV use already
+# known is below 95 %. Otherwise its lines are examined in full, because that warning keeps
+# the line of the last line that raised it. The unsafe "usage:" of a chunk are found in one
+# C-level pass; a run is judged by whether one lies within its bytes.
 _KV_UNSAFE_USAGE = re.compile(
     rb"usage:(?!(?<=cache usage:) ?(?:\d|[1-8]\d|9[0-4])(?:\.\d{1,6})?(?![\d.])"
     rb"|(?<=token usage:) ?(?:0|0?\.(?:[0-8]\d{0,5}|9[0-4]\d{0,4}))(?![\d.]))")
 
 
-def chunk_kv_safe(data: bytes, state: "State") -> bool:
+def kv_unsafe_offsets(data: bytes) -> list[int]:
+    """Offsets in data of every "usage:" whose value could be a KV use >= 95 % (sorted)."""
+    return [m.start() for m in _KV_UNSAFE_USAGE.finditer(data)]
+
+
+def run_kv_safe(unsafe: list[int], start: int, stop: int, state: "State") -> bool:
+    """Whether the stats lines in data[start:stop] are KV-safe (unsafe: kv_unsafe_offsets(data))."""
     kv = state.serving.get("kv_cache_pct")
-    return (kv is None or kv < 95.0) and _KV_UNSAFE_USAGE.search(data) is None
+    if kv is not None and kv >= 95.0:
+        return False
+    j = bisect_left(unsafe, start)
+    return j == len(unsafe) or unsafe[j] >= stop
