@@ -216,6 +216,20 @@ def test_digit_value_lines_are_judged_per_segment() -> None:
             assert fast.result() == full.result(), data
 
 
+def test_slurm_oom_after_a_kill_is_read_per_segment() -> None:
+    """Slurm's OOM line replaces a held host_oom of the same rank (a better hint): repeated, so its
+    template is planned, each one must still move the root cause to its line."""
+    block = (b"(APIServer pid=1) INFO 05-07 08:00:00 [api_server.py:1800] vLLM API server version 0.11.0\n"
+             b"Killed\nslurmstepd: error: Detected 1 oom_kill event in StepId=12.batch. Some of the step tasks "
+             b"have been OOM Killed.\nKilled\nslurmstepd: error: Exceeded job memory limit at some point.\n")
+    fast, full = LogAnalyzer(), ReferenceAnalyzer()
+    for a in (fast, full):
+        a.feed(block * 6)
+        a.finish()
+    assert full.result().failure.line == 30
+    assert fast.result() == full.result()
+
+
 def test_fast_scanner_equals_reference_on_dense_repeated_logs() -> None:
     """Every fixture log, concatenated and repeated (so that every template is planned and
     read through its plan), cut at random points: the answers agree after every feed."""

@@ -302,7 +302,7 @@ def _text_plan(text: str, fams: int, depth: int) -> RecordPlan:
                 body.startswith("NVRM:") or BAD_ARGS.search(body)   # reads the usage line's distance
                 or any(w in body for w in _DIGIT_VALUE_WORDS)):
             cand = _PROBE._classify(body, level, 0)   # its Spec does not depend on the phase, nor on digits here
-            if cand is not None:
+            if cand is not None and cand.hint_key != "slurm_oom":   # it replaces a held host_oom of its rank
                 plan.only = int(cand.spec)
     return plan
 
