@@ -169,13 +169,22 @@ class LogAnalyzer:
         kv_unsafe: Optional[list[int]] = None   # kv_unsafe_offsets(data), found when first needed
         now_unset = state.now is None
 
+        apply_plan = state._apply_plan
+
         def examine(i: int) -> None:
-            start, line = where(i)
+            if has_cr:
+                start, line = where(i)
+            else:
+                start, line = ends[i] - len(segs[i]) + i, base + i
             stop = start + len(segs[i])
             info = infos[i]
             plan = info.plan
             if plan:
-                state.examine_planned(data[start:stop], line, info.fams, plan)
+                if engine_known and not plan.ansi:     # State.examine_planned, inlined: the hot path
+                    state.text = text = data[start:stop].decode("utf-8", "replace")
+                    apply_plan(text, line, plan)
+                else:
+                    state.examine_planned(data[start:stop], line, info.fams, plan)
                 return
             kind = info.kind
             if plan is None and kind != K_GIANT and kind != K_REFILTER:
@@ -280,8 +289,8 @@ class LogAnalyzer:
                     if now_unset and (pending is None or not pending[0] or pending[0][0] != "bar"
                                       or pending[0][1] != run_phase) and (
                             kind == K_BUILD or run_phase != "loading" or info.named == "loading"):
-                        if run_phase == "loading" and not state.load_done and any(
-                                bar_full(sel[q]) for q in range(first, last + 1)):
+                        if run_phase == "loading" and not state.load_done and any(     # last first: a load's bars end full
+                                bar_full(sel[q]) for q in range(last, first - 1, -1)):
                             # Bars that name loading stay loading bars; what a member leaves behind
                             # is only that the load completed (nothing reads it before the run ends).
                             state.load_done = True
@@ -312,7 +321,7 @@ class LogAnalyzer:
                 if plan and engine_known and plan.only is not None:
                     # Effects the scanner applies without reading the segment (see RecordPlan.only).
                     if plan.only == ONLY_FRAME:
-                        state.last_frame_line = where(i)[1]
+                        state.last_frame_line = where(i)[1] if has_cr else base + i
                         continue
                     if state.candidate_is_noop(plan.only):
                         continue

@@ -158,7 +158,8 @@ class State:
             self._warnings(body, line)
 
     def _classify_memo(self, body: str, level: Optional[str], line: int) -> Optional[_Candidate]:
-        """_classify() through a memo of its pure part (what it makes of a body at a phase)."""
+        """_classify() through a memo of its pure part (what it makes of a body at a phase); None
+        also for a remembered candidate that _candidate() would ignore now."""
         if (len(body) > 1024 or body.startswith("NVRM:")            # long bodies are not remembered (memory)
                 or (("error:" in body or body.startswith("Error: ")) and BAD_ARGS.search(body))):
             return self._classify(body, level, line)      # reads the NVRM window / the usage line
@@ -170,8 +171,8 @@ class State:
                 _CLASSIFIED.clear()
             hit = _CLASSIFIED[key] = None if cand is None else (cand.spec, cand.cause, cand.hint_key, cand.sig)
             return cand
-        if hit is None:
-            return None
+        if hit is None or (hit[2] != "slurm_oom" and self.candidate_is_noop(hit[0])):
+            return None         # (a candidate that would change nothing now is not built: see _candidate)
         return _Candidate(hit[0], hit[1], line, body[:MAX_MESSAGE], hit[2], hit[3])
 
     def _examine_text(self, text: str, line: int, depth: int, fams: int) -> None:
