@@ -15,15 +15,14 @@ import signal
 import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Optional
 
 from gpudeck.jobs import paths
 from gpudeck.jobs.pipeline_records import META, RESULT, Pipeline, latest_pipeline, pipelines_root
 from gpudeck.jobs.procs import ProcessId, identity, signal_process
-from gpudeck.jobs.runs import (PRIVATE_DIR_MODE, ensure_private_dir, new_run_id, open_private, state_root,
-                               write_json_atomic)
+from gpudeck.jobs.runs import (PRIVATE_DIR_MODE, ensure_private_dir, new_run_id, open_private, run_dir_main,
+                               state_root, write_json_atomic)
 from gpudeck.jobs.spec import spec_snapshot
 
 POLL_S = 0.5
@@ -297,26 +296,13 @@ class PipelineRunner:
         return 0 if ok else 1
 
 
+def _record_crash(runner: PipelineRunner, error: str) -> None:
+    runner._finish(False, None, error=error)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    detach = "--detach" in args
-    args = [a for a in args if a != "--detach"]
-    if len(args) != 1:
-        print("usage: python -m gpudeck.jobs.pipeline [--detach] PIPELINE_DIR", file=sys.stderr)
-        return 2
-    if detach:
-        from gpudeck.jobs.runner import detach as fork_away   # the same double fork as a run's runner
-        fork_away()
-    runner = PipelineRunner(Path(args[0]))
-    try:
-        return runner.main()
-    except Exception:
-        traceback.print_exc()
-        try:
-            runner._finish(False, None, error=traceback.format_exc(limit=8))
-        except OSError:
-            pass
-        return 1
+    return run_dir_main(argv, "gpudeck.jobs.pipeline", lambda d: PipelineRunner(Path(d)), dir_name="PIPELINE_DIR",
+                        on_crash=_record_crash)
 
 
 if __name__ == "__main__":

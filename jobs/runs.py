@@ -559,14 +559,19 @@ def detach() -> None:
         os._exit(0)
 
 
-def run_dir_main(argv: Optional[list[str]], prog: str, make: Callable[[str], Any]) -> int:
-    """`python -m PROG [--detach] RUN_DIR`, the entry of the runner and of the Slurm watcher: `make(RUN_DIR).main()`,
-    whose crash is printed and kept in the run as a RunnerFailed event."""
+def _record_crash(owner: Any, error: str) -> None:
+    owner.run.add_event("RunnerFailed", error=error)
+
+
+def run_dir_main(argv: Optional[list[str]], prog: str, make: Callable[[str], Any], *, dir_name: str = "RUN_DIR",
+                 on_crash: Callable[[Any, str], None] = _record_crash) -> int:
+    """`python -m PROG [--detach] DIR`, the entry of the runner, the Slurm watcher and the pipeline runner:
+    `make(DIR).main()`, whose crash is printed and kept in its directory (`on_crash`; a RunnerFailed event)."""
     args = list(sys.argv[1:] if argv is None else argv)
     do_detach = "--detach" in args
     args = [a for a in args if a != "--detach"]
     if len(args) != 1:
-        print(f"usage: python -m {prog} [--detach] RUN_DIR", file=sys.stderr)
+        print(f"usage: python -m {prog} [--detach] {dir_name}", file=sys.stderr)
         return 2
     if do_detach:
         detach()
@@ -576,7 +581,7 @@ def run_dir_main(argv: Optional[list[str]], prog: str, make: Callable[[str], Any
     except Exception:
         traceback.print_exc()
         try:
-            owner.run.add_event("RunnerFailed", error=traceback.format_exc(limit=8))
+            on_crash(owner, traceback.format_exc(limit=8))
         except OSError:
             pass
         return 1
