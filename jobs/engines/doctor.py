@@ -92,7 +92,8 @@ def check_gpus_free(gpus: tuple[int, ...]) -> Check:
         # The driver check already fails for this; one failure per cause.
         return _skip("gpus_free", "cannot tell without NVML (see nvidia_driver)")
     from gpudeck.jobs import gpuprocs
-    from gpudeck.jobs.engines.discovery import _environ_tags
+    # /proc directly, not engine discovery's psutil: doctor also runs in the agent on boxes without psutil.
+    from gpudeck.jobs.procs import RUN_TAG, environ_value
     holders = gpuprocs.holders() or []
     busy = []
     try:
@@ -104,7 +105,7 @@ def check_gpus_free(gpus: tuple[int, ...]) -> Check:
             if on_gpu or used > GPU_IDLE_BYTES:
                 who = []
                 for x in on_gpu:
-                    run_id, job = _environ_tags(x.pid)
+                    run_id, job = environ_value(x.pid, RUN_TAG), environ_value(x.pid, "GPUDECK_JOB")
                     owner = f"gpudeck job {job}" if run_id else "not started by gpudeck"
                     mem = f" {x.mem_used / 2**30:.1f} GiB" if x.mem_used else ""
                     who.append(f"PID {x.pid}{mem} ({owner})")
@@ -294,11 +295,23 @@ def build_parallelism(cmd, env: dict[str, str]) -> dict[str, Optional[int]]:
     return found
 
 
+def _mem_available() -> int:
+    """Bytes of RAM available: psutil's figure, or the kernel's MemAvailable where psutil is missing (an agent's box)."""
+    try:
+        import psutil
+    except ImportError:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+        raise
+    return psutil.virtual_memory().available
+
+
 def check_build(cmd, env: dict[str, str], *, cores: Optional[int] = None,
                 mem_available: Optional[int] = None) -> Check:
-    import psutil
     cores = cores or os.cpu_count() or 1
-    mem_available = mem_available if mem_available is not None else psutil.virtual_memory().available
+    mem_available = mem_available if mem_available is not None else _mem_available()
     par = build_parallelism(cmd, env)
     jobs = par["MAX_JOBS"] or par["CMAKE_BUILD_PARALLEL_LEVEL"] or par["-j"]
     source = next((k for k in ("MAX_JOBS", "CMAKE_BUILD_PARALLEL_LEVEL", "-j") if par[k]), None)
