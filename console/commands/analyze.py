@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true",
                    help='print {"engine","phase","progress","failure","ready_line","serving","warnings","key_lines"} '
                         'as JSON; key_lines: [{"kind","line","text"}] for root_cause, first_error, last_progress, ready')
-    p.set_defaults(handler=run_analyze)
+    p.set_defaults(handler=run_analyze, remote_ok=True)
 
 
 # stdin has no size: a pipe from `yes` must not run forever.
@@ -47,6 +47,10 @@ def _size(text: str) -> int:
 
 
 def run_analyze(args: argparse.Namespace) -> int:
+    from gpudeck.console.commands._host import remote_spec
+    spec = remote_spec(args)
+    if spec is not None:
+        return _analyze_remote(args, spec)
     from gpudeck.jobs.logs.analyze import analyze_stream
     from gpudeck.jobs.paths import NotARegularFile, open_regular
     try:
@@ -69,6 +73,26 @@ def run_analyze(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render(analysis))
+    return 0
+
+
+def _analyze_remote(args: argparse.Namespace, spec) -> int:
+    """FILE is a path on the box: the agent reads and analyses it there; only the answer crosses the link."""
+    from gpudeck.console.commands._host import Remote
+    from gpudeck.jobs.logs.analyze import LogAnalysis
+    if args.file == "-":
+        # stdin is this machine's: analysing it here under a --host would mislabel where the log came from.
+        raise CliError(f"analyze -: stdin is read on this machine, not on {spec.name}; drop --host to analyze "
+                       f"stdin here, or give a file on {spec.name}", 2)
+    with Remote(spec) as remote:
+        reply = remote.call("analyze", {"path": args.file, "max_bytes": args.max_bytes})
+    if reply.get("truncated"):
+        print(f"gpudeck: analyze: read only the first {args.max_bytes} bytes (--max-bytes)", file=sys.stderr)
+    if args.json:
+        sys.stdout.write(strictjson.dumps({**reply["analysis"], "host": spec.name}, indent=2, ensure_ascii=False))
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render(LogAnalysis.from_dict(reply["raw"])))
     return 0
 
 

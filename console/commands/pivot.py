@@ -28,10 +28,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu-deadline", type=float, default=None, metavar="SECONDS",
                    help="how long GPU memory may take to be released (default 60)")
     p.add_argument("--json", action="store_true", help="print the plan and result as JSON (needs --yes)")
-    p.set_defaults(handler=run_pivot)
+    p.set_defaults(handler=run_pivot, remote_ok=True)
+
+
+def _confirmed(args: argparse.Namespace, lines: list[str]) -> bool:
+    """Show the plan (not with --json) and ask, unless --yes; False when the operator says no."""
+    if not args.json:
+        for line in lines:
+            print(line, file=sys.stdout)
+    if args.yes:
+        return True
+    if args.json or not sys.stdin.isatty():
+        raise CliError("pivot needs confirmation: run it in a terminal or pass --yes", code=2)
+    try:
+        answer = input("Proceed? [y/N] ")
+    except EOFError:
+        answer = ""
+    if answer.strip().lower() not in ("y", "yes"):
+        print("cancelled; nothing was stopped", file=sys.stdout)
+        return False
+    return True
 
 
 def run_pivot(args: argparse.Namespace) -> int:
+    from gpudeck.console.commands._host import remote_spec
+    spec = remote_spec(args)
+    if spec is not None:
+        return _pivot_remote(args, spec)
     from gpudeck.jobs.engines.pivot import PivotError, execute_pivot, plan_pivot
     sup = supervisor(args)
     try:
@@ -39,19 +62,8 @@ def run_pivot(args: argparse.Namespace) -> int:
     except PivotError as exc:
         raise CliError(str(exc), code=2) from None
     out = sys.stdout
-    if not args.json:
-        for line in plan.lines():
-            print(line, file=out)
-    if not args.yes:
-        if args.json or not sys.stdin.isatty():
-            raise CliError("pivot needs confirmation: run it in a terminal or pass --yes", code=2)
-        try:
-            answer = input("Proceed? [y/N] ")
-        except EOFError:
-            answer = ""
-        if answer.strip().lower() not in ("y", "yes"):
-            print("cancelled; nothing was stopped", file=out)
-            return 1
+    if not _confirmed(args, plan.lines()):
+        return 1
 
     def show(step) -> None:
         if not args.json:
@@ -70,4 +82,59 @@ def run_pivot(args: argparse.Namespace) -> int:
         return 1
     if not args.json:
         print(f"{result.message} in {result.duration_s:.1f} s (pivot overhead {result.overhead_s:.1f} s)")
+    return 0
+
+
+def _pivot_remote(args: argparse.Namespace, spec) -> int:
+    """The pivot on the box: planned there, confirmed here, stopped and started there; --wait asks the box
+    until the target is ready (each ask bounded, so a dropped link costs one ask, not the pivot)."""
+    import time
+
+    from gpudeck.console.commands._host import Remote
+    from gpudeck.jobs.engines.pivot import READY_DEADLINE_S, PivotStep
+    target = {"target": args.target, "stop_foreign": args.stop_foreign}
+    with Remote(spec) as remote:
+        shown = remote.call("pivot_plan", target)
+        if not _confirmed(args, shown["lines"]):
+            return 1
+        params = {**target, "plan": shown["plan"]}
+        if args.gpu_deadline is not None:
+            params["gpu_deadline_s"] = args.gpu_deadline
+        reply = remote.action("pivot", params)
+        result = reply["result"]
+        steps = [PivotStep(**s) for s in result["steps"]]
+        if not args.json:
+            for step in steps:
+                print(step.line(), flush=True)
+        if result["ok"] and args.wait:
+            deadline = args.timeout if args.timeout is not None else READY_DEADLINE_S
+            t0 = time.monotonic()
+            while True:
+                state = remote.call("pivot_ready", {"target": args.target, "run_id": result["run_id"],
+                                                    "wait_s": max(0.0, min(5.0, deadline - (time.monotonic() - t0)))})
+                waited = time.monotonic() - t0
+                if state["ready"] or not state["alive"] or waited >= deadline:
+                    break
+            detail = state["detail"] if state["ready"] or not state["alive"] else \
+                f"not ready after {deadline:.0f} s: {state['detail']}"
+            step = PivotStep(f"wait for {args.target} ready", state["ready"], waited, detail)
+            steps.append(step)
+            result["steps"].append({"name": step.name, "ok": step.ok, "duration_s": step.duration_s,
+                                    "detail": step.detail})
+            result["duration_s"] = round(result["duration_s"] + waited, 3)
+            if not args.json:
+                print(step.line(), flush=True)
+            if step.ok:
+                result["message"] += ", ready"
+            else:
+                result["ok"] = False
+                result["message"] = f"{args.target} did not become ready: {detail}"
+    if args.json:
+        print(strictjson.dumps({"plan": shown["plan"], "result": result, "host": spec.name}, indent=1))
+    if not result["ok"]:
+        print(f"gpudeck: pivot stopped on {spec.name}: {result['message']}", file=sys.stderr)
+        return 1
+    if not args.json:
+        print(f"{result['message']} on {spec.name} in {result['duration_s']:.1f} s "
+              f"(pivot overhead {reply['overhead_s']:.1f} s)")
     return 0

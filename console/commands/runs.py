@@ -73,7 +73,7 @@ def run_runs(args: argparse.Namespace) -> int:
     spec = remote_spec(args)
     if spec is not None:
         if args.reindex or args.prune:
-            raise CliError("--reindex and --prune run on the box itself, not over SSH", 2)
+            return _upkeep_remote(args, spec, older)
         with Remote(spec) as remote:
             rows = remote.call("runs", {"job": args.job, "failed": args.failed, "limit": args.limit,
                                         "since": time.time() - since if since is not None else None,
@@ -99,6 +99,26 @@ def run_runs(args: argparse.Namespace) -> int:
                            since=time.time() - since if since is not None else None, limit=args.limit,
                            **({} if args.json else {"columns": TABLE_COLUMNS}))
     return _print_rows(args, rows)
+
+
+def _upkeep_remote(args: argparse.Namespace, spec, older: Optional[float]) -> int:
+    """--reindex / --prune on the box's own run index (its runs, its jobs file's log_keep), printed here."""
+    from gpudeck.console.commands._host import Remote
+    from gpudeck.jobs.history.retention import PruneCandidate
+    with Remote(spec) as remote:
+        if args.reindex:
+            done = remote.call("runs_reindex")
+            print(f"reindexed {done['count']} runs into {spec.name}:{done['path']} in {done['seconds']:.2f}s")
+            if not args.prune:
+                return 0
+        params = {"job": args.job, "keep": args.keep, "older_s": older, "yes": bool(args.yes)}
+        # Only a deletion changes the box: sent once, never re-sent after a lost answer.
+        reply = remote.action("runs_prune", params) if args.yes else remote.call("runs_prune", params)
+    candidates = [PruneCandidate(**c) for c in reply["candidates"]]
+    if args.json and not args.yes:
+        print(strictjson.dumps({"would_delete": [c.to_json() for c in candidates], "host": spec.name}, indent=1))
+        return 0
+    return _print_prune(args, candidates, reply.get("removed"))
 
 
 def _print_rows(args: argparse.Namespace, rows: list) -> int:
@@ -200,7 +220,6 @@ def _log_keep_lookup(args: argparse.Namespace):
 
 
 def _prune(args: argparse.Namespace, index, older: Optional[float]) -> int:
-    from gpudeck.console.format import human_bytes
     from gpudeck.jobs.history.retention import plan_prune, prune
     keep_for = _log_keep_lookup(args)
     candidates = plan_prune(index, keep=args.keep, older_s=older, job=args.job,
@@ -208,6 +227,13 @@ def _prune(args: argparse.Namespace, index, older: Optional[float]) -> int:
     if args.json and not args.yes:
         print(strictjson.dumps({"would_delete": [c.to_json() for c in candidates]}, indent=1))
         return 0
+    return _print_prune(args, candidates, None, lambda: prune(index, candidates))
+
+
+def _print_prune(args: argparse.Namespace, candidates: list, removed_count: Optional[int],
+                 delete=None) -> int:
+    """The prune listing and outcome, the same here and over SSH (there the box deleted; `removed_count`)."""
+    from gpudeck.console.format import human_bytes
     if not candidates:
         print("nothing to prune")
         return 0
@@ -219,7 +245,7 @@ def _prune(args: argparse.Namespace, index, older: Optional[float]) -> int:
     if not args.yes:
         print("dry run: nothing deleted; add --yes to delete them")
         return 0
-    removed = prune(index, candidates)
-    print(f"deleted {len(removed)} runs" + (f" ({len(candidates) - len(removed)} were live again and kept)"
-                                             if len(removed) != len(candidates) else ""))
+    removed = len(delete()) if delete is not None else int(removed_count or 0)
+    print(f"deleted {removed} runs" + (f" ({len(candidates) - removed} were live again and kept)"
+                                       if removed != len(candidates) else ""))
     return 0

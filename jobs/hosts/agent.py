@@ -26,7 +26,7 @@ LOG_POLL_S = 0.1
 MAX_LOG_CHUNK = 256 * 1024
 # Ops that change the box finish even if the connection dies under them: a stop
 # cut between SIGTERM and SIGKILL would leave half a job.
-_ACTIONS = frozenset({"start", "stop", "restart"})
+_ACTIONS = frozenset({"start", "stop", "restart", "pivot", "runs_prune"})
 
 
 class RequestError(Exception):
@@ -183,6 +183,124 @@ class Agent:
         except ImportError as exc:        # some checks need psutil on the box
             raise RequestError(f"doctor cannot run on this host: {exc}") from None
 
+    def op_analyze(self, params: dict) -> dict:
+        """`gpudeck analyze FILE`: a log file of this box read here (only the answer crosses the link).
+
+        `raw` is the analysis unrounded, so the text rendered on the laptop is the one printed on the box.
+        """
+        from dataclasses import asdict
+
+        from gpudeck.jobs.logs.analyze import analyze_stream
+        from gpudeck.jobs.paths import NotARegularFile, open_regular
+        name = str(params["path"])
+        max_bytes = params.get("max_bytes")
+        try:
+            with open_regular(os.path.expanduser(name)) as fh:
+                analysis, truncated = analyze_stream(fh, max_bytes=int(max_bytes) if max_bytes else None)
+        except NotARegularFile as exc:
+            raise RequestError(f"cannot analyze {exc}") from None
+        except IsADirectoryError:
+            raise RequestError(f"cannot analyze {name}: is a directory") from None
+        except OSError as exc:
+            raise RequestError(f"cannot read {name}: {exc.strerror or exc}") from None
+        return {"analysis": analysis.to_json(), "raw": asdict(analysis), "truncated": truncated}
+
+    # -- pivot: planned here, confirmed on the laptop, executed here ---------------------
+    def _pivot_plan(self, params: dict) -> tuple[Any, Any]:
+        try:
+            from gpudeck.jobs.engines.pivot import PivotError, plan_pivot
+            sup = self._supervisor()
+            return sup, plan_pivot(sup, str(params["target"]), stop_foreign=bool(params.get("stop_foreign")))
+        except ImportError as exc:        # engine discovery reads processes and sockets through psutil
+            raise RequestError(f"pivot cannot run on this host: {exc} (install psutil for its "
+                               f"{sys.executable}, or set `python` in hosts.toml to one that has it)") from None
+        except PivotError as exc:
+            raise RequestError(str(exc)) from None
+
+    def op_pivot_plan(self, params: dict) -> dict:
+        """What a pivot would stop on this box: the plan's lines (shown for confirmation) and its JSON."""
+        _, plan = self._pivot_plan(params)
+        return {"lines": plan.lines(), "plan": plan.to_jsonable()}
+
+    def op_pivot(self, params: dict) -> dict:
+        """Carry out the pivot the operator confirmed (`plan`), without the wait for ready (`pivot_ready`).
+
+        The plan is made again here: if what it would stop differs from what the operator
+        saw (an engine started or ended meanwhile), nothing is stopped.
+        """
+        from gpudeck.jobs.engines.pivot import GPU_RELEASE_DEADLINE_S, execute_pivot
+        sup, plan = self._pivot_plan(params)
+        seen = params.get("plan")
+        if seen is not None and _stops_key(plan.to_jsonable()) != _stops_key(seen):
+            raise RequestError("what the pivot would stop changed since the plan was shown; nothing was "
+                               "stopped: run the pivot again to see the new plan")
+        gpu_deadline = params.get("gpu_deadline_s")
+        result = execute_pivot(sup, plan, wait=False,
+                               gpu_deadline_s=float(gpu_deadline) if gpu_deadline is not None
+                               else GPU_RELEASE_DEADLINE_S)
+        return {"result": result.to_jsonable(), "overhead_s": result.overhead_s}
+
+    def op_pivot_ready(self, params: dict) -> dict:
+        """Whether the pivot's target is ready, waiting up to `wait_s` (the laptop asks again until it is)."""
+        from gpudeck.jobs.engines.profiles import engine_settings
+        from gpudeck.jobs.engines.readiness import wait_until_ready
+        sup = self._supervisor()
+        job = str(params["target"])
+        self._known(sup, job)
+        settings = engine_settings(sup.spec(job))
+        if settings is None:
+            raise RequestError(f"{job} is not an engine job")
+        run = self._run(job, params.get("run_id"))
+
+        def alive() -> bool:
+            state = sup.job_state(job)
+            return bool(state.live and state.run_id == run.run_id)
+        wait_s = min(float(params.get("wait_s") or 0), MAX_LOG_WAIT_S)
+        state = wait_until_ready(settings, run.log_path, deadline_s=wait_s, alive=alive)
+        live = alive()
+        return {"ready": state.ready, "alive": live,
+                "detail": state.detail if state.ready or live else "the engine exited before it was ready"}
+
+    # -- run index upkeep ----------------------------------------------------------------
+    def op_runs_reindex(self, params: dict) -> dict:
+        """`gpudeck runs --reindex`: this box's run index rebuilt from its run directories."""
+        from gpudeck.jobs.history.index import RunIndex
+        import sqlite3
+        index = RunIndex()
+        t0 = time.perf_counter()
+        try:
+            count = index.rebuild()
+        except sqlite3.Error as exc:
+            raise RequestError(f"run index {index.path}: {exc}") from None
+        finally:
+            index.close()
+        return {"count": count, "path": str(index.path), "seconds": time.perf_counter() - t0}
+
+    def op_runs_prune(self, params: dict) -> dict:
+        """`gpudeck runs --prune`: what would go (and with `yes`, deleted) under this box's retention rules."""
+        from gpudeck.jobs.history.index import RunIndex
+        from gpudeck.jobs.history.retention import plan_prune, prune
+        from gpudeck.jobs.spec import JobSpec
+        keep, older = params.get("keep"), params.get("older_s")
+        default = JobSpec.__dataclass_fields__["log_keep"].default
+        jobs: dict = {}
+        try:
+            jobs = self._supervisor().jobs_file.jobs
+        except RequestError:
+            pass                                  # no jobs file here: every job keeps the default
+        if keep is None and older is None:
+            keep_for = (lambda job: jobs[job].log_keep if job in jobs else default)
+        else:
+            keep_for = (lambda job: None)
+        with RunIndex() as index:
+            index.sync()
+            candidates = plan_prune(index, keep=keep, older_s=older, job=params.get("job"), keep_for=keep_for)
+            removed = prune(index, candidates) if params.get("yes") and candidates else None
+        out: dict = {"candidates": [c.to_json() for c in candidates]}
+        if removed is not None:
+            out["removed"] = len(removed)
+        return out
+
     def op_start(self, params: dict) -> dict:
         from gpudeck.jobs.supervisor import SupervisorError
         sup = self._supervisor()
@@ -317,6 +435,12 @@ class Agent:
         except RequestError as exc:        # no jobs file there: the telemetry still counts
             out["jobs_error"] = str(exc)
         return out
+
+
+def _stops_key(plan: dict) -> list:
+    """What a pivot plan would stop, as comparable values (pid and start time name a process)."""
+    return [(s.get("kind"), s.get("pid"), s.get("create_time"), s.get("job"), s.get("run_id"))
+            for s in plan.get("stops") or []]
 
 
 def main(argv: Optional[list[str]] = None, via: str = "installed") -> int:

@@ -150,6 +150,18 @@ class LogAnalysis:
             "key_lines": [k.to_json() for k in self.key_lines],
         }
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "LogAnalysis":
+        """The analysis back from `dataclasses.asdict(analysis)` (what the SSH agent sends: unrounded)."""
+        def part(kind: Any, value: Optional[dict]) -> Any:
+            return kind(**value) if value is not None else None
+        return cls(engine=d.get("engine"), phase=d.get("phase", "unknown"), progress=part(Progress, d.get("progress")),
+                   failure=part(Failure, d.get("failure")), ready_line=d.get("ready_line"),
+                   serving=part(ServingNumbers, d.get("serving")),
+                   warnings=tuple(LogWarning(**w) for w in d.get("warnings") or ()),
+                   key_lines=tuple(KeyLine(**k) for k in d.get("key_lines") or ()),
+                   decided_by=tuple(tuple(x) for x in d.get("decided_by") or ()))
+
 
 def _finite_fields(obj: Any, names: tuple[str, ...]) -> None:
     """Set each named numeric field of a frozen dataclass that is not finite (inf, nan, past float range) to None."""
