@@ -25,6 +25,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "ssh"))
+sys.path.insert(0, str(REPO / "tests"))          # runsupport, which sshsupport uses
 
 from sshsupport import ClientHome, Sshd, ensure_openssh  # noqa: E402
 

@@ -110,8 +110,13 @@ def _pivot_remote(args: argparse.Namespace, spec) -> int:
             deadline = args.timeout if args.timeout is not None else READY_DEADLINE_S
             t0 = time.monotonic()
             while True:
-                state = remote.call("pivot_ready", {"target": args.target, "run_id": result["run_id"],
-                                                    "wait_s": max(0.0, min(5.0, deadline - (time.monotonic() - t0)))})
+                try:
+                    state = remote.call("pivot_ready", {"target": args.target, "run_id": result["run_id"],
+                                                        "wait_s": max(0.0, min(5.0, deadline - (time.monotonic() - t0)))})
+                except CliError as exc:
+                    # The pivot itself is done on the box: say so, not only that the link failed.
+                    raise CliError(f"{exc}; the pivot was done on {spec.name} ({result['message']}) but its "
+                                   f"readiness is unknown: check `gpudeck --host {spec.name} jobs`", exc.code) from None
                 waited = time.monotonic() - t0
                 if state["ready"] or not state["alive"] or waited >= deadline:
                     break
