@@ -537,6 +537,10 @@ class Supervisor:
             run.add_event("StopEscalated", by="supervisor", signal="SIGKILL", pids=[st.pid for st in left])
             report.killed = self._kill_all(run)
         self._await_exit_record(run)
+        # The runner owns the deadline and may have escalated first: its event counts too.
+        if not report.escalated and any(e.get("event") == "StopEscalated" and e.get("by") == "runner"
+                                        for e in run.events()):
+            report.escalated = True
         report.message = f"stopped {name} (run {run.run_id})" + (" after SIGKILL" if report.escalated else "")
         return self._verify(report, spec, run, started)
 

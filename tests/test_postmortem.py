@@ -5,6 +5,7 @@ import json
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -244,6 +245,9 @@ def test_a_live_run_and_no_target_means_the_latest_run(tmp_path, state):
     text = out.stdout.decode()
     assert text.startswith("**still running in loading for "), text[:200]
     assert f"Post-mortem of slow run {run.run_id}" in text and "the run is live" in text
+    # A sub-second run's verdict names no duration; let this one live past a second, whatever the load.
+    started = run.meta()["started_at"]
+    wait_for(lambda: time.time() - started >= 2.0, timeout=30, what="the run to be 2 s old")
     assert cli(["--jobs", str(jobs), "stop", "slow"], env).returncode == 0
     wait_for(lambda: not run.state().runner_alive, timeout=60, what="the runner to finish")
     stopped = cli(["postmortem", "slow", "-o", str(tmp_path / "r.md")], env)
