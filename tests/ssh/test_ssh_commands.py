@@ -24,6 +24,19 @@ def gd(lab, *args: str, timeout: float = 120, stdin: str | None = None) -> subpr
                           stdin=None if stdin is not None else subprocess.DEVNULL)
 
 
+def gd_tty(lab, *args: str, answer: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """The CLI with a terminal on stdin (a real pty) that answers the confirmation with `answer`."""
+    import pty
+    master, slave = pty.openpty()
+    try:
+        os.write(master, answer.encode() + b"\n")
+        return subprocess.run([sys.executable, "-m", "gpudeck.console.cli", *args], cwd=REPO, env=lab.env,
+                              stdin=slave, capture_output=True, text=True, timeout=timeout)
+    finally:
+        os.close(slave)
+        os.close(master)
+
+
 def local(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "GPUDECK_HOST"}
     return subprocess.run([sys.executable, "-m", "gpudeck.console.cli", *args], cwd=REPO, env=env,
@@ -98,9 +111,16 @@ def test_pivot_on_the_box_stops_one_engine_and_starts_the_other(lab, engines):
     assert asked.stdout.splitlines()[0].startswith("pivot to eng-b (sglang, port")
     assert "job eng-a" in asked.stdout and _healthy(engines["eng-a"])
 
-    out = gd(lab, "--host", "box", "pivot", "eng-b", "--yes", "--wait", "--timeout", "60")
+    # In a terminal: the plan, then the question; "n" stops nothing.
+    no = gd_tty(lab, "--host", "box", "pivot", "eng-b", answer="n")
+    assert no.returncode == 1 and "Proceed? [y/N]" in no.stdout and "cancelled; nothing was stopped" in no.stdout
+    assert _healthy(engines["eng-a"]) and not _healthy(engines["eng-b"])
+
+    out = gd_tty(lab, "--host", "box", "pivot", "eng-b", "--wait", "--timeout", "60", answer="y")
     assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
+    assert out.stdout.startswith("pivot to eng-b") and "Proceed? [y/N]" in out.stdout
+    # The answer echoes on the terminal, not in stdout: the first step follows the prompt on its line.
+    lines = out.stdout.replace("Proceed? [y/N] ", "").splitlines()
     steps = [ln for ln in lines if ln.startswith("[")]
     assert [s.split(" (")[0] for s in steps] == ["[ok] stop job eng-a", "[ok] verify GPUs free",
                                                  "[ok] verify ports free", "[ok] start eng-b",
