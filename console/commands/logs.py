@@ -111,6 +111,13 @@ class LinePrinter:
             self._emit(f"{self._long_head[:MAX_LINE_CHARS]} …[unfinished line of {self._long_bytes} bytes]")
             self._long_head = None
 
+    def end(self, tail: Optional[LogLine] = None) -> None:
+        """The output's end: the source's unterminated last line (if any), a long line still open, all flushed."""
+        if tail is not None:
+            self.write(tail)
+        self.finish()
+        self.flush()
+
     def _emit(self, text: str) -> None:
         if self._partial_on_screen:
             self.out.write(b"\r\x1b[K")          # the finished line replaces its last redraw
@@ -158,6 +165,7 @@ def run_logs(args: argparse.Namespace) -> int:
         for line in follow(run.log_path, offset, done=ended, poll_s=0.2, on_idle=printer.show_partial):
             printer.write(line)
             printer.flush()
+        printer.end()
     else:
         follower = LogFollower(run.log_path, offset)
         while True:
@@ -166,11 +174,7 @@ def run_logs(args: argparse.Namespace) -> int:
                 break
             for line in lines:
                 printer.write(line)
-        tail = follower.flush()
-        if tail is not None:
-            printer.write(tail)
-    printer.finish()
-    printer.flush()
+        printer.end(follower.flush())
     return 0
 
 
@@ -188,9 +192,5 @@ def _remote_logs(args: argparse.Namespace, spec) -> int:
 
     with Remote(spec) as remote:
         remote.follow_log(args.job, write, run=args.run, tail=args.lines, follow=args.follow)
-    tail = lines.flush()
-    if tail is not None:
-        printer.write(tail)
-    printer.finish()
-    printer.flush()
+    printer.end(lines.flush())
     return 0
