@@ -21,6 +21,25 @@ REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
 
 
+_OOM_TRAINER = r"""
+import sys, time
+for i in range(1, STEPS + 1):
+    print(f"epoch 1/1 step {i}/STEPS loss={2.5 - i * 0.1:.2f}", flush=True)
+    time.sleep(PAUSE)
+sys.stderr.write('''Traceback (most recent call last):
+  File "/work/train.py", line 88, in <module>
+    loss = model(batch).loss
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.06 GiB is free.
+''')
+sys.exit(1)
+"""
+
+
+def oom_trainer(steps: int, pause_s: float) -> str:
+    """A training script: `steps` progress lines `pause_s` apart, then a CUDA out-of-memory traceback and exit 1."""
+    return _OOM_TRAINER.replace("STEPS", str(steps)).replace("PAUSE", str(pause_s))
+
+
 def toml_str(text: str) -> str:
     return json.dumps(text)          # a JSON string is a valid TOML basic string
 

@@ -6,16 +6,17 @@ import random
 from pathlib import Path
 
 import pytest
-from textual.app import App, ComposeResult
+from textual.app import App
 
 from gpudeck.console.screens.confirm import ConfirmScreen
 from gpudeck.console.screens.jobs import CELL_GAP, JobsScreen, banner_lines, layout_cells, table_layout
 from gpudeck.jobs.view import engine_views, job_views
 from gpudeck.jobs.watch import live_jobs_note
 from gpudeck.console.widgets.log_index import BLOCK, LogIndex, LogSearch
-from gpudeck.console.widgets.log_view import LogView, LogViewPane
+from gpudeck.console.widgets.log_view import LogViewPane
 from runsupport import free_port, pilot_test
 from runsupport import pilot_wait_for as wait_for
+from appsupport import LogApp
 
 
 
@@ -90,18 +91,6 @@ def test_huge_progress_line_shows_its_last_redraw(tmp_path: Path) -> None:
 
 
 # -- LogViewPane in an app -------------------------------------------------------------------------
-
-class LogApp(App):
-    def __init__(self, path: Path) -> None:
-        super().__init__()
-        self.path = path
-
-    def compose(self) -> ComposeResult:
-        yield LogView(self.path)
-
-    def on_mount(self) -> None:
-        self.query_one(LogViewPane).focus()
-
 
 def rendered_rows(pane: LogViewPane) -> list[str]:
     return [row.rstrip() for row in pane.visible_text()]

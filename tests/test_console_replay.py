@@ -13,22 +13,11 @@ from gpudeck.console.widgets.log_view import LogViewPane
 from gpudeck.jobs.spec import load_jobs
 from gpudeck.jobs.supervisor import Supervisor
 
-from runsupport import pilot_test, pilot_wait_for, wait_for, write_jobs
+from runsupport import oom_trainer, pilot_test, pilot_wait_for, wait_for, write_jobs
 
 PY = sys.executable
 
-CRASHER = r"""
-import sys, time
-for i in range(1, 5):
-    print(f"epoch 1/1 step {i}/4 loss={2.5 - i * 0.1:.2f}", flush=True)
-    time.sleep(0.3)
-sys.stderr.write('''Traceback (most recent call last):
-  File "/work/train.py", line 88, in <module>
-    loss = model(batch).loss
-torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.06 GiB is free.
-''')
-sys.exit(1)
-"""
+CRASHER = oom_trainer(steps=4, pause_s=0.3)
 
 
 @pytest.fixture

@@ -20,17 +20,9 @@ from gpudeck.jobs.telemetry.sampler import make_sampler
 
 from runsupport import pilot_wait_for
 
+pytestmark = pytest.mark.usefixtures("utc")    # the header prints local time
+
 EPOCH = 1_800_000_070.0      # the header's clock: the replayed instant
-
-
-@pytest.fixture(autouse=True)
-def utc(monkeypatch):
-    # Dates and the header clock are printed in local time: pin the zone so the SVGs do not depend on the machine.
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 def console(ticks: int = 3):

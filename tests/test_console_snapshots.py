@@ -15,6 +15,8 @@ from gpudeck.jobs.telemetry.snapshot import HostSample, Snapshot
 from gpudeck.console.app import make_app
 from gpudeck.console.messages import SampleFailed, SamplesCollected
 
+pytestmark = pytest.mark.usefixtures("utc")    # the header prints local time
+
 EPOCH = 1_800_000_000.0      # a fixed wall clock: the header shows snapshot time
 HISTORY_TICKS = 90           # enough ticks to fill the sparklines
 
@@ -28,16 +30,6 @@ class SteppingClock:
     def __call__(self) -> float:
         self.now += 1.0
         return self.now
-
-
-@pytest.fixture(autouse=True)
-def utc(monkeypatch):
-    # The header prints local time; pin the zone so the SVGs do not depend on the machine.
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 def demo_app(theme: str = "gpudeck-dark", ticks: int = HISTORY_TICKS, fail_after: bool = False):

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from textual.app import App, ComposeResult
+from textual.app import App
 
 from gpudeck.console.screens.jobs import JobsScreen
-from gpudeck.console.widgets.log_view import LogView, LogViewPane
+from gpudeck.console.widgets.log_view import LogViewPane
 
 from runsupport import pilot_test
 from runsupport import pilot_wait_for as wait_for
+from appsupport import LogApp
 
 HOSTILE_LINES = [
     "[red]RED[/red] plain",
@@ -17,18 +18,6 @@ HOSTILE_LINES = [
     "ValueError: bad path [/data/x]",
     "[b]bold?[/b] [link=https://evil.example]link[/link]",
 ]
-
-
-class LogApp(App):
-    def __init__(self, path: Path) -> None:
-        super().__init__()
-        self.path = path
-
-    def compose(self) -> ComposeResult:
-        yield LogView(self.path)
-
-    def on_mount(self) -> None:
-        self.query_one(LogViewPane).focus()
 
 
 @pilot_test

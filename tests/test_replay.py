@@ -17,23 +17,12 @@ from gpudeck.jobs.replay import (SPEEDS, ReplayError, ReplaySession, RunReplay, 
 from gpudeck.jobs.spec import load_jobs
 from gpudeck.jobs.supervisor import Supervisor
 
-from runsupport import wait_for, write_jobs
+from runsupport import oom_trainer, wait_for, write_jobs
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
 
-TRAINER = r"""
-import sys, time
-for i in range(1, 7):
-    print(f"epoch 1/1 step {i}/6 loss={2.5 - i * 0.1:.2f}", flush=True)
-    time.sleep(0.4)
-sys.stderr.write('''Traceback (most recent call last):
-  File "/work/train.py", line 88, in <module>
-    loss = model(batch).loss
-torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.06 GiB is free.
-''')
-sys.exit(1)
-"""
+TRAINER = oom_trainer(steps=6, pause_s=0.4)
 
 
 @pytest.fixture(scope="module")

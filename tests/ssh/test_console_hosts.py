@@ -10,19 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from runsupport import pilot_wait_for
+
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
 async def until(pilot, predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await pilot.pause(0.1)
+    return await pilot_wait_for(pilot, predicate, what, timeout)
 
 
 def links(app) -> dict:
