@@ -58,6 +58,17 @@ def timed(fn, repeat: int = 5) -> tuple[float, float, object]:
     return best, best_cpu, value
 
 
+def cli_walls(*args: str, repeat: int = 5) -> list[float]:
+    """Wall seconds of `gpudeck ARGS` run `repeat` times (Python start-up included)."""
+    walls = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "gpudeck.console.cli", *args], stdout=subprocess.DEVNULL, cwd=ROOT,
+                       check=True)
+        walls.append(time.perf_counter() - t0)
+    return walls
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=10_000)
@@ -91,18 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         best, cpu, table = timed(listing(**filters))
         print(f"{label} in-process (sync + query + table), best of 5: {best * 1000:.0f} ms wall, "
               f"{cpu * 1000:.0f} ms CPU, {table.count(chr(10)) - 1:,} rows")
-    walls = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "gpudeck.console.cli", "runs"], stdout=subprocess.DEVNULL, cwd=ROOT,
-                       check=True)
-        walls.append(time.perf_counter() - t0)
-    base = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "gpudeck.console.cli", "--version"], stdout=subprocess.DEVNULL, cwd=ROOT,
-                       check=True)
-        base.append(time.perf_counter() - t0)
+    walls, base = cli_walls("runs"), cli_walls("--version")
     print(f"CLI `gpudeck runs` (10,000 rows printed) wall: best {min(walls):.2f} s; "
           f"`gpudeck --version` (start-up alone): best {min(base):.2f} s")
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
