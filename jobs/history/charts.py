@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Any, Callable, Optional
 
 SPARKS = "▁▂▃▄▅▆▇█"
 # One letter per phase in the Markdown phase strip (initials collide: compiling/capturing).
@@ -123,6 +123,44 @@ def phase_mark(phase: str) -> str:
 
 
 MAX_ALERTS_SHOWN = 20
+
+def result_text(o: dict, text: Callable[[Any], str] = str) -> str:
+    """The outcome in one line (`failed, exit 1, stopped by you — Slurm job 12 TIMEOUT on node3`); `text` makes the
+    job's own words safe for the format."""
+    result = o.get("state") or "?"
+    if o.get("signal"):
+        result += f", {o['signal']}"
+    elif o.get("exit_code") is not None:
+        result += f", exit {o['exit_code']}"
+    if o.get("stopped_by"):
+        result += f", stopped by {text(o['stopped_by'])}"
+    slurm = o.get("slurm") if isinstance(o.get("slurm"), dict) else None
+    if slurm and slurm.get("job_id"):
+        result += text(f" — Slurm job {slurm['job_id']} {slurm.get('state') or 'not ended'}"
+                       + (f" on {slurm['nodes']}" if slurm.get("nodes") else ""))
+    return result
+
+
+def history_items(hist: dict, text: Callable[[Any], str] = str) -> list[str]:
+    """The run against earlier runs of its job, a sentence each; `text` makes a failure cause safe for the format."""
+    from gpudeck.jobs.history.postmortem import clock
+    items = []
+    if hist.get("median_load_s") is not None and hist.get("load_s") is not None:
+        diff = hist["load_s"] - hist["median_load_s"]
+        pct = f" ({100 * diff / hist['median_load_s']:+.0f}%)" if hist["median_load_s"] else ""
+        items.append(f"load time {clock(hist['load_s'])} vs median {clock(hist['median_load_s'])} of "
+                     f"{hist['load_runs']} earlier runs{pct}")
+    elif hist.get("median_load_s") is not None:
+        items.append(f"this run never became ready; earlier runs loaded in {clock(hist['median_load_s'])} (median)")
+    if hist.get("same_failure"):
+        k, n = hist["same_failure"]
+        items.append(f"same failure seen in {k} of the last {n} runs")
+    if hist.get("failed_of_last"):
+        k, n = hist["failed_of_last"]
+        items.append(f"{k} of the last {n} runs failed: " + ", ".join(
+            f"{r['run_id']} {'✗ ' + text(r['cause'] or 'failed') if r['failed'] else '✓'}" for r in hist.get("last") or []))
+    return items
+
 
 def recovered_note(phase: dict) -> str:
     n = phase.get("recovered_errors")

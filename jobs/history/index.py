@@ -80,7 +80,7 @@ def db_path(state_dir: Optional[Path] = None) -> Path:
 
 # --------------------------------------------------------------------------- reading one run's files
 
-def _read_json(path: Path) -> Optional[dict]:
+def read_json(path: Path) -> Optional[dict]:
     try:
         with open(path, "r", encoding="utf-8") as fh:
             data = json.load(fh)
@@ -89,7 +89,7 @@ def _read_json(path: Path) -> Optional[dict]:
     return data if isinstance(data, dict) else None
 
 
-def _read_jsonl(path: Path) -> list[dict]:
+def read_jsonl(path: Path) -> list[dict]:
     try:
         with open(path, "rb") as fh:
             raw = fh.read()
@@ -106,7 +106,7 @@ def _read_jsonl(path: Path) -> list[dict]:
     return out
 
 
-def _num(value: Any) -> Optional[float]:
+def number(value: Any) -> Optional[float]:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
@@ -122,7 +122,7 @@ def _text(value: Any) -> Optional[str]:
     return value if isinstance(value, str) and value else None
 
 
-def _size(path: Path) -> int:
+def file_size(path: Path) -> int:
     try:
         return os.stat(path).st_size
     except OSError:
@@ -179,21 +179,21 @@ def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
     from gpudeck.jobs.history.recorder import read_summary
     run_dir = Path(run_dir)
     now = time.time() if now is None else now
-    meta = _read_json(run_dir / "meta.json") or {}
-    exit_record = _read_json(run_dir / "exit.json")
-    health = _read_json(run_dir / "health.json") or {}
+    meta = read_json(run_dir / "meta.json") or {}
+    exit_record = read_json(run_dir / "exit.json")
+    health = read_json(run_dir / "health.json") or {}
     summary = read_summary(run_dir) or {}
     events_path = run_dir / "events.jsonl"
-    events = _read_jsonl(events_path)
+    events = read_jsonl(events_path)
     analysis = summary.get("analysis") if isinstance(summary.get("analysis"), dict) else {}
     if not analysis:
         analysis = health
     job, run_id = run_dir.parent.name, run_dir.name
     backend = _text(meta.get("backend")) or _text((exit_record or {}).get("backend")) or "local"
-    started = _num(meta.get("started_at")) or _num(meta.get("created_at"))
-    if backend == "slurm" and _num((exit_record or {}).get("started_at")) is not None:
-        started = _num(exit_record["started_at"])      # when Slurm ran it, not when it was queued
-    ended = _num((exit_record or {}).get("ended_at"))
+    started = number(meta.get("started_at")) or number(meta.get("created_at"))
+    if backend == "slurm" and number((exit_record or {}).get("started_at")) is not None:
+        started = number(exit_record["started_at"])      # when Slurm ran it, not when it was queued
+    ended = number((exit_record or {}).get("ended_at"))
     state = _run_state(run_dir, meta, exit_record, events)
     code = _int((exit_record or {}).get("exit_code"))
     sig = _text((exit_record or {}).get("signal"))
@@ -214,7 +214,7 @@ def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
     from gpudeck.jobs.history.phases import phase_durations
     phases = phase_durations(phases_list, started, ended or (now if state in ("running", "stopping") else None))
     load_s = None
-    ready_at = next((_num(p.get("t")) for p in phases_list if p.get("phase") == "ready"), None)
+    ready_at = next((number(p.get("t")) for p in phases_list if p.get("phase") == "ready"), None)
     if ready_at is not None and started is not None:
         load_s = round(max(0.0, ready_at - started), 3)
     peaks = summary.get("peaks") if isinstance(summary.get("peaks"), dict) else {}
@@ -247,24 +247,24 @@ def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
         "phases": phases, "load_s": load_s,
         "peak_gpu_mem": {str(k): v for k, v in (peaks.get("gpu_mem") or {}).items()}
         if isinstance(peaks.get("gpu_mem"), dict) else {},
-        "peak_rss": int(peaks["rss"]) if _num(peaks.get("rss")) is not None else None,
+        "peak_rss": int(peaks["rss"]) if number(peaks.get("rss")) is not None else None,
         "peak_gpu_mem_max": None, "gpu_count": None,
         "alerts": alerts_raised,
         "pipeline": _text(meta.get("pipeline")),
         "pivot": pivot_context,
         "detail": {},
         "final": 1 if exit_record is not None else 0,
-        "events_size": _size(events_path),
+        "events_size": file_size(events_path),
         "indexed_at": now,
     }
-    gpu_peaks = [v for v in row["peak_gpu_mem"].values() if _num(v) is not None]
+    gpu_peaks = [v for v in row["peak_gpu_mem"].values() if number(v) is not None]
     if gpu_peaks:
         row["peak_gpu_mem_max"], row["gpu_count"] = max(gpu_peaks), len(gpu_peaks)
     rows = [row]
     if pivot_record is not None:
         target = str(pivot_record.get("target") or job)
-        p_start = _num(pivot_record.get("t"))
-        p_end = _num(pivot_record.get("ended_at"))
+        p_start = number(pivot_record.get("t"))
+        p_end = number(pivot_record.get("ended_at"))
         ok = bool(pivot_record.get("ok"))
         rows.append({
             **{name: None for name in COLUMN_NAMES},
@@ -273,7 +273,7 @@ def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
             "command": f"pivot to {target}" + (f" (stopped {', '.join(pivot_record['stopped'])})"
                                                if pivot_record.get("stopped") else ""),
             "gpus": row["gpus"], "started_at": p_start, "ended_at": p_end,
-            "duration_s": _num(pivot_record.get("duration_s")) or (
+            "duration_s": number(pivot_record.get("duration_s")) or (
                 round(p_end - p_start, 3) if p_end is not None and p_start is not None else None),
             "state": "succeeded" if ok else ("failed" if p_end is not None else "running"),
             "failed": 0 if ok or p_end is None else 1,
@@ -320,9 +320,9 @@ def _run_state(run_dir: Path, meta: dict, exit_record: Optional[dict], events: l
 
 def summarize_pipeline(pipe_dir: Path, now: Optional[float] = None) -> dict:
     now = time.time() if now is None else now
-    meta = _read_json(pipe_dir / "meta.json") or {}
-    result = _read_json(pipe_dir / "result.json")
-    events = _read_jsonl(pipe_dir / "events.jsonl")
+    meta = read_json(pipe_dir / "meta.json") or {}
+    result = read_json(pipe_dir / "result.json")
+    events = read_jsonl(pipe_dir / "events.jsonl")
     stages = [s for s in meta.get("stages") or [] if isinstance(s, str)]
     stage_runs = {}
     for ev in events:
@@ -337,8 +337,8 @@ def summarize_pipeline(pipe_dir: Path, now: Optional[float] = None) -> dict:
                 entry["exit_code"] = ev.get("exit_code")
             else:
                 entry.setdefault("status", "running")
-    started = _num(meta.get("created_at"))
-    ended = _num((result or {}).get("ended_at"))
+    started = number(meta.get("created_at"))
+    ended = number((result or {}).get("ended_at"))
     if result is None:
         state = "running"
         try:
@@ -365,7 +365,7 @@ def summarize_pipeline(pipe_dir: Path, now: Optional[float] = None) -> dict:
         "failure_message": _text((result or {}).get("error")),
         "phases": {}, "peak_gpu_mem": {}, "alerts": [], "gpus": [],
         "detail": {"stages": [stage_runs.get(s, {"stage": s, "status": "pending"}) for s in stages]},
-        "final": 1 if result is not None else 0, "events_size": _size(pipe_dir / "events.jsonl"),
+        "final": 1 if result is not None else 0, "events_size": file_size(pipe_dir / "events.jsonl"),
         "indexed_at": now,
     }
 
@@ -386,17 +386,16 @@ def _encode(row: dict) -> tuple:
 _EMPTY_JSON = {"[]": list, "{}": dict}
 
 
-def decode_row(values: Iterable[Any], names: Iterable[str] = COLUMN_NAMES) -> dict:
+def decode_row(values: Iterable[Any], names: Iterable[str] = COLUMN_NAMES,
+               json_names: Iterable[str] = JSON_COLUMNS) -> dict:
+    """A row as a dict, its JSON columns decoded (`json_names`: those of `names` that are JSON, when the caller knows)."""
     row = dict(zip(names, values))
-    for name in JSON_COLUMNS:
+    for name in json_names:
         value = row.get(name)
         if isinstance(value, str):
             empty = _EMPTY_JSON.get(value)
-            if empty is not None:
-                row[name] = empty()
-                continue
             try:
-                row[name] = json.loads(value)
+                row[name] = empty() if empty is not None else json.loads(value)
             except ValueError:
                 row[name] = None
     if "failed" in row:
@@ -588,7 +587,7 @@ class RunIndex:
                 if f"{kind}/{job}" not in rescanned:
                     gone.append(key)
                 continue
-            if final and (kind != "job" or _size(p / "events.jsonl") == events_size):
+            if final and (kind != "job" or file_size(p / "events.jsonl") == events_size):
                 continue
             rows.extend(self._summarize(kind, p, now))
         self.upsert(rows)
@@ -664,22 +663,8 @@ class RunIndex:
         sql += " ORDER BY started_at DESC, run_id DESC"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        rows = [dict(zip(cols, values)) for values in conn.execute(sql, args)]
         json_cols = [c for c in cols if c in JSON_COLUMNS]
-        for row in rows:
-            for name in json_cols:
-                value = row[name]
-                if isinstance(value, str):
-                    empty = _EMPTY_JSON.get(value)
-                    try:
-                        row[name] = empty() if empty is not None else json.loads(value)
-                    except ValueError:
-                        row[name] = None
-            if "failed" in row:
-                row["failed"] = bool(row["failed"])
-            if "final" in row:
-                row["final"] = bool(row["final"])
-        return rows
+        return [decode_row(values, cols, json_cols) for values in conn.execute(sql, args)]
 
     def get(self, key: str) -> Optional[dict]:
         conn = self.open()

@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from gpudeck.jobs.history.index import RunIndex
+from gpudeck.jobs.history.index import RunIndex, file_size, number, read_json, read_jsonl
 from gpudeck.jobs.history.phases import phase_rows
 from gpudeck.jobs.history.recorder import read_summary, timeline_from_samples
 
@@ -79,38 +79,6 @@ def span(seconds: Optional[float]) -> str:
         return f"{h} h {m:02d} min"
     d, h = divmod(h, 24)
     return f"{d} d {h} h"
-
-
-def _num(value: Any) -> Optional[float]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
-def _read_json(path: Path) -> Optional[dict]:
-    try:
-        with open(path, "r", encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except OSError:
-        return []
-    out = []
-    for line in raw.splitlines():
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-    return out
 
 
 def _clean(raw: bytes) -> str:
@@ -228,7 +196,7 @@ def replay_log(path: Path, arrival=None) -> dict:
     last_ts: Optional[float] = None
     # A small log is fed line by line (exact phase lines); a big one in pieces of about
     # 1/4000th of it, so the pass stays near the analyzer's own speed.
-    size = _size(Path(path))
+    size = file_size(Path(path))
     piece_size = 0 if size <= SMALL_LOG else max(64 * 1024, min(REPLAY_CHUNK, size // 4000))
     with open(path, "rb") as fh:
         while True:
@@ -375,18 +343,18 @@ def build_run(run_dir: Path, state_dir: Optional[Path] = None) -> dict:
     run_dir = Path(run_dir)
     report = _empty("run")
     missing = report["missing"]
-    meta = _read_json(run_dir / "meta.json")
+    meta = read_json(run_dir / "meta.json")
     if meta is None:
         missing.append("meta.json missing or unreadable: command, host and GPUs unknown")
         meta = {}
-    exit_record = _read_json(run_dir / "exit.json")
-    health = _read_json(run_dir / "health.json") or {}
-    events = _read_jsonl(run_dir / "events.jsonl")
+    exit_record = read_json(run_dir / "exit.json")
+    health = read_json(run_dir / "health.json") or {}
+    events = read_jsonl(run_dir / "events.jsonl")
     if not (run_dir / "events.jsonl").exists():
         missing.append("events.jsonl missing: no alerts or stop requests known")
     summary = read_summary(run_dir)
     log_path = run_dir / "output.log"
-    log_size = _size(log_path)
+    log_size = file_size(log_path)
     from gpudeck.jobs.history.index import summarize_run
     row = summarize_run(run_dir)[0]
     started = row["started_at"]
@@ -422,8 +390,8 @@ def build_run(run_dir: Path, state_dir: Optional[Path] = None) -> dict:
         phases_raw = [p for p in summary.get("phases") or [] if isinstance(p, dict)]
         log = summary.get("log") or {}
         checkpoints = log.get("checkpoints")
-        recorded = _num(log.get("bytes"))
-        lines_next = _num(log.get("lines"))
+        recorded = number(log.get("bytes"))
+        lines_next = number(log.get("lines"))
         if lines_next:
             total_lines = int(lines_next) - (1 if _last_byte(log_path) == b"\n" else 0)
         if recorded is not None and log_size < recorded:
@@ -466,7 +434,7 @@ def build_run(run_dir: Path, state_dir: Optional[Path] = None) -> dict:
     timeline, peaks = None, None
     live = row["state"] in ("running", "starting", "stopping")
     if live and summary is not None:
-        age = now - (_num(summary.get("written_at")) or now)
+        age = now - (number(summary.get("written_at")) or now)
         missing.append(f"the run is live: phases and the lines that matter are as of its runner's last summary "
                        f"({span(age)} ago); the resource timeline is read from samples.jsonl")
     if live and (run_dir / "samples.jsonl").exists():
@@ -490,13 +458,6 @@ def build_run(run_dir: Path, state_dir: Optional[Path] = None) -> dict:
     return report
 
 
-def _size(path: Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
-
-
 def _alerts(events: list[dict], health: dict, end: Optional[float], started: Optional[float]
             ) -> tuple[list[dict], list[dict]]:
     alerts: list[dict] = []
@@ -504,7 +465,7 @@ def _alerts(events: list[dict], health: dict, end: Optional[float], started: Opt
     for ev in events:
         kind = ev.get("event")
         if kind == "AlertRaised":
-            entry = {"code": ev.get("code"), "raised": _num(ev.get("t")), "since": _num(ev.get("since")),
+            entry = {"code": ev.get("code"), "raised": number(ev.get("t")), "since": number(ev.get("since")),
                      "cleared": None, "message": ev.get("message"), "severity": ev.get("severity"),
                      "cause": ev.get("cause"), "hint": ev.get("hint")}
             alerts.append(entry)
@@ -512,14 +473,14 @@ def _alerts(events: list[dict], health: dict, end: Optional[float], started: Opt
         elif kind == "AlertCleared":
             entry = open_by_code.pop(str(ev.get("code")), None)
             if entry is not None:
-                entry["cleared"] = _num(ev.get("cleared")) or _num(ev.get("t"))
+                entry["cleared"] = number(ev.get("cleared")) or number(ev.get("t"))
     if not alerts:
         # An older runner that kept alerts only in health.json.
         for al in (health.get("history") or []) + (health.get("alerts") or []):
             if isinstance(al, dict) and not any(a["code"] == al.get("code") and a["since"] == al.get("since")
                                                 for a in alerts):
-                alerts.append({"code": al.get("code"), "raised": _num(al.get("since")), "since": _num(al.get("since")),
-                               "cleared": _num(al.get("cleared")), "message": al.get("message"),
+                alerts.append({"code": al.get("code"), "raised": number(al.get("since")), "since": number(al.get("since")),
+                               "cleared": number(al.get("cleared")), "message": al.get("message"),
                                "severity": al.get("severity"), "cause": al.get("cause"), "hint": al.get("hint")})
     for a in alerts:
         # When the condition began (the rules' clock), else when the alert was written.
@@ -572,7 +533,7 @@ def _notable_events(events: list[dict], started: Optional[float]) -> list[dict]:
     out = []
     for ev in events:
         if ev.get("event") in keep:
-            t = _num(ev.get("t"))
+            t = number(ev.get("t"))
             detail = {k: v for k, v in ev.items() if k not in ("t", "event", "plan", "traceback")}
             out.append({"event": ev["event"], "t": t,
                         "at_s": round(t - started, 3) if t is not None and started is not None else None,
@@ -584,7 +545,7 @@ def _context(meta: dict, events: list[dict], row: dict, state_dir: Optional[Path
     out: dict[str, Any] = {}
     if row.get("pivot"):
         out["pivot"] = row["pivot"]
-        steps = [f"{e.get('step')}: {'ok' if e.get('ok') else 'FAILED'} ({span(_num(e.get('duration_s')))})"
+        steps = [f"{e.get('step')}: {'ok' if e.get('ok') else 'FAILED'} ({span(number(e.get('duration_s')))})"
                  for e in events if e.get("event") in ("PivotStepCompleted", "PivotStepFailed")]
         if steps:
             out["pivot_steps"] = steps
@@ -634,7 +595,7 @@ def _timeline_from_samples_file(path: Path, missing: list[str]) -> tuple[Optiona
 
 
 def _split_timeline(timeline: dict, peaks: Optional[dict], started: Optional[float]) -> tuple[Optional[dict], Optional[dict]]:
-    times = [_num(t) for t in timeline.get("t") or []]
+    times = [number(t) for t in timeline.get("t") or []]
     base = started if started is not None else (times[0] if times else 0.0)
     rel = [round(t - base, 3) if t is not None else None for t in times]
     resources, serving = {}, {}
@@ -735,7 +696,7 @@ def _default_state() -> Path:
 def build_log(path: Path) -> dict:
     report = _empty("log")
     missing = report["missing"]
-    report["source"] = {"kind": "log", "log": str(path), "bytes": _size(path)}
+    report["source"] = {"kind": "log", "log": str(path), "bytes": file_size(path)}
     try:
         replayed = replay_log(path)
     except OSError as exc:
@@ -751,7 +712,7 @@ def build_log(path: Path) -> dict:
         tail = b""
         try:
             with open(path, "rb") as fh:
-                fh.seek(max(0, _size(path) - 8192))
+                fh.seek(max(0, file_size(path) - 8192))
                 tail = fh.read()
         except OSError:
             pass

@@ -5,7 +5,8 @@ import html
 import time
 from typing import Any, Optional
 
-from gpudeck.jobs.history.charts import alert_items, chart_groups, fmt_value, recovered_note, resample
+from gpudeck.jobs.history.charts import (alert_items, chart_groups, fmt_value, history_items, recovered_note, resample,
+                                         result_text)
 from gpudeck.jobs.history.postmortem import clock, span
 from gpudeck.jobs.logs.sanitize import terminal_text
 
@@ -92,18 +93,7 @@ def _facts(src: dict, o: dict) -> str:
         rows += [("started", _when(o.get("started_at"))),
                  ("ended", _when(o.get("ended_at")) + (f" (took {span(o.get('duration_s'))})"
                                                        if o.get("duration_s") is not None else ""))]
-        result = o.get("state") or "?"
-        if o.get("signal"):
-            result += f", {o['signal']}"
-        elif o.get("exit_code") is not None:
-            result += f", exit {o['exit_code']}"
-        if o.get("stopped_by"):
-            result += f", stopped by {o['stopped_by']}"
-        slurm = o.get("slurm") if isinstance(o.get("slurm"), dict) else None
-        if slurm and slurm.get("job_id"):
-            result += (f" — Slurm job {slurm['job_id']} {slurm.get('state') or 'not ended'}"
-                       + (f" on {slurm['nodes']}" if slurm.get("nodes") else ""))
-        rows.append(("result", result))
+        rows.append(("result", result_text(o)))
     if src.get("log"):
         rows.append(("log", src["log"]))
     if not rows:
@@ -306,19 +296,5 @@ def _history(report: dict) -> str:
         return ""
     if not hist.get("earlier_runs"):
         return "<h2>Against earlier runs</h2><p class=\"muted\">No earlier run of this job in the index.</p>"
-    items = []
-    if hist.get("median_load_s") is not None and hist.get("load_s") is not None:
-        diff = hist["load_s"] - hist["median_load_s"]
-        pct = f" ({100 * diff / hist['median_load_s']:+.0f}%)" if hist["median_load_s"] else ""
-        items.append(f"load time {clock(hist['load_s'])} vs median {clock(hist['median_load_s'])} of "
-                     f"{hist['load_runs']} earlier runs{pct}")
-    elif hist.get("median_load_s") is not None:
-        items.append(f"this run never became ready; earlier runs loaded in {clock(hist['median_load_s'])} (median)")
-    if hist.get("same_failure"):
-        k, n = hist["same_failure"]
-        items.append(f"same failure seen in {k} of the last {n} runs")
-    if hist.get("failed_of_last"):
-        k, n = hist["failed_of_last"]
-        items.append(f"{k} of the last {n} runs failed: " + ", ".join(
-            f"{r['run_id']} {'✗ ' + str(r['cause'] or 'failed') if r['failed'] else '✓'}" for r in hist.get("last") or []))
+    items = history_items(hist)
     return "<h2>Against earlier runs</h2><ul>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>"

@@ -6,7 +6,7 @@ import time
 from typing import Any, Optional
 
 from gpudeck.jobs.history.charts import (alert_items, chart_groups, fmt_value, phase_mark, phase_strip, recovered_note,
-                                         sparkline)
+                                         history_items, result_text, sparkline)
 from gpudeck.jobs.history.postmortem import clock, span
 from gpudeck.jobs.logs.sanitize import terminal_text
 
@@ -55,18 +55,7 @@ def render(report: dict) -> str:
         facts += [("started", when(o.get("started_at"))),
                   ("ended", when(o.get("ended_at")) + (f" (took {span(o.get('duration_s'))})"
                                                        if o.get("duration_s") is not None else ""))]
-        result = o.get("state") or "?"
-        if o.get("signal"):
-            result += f", {o['signal']}"
-        elif o.get("exit_code") is not None:
-            result += f", exit {o['exit_code']}"
-        if o.get("stopped_by"):
-            result += f", stopped by {text(o['stopped_by'])}"
-        slurm = o.get("slurm") if isinstance(o.get("slurm"), dict) else None
-        if slurm and slurm.get("job_id"):
-            result += text(f" — Slurm job {slurm['job_id']} {slurm.get('state') or 'not ended'}"
-                           + (f" on {slurm['nodes']}" if slurm.get("nodes") else ""))
-        facts.append(("result", result))
+        facts.append(("result", result_text(o, text)))
     if src.get("log"):
         facts.append(("log", f"`{terminal_text(src['log'], 300)}`"))
     if facts:
@@ -170,23 +159,7 @@ def render(report: dict) -> str:
 
     hist = report.get("history")
     if hist and hist.get("earlier_runs"):
-        out += ["## Against earlier runs", ""]
-        if hist.get("median_load_s") is not None and hist.get("load_s") is not None:
-            diff = hist["load_s"] - hist["median_load_s"]
-            pct = f" ({100 * diff / hist['median_load_s']:+.0f}%)" if hist["median_load_s"] else ""
-            out.append(f"- load time {clock(hist['load_s'])} vs median {clock(hist['median_load_s'])} of "
-                       f"{hist['load_runs']} earlier runs{pct}")
-        elif hist.get("median_load_s") is not None:
-            out.append(f"- this run never became ready; earlier runs loaded in {clock(hist['median_load_s'])} (median)")
-        if hist.get("same_failure"):
-            k, n = hist["same_failure"]
-            out.append(f"- same failure seen in {k} of the last {n} runs")
-        if hist.get("failed_of_last"):
-            k, n = hist["failed_of_last"]
-            out.append(f"- {k} of the last {n} runs failed: "
-                       + ", ".join(f"{r['run_id']} {'✗ ' + text(r['cause'] or 'failed') if r['failed'] else '✓'}"
-                                   for r in hist.get("last") or []))
-        out.append("")
+        out += ["## Against earlier runs", ""] + [f"- {item}" for item in history_items(hist, text)] + [""]
     elif hist is not None:
         out += ["## Against earlier runs", "", "- no earlier run of this job in the index", ""]
 
