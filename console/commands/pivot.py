@@ -100,12 +100,25 @@ def _pivot_remote(args: argparse.Namespace, spec) -> int:
         params = {**target, "plan": shown["plan"]}
         if args.gpu_deadline is not None:
             params["gpu_deadline_s"] = args.gpu_deadline
-        reply = remote.action("pivot", params)
+        token = remote.action("pivot", params)["token"]
+        seen = 0
+        while True:
+            try:
+                progress = remote.call("pivot_progress", {"token": token, "seen": seen, "wait_s": 5.0})
+            except CliError as exc:
+                raise CliError(f"{exc}; the pivot started on {spec.name} and carries on there without this "
+                               f"command: check `gpudeck --host {spec.name} jobs`", exc.code) from None
+            for data in progress["steps"]:
+                if not args.json:
+                    print(PivotStep(**data).line(), flush=True)
+            seen += len(progress["steps"])
+            if progress["done"] is not None:
+                break
+        reply = progress["done"]
+        if "error" in reply:
+            raise CliError(f"pivot failed on {spec.name}: {reply['error']}", 1)
         result = reply["result"]
         steps = [PivotStep(**s) for s in result["steps"]]
-        if not args.json:
-            for step in steps:
-                print(step.line(), flush=True)
         if result["ok"] and args.wait:
             deadline = args.timeout if args.timeout is not None else READY_DEADLINE_S
             t0 = time.monotonic()

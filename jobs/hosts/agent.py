@@ -47,6 +47,7 @@ class Agent:
         self._last: dict[str, dict] = {}          # per delta-sent op: the payload last sent
         self._last_lock = threading.Lock()
         self._actions: list[threading.Thread] = []
+        self._pivots: dict[str, dict] = {}        # pivot token -> its steps so far and its result
 
     # -- wire ----------------------------------------------------------------------
     def send(self, message: dict) -> None:
@@ -223,11 +224,15 @@ class Agent:
         return {"lines": plan.lines(), "plan": plan.to_jsonable()}
 
     def op_pivot(self, params: dict) -> dict:
-        """Carry out the pivot the operator confirmed (`plan`), without the wait for ready (`pivot_ready`).
+        """Start the pivot the operator confirmed (`plan`), without the wait for ready (`pivot_ready`);
+        returns a token for `pivot_progress`, which hands out each step as it completes.
 
         The plan is made again here: if what it would stop differs from what the operator
-        saw (an engine started or ended meanwhile), nothing is stopped.
+        saw (an engine started or ended meanwhile), nothing is stopped. The pivot runs in
+        its own thread and finishes even if the link drops (serve() waits for it).
         """
+        from dataclasses import asdict
+
         from gpudeck.jobs.engines.pivot import GPU_RELEASE_DEADLINE_S, execute_pivot
         sup, plan = self._pivot_plan(params)
         seen = params.get("plan")
@@ -235,10 +240,49 @@ class Agent:
             raise RequestError("what the pivot would stop changed since the plan was shown; nothing was "
                                "stopped: run the pivot again to see the new plan")
         gpu_deadline = params.get("gpu_deadline_s")
-        result = execute_pivot(sup, plan, wait=False,
-                               gpu_deadline_s=float(gpu_deadline) if gpu_deadline is not None
-                               else GPU_RELEASE_DEADLINE_S)
-        return {"result": result.to_jsonable(), "overhead_s": result.overhead_s}
+        progress: dict = {"steps": [], "done": None, "cond": threading.Condition()}
+
+        def on_step(step: Any) -> None:
+            with progress["cond"]:
+                progress["steps"].append(asdict(step))
+                progress["cond"].notify_all()
+
+        def work() -> None:
+            try:
+                result = execute_pivot(sup, plan, wait=False, on_step=on_step,
+                                       gpu_deadline_s=float(gpu_deadline) if gpu_deadline is not None
+                                       else GPU_RELEASE_DEADLINE_S)
+                done = {"result": result.to_jsonable(), "overhead_s": result.overhead_s}
+            except Exception as exc:  # noqa: BLE001 - reported to the laptop, not lost in a thread
+                done = {"error": f"{type(exc).__name__}: {exc}"}
+            with progress["cond"]:
+                progress["done"] = done
+                progress["cond"].notify_all()
+
+        token = f"{plan.target}-{time.time_ns()}"
+        with self._last_lock:
+            self._pivots[token] = progress
+        worker = threading.Thread(target=work, name="agent-pivot-run")
+        self._actions.append(worker)
+        worker.start()
+        return {"token": token}
+
+    def op_pivot_progress(self, params: dict) -> dict:
+        """The steps of pivot `token` from index `seen` on, waiting up to `wait_s` for one; `done` once it ended."""
+        with self._last_lock:
+            progress = self._pivots.get(str(params.get("token")))
+        if progress is None:
+            raise RequestError("this agent has no record of that pivot (the link to the box was re-made); "
+                               "it carries on on the box")
+        seen = int(params.get("seen") or 0)
+        deadline = time.monotonic() + min(float(params.get("wait_s") or 0), MAX_LOG_WAIT_S)
+        with progress["cond"]:
+            while len(progress["steps"]) <= seen and progress["done"] is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                progress["cond"].wait(left)
+            return {"steps": progress["steps"][seen:], "done": progress["done"]}
 
     def op_pivot_ready(self, params: dict) -> dict:
         """Whether the pivot's target is ready, waiting up to `wait_s` (the laptop asks again until it is)."""

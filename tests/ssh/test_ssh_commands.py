@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -96,9 +97,9 @@ def engines(lab):
     lab.setup(lab.work, extra=f'python = "{sys.executable}"\nagent = "zipapp"\n')
     (lab.work / "jobs.toml").write_text("".join(f"[jobs.{name}]\n{_standin(port)}\n" for name, port in ports.items()))
     yield ports
-    for name in ports:
+    for name in ports:                          # the tests may add jobs to this dict
         gd(lab, "--host", "box", "stop", name, "--timeout", "2", timeout=60)
-    for run_dir in (lab.state_dir("box") / "runs").glob("eng-*/2*"):
+    for run_dir in (lab.state_dir("box") / "runs").glob("*/2*"):
         kill_run_leftovers(run_dir.name)
 
 
@@ -185,3 +186,29 @@ def test_runs_reindex_and_prune_over_ssh(lab):
     assert len(list(runs_dir.glob("2*"))) == 1
     rows = json.loads(gd(lab, "--host", "box", "runs", "prep", "--json").stdout)["runs"]
     assert len(rows) == 1
+
+
+def test_pivot_over_ssh_prints_each_step_as_it_completes_on_the_box(lab, engines):
+    # Two engines whose stop takes about 2 s each (the job's shell lingers after SIGTERM):
+    # the first stop's line must be here while the second stop is still going on there.
+    slow = {"slow-a": free_port(), "slow-c": free_port()}
+    engines.update(slow)                       # the fixture stops these too
+    (lab.work / "jobs.toml").write_text("".join(
+        f'[jobs.{name}]\nengine = "sglang"\nport = {port}\nstop_timeout = "10s"\n'
+        f'cmd = "trap \'sleep 2; exit 0\' TERM; {sys.executable} {STANDIN} --model-path /models/stand-in '
+        f'--port {port} --load-seconds 0.1 & wait; wait"\n\n' for name, port in slow.items())
+        + f"[jobs.eng-b]\n{_standin(engines['eng-b'])}\n")
+    for name, port in slow.items():
+        assert gd(lab, "--host", "box", "start", name).returncode == 0
+        wait_for(lambda: _healthy(port), timeout=60, what=f"{name} healthy on box")
+    proc = subprocess.Popen([sys.executable, "-m", "gpudeck.console.cli", "--host", "box", "pivot", "eng-b", "--yes"],
+                            cwd=REPO, env=lab.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    arrived = {}
+    for line in proc.stdout:
+        if line.startswith("[ok] stop job "):
+            arrived[line.split()[3]] = time.monotonic()
+    assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    assert set(arrived) == {"slow-a", "slow-c"}
+    first, second = sorted(arrived.values())
+    assert second - first >= 1.0, f"the stop lines came together ({second - first:.2f} s apart): not live"
