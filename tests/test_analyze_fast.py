@@ -97,6 +97,21 @@ MAKERS = [
     # buildkit steps carry a timestamp, so their rate comes from the first step of a series
     lambda r: "\n".join(f"#12 {10 + 3 * k + r.random():.2f} [{k}/{r.choice([9, 9, 12])}] c++ -c a{k}.cpp"
                         for k in range(r.randint(1, 4), r.randint(5, 9))),
+    # a stretch of phase markers of several kinds and templates (folded by the scanner: only the
+    # last one and the last that names the phase are read)
+    lambda r: "\n".join(r.choice([
+        "[2025-10-22 10:00:0{k} TP{k}] Load weight begin. avail mem=7{k}.1 GB",
+        "INFO 05-07 10:00:0{k} [loader.py:1] Loading weights took {k}.5 seconds",
+        "INFO 05-07 10:00:0{k} [backends.py:1] Dynamo bytecode transform time: {k}.1 s",
+        "INFO 05-07 10:00:0{k} [monitor.py:1] torch.compile takes {k}.5 s in total",
+        "[2025-10-22 10:00:0{k} TP{k}] Capture cuda graph begin. This can take up to several minutes.",
+        "[2025-10-22 10:00:0{k} TP{k}] Capture cuda graph end. Time elapsed: {k}.1 s",
+        "INFO 05-07 10:00:0{k} [gpu_worker.py:1] Available KV cache memory: {k}.5 GiB",
+        "-- The CXX compiler identification is GNU 11.4.{k}", "***** Running training *****",
+        "(APIServer pid=1{k}) INFO:     Started server process [1{k}]",
+        "(APIServer pid=1{k}) INFO:     Application startup complete.",
+        "Allowing ninja to set a default number of workers"]).format(k=r.randint(0, 9))
+        for _ in range(r.randint(2, 9))),
     # a loading bar that completes (and may restart) before unlabeled bars: those become capture
     lambda r: "\r".join(f"Loading weights: {d * 100 // 4:3d}%|{'#' * d:4s}| {d}/4 [00:01<00:01, 1.00it/s]"
                         for d in r.choice([[1, 4, 2], [1, 2, 4], [4, 4], [0, 1, 2], [4, 0]]))
@@ -262,3 +277,19 @@ def test_unlabeled_full_bar_then_glued_bar_agree() -> None:
         a.feed(data)
         a.finish()
     assert fast.result() == full.result()
+
+
+def test_a_folded_stretch_of_markers_keeps_the_marker_that_named_the_phase() -> None:
+    # Once planned, "Running training" then "Started server process" form one stretch of markers:
+    # the second leaves the phase at training, so why["phase"] must still name the first one.
+    block = (b"(APIServer pid=1) INFO 05-07 10:00:00 [api_server.py:1] vLLM API server version 0.9.0\n"
+             + b"(APIServer pid=1) INFO:     Started server process [1]\n" * 3
+             + b"***** Running training *****\n(APIServer pid=1) INFO:     Started server process [12]\n")
+    log = block * 4
+    fast, ref = LogAnalyzer(), ReferenceAnalyzer()
+    for a in (fast, ref):
+        a.feed(log)
+        a.finish()
+    assert dict(fast.result().decided_by)["phase"] == dict(ref.result().decided_by)["phase"]
+    assert "(line 23)" in dict(fast.result().decided_by)["phase"]
+    assert fast.result() == ref.result()

@@ -16,6 +16,10 @@ from .templates import (ALL_SERVING_BITS, K_BAR, K_BAR_GLUED, K_BUILD, K_GIANT, 
                         classify_template, kv_unsafe_offsets, prefilter_one_offs, record_plan, run_kv_safe)
 
 
+# Marker kinds whose effect reads the segment's line (ready line, recovery): never folded.
+LINE_MARKERS = frozenset(("ready", "startup_complete"))
+
+
 # --------------------------------------------------------------------------- the incremental reader
 
 
@@ -255,13 +259,58 @@ class LogAnalyzer:
         # Where the group changes (C-level): consecutive members of one group are handled together.
         bounds = list(compress(range(1, len(sel)), map(is_not, islice(groups, 1, None), groups)))
         bounds.append(len(sel))
+
+        def markers(members: list[int]) -> None:
+            # A stretch of phase markers (no line-reading kinds) with nothing examined between
+            # them: only the phase, load_done and the why texts of two of them survive it (the
+            # last marker's, and that of the last one that set why["phase"]), so the kinds are
+            # folded over the state and only those two segments are read.
+            phase, load_done = state.phase, state.load_done
+            sets = state.marker_sets_phase_why
+            p = -1
+            for x, i in enumerate(members):
+                if sets(infos[i].plan.marker[0]):
+                    p = x
+            state.phase, state.load_done = phase, load_done
+            end = len(members) - 1
+            for x, i in enumerate(members):
+                if x == p or x == end:
+                    examine(i)
+                else:
+                    sets(infos[i].plan.marker[0])
+
         next_first = 0
-        for bound in bounds:
+        nbounds = len(bounds)
+        b = 0
+        while b < nbounds:
+            bound = bounds[b]
+            b += 1
             first, last, next_first = next_first, bound - 1, bound
             group = groups[first]
             info = infos[sel[first]]
             kind = info.kind
             if group is SKIP_GROUP:
+                continue
+            if (engine_known and group is info and info.plan and info.plan.marker_only
+                    and info.plan.marker[0] not in LINE_MARKERS and not (deferred and info.fams & S)):
+                members = [sel[first], sel[last]] if last > first else [sel[first]]
+                while b < nbounds:                    # gather the stretch (inert groups between are skipped)
+                    g = groups[next_first]
+                    if g is not SKIP_GROUP:
+                        nxt = infos[sel[next_first]]
+                        plan = nxt.plan
+                        if (g is not nxt or not plan or not plan.marker_only or plan.marker[0] in LINE_MARKERS
+                                or (deferred and nxt.fams & S)):
+                            break
+                        members.append(sel[next_first])
+                        if bounds[b] - 1 > next_first:
+                            members.append(sel[bounds[b] - 1])
+                    next_first = bounds[b]
+                    b += 1
+                if run_kind:
+                    flush_run()
+                serving_run = False
+                markers(members)
                 continue
             if group is not info:                     # a run group (no engine to learn from it)
                 if kind == K_SERVING:

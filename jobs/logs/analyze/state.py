@@ -271,6 +271,13 @@ class State:
         elif kind == "training":
             self.phase = "training"
 
+    def marker_sets_phase_why(self, kind: str) -> bool:
+        """Apply a marker of a kind that reads no line (not ready / startup_complete) to the phase
+        alone; True if its examination would also set why["phase"] (see _apply_plan)."""
+        before = self.phase
+        self._marker(kind, 0)
+        return self.phase != before or self.phase == _MARKER_PHASE.get(kind)
+
     def _became_ready(self, line: int) -> None:
         self.phase = "ready"
         if self.ready_line is None:
