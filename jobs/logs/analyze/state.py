@@ -42,6 +42,8 @@ class _Candidate:
 # _classify's verdicts by (body, level, phase), for examine_planned: bounded, shared by analyzers.
 _CLASSIFIED: dict[tuple, Optional[tuple]] = {}
 _MISS = object()
+# "NVRM:" bodies -> whether _classify reads them as plain driver chatter (remembered in the window only).
+_NVRM_PLAIN: dict[str, bool] = {}
 
 def _why_text(why) -> str:
     """A `why` entry as text: kept as (format, *args) on the hot paths, formatted when a result is made."""
@@ -160,6 +162,18 @@ class State:
     def _classify_memo(self, body: str, level: Optional[str], line: int) -> Optional[_Candidate]:
         """_classify() through a memo of its pure part (what it makes of a body at a phase); None
         also for a remembered candidate that _candidate() would ignore now."""
+        if body.startswith("NVRM:") and len(body) <= 1024:
+            # A driver line that names no fault (nor Xid, nor Slurm) only joins the NVRM window.
+            plain = _NVRM_PLAIN.get(body)
+            if plain is None:
+                if len(_NVRM_PLAIN) >= 1024:
+                    _NVRM_PLAIN.clear()
+                plain = _NVRM_PLAIN[body] = ("slurmstepd" not in body and "Xid" not in body
+                                             and GPU_FAULT.search(body) is None)
+            if plain:
+                self.nvrm.append((line, body))
+                return None
+            return self._classify(body, level, line)
         if (len(body) > 1024 or body.startswith("NVRM:")            # long bodies are not remembered (memory)
                 or (("error:" in body or body.startswith("Error: ")) and BAD_ARGS.search(body))):
             return self._classify(body, level, line)      # reads the NVRM window / the usage line
