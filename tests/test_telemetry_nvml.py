@@ -259,3 +259,16 @@ def test_memory_falls_back_to_v1_where_the_binding_has_no_v2():
         (g,), _ = src.read()
     assert g.mem_used == 10 * GiB
     assert "mem_v2" in src.unsupported_fields(0)
+
+
+def test_open_initialises_once_ahead_of_the_first_read_and_never_raises():
+    nvml = make_fake_nvml(count=1)
+    src = NvmlGpuSource(nvml, pcie=False)
+    src.open()
+    assert nvml.calls.get("nvmlDeviceGetCount") == 1        # NVML is up before any read
+    assert src.read()[1] is None
+    assert nvml.calls.get("nvmlDeviceGetCount") == 1        # the read did not initialise again
+    src.close()
+    broken = NvmlGpuSource(make_fake_nvml(init_error=9), pcie=False)
+    broken.open()                                            # a failed init is read()'s to report
+    assert broken.read() == ((), "NVIDIA driver not loaded (kernel module absent)")

@@ -44,6 +44,8 @@ def _slurm_status(args: argparse.Namespace):
         jobs_file = load_jobs(path)
     except SpecError:
         return None          # status is about the box; `gpudeck check` reports a broken jobs file
+    if not any(spec.backend == "slurm" for spec in jobs_file.jobs.values()):
+        return None          # no Slurm jobs: not even the Slurm module is loaded
     from gpudeck.jobs.slurm import cluster_status
     return cluster_status(jobs_file)
 
@@ -57,7 +59,8 @@ def run_status(args: argparse.Namespace) -> int:
         return _remote_status(args, spec)
     from gpudeck.jobs.telemetry.sampler import make_sampler
     from gpudeck.jobs.telemetry.status import render_status_text, status_payload
-    sampler = make_sampler(demo=bool(getattr(args, "demo", False)))
+    # One sample: a PCIe throughput thread would have nothing to show yet, and close() would wait for it.
+    sampler = make_sampler(demo=bool(getattr(args, "demo", False)), pcie=False)
     engines = slurm = None
     try:
         if not sampler.simulated:
@@ -66,10 +69,14 @@ def run_status(args: argparse.Namespace) -> int:
             started = time.monotonic()
             if args.interval > 0:
                 sampler.prime_rates()
+            # NVML's init (pynvml import, driver calls) runs beside the engine scan, inside the window.
+            opener = threading.Thread(target=sampler.open_sources, name="gpudeck-nvml-open", daemon=True)
+            opener.start()
             # Every vLLM/SGLang on the box, gpudeck's (managed) or not (foreign).
             from gpudeck.jobs.engines.discovery import discover_engines, engines_payload
             engines = engines_payload(discover_engines())
             slurm = _slurm_status(args)
+            opener.join()
             left = args.interval - (time.monotonic() - started)
             if args.interval > 0 and left > 0:
                 threading.Event().wait(left)

@@ -217,6 +217,15 @@ class NvmlGpuSource:
         except Exception:  # noqa: BLE001 - shutting down a half-started NVML must not raise
             pass
 
+    def open(self) -> None:
+        """Initialise NVML now (the first read() would): lets a caller overlap it with other waiting."""
+        with self._lock:
+            if not self._closed:
+                try:
+                    self._ensure_init()
+                except Exception:  # noqa: BLE001 - read() reports what is wrong
+                    pass
+
     def close(self) -> None:
         self._stop.set()
         if self._pcie_thread is not None:

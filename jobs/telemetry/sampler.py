@@ -36,6 +36,9 @@ class Sampler:
     def prime_rates(self) -> None:
         """Take the first of the two readings rates need, and nothing else (no GPUs, no ports)."""
 
+    def open_sources(self) -> None:
+        """Open what the first sample needs (NVML) ahead of it, e.g. from a thread during a rate window."""
+
     def close(self) -> None:
         self._closed = True
 
@@ -84,6 +87,11 @@ class LiveSampler(Sampler):
         gpus, ports = self._attach_procs(gpus, ports, extra)
         return Snapshot(time=now, host=host, gpus=gpus, gpu_error=gpu_error, ports=ports,
                         simulated=False, extra=extra)
+
+    def open_sources(self) -> None:
+        opener = getattr(self._gpu, "open", None)
+        if opener is not None:
+            opener()
 
     def prime_rates(self) -> None:
         with self._lock:
@@ -162,11 +170,12 @@ class SimulatedSampler(Sampler):
         return snap
 
 
-def make_sampler(demo: bool = False, seed: int = 0, clock: Optional[Clock] = None) -> Sampler:
+def make_sampler(demo: bool = False, seed: int = 0, clock: Optional[Clock] = None, *, pcie: bool = True) -> Sampler:
     """The sampler for this machine (NVML + psutil + /proc), or the SIMULATED box when `demo`.
 
-    `clock` supplies Snapshot.time (default time.time); `seed` only matters for the demo.
+    `clock` supplies Snapshot.time (default time.time); `seed` only matters for the demo; `pcie=False`
+    starts no PCIe throughput thread (a one-shot reader would only wait for it at close).
     """
     if demo:
         return SimulatedSampler(seed=seed, clock=clock)
-    return LiveSampler(clock=clock)
+    return LiveSampler(clock=clock, pcie=pcie)
