@@ -18,6 +18,7 @@ from gpudeck.jobs.telemetry.snapshot import GpuProcess, GpuSample, HostSample, P
 from gpudeck.console.app import GpuDeckApp, make_app, resolve_theme
 from gpudeck.console.config import load_console_config
 from gpudeck.console.errors import CliError
+from gpudeck.console.messages import SamplesCollected
 from gpudeck.console.screens.dashboard import DashboardScreen
 from gpudeck.console.screens.help import HelpScreen
 from gpudeck.console.widgets.box_header_panel import BoxHeaderPanel
@@ -163,6 +164,26 @@ async def test_demo_says_simulated_in_the_header_and_on_every_gpu_line_and_card(
         await wait_for(pilot, lambda: all(c.sample is not None for c in app.screen.query(GpuCardPanel)), "cards filled")
         for card in app.screen.query(GpuCardPanel):
             assert card.border_subtitle == "SIMULATED"
+
+
+@pilot_test
+async def test_live_header_clock_shows_minutes_and_repaints_only_when_the_minute_changes() -> None:
+    # The clock was the one line at the top that changed every tick; now it changes once a minute.
+    start = 60 * 29_000_000.0 + 1.0                      # one second into a minute
+    ticks = [one_gpu_snapshot(start + s) for s in (0, 1, 2, 30, 60)]
+    app = make_app(sampler=ScriptedSampler(ticks[0]), history=History(), start_sampling=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        header = app.screen.query_one(BoxHeaderPanel)
+        shown = []
+        real_refresh = header.refresh
+        header.refresh = lambda *a, **k: (shown.append(header.view.snapshot.time), real_refresh(*a, **k))[1]
+        for snap in ticks:
+            app.post_message(SamplesCollected(snap))
+            await wait_for(pilot, lambda: app.snapshot is snap, "the tick shown")
+        assert shown == [ticks[0].time, ticks[-1].time]
+        text = rendered_text(header)
+        assert time.strftime("%H:%M", time.localtime(ticks[-1].time)) in text
+        assert time.strftime("%H:%M:%S", time.localtime(ticks[-1].time)) not in text
 
 
 @pilot_test

@@ -17,6 +17,12 @@ def clock_text(t: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t))
 
 
+def minute_text(t: float) -> str:
+    """The live clock: to the minute, so the header repaints once a minute, not every tick (a repaint
+    of the top line widened each tick's screen update to the whole dashboard)."""
+    return time.strftime("%H:%M", time.localtime(t))
+
+
 class BoxHeaderPanel(FollowsTelemetry, PaintedLines, Widget):
     DEFAULT_CSS = """
     BoxHeaderPanel {
@@ -35,9 +41,11 @@ class BoxHeaderPanel(FollowsTelemetry, PaintedLines, Widget):
 
     def apply_telemetry(self, view: TelemetryView) -> None:
         snap = view.snapshot
+        live = not (view.stale or view.paused)
         key = (
             view.stale, view.error, view.paused, view.refresh_s,
-            None if snap is None else (snap.time, snap.host.name, len(snap.gpus), snap.simulated, snap.gpu_error),
+            None if snap is None else (minute_text(snap.time) if live else snap.time, snap.host.name,
+                                       len(snap.gpus), snap.simulated, snap.gpu_error),
         )
         if key != self._shown:
             self._shown = key
@@ -73,5 +81,5 @@ class BoxHeaderPanel(FollowsTelemetry, PaintedLines, Widget):
             parts.append((" PAUSED ", "bold reverse $accent"))
             parts.append(f" at {clock_text(snap.time)}" if snap else "")
         else:
-            parts.append((f"live · every {view.refresh_s:g}s · {clock_text(snap.time)}", "$text-muted"))
+            parts.append((f"live · every {view.refresh_s:g}s · {minute_text(snap.time)}", "$text-muted"))
         return parts
