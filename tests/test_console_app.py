@@ -465,3 +465,19 @@ async def test_a_tick_that_lands_before_a_screens_widgets_mount_reaches_them_onc
         assert "h200-sim-01" in "".join(str(p) for p in screen.query_one(BoxHeaderPanel).parts())
         assert screen.query_one(HostPanel).host is not None
         assert app.is_running
+
+
+def test_host_cores_labelled_up_to_eight_and_one_glyph_row_for_sixteen() -> None:
+    from gpudeck.console.widgets.host_panel import host_lines
+    from gpudeck.console.widgets.strip_painter import plain
+
+    def core_rows(n: int) -> list[str]:
+        h = HostSample(name="box", cpu_percent=50.0, cpu_per_core=tuple(float(6 * i) for i in range(n)), cpu_count=n,
+                       load_avg=(1.0, 1.0, 1.0), mem_used=1 << 30, mem_total=8 << 30)
+        return [plain(line) for line in host_lines(h, 56, "")[1:-2]]
+
+    eight = core_rows(8)
+    assert "c7 " in "".join(eight) and len(eight) == 3           # three labelled bars a row
+    sixteen = core_rows(16)
+    assert len(sixteen) == 1 and sixteen[0].startswith("core ")  # one glyph per core, one line
+    assert sixteen[0][5:] == "▁▁▁▂▂▃▃▄▄▅▅▆▆▇▇█"            # 0 % .. 90 %, 8 levels

@@ -15,8 +15,10 @@ from gpudeck.console.widgets.border_titles import set_border_titles
 from gpudeck.console.widgets.strip_painter import PaintedLines, Part, plain, refresh_changed_lines
 
 _LEVELS = "▁▂▃▄▅▆▇█"
-# Few cores get a labelled bar each; many cores (a 192-core box) get one glyph each.
-LABELLED_CORES_MAX = 16
+# Few cores get a labelled bar each; more (a 16-core VM, a 192-core box) get one glyph each.
+# Labelled bars for 16 cores took 6 lines whose figures moved nearly every tick, the most
+# repainted lines of the dashboard; 16 glyphs fit one line and change only across a level.
+LABELLED_CORES_MAX = 8
 
 Line = list[Part]
 
