@@ -18,6 +18,8 @@ from .templates import (ALL_SERVING_BITS, K_BAR, K_BAR_GLUED, K_BUILD, K_GIANT, 
 
 # Marker kinds whose effect reads the segment's line (ready line, recovery): never folded.
 LINE_MARKERS = frozenset(("ready", "startup_complete"))
+# (phase, load_done, marker kind) -> (phase, load_done, whether it sets why["phase"]): see State.marker_transition.
+MARKER_FOLD: dict[tuple, tuple] = {}
 
 
 # --------------------------------------------------------------------------- the incremental reader
@@ -264,20 +266,23 @@ class LogAnalyzer:
             # A stretch of phase markers (no line-reading kinds) with nothing examined between
             # them: only the phase, load_done and the why texts of two of them survive it (the
             # last marker's, and that of the last one that set why["phase"]), so the kinds are
-            # folded over the state and only those two segments are read.
-            phase, load_done = state.phase, state.load_done
-            sets = state.marker_sets_phase_why
-            p = -1
-            for x, i in enumerate(members):
-                if sets(infos[i].plan.marker[0]):
-                    p = x
-            state.phase, state.load_done = phase, load_done
-            end = len(members) - 1
-            for x, i in enumerate(members):
-                if x == p or x == end:
-                    examine(i)
-                else:
-                    sets(infos[i].plan.marker[0])
+            # folded over (phase, load_done) and only those two segments are read.
+            cur = (state.phase, state.load_done)
+            at_p = None
+            for i in members:
+                key = cur + (infos[i].plan.marker[0],)
+                hit = MARKER_FOLD.get(key)
+                if hit is None:
+                    hit = MARKER_FOLD[key] = state.marker_transition(*key)
+                if hit[2]:
+                    p, at_p = i, cur
+                before_last, cur = cur, hit[:2]
+            last = members[-1]
+            if at_p is not None and p != last:
+                state.phase, state.load_done = at_p
+                examine(p)
+            state.phase, state.load_done = before_last
+            examine(last)
 
         next_first = 0
         nbounds = len(bounds)

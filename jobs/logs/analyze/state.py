@@ -285,12 +285,15 @@ class State:
         elif kind == "training":
             self.phase = "training"
 
-    def marker_sets_phase_why(self, kind: str) -> bool:
-        """Apply a marker of a kind that reads no line (not ready / startup_complete) to the phase
-        alone; True if its examination would also set why["phase"] (see _apply_plan)."""
-        before = self.phase
+    def marker_transition(self, phase: Optional[str], load_done: bool, kind: str) -> tuple:
+        """(phase, load_done, sets why["phase"]) after a marker of a kind that reads no line (not
+        ready / startup_complete) from (phase, load_done); the state itself is left as it was."""
+        saved = self.phase, self.load_done
+        self.phase, self.load_done = phase, load_done
         self._marker(kind, 0)
-        return self.phase != before or self.phase == _MARKER_PHASE.get(kind)
+        out = (self.phase, self.load_done, self.phase != phase or self.phase == _MARKER_PHASE.get(kind))
+        self.phase, self.load_done = saved
+        return out
 
     def _became_ready(self, line: int) -> None:
         self.phase = "ready"
