@@ -494,6 +494,11 @@ def test_engine_rows_mark_foreign_engines_and_keep_history() -> None:
         serving = dict(FAKE_JOBS[0]["serving"], gen_tokens_per_s=rate)
         panel.update_engines([rows[0].__class__(**{**rows[0].__dict__, "serving": serving}), rows[2]])
     assert panel.history("vllm-k2", "gen_tokens_per_s") == [50.0, 54.6]
+    # A paused replay republishes one instant: the graphs grow once per instant, not per publish.
+    for _ in range(3):
+        panel.update_engines([rows[0].__class__(**{**rows[0].__dict__, "serving": serving}), rows[2]], at=NOW)
+    panel.update_engines([rows[0].__class__(**{**rows[0].__dict__, "serving": serving}), rows[2]], at=NOW + 1)
+    assert panel.history("vllm-k2", "gen_tokens_per_s") == [50.0, 54.6, 54.6, 54.6]
     text = "\n".join(line.plain for line in panel.lines())
     assert "FOREIGN" in text and "vllm PID 4412" in text and "orphan" in text and "71.0G GPU" in text
     assert "54.6 tok/s" in text and "spec accept 15% len 1.18" in text and "up 1m00s" in text

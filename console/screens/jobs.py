@@ -355,7 +355,7 @@ class JobsScreen(Screen):
         self.jobs = list(snapshot.jobs)
         self.log_paths = dict(snapshot.log_paths)
         panel = self.query_one(EnginePanel)
-        panel.update_engines(list(snapshot.engines))
+        panel.update_engines(list(snapshot.engines), at=snapshot.taken_at)
         set_border_titles(panel, f"engines ({len(snapshot.engines)})")
         self._render_table()
         self._announce_alerts()

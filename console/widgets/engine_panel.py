@@ -38,10 +38,15 @@ class EnginePanel(Widget):
         self.clock = clock or time.time
         self.rows: list[EngineView] = []
         self._history: dict[str, dict[str, deque]] = {}
+        self._history_at: Optional[float] = None
 
-    def update_engines(self, rows: list[EngineView]) -> None:
+    def update_engines(self, rows: list[EngineView], at: Optional[float] = None) -> None:
+        """Show `rows`; their serving numbers join the graphs once per instant `at` (a paused
+        replay republishes the same instant, which must not grow the graphs)."""
         self.rows = rows
-        for row in rows:
+        fresh = at is None or at != self._history_at
+        self._history_at = at
+        for row in rows if fresh else ():
             history = self._history.setdefault(row.name, {k: deque(maxlen=HISTORY)
                                                           for k in ("gen_tokens_per_s", "kv_cache_pct", "running")})
             serving = row.serving or {}
@@ -55,6 +60,7 @@ class EnginePanel(Widget):
     def reset_history(self) -> None:
         """Forget the graphs (the engines shown are now others: a replay began or ended)."""
         self._history.clear()
+        self._history_at = None
 
     def history(self, name: str, key: str) -> list[Optional[float]]:
         return list(self._history.get(name, {}).get(key, ()))
