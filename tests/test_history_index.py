@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 import sqlite3
+
+import pytest
 
 from gpudeck.jobs.history.index import RunIndex, db_path
 from gpudeck.jobs.history.recorder import RunRecorder, Timeline, read_summary
@@ -247,3 +250,20 @@ def test_a_slurm_run_is_a_run_on_its_node(tmp_path):
     report = build(str(d), state)
     assert report["outcome"]["slurm"]["state"] == "TIMEOUT" and report["outcome"]["slurm"]["nodes"] == "gpu-node-7"
     assert report["verdict"] == "killed by SIGTERM after 1 h 00 min of training; Slurm: killed by Slurm at its time limit"
+
+
+def test_a_non_finite_number_in_a_runs_files_never_reaches_runs_json(tmp_path, state):
+    # An older runner wrote Infinity into its summary (a step i/10^30 bar): the index reads it as
+    # null, as the runs module does, and `runs --json` / `--reindex` stay strict JSON.
+    jobs = _jobs(tmp_path)
+    env = cli_env(state)
+    run = _start_and_wait(jobs, env, "fine")
+    summary = (run.path / "summary.json").read_text()
+    (run.path / "summary.json").write_text(re.sub(r'"peaks":\s*\{', '"peaks": {"rss": Infinity, "x": NaN, ', summary, 1))
+    assert "Infinity" in (run.path / "summary.json").read_text()
+    assert cli(["runs", "--reindex"], env).returncode == 0
+    out = cli(["runs", "--json"], env)
+    assert out.returncode == 0 and b"Traceback" not in out.stderr, out.stderr
+    text = out.stdout.decode()
+    assert "Infinity" not in text and "NaN" not in text
+    json.loads(text, parse_constant=lambda name: pytest.fail(f"non-strict JSON constant {name}"))

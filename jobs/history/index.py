@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
-from gpudeck.jobs import paths
+from gpudeck.jobs import paths, runs
 
 DB_NAME = "history.sqlite3"
 SCHEMA_VERSION = 2
@@ -80,30 +80,10 @@ def db_path(state_dir: Optional[Path] = None) -> Path:
 
 # --------------------------------------------------------------------------- reading one run's files
 
-def read_json(path: Path) -> Optional[dict]:
-    try:
-        with open(path, "r", encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except OSError:
-        return []
-    out = []
-    for line in raw.splitlines():
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-    return out
+# A run's files are read as the runs module reads them: a non-finite number an older runner
+# wrote (Infinity, NaN) reads as null, so no index row or report can carry one into strict JSON.
+read_json = runs.read_json
+read_jsonl = runs.read_jsonl
 
 
 def number(value: Any) -> Optional[float]:
