@@ -51,3 +51,21 @@ def test_on_a_terminal_the_redraw_replaces_itself_and_the_finished_line_replaces
     from gpudeck.jobs.logs.follow import LogLine
     printer.write(LogLine(0, b"\rstep 1/4\rstep 2/4\rdone", True))
     assert out.getvalue() == b"\r\x1b[Kstep 1/4\r\x1b[Kstep 2/4\r\x1b[Kdone\n"
+
+
+def test_off_a_terminal_a_partial_line_already_printed_is_not_printed_again_when_it_ends():
+    # `logs -f | cat`: the unterminated tail shown while following is the same text the
+    # run's end flushes; a pipe cannot take a line back, so it must not get it twice.
+    from gpudeck.jobs.logs.follow import LogLine
+    out = io.BytesIO()
+    printer = LinePrinter(out, tty=False)
+    printer.write(LogLine(0, b"line-1", True))
+    printer.show_partial(b"tail-without-newline", now=10.0)
+    printer.end(LogLine(7, b"tail-without-newline", True))
+    assert out.getvalue() == b"line-1\ntail-without-newline\n"
+    # A redraw that moved on after it was shown still ends with its final state.
+    out = io.BytesIO()
+    printer = LinePrinter(out, tty=False)
+    printer.show_partial(b"\rstep 1/4", now=10.0)
+    printer.end(LogLine(0, b"\rstep 1/4\rstep 4/4", True))
+    assert out.getvalue() == b"step 1/4\nstep 4/4\n"

@@ -119,6 +119,9 @@ class LinePrinter:
         self.flush()
 
     def _emit(self, text: str) -> None:
+        if not self.tty and self._partial_shown is not None and text == self._partial_shown:
+            self._partial_shown = None      # a pipe already has this line (shown while unfinished)
+            return
         if self._partial_on_screen:
             self.out.write(b"\r\x1b[K")          # the finished line replaces its last redraw
             self._partial_on_screen = False
