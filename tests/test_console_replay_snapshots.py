@@ -39,7 +39,7 @@ def console(ticks: int = 3):
 
 def test_replay_of_the_demo_runs_120x36(snap_compare) -> None:
     """70 s into the demo, paused: the build under its OOM alert, SGLang STALLED, the EAGLE-3 relaunch
-    crashed, vLLM loading with an ETA; the build's log cut where it stood."""
+    crashed, vLLM loading with an ETA."""
     app, samples = console()
     session = demo_session(loop=False)
     session.seek_to(session.start + 70)
@@ -51,10 +51,8 @@ def test_replay_of_the_demo_runs_120x36(snap_compare) -> None:
         await samples(pilot)
         await pilot.press("2")
         await pilot_wait_for(pilot, lambda: source.frames >= 1 and getattr(app.screen, "replay", None), "a frame")
-        await pilot.press("enter")                # the first row: sgl-kernel-build, its log
-        pane = app.screen.query_one("#log-pane")
-        await pilot_wait_for(pilot, lambda: pane.line_count > 40, "the log indexed to the position")
-        app.screen.query_one("#jobs-table").focus()
+        # The log pane is left closed: where its scrollbar thumb was drawn at the instant of the
+        # shot varied from run to run. Its cut at the replayed position is tested in test_console_replay.
         await pilot.pause()
         await pilot.pause()
 
