@@ -219,6 +219,12 @@ class LogAnalyzer:
             """Whether segment i's tqdm bar is full (State._tqdm's "the load completed")."""
             start = where(i)[0]
             raw = data[start:start + len(segs[i])]
+            plan = infos[i].plan
+            if plan and plan.bar is not None and not plan.ansi:     # its numbers' spans, from the template
+                n0, n1, n_scale, t0, t1, t_scale = plan.bar[:6]
+                text = raw.decode("utf-8", "replace")
+                total = float(text[t0:t1]) * t_scale
+                return bool(total) and float(text[n0:n1]) * n_scale >= total
             m = TQDM.search((ANSI.sub(b"", raw) if b"\x1b" in raw else raw).decode("utf-8", "replace"))
             total = float(m.group("N")) * SIZE[m.group("Nu")]
             return bool(total) and float(m.group("n")) * SIZE[m.group("nu")] >= total

@@ -119,7 +119,7 @@ class State:
 
     def _apply_plan(self, text: str, line: int, plan) -> None:
         if plan.bar_at >= 0:
-            self._tqdm(text[:plan.bar_at], TQDM.match(text, plan.bar_at), line)
+            self._tqdm_planned(text, plan.bar_at, plan.bar, line)
             if plan.rest is not None:
                 self._apply_plan(text[plan.bar_end:], line, plan.rest)
             return
@@ -321,8 +321,17 @@ class State:
             hit = self.labels[before] = (label, label_phase(label), series_label(label))
         return hit
 
+    def _tqdm_planned(self, text: str, at: int, bar: tuple, line: int) -> None:
+        """_tqdm() for a bar at `at` in text whose numbers lie where templates.bar_plan says."""
+        n0, n1, n_scale, t0, t1, t_scale, rem, rate_at = bar
+        eta = clock(text[rem[0]:rem[1]]) if rem is not None else None
+        rate = None
+        if rate_at is not None:
+            value = float(text[rate_at[0]:rate_at[1]]) * rate_at[2]
+            rate = (1.0 / value if value > 0 else None) if rate_at[3] else value
+        self._bar(text[:at], float(text[n0:n1]) * n_scale, float(text[t0:t1]) * t_scale, rate, eta, line)
+
     def _tqdm(self, before: str, m: re.Match, line: int) -> None:
-        label, named_phase, key_label = self._bar_label(before, line)
         done = float(m.group("n")) * SIZE[m.group("nu")]
         total = float(m.group("N")) * SIZE[m.group("Nu")]
         rate = eta = None
@@ -338,6 +347,11 @@ class State:
                     rate = 1.0 / value if value > 0 else None
                 else:
                     rate = value
+        self._bar(before, done, total, rate, eta, line)
+
+    def _bar(self, before: str, done: float, total: float, rate: Optional[float], eta: Optional[float],
+             line: int) -> None:
+        label, named_phase, key_label = self._bar_label(before, line)
         phase = named_phase or self._unnamed_bar_phase()
         if phase == "loading" and total and done >= total:
             self.load_done = True

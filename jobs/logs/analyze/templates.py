@@ -9,9 +9,9 @@ from typing import Optional, Union
 
 from .model import ALL_FAMILIES, F, Family, GIANT_SEGMENT, M, P, S, SERVING_KEYS, W
 from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, FAMILY, FRAME, JIT, KV_PRESSURE, LOSS_DICT, MAKE,
-                       MARKERS, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, STALL_NOTICE, STEP,
-                       TOTAL_STEPS, TQDM, TRAIN_END, VLLM_SPEC_RATE, engine_signals, families_in, label_phase,
-                       parse_serving_stats_line, prefilter_in, strip_prefixes)
+                       MARKERS, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STALL_NOTICE, STEP,
+                       TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, engine_signals,
+                       families_in, label_phase, parse_serving_stats_line, prefilter_in, strip_prefixes)
 from .state import (State)
 
 
@@ -217,12 +217,13 @@ class RecordPlan:
     (numbers, messages, timestamps) are read from the real text at the planned spans.
     """
     __slots__ = ("ansi", "bar_at", "msg_at", "body", "indent", "level", "has_ts", "stats", "marker",
-                 "progress", "failure", "guard", "warn", "only", "marker_only", "bar_end", "rest")
+                 "progress", "failure", "guard", "warn", "only", "marker_only", "bar_end", "rest", "bar")
 
     def __init__(self) -> None:
         self.ansi = False
         self.bar_at = -1                 # a tqdm bar at this offset, ending at bar_end,
         self.bar_end = -1
+        self.bar: Optional[tuple] = None   # where its numbers lie (see bar_plan)
         self.rest: Optional[RecordPlan] = None     # and the plan of what is glued after it
         self.msg_at = 0
         self.body = (0, 0)               # span of the stripped message
@@ -260,6 +261,7 @@ def _text_plan(text: str, fams: int, depth: int) -> RecordPlan:
         m = TQDM.search(text)
         if m is not None:
             plan.bar_at, plan.bar_end = m.start(), m.end()
+            plan.bar = bar_plan(m)
             rest = text[m.end():]
             if depth < 3 and rest.strip():
                 plan.rest = _text_plan(rest, fams, depth + 1)
@@ -308,6 +310,27 @@ def _text_plan(text: str, fams: int, depth: int) -> RecordPlan:
 
 
 ONLY_FRAME = -1
+
+
+def bar_plan(m: "re.Match[str]") -> tuple:
+    """Where State._tqdm reads a bar's numbers, from the bar's TQDM match on its template:
+    (n start, n end, n scale, N start, N end, N scale, remaining-time span or None,
+    (rate start, rate end, rate scale, seconds per item) or None). The unit letters, '?'
+    and the rate's direction are no digits, so they are the template's; the spans are the
+    segment's too (every pattern involved tests digits by class)."""
+    inner = m.group("inner")
+    rem = rate = None
+    if inner:
+        base = m.start("inner")
+        t = TQDM_TIMES.match(inner)
+        if t and t.group("rem") != "?":
+            rem = (base + t.start("rem"), base + t.end("rem"))
+        off = t.end() if t else 0
+        r = TQDM_RATE.search(inner[off:])
+        if r and r.group("v") != "?":
+            rate = (base + off + r.start("v"), base + off + r.end("v"), SIZE[r.group("u")],
+                    r.group("a") == "s" and r.group("b") != "s")     # "2.87s/it": seconds per item
+    return (m.start("n"), m.end("n"), SIZE[m.group("nu")], m.start("N"), m.end("N"), SIZE[m.group("Nu")], rem, rate)
 
 
 # A run of stats lines is "KV-safe" when none of them can raise kv_cache_pressure (KV use >= 95 %):
