@@ -293,3 +293,43 @@ def test_a_folded_stretch_of_markers_keeps_the_marker_that_named_the_phase() -> 
     assert dict(fast.result().decided_by)["phase"] == dict(ref.result().decided_by)["phase"]
     assert "(line 23)" in dict(fast.result().decided_by)["phase"]
     assert fast.result() == ref.result()
+
+
+def test_planned_numbers_are_read_from_each_segment() -> None:
+    """Progress records and bars read through a plan (every template repeated, numbers varying)
+    take their values from each segment: every branch of _progress_record, units, rates, ETAs
+    and timestamps; compared with the reference scanner after every line."""
+    r = random.Random(7)
+    shapes = [
+        lambda: "Epoch %d/%d" % (r.randint(0, 12), r.randint(1, 9)),
+        lambda: "step %d/%d loss=0.5" % (r.randint(0, 150), r.choice([0, 100])),
+        lambda: "step %d/%d" % (r.randint(0, 150), 100),
+        lambda: "global_step=%d loss: 1.5" % r.randint(1, 99),
+        lambda: "epoch %d loss %d.3" % (r.randint(1, 9), r.randint(0, 9)),
+        lambda: "Iter %d: epoch %d/%d" % (r.randint(1, 99), r.randint(1, 9), r.randint(1, 9)),
+        lambda: "  Total optimization steps = %d,%03d" % (r.randint(1, 9), r.randint(0, 999)),
+        lambda: "  Num Epochs = %d" % r.randint(1, 9),
+        lambda: "{'loss': 0.%d, 'learning_rate': 1e-05, 'epoch': %d.%d}" % (r.randint(1, 9), r.randint(0, 3), r.randint(0, 9)),
+        lambda: "{'loss': 0.%d, 'epoch': %d.5, 'step': %d}" % (r.randint(1, 9), r.randint(0, 3), r.randint(1, 999)),
+        lambda: "[%d/%d] c++ -c a.cpp" % (r.randint(1, 12), r.randint(12, 20)),
+        lambda: "[ %2d%%] Building CXX object x.o" % r.randint(0, 99),
+        lambda: "#12 %d.%02d [%d/9] c++ -c a.cpp" % (r.randint(10, 99), r.randint(0, 99), r.randint(1, 9)),
+        lambda: "[2025-10-22 10:00:%02d] [%d/9] c++ -c b.cpp" % (r.randint(0, 59), r.randint(1, 9)),
+        lambda: "Downloading: %2d%%|#####     | %d.%02dk/%d.0k [00:%02d<00:%02d, %d.%dkB/s]" % (
+            r.randint(0, 99), r.randint(1, 9), r.randint(0, 99), r.randint(1, 9), r.randint(0, 59),
+            r.randint(0, 59), r.randint(0, 9), r.randint(0, 9)),
+        lambda: "Training: %2d%%|###   | %d/%d [0%d:10<0%d:20, %d.%02ds/it]" % (
+            r.randint(0, 99), r.randint(0, 99), r.randint(1, 99), r.randint(0, 9), r.randint(0, 9),
+            r.randint(0, 9), r.randint(0, 99)),
+        lambda: " %2d%%|##  | %d/%d [00:0%d<?, ?it/s]{'loss': 0.%d, 'epoch': 0.%d}" % (
+            r.randint(0, 99), r.randint(0, 9), r.randint(1, 9), r.randint(0, 9), r.randint(1, 9), r.randint(1, 9)),
+    ]
+    lines = [b"(APIServer pid=1) INFO 05-07 10:00:00 [api_server.py:1] vLLM API server version 0.9.0\n"]
+    for _ in range(150):
+        shape = r.choice(shapes)
+        lines.extend(shape().encode() + b"\n" for _ in range(r.choice([1, 1, 3, 5])))   # runs: a series' rates
+    fast, ref = LogAnalyzer(), ReferenceAnalyzer()
+    for n, line in enumerate(lines):
+        fast.feed(line)
+        ref.feed(line)
+        assert fast.result() == ref.result(), (n, line)

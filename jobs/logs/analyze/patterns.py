@@ -197,6 +197,23 @@ def strip_prefixes(text: str) -> tuple[str, Optional[str], Optional[tuple[str, s
     return text, level, ts
 
 
+def prefix_ts_span(text: str) -> Optional[tuple[str, int, int]]:
+    """Where strip_prefixes(text) finds its timestamp: (kind, start, end) in text, or None."""
+    ts: Optional[tuple[str, int, int]] = None
+    at = 0
+    for _ in range(6):
+        m = _PREFIX.match(text)
+        if m is None or m.end() == 0:
+            break
+        for key in ("ts1", "ts4", "ts3", "ts2", "ts5"):
+            if m.group(key):
+                ts = (key, at + m.start(key), at + m.end(key))
+                break
+        at += m.end()
+        text = text[m.end():]
+    return ts
+
+
 def ts_seconds(ts: Optional[tuple[str, str]]) -> Optional[float]:
     return _parse_ts(*ts) if ts is not None else None
 

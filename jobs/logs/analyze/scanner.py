@@ -8,7 +8,7 @@ from operator import attrgetter, is_, is_not
 from typing import Any, Optional, Union
 
 from .model import (GIANT_SEGMENT, HEAD_BYTES, LogAnalysis, READ_CHUNK, S, SPEC_WINDOW, TAIL_BYTES)
-from .patterns import (ANSI, SIZE, TQDM, families_in, prefilter_in)
+from .patterns import (ANSI, SIZE, TQDM, families_in, parse_serving_stats_line, prefilter_in)
 from .state import (State)
 from .templates import (ALL_SERVING_BITS, K_BAR, K_BAR_GLUED, K_BUILD, K_GIANT, K_INERT, K_OTHER, K_REFILTER,
                         K_SERVING, NORMALIZE, ONLY_FRAME, RUN_GROUPS, SKIP_GROUP, SPEC_BITS,
@@ -257,7 +257,14 @@ class LogAnalyzer:
                 break
             for i in reversed(keep):
                 start, line = where(i)
-                state.serving_data_of(data[start:start + len(segs[i])], line)
+                raw = data[start:start + len(segs[i])]
+                plan = infos[i].plan
+                if plan and not plan.ansi and plan.bar_at < 0:    # its message's span, from the template
+                    stats = parse_serving_stats_line(raw.decode("utf-8", "replace")[plan.body[0]:plan.body[1]])
+                    if stats:
+                        state.serving_data(stats, line)
+                else:
+                    state.serving_data_of(raw, line)
             deferred.clear()
 
         if engine_known:

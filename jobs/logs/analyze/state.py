@@ -50,6 +50,9 @@ def _why_text(why) -> str:
     return why[0].format(*why[1:]) if isinstance(why, tuple) else why
 
 
+# The branches of _progress_record a planned body takes (templates.progress_plan).
+PG_NINJA, PG_MAKE, PG_LOSS, PG_STEP = range(4)
+
 # The phase each phase marker asserts (for `decided_by`).
 _MARKER_PHASE = {"loading": "loading", "loaded": "starting", "compiling": "compiling", "compiled": "starting",
                  "capturing": "capturing", "captured": "starting", "starting": "starting", "startup_complete": "ready",
@@ -141,7 +144,13 @@ class State:
             if self.phase != before or self.phase == _MARKER_PHASE.get(kind):
                 self.why["phase"] = self.why["marker"]
         if plan.progress:
-            self._progress_record(body, line, strip_prefixes(text)[2] if plan.has_ts else None)
+            ts = plan.ts
+            if ts is not None:
+                ts = (ts[0], text[ts[1]:ts[2]])
+            if plan.prog is None:
+                self._progress_record(body, line, ts)
+            else:
+                self._progress_planned(body, line, ts, plan.prog)
         failure = plan.failure
         if failure is not None:
             if failure == "frame":
@@ -377,6 +386,37 @@ class State:
         return {"capturing": "CUDA graphs", "loading": "weights", "training": "training",
                 "building": "build", "compiling": "compile"}.get(phase, "")
 
+    def _progress_planned(self, body: str, line: int, ts: Optional[tuple[str, str]], prog: tuple) -> None:
+        """_progress_record() for a body whose branch and number spans templates.progress_plan found."""
+        kind = prog[0]
+        if kind == PG_NINJA:
+            (a, b), (c, d) = prog[1], prog[2]
+            self._set_progress("bar", "building", "build", float(body[a:b]), float(body[c:d]),
+                               None, None, line, ts, sig="ninja [n/N]")
+        elif kind == PG_MAKE:
+            a, b = prog[1]
+            self._set_progress("bar", "building", "build", float(body[a:b]), 100.0, None, None, line, ts,
+                               sig="make [n%]")
+        elif kind == PG_LOSS:
+            (a, b), step_at = prog[1], prog[2]
+            if step_at is not None and self.total_steps:
+                self._set_progress("hint", "training", "step", float(body[step_at[0]:step_at[1]]),
+                                   float(self.total_steps), None, None, line, ts, sig="HF loss dict 'step'")
+            else:
+                self._set_progress("hint", "training", "epoch", float(body[a:b]),
+                                   float(self.num_epochs) if self.num_epochs else None, None, None, line, ts,
+                                   sig="HF loss dict 'epoch'")
+        else:
+            _, step_at, epoch_at, lossy = prog
+            step = epoch = None
+            if step_at is not None:
+                (a, b), n_at = step_at
+                step = (float(body[a:b]), float(body[n_at[0]:n_at[1]]) if n_at is not None else None)
+            if epoch_at is not None:
+                (a, b), n_at = epoch_at
+                epoch = (float(body[a:b]), float(body[n_at[0]:n_at[1]]) if n_at is not None else None)
+            self._step_epoch(step, epoch, lossy, line, ts)
+
     def _progress_record(self, body: str, line: int, ts: Optional[tuple[str, str]]) -> None:
         c = body[0]
         if c == "[":
@@ -428,6 +468,10 @@ class State:
         lossy = "loss" in body or "Loss" in body
         step = (float(sm.group(1)), float(sm.group(2)) if sm.group(2) else None) if sm else None
         epoch = (float(em.group(1)), float(em.group(2)) if em.group(2) else None) if em else None
+        self._step_epoch(step, epoch, lossy, line, ts)
+
+    def _step_epoch(self, step: Optional[tuple], epoch: Optional[tuple], lossy: bool, line: int,
+                    ts: Optional[tuple[str, str]]) -> None:
         if step and step[1] is not None and step[1] > 0 and (lossy or step[0] <= step[1]):
             label = f"epoch {num(epoch[0])} step" if epoch else "step"
             self._set_progress("bar", "training", label, step[0], step[1], None, None, line, ts, sig="step n/N")

@@ -11,8 +11,9 @@ from .model import ALL_FAMILIES, F, Family, GIANT_SEGMENT, M, P, S, SERVING_KEYS
 from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, FAMILY, FRAME, JIT, KV_PRESSURE, LOSS_DICT, MAKE,
                        MARKERS, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STALL_NOTICE, STEP,
                        TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, engine_signals,
-                       families_in, label_phase, parse_serving_stats_line, prefilter_in, strip_prefixes)
-from .state import (State)
+                       families_in, label_phase, parse_serving_stats_line, prefilter_in, prefix_ts_span,
+                       strip_prefixes)
+from .state import (PG_LOSS, PG_MAKE, PG_NINJA, PG_STEP, State)
 
 
 # --------------------------------------------------------------------------- the fast scanner's templates
@@ -217,7 +218,7 @@ class RecordPlan:
     (numbers, messages, timestamps) are read from the real text at the planned spans.
     """
     __slots__ = ("ansi", "bar_at", "msg_at", "body", "indent", "level", "has_ts", "stats", "marker",
-                 "progress", "failure", "guard", "warn", "only", "marker_only", "bar_end", "rest", "bar")
+                 "progress", "failure", "guard", "warn", "only", "marker_only", "bar_end", "rest", "bar", "ts", "prog")
 
     def __init__(self) -> None:
         self.ansi = False
@@ -230,6 +231,8 @@ class RecordPlan:
         self.indent = 0
         self.level: Optional[str] = None
         self.has_ts = False
+        self.ts: Optional[tuple[str, int, int]] = None   # (kind, start, end) of the prefixes' timestamp
+        self.prog: Optional[tuple] = None   # where State._progress_record reads (progress_plan); None: in full
         self.stats = False
         self.marker: Optional[tuple[str, int, int]] = None    # (kind, start, end) in the body
         self.progress = False
@@ -272,6 +275,7 @@ def _text_plan(text: str, fams: int, depth: int) -> RecordPlan:
     plan.body = (plan.msg_at + len(msg) - len(msg.lstrip()), plan.msg_at + len(msg.rstrip()))
     plan.indent = len(msg) - len(msg.lstrip(" "))
     plan.level, plan.has_ts = level, ts is not None
+    plan.ts = prefix_ts_span(text) if ts is not None else None
     if not body:
         return plan
     plan.stats = bool(fams & S) and parse_serving_stats_line(body) is not None
@@ -280,6 +284,8 @@ def _text_plan(text: str, fams: int, depth: int) -> RecordPlan:
         if m is not None:
             plan.marker = (m.lastgroup, m.start(), m.end())
     plan.progress = bool(fams & P) and _progress_kind(body, ts) != K_INERT
+    if plan.progress:
+        plan.prog = progress_plan(body)
     if fams & F:
         if FRAME.match(body):
             plan.failure = "frame"
@@ -310,6 +316,34 @@ def _text_plan(text: str, fams: int, depth: int) -> RecordPlan:
 
 
 ONLY_FRAME = -1
+
+
+def progress_plan(body: str) -> Optional[tuple]:
+    """Mirror of State._progress_record's branches, taken on the template's body: which one its
+    segments take and the spans of the numbers it reads (State._progress_planned); None for the
+    rare branches read in full (trainer banners, the train_runtime dict). Sound as bar_plan is."""
+    c = body[0]
+    if c == "[":
+        m = NINJA.match(body)
+        if m:
+            return (PG_NINJA, m.span(1), m.span(2))
+        m = MAKE.match(body)
+        if m:
+            return (PG_MAKE, m.span(1))
+    if c == "{":
+        m = LOSS_DICT.match(body)
+        if m:
+            return (PG_LOSS, m.span(1), m.span(2) if m.group(2) is not None else None)
+        if TRAIN_END.match(body):
+            return None
+    if "Num" in body or "optimization" in body:
+        return None
+    if not ("tep" in body or "TEP" in body or "ter" in body or "poch" in body or "POCH" in body):
+        return (PG_STEP, None, None, False)
+    sm, em = STEP.search(body), EPOCH.search(body)
+    step = (sm.span(1), sm.span(2) if sm.group(2) else None) if sm else None
+    epoch = (em.span(1), em.span(2) if em.group(2) else None) if em else None
+    return (PG_STEP, step, epoch, "loss" in body or "Loss" in body)
 
 
 def bar_plan(m: "re.Match[str]") -> tuple:
