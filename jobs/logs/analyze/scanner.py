@@ -13,7 +13,7 @@ from .state import (State)
 from .templates import (ALL_SERVING_BITS, K_BAR, K_BAR_GLUED, K_BUILD, K_GIANT, K_INERT, K_OTHER, K_REFILTER,
                         K_SERVING, NORMALIZE, ONLY_FRAME, RUN_GROUPS, SKIP_GROUP, SPEC_BITS,
                         TEMPLATE_CACHE_BYTES, TEMPLATE_KEY_MAX, TEMPLATE_ONE_OFFS_MAX, Template,
-                        classify_template, kv_unsafe_offsets, prefilter_one_offs, record_plan, run_kv_safe)
+                        classify_template, prefilter_one_offs, record_plan, run_kv_safe)
 
 
 # Marker kinds whose effect reads the segment's line (ready line, recovery): never folded.
@@ -172,7 +172,6 @@ class LogAnalyzer:
         run_len = run_last = 0
         serving_run = False       # a ready mark was applied and nothing was examined since
         deferred: list[tuple[int, int]] = []   # (first, last) positions in sel of stats-line groups
-        kv_unsafe: Optional[list[int]] = None   # kv_unsafe_offsets(data), found when first needed
         now_unset = state.now is None
 
         apply_plan = state._apply_plan
@@ -332,10 +331,8 @@ class LogAnalyzer:
                 continue
             if group is not info:                     # a run group (no engine to learn from it)
                 if kind == K_SERVING:
-                    if kv_unsafe is None:
-                        kv_unsafe = kv_unsafe_offsets(data)
                     i, j = sel[first], sel[last]
-                    if run_kv_safe(kv_unsafe, ends[i] - len(segs[i]) + i, ends[j] + j, state):
+                    if run_kv_safe(data, ends[i] - len(segs[i]) + i, ends[j] + j, state):
                         if run_kind:
                             flush_run()
                         if not serving_run:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from enum import IntEnum
 from itertools import accumulate
 from typing import Optional, Union
@@ -370,22 +370,16 @@ def bar_plan(m: "re.Match[str]") -> tuple:
 # A run of stats lines is "KV-safe" when none of them can raise kv_cache_pressure (KV use >= 95 %):
 # every "usage:" in its bytes is followed by a plainly small number, and the KV use already
 # known is below 95 %. Otherwise its lines are examined in full, because that warning keeps
-# the line of the last line that raised it. The unsafe "usage:" of a chunk are found in one
-# C-level pass; a run is judged by whether one lies within its bytes.
+# the line of the last line that raised it. One C-level search over the run's bytes only
+# (the separators around them cannot be part of a match, nor change its lookarounds).
 _KV_UNSAFE_USAGE = re.compile(
     rb"usage:(?!(?<=cache usage:) ?(?:\d|[1-8]\d|9[0-4])(?:\.\d{1,6})?(?![\d.])"
     rb"|(?<=token usage:) ?(?:0|0?\.(?:[0-8]\d{0,5}|9[0-4]\d{0,4}))(?![\d.]))")
 
 
-def kv_unsafe_offsets(data: bytes) -> list[int]:
-    """Offsets in data of every "usage:" whose value could be a KV use >= 95 % (sorted)."""
-    return [m.start() for m in _KV_UNSAFE_USAGE.finditer(data)]
-
-
-def run_kv_safe(unsafe: list[int], start: int, stop: int, state: "State") -> bool:
-    """Whether the stats lines in data[start:stop] are KV-safe (unsafe: kv_unsafe_offsets(data))."""
+def run_kv_safe(data: bytes, start: int, stop: int, state: "State") -> bool:
+    """Whether the stats lines in data[start:stop] are KV-safe."""
     kv = state.serving.get("kv_cache_pct")
     if kv is not None and kv >= 95.0:
         return False
-    j = bisect_left(unsafe, start)
-    return j == len(unsafe) or unsafe[j] >= stop
+    return _KV_UNSAFE_USAGE.search(data, start, stop) is None
