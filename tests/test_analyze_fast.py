@@ -4,6 +4,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -333,3 +334,29 @@ def test_planned_numbers_are_read_from_each_segment() -> None:
         fast.feed(line)
         ref.feed(line)
         assert fast.result() == ref.result(), (n, line)
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n"])
+def test_frames_left_to_the_c_passes_still_guard_the_quoted_source_after_them(eol: bytes) -> None:
+    """Once a frame template is planned, its segments are no longer visited (their only effect is
+    "the last frame line"); an indented source line quoting an error right after one, in the same
+    feed or the next, must still be read as quoted source."""
+    r = random.Random(3)
+    head = b"(APIServer pid=1) INFO 05-07 10:00:00 [api_server.py:1] vLLM API server version 0.9.0\n"
+    fast, ref = LogAnalyzer(), ReferenceAnalyzer()
+    for a in (fast, ref):
+        a.feed(head)
+    for k in range(12):
+        filler = (b"step %d/100 loss=0.5\n" % k if k % 3 else b"") + b"".join(
+            b"INFO 05-07 10:00:%02d [x.py:1] nothing to see %d\n" % (r.randint(0, 59), n) for n in range(60))
+        frame = b'  File "/src/vllm/worker.py", line %d, in run\n' % r.randint(1, 999)
+        quoted = b'    raise RuntimeError("NCCL error: unhandled system error %d")\n' % r.randint(1, 9)
+        # the quoted line in the same feed as its frame or in the next one (after a feed with or
+        # without other lines to examine), 40 lines after the frame: the edge of "right after"; the
+        # last one 41 lines after (the first failure candidate, which would hide later differences)
+        gap = b"INFO 05-07 10:00:00 [x.py:1] nothing\n" * (39 if k < 11 else 40)
+        for part in ((filler + frame + gap + quoted,) if k % 3 == 1 else (filler + frame, gap + quoted)):
+            fast.feed(part.replace(b"\n", eol))
+            ref.feed(part.replace(b"\n", eol))
+            assert fast.result() == ref.result(), k
+    assert fast.result().failure is not None      # the last quoted line counts

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
+from bisect import bisect_left
 from itertools import accumulate, compress, islice, repeat
 from operator import attrgetter, is_, is_not
 from typing import Any, Optional, Union
@@ -10,7 +11,7 @@ from typing import Any, Optional, Union
 from .model import (GIANT_SEGMENT, HEAD_BYTES, LogAnalysis, READ_CHUNK, S, SPEC_WINDOW, TAIL_BYTES)
 from .patterns import (ANSI, SIZE, TQDM, families_in, parse_serving_stats_line, prefilter_in)
 from .state import (State)
-from .templates import (ALL_SERVING_BITS, K_BAR, K_BAR_GLUED, K_BUILD, K_GIANT, K_INERT, K_OTHER, K_REFILTER,
+from .templates import (ALL_SERVING_BITS, FRAME_LINE, K_BAR, K_BAR_GLUED, K_BUILD, K_GIANT, K_INERT, K_OTHER, K_REFILTER,
                         K_SERVING, NORMALIZE, ONLY_FRAME, RUN_GROUPS, SKIP_GROUP, SPEC_BITS,
                         TEMPLATE_CACHE_BYTES, TEMPLATE_KEY_MAX, TEMPLATE_ONE_OFFS_MAX, Template,
                         classify_template, prefilter_one_offs, record_plan, run_kv_safe)
@@ -36,6 +37,7 @@ class LogAnalyzer:
         self._state = State()
         self._templates: tuple[dict, dict] = ({}, {})   # per "engine known": template -> 0 | Template
         self._template_bytes = 0
+        self._frame_templates = 0        # how many templates are FRAME_LINE in the engine-known cache
         self._tail = b""                 # the incomplete segment (< GIANT_SEGMENT bytes)
         self._giant_head: Optional[bytes] = None
         self._giant_tail = b""
@@ -148,7 +150,22 @@ class LogAnalyzer:
         sel = list(compress(range(len(segs)), infos))
         base = self._line
         has_cr = b"\r" in data
+        # Segments of traceback-frame templates (FRAME_LINE) are not visited: their only effect is
+        # "the last frame line", which only an examination within 40 lines after one reads (a guard).
+        # So a reader (or the chunk's end) looks back at the 40 segments before it, which are 40
+        # lines when no \r splits lines; with \r, all the frames' positions are found up front.
+        frames: Any = engine_known and self._frame_templates > 0
+        if frames and has_cr:
+            frames = list(compress(range(len(segs)), map(is_, infos, repeat(FRAME_LINE))))
         if not sel:
+            if frames:
+                if has_cr:
+                    k = frames[-1]
+                    state.last_frame_line = base + data.count(b"\n", 0, sum(map(len, islice(segs, k))) + k)
+                else:
+                    near = infos[-40:]
+                    if FRAME_LINE in near:
+                        state.last_frame_line = base + len(segs) - 1 - near[::-1].index(FRAME_LINE)
             self._line = base + (data.count(b"\n") if has_cr else len(segs))
             return None
         ends = list(accumulate(map(len, segs)))       # ends[i] + i: offset just past segment i
@@ -176,14 +193,32 @@ class LogAnalyzer:
 
         apply_plan = state._apply_plan
 
+        def frame_line(i: int) -> None:
+            """Give state the line of the last frame segment before segment i, as if it had been read
+            (when it lies within 40 lines: an older one guards nothing at i or after)."""
+            if has_cr:
+                k = bisect_left(frames, i)
+                if not k:
+                    return
+                line = where(frames[k - 1])[1]
+            else:
+                near = infos[i - 40 if i > 40 else 0:i]
+                if FRAME_LINE not in near:
+                    return
+                line = base + i - 1 - near[::-1].index(FRAME_LINE)
+            if line > state.last_frame_line:
+                state.last_frame_line = line
+
         def examine(i: int) -> None:
+            info = infos[i]
+            plan = info.plan
+            if frames and (not plan or plan.reads_frame):
+                frame_line(i)
             if has_cr:
                 start, line = where(i)
             else:
                 start, line = ends[i] - len(segs[i]) + i, base + i
             stop = start + len(segs[i])
-            info = infos[i]
-            plan = info.plan
             if plan:
                 if engine_known and not plan.ansi:     # State.examine_planned, inlined: the hot path
                     state.text = text = data[start:stop].decode("utf-8", "replace")
@@ -386,6 +421,9 @@ class LogAnalyzer:
                     # Effects the scanner applies without reading the segment (see RecordPlan.only).
                     if plan.only == ONLY_FRAME:
                         state.last_frame_line = where(i)[1] if has_cr else base + i
+                        if templates.get(segs[i]) is info:
+                            templates[segs[i]] = FRAME_LINE      # from the next chunk on: see `frames`
+                            self._frame_templates += 1
                         continue
                     if state.candidate_is_noop(plan.only):
                         continue
@@ -402,6 +440,8 @@ class LogAnalyzer:
             flush_run()
         if deferred:
             flush_deferred()
+        if frames:
+            frame_line(len(segs))
         self._line = base + len(segs) if not has_cr else cursor[1] + data.count(b"\n", cursor[0])
         return None
 
@@ -430,7 +470,7 @@ class LogAnalyzer:
         if self._template_bytes > TEMPLATE_CACHE_BYTES:
             for cache in self._templates:
                 cache.clear()
-            self._template_bytes = 0
+            self._template_bytes = self._frame_templates = 0
             new = Counter(segs)
         else:
             new = Counter(compress(segs, map(is_, infos, repeat(None))))

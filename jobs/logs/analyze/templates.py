@@ -218,7 +218,8 @@ class RecordPlan:
     (numbers, messages, timestamps) are read from the real text at the planned spans.
     """
     __slots__ = ("ansi", "bar_at", "msg_at", "body", "indent", "level", "has_ts", "stats", "marker",
-                 "progress", "failure", "guard", "warn", "only", "marker_only", "bar_end", "rest", "bar", "ts", "prog")
+                 "progress", "failure", "guard", "warn", "only", "marker_only", "bar_end", "rest", "bar", "ts", "prog",
+                 "reads_frame")
 
     def __init__(self) -> None:
         self.ansi = False
@@ -238,6 +239,7 @@ class RecordPlan:
         self.progress = False
         self.failure: Optional[str] = None   # "frame" | "usage" | "stall" | "classify" | None
         self.guard = False               # indented like traceback source: skipped right after a frame
+        self.reads_frame = False         # applying it reads the last frame's line (guard), here or glued after
         self.warn = False
         # The whole effect, when it is one the scanner applies without reading the segment:
         # ONLY_FRAME (a traceback frame: its line), or the Spec of the failure candidate it is.
@@ -254,6 +256,11 @@ def record_plan(tpl: bytes, fams: int) -> Optional[RecordPlan]:
     raw = ANSI.sub(b"", tpl) if ansi else tpl
     plan = _text_plan(raw.decode("utf-8", "replace"), fams, 0)
     plan.ansi = ansi
+    part: Optional[RecordPlan] = plan
+    while part is not None:
+        if part.guard and part.failure in ("stall", "classify"):
+            plan.reads_frame = True
+        part = part.rest
     return plan
 
 
@@ -316,6 +323,11 @@ def _text_plan(text: str, fams: int, depth: int) -> RecordPlan:
 
 
 ONLY_FRAME = -1
+# The value a traceback-frame template (plan.only == ONLY_FRAME) gets in the engine-known
+# template cache: falsy, so the per-line C passes leave its segments out of the ones Python
+# visits; the scanner finds where they are only to give an examination that reads "the last
+# frame line" its value.
+FRAME_LINE = ()
 
 
 def progress_plan(body: str) -> Optional[tuple]:
