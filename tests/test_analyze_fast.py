@@ -360,3 +360,19 @@ def test_frames_left_to_the_c_passes_still_guard_the_quoted_source_after_them(eo
             ref.feed(part.replace(b"\n", eol))
             assert fast.result() == ref.result(), k
     assert fast.result().failure is not None      # the last quoted line counts
+
+
+def test_signal_digit_lines_are_planned_per_prefilter_families() -> None:
+    """Segments of a "signal 0" template are planned per the families their own prefilter finds
+    ("signal 9" is an anchor, "signal 1" is not): a plan made for one must not serve the other."""
+    head = b"(APIServer pid=1) INFO 05-07 10:00:00 [api_server.py:1] vLLM API server version 0.9.0\n"
+    shapes = [b"[%d/9] c++ -c a.cpp: worker received signal %d\n",
+              b"Loading weights took %d.5 seconds; worker received signal %d\n",
+              b"#12 %d.25 nvcc error   : 'cudafe++' died due to signal %d (Kill signal)\n"]
+    for shape in shapes:
+        fast, ref = LogAnalyzer(), ReferenceAnalyzer()
+        lines = [head] + [shape % (k, sig) for k, sig in enumerate([1, 1, 9, 1, 9, 9, 2], start=1)]
+        for line in lines:
+            fast.feed(line)
+            ref.feed(line)
+            assert fast.result() == ref.result(), line

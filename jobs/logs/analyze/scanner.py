@@ -38,6 +38,7 @@ class LogAnalyzer:
         self._templates: tuple[dict, dict] = ({}, {})   # per "engine known": template -> 0 | Template
         self._template_bytes = 0
         self._frame_templates = 0        # how many templates are FRAME_LINE in the engine-known cache
+        self._refilter_plans: dict[tuple[bytes, int], Any] = {}   # ("signal 0" template, families) -> plan
         self._tail = b""                 # the incomplete segment (< GIANT_SEGMENT bytes)
         self._giant_head: Optional[bytes] = None
         self._giant_tail = b""
@@ -247,6 +248,17 @@ class LogAnalyzer:
                 if m is None:
                     return
                 fams = families_in(rx, raw, m, len(raw))
+                if engine_known and len(raw) <= TEMPLATE_KEY_MAX:
+                    # Only the prefilter's families depend on the digit ("signal 9" is an anchor):
+                    # the template's plan for those families holds for the segment.
+                    key = (segs[i], fams)
+                    plan = self._refilter_plans.get(key)
+                    if plan is None:
+                        if len(self._refilter_plans) >= 256:
+                            self._refilter_plans.clear()
+                        plan = self._refilter_plans[key] = record_plan(segs[i], fams)
+                    state.examine_planned(raw, line, fams, plan)
+                    return
             state.examine(raw, line, fams)
 
         def bar_full(i: int) -> bool:
