@@ -17,6 +17,8 @@ from .templates import (ALL_SERVING_BITS, FRAME_LINE, K_BAR, K_BAR_GLUED, K_BUIL
                         classify_template, prefilter_one_offs, record_plan, run_kv_safe)
 
 
+# Until the engine is known, a feed's first this many bytes are scanned on their own (see _scan).
+ENGINE_PROBE = 1 << 16
 # Marker kinds whose effect reads the segment's line (ready line, recovery): never folded.
 LINE_MARKERS = frozenset(("ready", "startup_complete"))
 # (phase, load_done, marker kind) -> (phase, load_done, whether it sets why["phase"]): see State.marker_transition.
@@ -126,6 +128,14 @@ class LogAnalyzer:
     def _scan(self, buf: bytes, end: int) -> None:
         """Examine (or prove irrelevant) every complete segment of buf[:end] (buf[end-1] is a separator)."""
         rest: Optional[bytes] = buf
+        if self._state.engine_strong is None and end > ENGINE_PROBE * 2:
+            # Most logs name their engine in the first lines, and a chunk scanned without the
+            # engine is scanned again (its C passes, its grouping) from where it became known:
+            # a first piece keeps that to a few KB.
+            cut = max(buf.rfind(b"\n", 0, ENGINE_PROBE), buf.rfind(b"\r", 0, ENGINE_PROBE)) + 1
+            if cut:
+                left = self._scan_templates(buf[:cut])
+                rest = left + buf[cut:] if left else buf[cut:]
         while rest is not None:
             rest = self._scan_templates(rest)
 
