@@ -376,3 +376,21 @@ def test_signal_digit_lines_are_planned_per_prefilter_families() -> None:
             fast.feed(line)
             ref.feed(line)
             assert fast.result() == ref.result(), line
+
+
+def test_a_run_of_loading_bars_that_fills_then_restarts_completes_the_load() -> None:
+    """A run of loading-bar redraws is cut to its last member, but a full member in the middle
+    still completes the load (later unlabeled bars are capture); read from the planned bytes."""
+    head = b"(APIServer pid=1) INFO 05-07 10:00:00 [api_server.py:1] vLLM API server version 0.9.0\n"
+    fast, ref = LogAnalyzer(), ReferenceAnalyzer()
+    for a in (fast, ref):
+        a.feed(head)
+    # (a full bar ends the first runs, so its template is planned before it lies mid-run)
+    for k, seq in enumerate([[1, 4], [2, 4], [1, 2], [1, 4, 2], [4, 4], [1, 4, 2], [0, 1], [2, 4, 1], [4, 2]]):
+        block = (b"\r".join(("Loading weights: %3d%%|%s| %d/4 [00:0%d<00:01, 1.00it/s]" % (
+            d * 25, "\u2588" * d + " " * (4 - d), d, k)).encode() for d in seq)     # blocks: bytes != characters
+                 + b"\n 50%%|##  | %d/9 [00:01<00:01, 1.00it/s]\n" % (k + 1)
+                 + b"(Worker_TP0 pid=30) INFO 05-07 10:00:00 [m.py:1] Starting to load model /m\n")
+        fast.feed(block)
+        ref.feed(block)
+        assert fast.result() == ref.result(), k

@@ -273,9 +273,13 @@ class LogAnalyzer:
 
         def bar_full(i: int) -> bool:
             """Whether segment i's tqdm bar is full (State._tqdm's "the load completed")."""
-            start = where(i)[0]
-            raw = data[start:start + len(segs[i])]
+            start = where(i)[0] if has_cr else ends[i] - len(segs[i]) + i
             plan = infos[i].plan
+            if plan and plan.bar_bytes is not None:                # its numbers' bytes, from the template
+                n0, n1, n_scale, t0, t1, t_scale = plan.bar_bytes
+                total = float(data[start + t0:start + t1]) * t_scale
+                return bool(total) and float(data[start + n0:start + n1]) * n_scale >= total
+            raw = data[start:start + len(segs[i])]
             if plan and plan.bar is not None and not plan.ansi:     # its numbers' spans, from the template
                 n0, n1, n_scale, t0, t1, t_scale = plan.bar[:6]
                 text = raw.decode("utf-8", "replace")

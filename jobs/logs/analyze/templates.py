@@ -219,13 +219,14 @@ class RecordPlan:
     """
     __slots__ = ("ansi", "bar_at", "msg_at", "body", "indent", "level", "has_ts", "stats", "marker",
                  "progress", "failure", "guard", "warn", "only", "marker_only", "bar_end", "rest", "bar", "ts", "prog",
-                 "reads_frame")
+                 "reads_frame", "bar_bytes")
 
     def __init__(self) -> None:
         self.ansi = False
         self.bar_at = -1                 # a tqdm bar at this offset, ending at bar_end,
         self.bar_end = -1
         self.bar: Optional[tuple] = None   # where its numbers lie (see bar_plan)
+        self.bar_bytes: Optional[tuple] = None   # (n start, n end, n scale, N start, N end, N scale) in bytes
         self.rest: Optional[RecordPlan] = None     # and the plan of what is glued after it
         self.msg_at = 0
         self.body = (0, 0)               # span of the stripped message
@@ -254,8 +255,16 @@ def record_plan(tpl: bytes, fams: int) -> Optional[RecordPlan]:
     """The plan for segments of template `tpl` (prefiltered into `fams`), or None to read them in full."""
     ansi = b"\x1b" in tpl
     raw = ANSI.sub(b"", tpl) if ansi else tpl
-    plan = _text_plan(raw.decode("utf-8", "replace"), fams, 0)
+    text = raw.decode("utf-8", "replace")
+    plan = _text_plan(text, fams, 0)
     plan.ansi = ansi
+    if plan.bar is not None and not ansi:
+        # The bar's n and N as byte offsets (same bytes in every segment), for the scanner's
+        # "is this loading bar full?" without decoding: plain UTF-8 and ASCII numbers only.
+        n0, n1, n_scale, t0, t1, t_scale = plan.bar[:6]
+        if text[n0:n1].isascii() and text[t0:t1].isascii() and text.encode("utf-8") == raw:
+            at = [len(text[:k].encode("utf-8")) for k in (n0, n1, t0, t1)]
+            plan.bar_bytes = (at[0], at[1], n_scale, at[2], at[3], t_scale)
     part: Optional[RecordPlan] = plan
     while part is not None:
         if part.guard and part.failure in ("stall", "classify"):
