@@ -297,9 +297,10 @@ def test_a_folded_stretch_of_markers_keeps_the_marker_that_named_the_phase() -> 
 
 
 def test_planned_numbers_are_read_from_each_segment() -> None:
-    """Progress records and bars read through a plan (every template repeated, numbers varying)
-    take their values from each segment: every branch of _progress_record, units, rates, ETAs
-    and timestamps; compared with the reference scanner after every line."""
+    """Progress records, bars and stats lines read through a plan (every template repeated,
+    numbers varying) take their values from each segment: every branch of _progress_record,
+    units, rates, ETAs, timestamps, each stats format; compared with the reference scanner
+    after every line."""
     r = random.Random(7)
     shapes = [
         lambda: "Epoch %d/%d" % (r.randint(0, 12), r.randint(1, 9)),
@@ -324,6 +325,22 @@ def test_planned_numbers_are_read_from_each_segment() -> None:
             r.randint(0, 9), r.randint(0, 99)),
         lambda: " %2d%%|##  | %d/%d [00:0%d<?, ?it/s]{'loss': 0.%d, 'epoch': 0.%d}" % (
             r.randint(0, 99), r.randint(0, 9), r.randint(1, 9), r.randint(0, 9), r.randint(1, 9), r.randint(1, 9)),
+        # stats lines (their numbers are read at planned spans too)
+        lambda: "INFO 05-07 10:00:00 [loggers.py:1] Engine 000: Avg prompt throughput: %d.%d tokens/s, Avg "
+                "generation throughput: %d.0 tokens/s, Running: %d reqs, Waiting: %d reqs, GPU KV cache usage: "
+                "%d.%d%%, Prefix cache hit rate: 0.0%%" % (r.randint(0, 999), r.randint(0, 9), r.randint(0, 999),
+                                                          r.randint(0, 9), r.randint(0, 3), r.randint(90, 99),
+                                                          r.randint(0, 9)),
+        lambda: "INFO 05-07 10:00:00 [metrics.py:1] SpecDecoding metrics: Mean acceptance length: %d.%02d, "
+                "Draft acceptance rate: %d.%d%%" % (r.randint(1, 3), r.randint(0, 99), r.randint(0, 99), r.randint(0, 9)),
+        lambda: "[2025-10-22 10:00:00 TP0] Decode batch. #running-req: %d, #token: %d, token usage: 0.%02d, "
+                "accept len: %d.%02d, gen throughput (token/s): %d.%02d, #queue-req: %d, full token usage: 0.%d" % (
+                    r.randint(0, 64), r.randint(0, 9999), r.randint(0, 99), r.randint(1, 4), r.randint(0, 99),
+                    r.randint(0, 999), r.randint(0, 99), r.randint(0, 3), r.randint(0, 9)),   # the first usage counts
+        lambda: "[2025-10-22 10:00:00 TP0] Prefill batch. #new-seq: %d, #new-token: %d, token usage: 0.%02d, "
+                "gen throughput (token/s): %d.0, #running-req: %d, #queue-req: %d" % (
+                    r.randint(1, 9), r.randint(0, 9999), r.randint(0, 99), r.randint(0, 999), r.randint(0, 64),
+                    r.randint(0, 3)),
     ]
     lines = [b"(APIServer pid=1) INFO 05-07 10:00:00 [api_server.py:1] vLLM API server version 0.9.0\n"]
     for _ in range(150):

@@ -333,6 +333,40 @@ def parse_serving_stats_line(line: str) -> Optional[dict[str, float]]:
     return out or None
 
 
+def serving_stats_spans(line: str) -> Optional[tuple[tuple[str, int, int, float, float], ...]]:
+    """Where parse_serving_stats_line(line) reads its numbers: (key, start, end, times, over) for
+    each key it returns (value = float(line[start:end]) * times / over), or None when its keys or
+    values are not read at fixed spans (V0 spec metrics, ANSI colour) or it returns None. The
+    same for every line with the same template: its patterns test digits by class."""
+    if "\x1b" in line:
+        return None
+    out: dict[str, tuple[str, int, int, float, float]] = {}
+    if "Avg prompt throughput" in line:
+        m = _VLLM_STATS.search(line)
+        if m:
+            for k, key in enumerate(("prompt_tokens_per_s", "gen_tokens_per_s", "running", "waiting",
+                                     "kv_cache_pct"), start=1):
+                if m.group(k) is not None:
+                    out[key] = (key, m.start(k), m.end(k), 1.0, 1.0)
+    elif "acceptance" in line:
+        m = _VLLM_SPEC_LEN.search(line)
+        if m:
+            out["spec_accept_len"] = ("spec_accept_len", m.start(1), m.end(1), 1.0, 1.0)
+        m = VLLM_SPEC_RATE.search(line)
+        if m:
+            if not m.group(2):
+                return None                            # V0: the length comes from token counts
+            out["spec_accept_rate"] = ("spec_accept_rate", m.start(1), m.end(1), 1.0, 100.0)
+    elif "batch." in line or "batch," in line:
+        for m in _SGLANG_FIELD.finditer(line):
+            key, scale = _SGLANG_KEY[m.group(1)]
+            if key not in out:
+                out[key] = (key, m.start(2), m.end(2), scale, 1.0)
+        if "Prefill batch" in line:
+            out.pop("gen_tokens_per_s", None)
+    return tuple(out.values()) or None
+
+
 # --------------------------------------------------------------------------- engine signatures
 
 # Each signature is named "<engine>_<what>"; docs/LOG_SIGNATURES.md lists which releases print it.

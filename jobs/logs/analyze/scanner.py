@@ -318,9 +318,18 @@ class LogAnalyzer:
             for i in reversed(keep):
                 start, line = where(i)
                 raw = data[start:start + len(segs[i])]
-                plan = infos[i].plan
+                info = infos[i]
+                plan = info.plan
+                if plan is None:                      # planned on its second reading, as in examine()
+                    if info.seen:
+                        info.plan = plan = record_plan(segs[i], info.fams) or False
+                        self._template_bytes += 512
+                    info.seen = 1
                 if plan and not plan.ansi and plan.bar_at < 0:    # its message's span, from the template
-                    stats = parse_serving_stats_line(raw.decode("utf-8", "replace")[plan.body[0]:plan.body[1]])
+                    body = raw.decode("utf-8", "replace")[plan.body[0]:plan.body[1]]
+                    at = plan.stats_at
+                    stats = parse_serving_stats_line(body) if at is None else {
+                        key: float(body[a:b]) * times / over for key, a, b, times, over in at}
                     if stats:
                         state.serving_data(stats, line)
                 else:

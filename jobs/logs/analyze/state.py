@@ -131,7 +131,9 @@ class State:
             return
         body = text[b0:b1]
         if plan.stats:
-            stats = parse_serving_stats_line(body)
+            at = plan.stats_at
+            stats = parse_serving_stats_line(body) if at is None else {
+                key: float(body[a:b]) * times / over for key, a, b, times, over in at}
             if stats:
                 self._serving(stats, line)
                 return

@@ -12,7 +12,7 @@ from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, FAMILY, FRAME, JIT, K
                        MARKERS, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STALL_NOTICE, STEP,
                        TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, engine_signals,
                        families_in, label_phase, parse_serving_stats_line, prefilter_in, prefix_ts_span,
-                       strip_prefixes)
+                       serving_stats_spans, strip_prefixes)
 from .state import (PG_LOSS, PG_MAKE, PG_NINJA, PG_STEP, State)
 
 
@@ -219,7 +219,7 @@ class RecordPlan:
     """
     __slots__ = ("ansi", "bar_at", "msg_at", "body", "indent", "level", "has_ts", "stats", "marker",
                  "progress", "failure", "guard", "warn", "only", "marker_only", "bar_end", "rest", "bar", "ts", "prog",
-                 "reads_frame", "bar_bytes")
+                 "reads_frame", "bar_bytes", "stats_at")
 
     def __init__(self) -> None:
         self.ansi = False
@@ -236,6 +236,7 @@ class RecordPlan:
         self.ts: Optional[tuple[str, int, int]] = None   # (kind, start, end) of the prefixes' timestamp
         self.prog: Optional[tuple] = None   # where State._progress_record reads (progress_plan); None: in full
         self.stats = False
+        self.stats_at: Optional[tuple] = None    # where the stats line's numbers lie (serving_stats_spans)
         self.marker: Optional[tuple[str, int, int]] = None    # (kind, start, end) in the body
         self.progress = False
         self.failure: Optional[str] = None   # "frame" | "usage" | "stall" | "classify" | None
@@ -295,6 +296,8 @@ def _text_plan(text: str, fams: int, depth: int) -> RecordPlan:
     if not body:
         return plan
     plan.stats = bool(fams & S) and parse_serving_stats_line(body) is not None
+    if plan.stats:
+        plan.stats_at = serving_stats_spans(body)
     if fams & M:
         m = MARKERS.search(body)
         if m is not None:
