@@ -155,9 +155,10 @@ class LogAnalyzer:
         templates = self._templates[engine_known]
         segs = data.translate(NORMALIZE).split(b"\n")
         segs.pop()                                    # the incomplete segment after the last separator
-        infos = list(map(templates.get, segs))
-        if None in infos:
-            infos = self._learn(segs, infos, templates, engine_known)
+        try:
+            infos = list(map(templates.__getitem__, segs))   # all known: no second pass looking for None
+        except KeyError:
+            infos = self._learn(segs, list(map(templates.get, segs)), templates, engine_known)
         sel = list(compress(range(len(segs)), infos))
         base = self._line
         has_cr = b"\r" in data
@@ -274,7 +275,8 @@ class LogAnalyzer:
         def bar_full(i: int) -> bool:
             """Whether segment i's tqdm bar is full (State._tqdm's "the load completed")."""
             start = where(i)[0] if has_cr else ends[i] - len(segs[i]) + i
-            plan = infos[i].plan
+            info = infos[i]
+            plan = info.plan
             if plan and plan.bar_bytes is not None:                # its numbers' bytes, from the template
                 n0, n1, n_scale, t0, t1, t_scale = plan.bar_bytes
                 total = float(data[start + t0:start + t1]) * t_scale
