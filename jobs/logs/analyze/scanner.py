@@ -277,6 +277,11 @@ class LogAnalyzer:
             start = where(i)[0] if has_cr else ends[i] - len(segs[i]) + i
             info = infos[i]
             plan = info.plan
+            if plan is None:                          # planned on its second reading, as in examine()
+                if info.seen:
+                    info.plan = plan = record_plan(segs[i], info.fams) or False
+                    self._template_bytes += 512
+                info.seen = 1
             if plan and plan.bar_bytes is not None:                # its numbers' bytes, from the template
                 n0, n1, n_scale, t0, t1, t_scale = plan.bar_bytes
                 total = float(data[start + t0:start + t1]) * t_scale
