@@ -50,6 +50,7 @@ def _why_text(why) -> str:
     return why[0].format(*why[1:]) if isinstance(why, tuple) else why
 
 
+_NAN = float("nan")
 # The branches of _progress_record a planned body takes (templates.progress_plan).
 PG_NINJA, PG_MAKE, PG_LOSS, PG_STEP = range(4)
 
@@ -491,25 +492,29 @@ class State:
     def _set_progress(self, source: str, phase: str, label: str, done: float, total: Optional[float],
                       rate: Optional[float], eta: Optional[float], line: int, ts: Optional[tuple[str, str]],
                       key_label: Optional[str] = None, sig: str = "tqdm bar") -> None:
-        self.seq += 1
-        self.stall_notices.clear()
+        # (the hot path of every progress update: locals, no helper calls; done and total are floats)
+        self.seq = seq = self.seq + 1
+        if self.stall_notices:
+            self.stall_notices.clear()
         key = (source, phase, key_label if key_label is not None else series_label(label), total)
         if self.now is not None:
             when: Optional[float] = self.now
         else:
-            when = ts_seconds(ts) if rate is None else None
+            when = ts_seconds(ts) if rate is None and ts is not None else None
         # Rates the bar does not print come from the clock: the caller's, else the lines' own timestamps.
-        if self.series is None or self.series[0] != key or when is None or done < self.series[1]:
-            self.series = (key, done, when) if when is not None else (key, done, float("nan"))
+        series = self.series
+        if series is None or series[0] != key or when is None or done < series[1]:
+            self.series = (key, done, when) if when is not None else (key, done, _NAN)
         elif rate is None:
-            first_done, first_when = self.series[1], self.series[2]
+            first_done, first_when = series[1], series[2]
             if when > first_when and done > first_done:
                 rate = (done - first_done) / (when - first_when)
         if eta is None and rate and total is not None and total >= done:
             eta = (total - done) / rate
         # Progress(...) is built when a result is asked for: most updates are overwritten first.
-        progress = (num(done), num(total) if total is not None else None, label, rate, eta)
-        entry = (self.seq, phase, progress, sig, line, self.text[:MAX_MESSAGE])
+        progress = (int(done) if done.is_integer() else done,
+                    None if total is None else int(total) if total.is_integer() else total, label, rate, eta)
+        entry = (seq, phase, progress, sig, line, self.text[:MAX_MESSAGE])
         if source == "bar":
             self.bar = entry
         else:
