@@ -135,7 +135,7 @@ class LogAnalyzer:
             cut = max(buf.rfind(b"\n", 0, ENGINE_PROBE), buf.rfind(b"\r", 0, ENGINE_PROBE)) + 1
             if cut:
                 left = self._scan_templates(buf[:cut])
-                rest = left + buf[cut:] if left else buf[cut:]
+                rest = b"".join((left, memoryview(buf)[cut:])) if left else buf[cut:]   # one copy
         while rest is not None:
             rest = self._scan_templates(rest)
 
