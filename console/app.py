@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
@@ -38,6 +39,17 @@ VIEWS: list[tuple[str, str, str, type[Screen]]] = [
 HISTORY_CAPACITY = 900   # 15 minutes at the default 1 s refresh: more than the 10 the issue asks
 
 
+def quiet_driver_class(chosen: type) -> type:
+    """Textual's Linux driver swapped for ours (same terminal handling, an input thread that sleeps)."""
+    if not sys.platform.startswith("linux"):
+        return chosen
+    from textual.drivers.linux_driver import LinuxDriver
+    if chosen is not LinuxDriver:           # $TEXTUAL_DRIVER or another platform's choice: leave it
+        return chosen
+    from gpudeck.console.terminal import QuietLinuxDriver
+    return QuietLinuxDriver
+
+
 class GpuDeckApp(App[int]):
     TITLE = "gpudeck"
     CSS = """
@@ -71,6 +83,7 @@ class GpuDeckApp(App[int]):
         start_sampling: bool = True,
     ) -> None:
         super().__init__()
+        self.driver_class = quiet_driver_class(self.driver_class)
         for definition in GPUDECK_THEMES.values():
             self.register_theme(definition)
         self.theme = theme
