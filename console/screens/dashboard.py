@@ -5,8 +5,9 @@ from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer
+
+from gpudeck.console.compositor import DeckScreen
 
 from gpudeck.console.widgets.box_header_panel import BoxHeaderPanel
 from gpudeck.console.widgets.gpu_grid_panel import Density, GpuGridPanel
@@ -17,7 +18,7 @@ from gpudeck.console.widgets.ports_table import PortsTable
 DENSITY_CYCLE: tuple[Density, ...] = ("auto", "lines", "cards")
 
 
-class DashboardScreen(Screen):
+class DashboardScreen(DeckScreen):
     """Its widgets follow the app's telemetry feed themselves; the screen only lays them out."""
 
     DEFAULT_CSS = """

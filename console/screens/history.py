@@ -10,9 +10,10 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
-from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Static
+
+from gpudeck.console.compositor import DeckScreen
 
 from gpudeck.console.format import human_age, human_bytes, safe_text
 
@@ -86,7 +87,7 @@ class RunsListed(Message):
         self.error = error
 
 
-class HistoryScreen(Screen):
+class HistoryScreen(DeckScreen):
     """Runs of every job (the run index), failed ones in red; Enter: post-mortem, R: replay."""
 
     DEFAULT_CSS = """

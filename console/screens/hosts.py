@@ -13,8 +13,9 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, Static, Tab, Tabs
+
+from gpudeck.console.compositor import DeckScreen
 
 from gpudeck.console.format import human_age, safe_text
 from gpudeck.console.screens.confirm import ConfirmScreen
@@ -112,7 +113,7 @@ def _tail_jobs(jobs: Optional[dict]) -> list[dict]:
     return records[:TAIL_JOBS]
 
 
-class HostsScreen(Screen):
+class HostsScreen(DeckScreen):
     """Tabs: the overview, then one per host (local first). Follows the app's hosts feed."""
 
     DEFAULT_CSS = """

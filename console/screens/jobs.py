@@ -13,8 +13,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
+
+from gpudeck.console.compositor import DeckScreen
 
 from gpudeck.console.format import safe_text
 from gpudeck.console.screens.confirm import ConfirmScreen
@@ -185,7 +186,7 @@ class PivotStepped(Message):
 
 # -- the screen ----------------------------------------------------------------------------------
 
-class JobsScreen(Screen):
+class JobsScreen(DeckScreen):
     """Jobs table over a log pane; everything it shows comes from the core, polled off the UI thread."""
 
     # Panels look like the dashboard's: round $primary borders with bold titles, $accent when focused.

@@ -11,9 +11,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
-from textual.screen import Screen
 from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
+
+from gpudeck.console.compositor import DeckScreen
 
 from gpudeck.console.format import safe_text
 from gpudeck.console.widgets.log_view import LogView
@@ -139,7 +140,7 @@ class PostmortemBuilt(Message):
         self.error = error
 
 
-class PostmortemScreen(Screen):
+class PostmortemScreen(DeckScreen):
     """One run's post-mortem over its log; Enter on a line that matters shows it in the log pane."""
 
     DEFAULT_CSS = """
