@@ -411,3 +411,20 @@ def test_a_run_of_loading_bars_that_fills_then_restarts_completes_the_load() -> 
         fast.feed(block)
         ref.feed(block)
         assert fast.result() == ref.result(), k
+
+
+def test_templates_of_small_feeds_are_remembered_once_they_come_back() -> None:
+    """A feed small enough to hold each template once (the runner's 64 KiB pieces of a dense log)
+    sends them to the one-off batch; one that comes back in a later feed is remembered, else
+    every feed would pay the batch again (it ran 10x slower)."""
+    r = random.Random(5)
+    words = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "theta"]
+    block = b"".join(("step %s %s %s: %d items\n" % (r.choice(words), r.choice(words), "".join(
+        r.choice("abcdefgh") for _ in range(8)), n)).encode() for n in range(400))
+    fast, ref = LogAnalyzer(), ReferenceAnalyzer()
+    for k in range(3):
+        fast.feed(block)
+        ref.feed(block)
+        assert fast.result() == ref.result()
+        remembered = sum(len(cache) for cache in fast._templates)
+        assert (remembered == 0) if k == 0 else (remembered >= 400)

@@ -41,6 +41,8 @@ class LogAnalyzer:
         self._template_bytes = 0
         self._frame_templates = 0        # how many templates are FRAME_LINE in the engine-known cache
         self._refilter_plans: dict[tuple[bytes, int], Any] = {}   # ("signal 0" template, families) -> plan
+        self._once: set[bytes] = set()   # templates of the one-off batches (see _learn), bounded
+        self._once_bytes = 0
         self._tail = b""                 # the incomplete segment (< GIANT_SEGMENT bytes)
         self._giant_head: Optional[bytes] = None
         self._giant_tail = b""
@@ -518,9 +520,18 @@ class LogAnalyzer:
             new = Counter(compress(segs, map(is_, infos, repeat(None))))
         transient: dict[bytes, Union[int, Template]] = {}
         if len(new) > TEMPLATE_ONE_OFFS_MAX:
-            one_offs = [tpl for tpl, n in new.items() if n == 1]
+            once = self._once
+            one_offs = [tpl for tpl, n in new.items() if n == 1 and tpl not in once]
             if len(one_offs) > TEMPLATE_ONE_OFFS_MAX:
                 transient = prefilter_one_offs(one_offs, engine_known)
+                # A one-off that comes back in a later feed was no one-off: a small feed (the
+                # runner's 64 KiB, a dense log) holds each template once, and none would ever be
+                # remembered (10x slower). Remembered as seen once, within the cache's bound.
+                if self._once_bytes > TEMPLATE_CACHE_BYTES // 4:
+                    once.clear()
+                    self._once_bytes = 0
+                once.update(one_offs)
+                self._once_bytes += sum(map(len, one_offs)) + 80 * len(one_offs)
         for tpl in new:
             if tpl in transient:
                 continue
