@@ -230,9 +230,10 @@ class LogAnalyzer:
                 frame_line(i)
             if has_cr:
                 start, line = where(i)
+                stop = start + len(segs[i])
             else:
-                start, line = ends[i] - len(segs[i]) + i, base + i
-            stop = start + len(segs[i])
+                stop, line = ends[i] + i, base + i
+                start = stop - len(segs[i])
             if plan:
                 if engine_known and not plan.ansi:     # State.examine_planned, inlined: the hot path
                     state.text = text = data[start:stop].decode("utf-8", "replace")
@@ -346,7 +347,7 @@ class LogAnalyzer:
             deferred.clear()
 
         if engine_known:
-            groups = list(map(attrgetter("group"), map(infos.__getitem__, sel)))
+            groups = list(map(attrgetter("group"), compress(infos, infos)))   # sel's infos, in order
         else:
             groups = [self._group_now(infos[i]) for i in sel]
         # Where the group changes (C-level): consecutive members of one group are handled together.
