@@ -310,11 +310,14 @@ class LogAnalyzer:
             # Keep each line that provides a number no later line provides, and the last
             # SPEC_WINDOW spec-decode lines (their mean is judged); apply them in order.
             covered, spec_left, keep = 0, SPEC_WINDOW, []
+            last_spec = -1            # the last spec-decode line: only its judgement of the window lasts
             for first, last in reversed(deferred):
                 for q in range(last, first - 1, -1):
                     keys = infos[sel[q]].keys
                     need = keys & ~covered
                     if keys & SPEC_BITS and spec_left:
+                        if spec_left == SPEC_WINDOW:
+                            last_spec = sel[q]
                         spec_left -= 1
                         need = 1
                     if need:
@@ -341,9 +344,9 @@ class LogAnalyzer:
                     stats = parse_serving_stats_line(body) if at is None else {
                         key: float(body[a:b]) * times / over for key, a, b, times, over in at}
                     if stats:
-                        state.serving_data(stats, line)
+                        state.serving_data(stats, line, i == last_spec)
                 else:
-                    state.serving_data_of(raw, line)
+                    state.serving_data_of(raw, line, i == last_spec)
             deferred.clear()
 
         if engine_known:

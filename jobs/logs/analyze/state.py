@@ -563,41 +563,47 @@ class State:
             self.hint = None
         self._recovered(line)
 
-    def serving_data_of(self, raw: bytes, line: int) -> None:
+    def serving_data_of(self, raw: bytes, line: int, judge: bool = True) -> None:
         """serving_data() for a segment known to be a serving-stats line (see classify_template)."""
         if b"\x1b" in raw:
             raw = ANSI.sub(b"", raw)
         stats = parse_serving_stats_line(strip_prefixes(raw.decode("utf-8", "replace"))[0].strip())
         if stats:
-            self.serving_data(stats, line)
+            self.serving_data(stats, line, judge)
 
-    def serving_data(self, stats: dict[str, float], line: int) -> None:
-        """The numbers of one serving-stats line: merged values, the spec-decode window, KV pressure."""
+    def serving_data(self, stats: dict[str, float], line: int, judge: bool = True) -> None:
+        """The numbers of one serving-stats line: merged values, the spec-decode window, KV pressure.
+        judge=False: the window is not judged (a later line's judgement replaces this one's)."""
         self.serving.update(stats)
         if "spec_accept_len" in stats or "spec_accept_rate" in stats:
             self.spec_recent.append((stats.get("spec_accept_len"), stats.get("spec_accept_rate")))
-            lens = [a for a, _ in self.spec_recent if a is not None]
-            rates = [r for _, r in self.spec_recent if r is not None]
-            mean_len = sum(lens) / len(lens) if lens else None
-            mean_rate = sum(rates) / len(rates) if rates else None
-            bad = ((mean_len is not None and mean_len < SPEC_MIN_ACCEPT_LEN)
-                   or (mean_rate is not None and mean_rate < SPEC_MIN_ACCEPT_RATE))
-            if bad:
-                parts = []
-                if mean_len is not None:
-                    parts.append(f"mean acceptance length {mean_len:.2f}")
-                if mean_rate is not None:
-                    parts.append(f"acceptance rate {mean_rate * 100:.1f}%")
-                self.warnings["spec_decode_ineffective"] = LogWarning(
-                    "spec_decode_ineffective", line,
-                    "speculative decoding accepts almost nothing (" + ", ".join(parts) + ") — it is likely "
-                    "slower than no speculation; check the draft model matches the target, or turn it off")
-            else:
-                self.warnings.pop("spec_decode_ineffective", None)
+            if judge:
+                self._judge_spec(line)
         kv, waiting = self.serving.get("kv_cache_pct"), self.serving.get("waiting")
         if kv is not None and kv >= 95.0 and waiting:
             self.warnings["kv_cache_pressure"] = LogWarning(
                 "kv_cache_pressure", line, f"KV cache {kv:.0f}% full with {waiting:.0f} requests waiting")
+
+    def _judge_spec(self, line: int) -> None:
+        """Whether speculative decoding pays, from the means over the spec-decode window."""
+        lens = [a for a, _ in self.spec_recent if a is not None]
+        rates = [r for _, r in self.spec_recent if r is not None]
+        mean_len = sum(lens) / len(lens) if lens else None
+        mean_rate = sum(rates) / len(rates) if rates else None
+        bad = ((mean_len is not None and mean_len < SPEC_MIN_ACCEPT_LEN)
+               or (mean_rate is not None and mean_rate < SPEC_MIN_ACCEPT_RATE))
+        if bad:
+            parts = []
+            if mean_len is not None:
+                parts.append(f"mean acceptance length {mean_len:.2f}")
+            if mean_rate is not None:
+                parts.append(f"acceptance rate {mean_rate * 100:.1f}%")
+            self.warnings["spec_decode_ineffective"] = LogWarning(
+                "spec_decode_ineffective", line,
+                "speculative decoding accepts almost nothing (" + ", ".join(parts) + ") — it is likely "
+                "slower than no speculation; check the draft model matches the target, or turn it off")
+        else:
+            self.warnings.pop("spec_decode_ineffective", None)
 
     # ------------------------------------------------------------------ failures
 
