@@ -153,3 +153,39 @@ async def test_the_comparison_catches_a_compositor_that_leaves_a_widget_out():
         await wait_for(pilot, lambda: recorder.mismatch, "the comparison to notice the stale GPU lines",
                        detail=lambda: recorder.partial_updates)
         assert "differs" in recorder.mismatch
+
+
+@pilot_test
+async def test_a_panel_scrolled_out_of_view_costs_no_layout_and_is_current_when_scrolled_back():
+    # A panel below the fold that is refreshed makes Textual rebuild the layout of the whole screen
+    # at the next frame; the dashboard's panels skip that and repaint from scratch when shown again.
+    from gpudeck.console.widgets.gpu_process_table import GpuProcessTable
+
+    app = make_app(demo=True, seed=5, refresh=0.1)
+    async with app.run_test(size=(80, 24)) as pilot:
+        recorder = Recorder(app)
+        await drive(app, recorder, pilot, 3)
+        compositor = app.screen._compositor
+        table = app.screen.query_one(GpuProcessTable)
+        assert table not in compositor.visible_widgets, "the test needs the process table below the fold"
+        rebuilds = []
+        arrange = compositor._arrange_root
+        compositor._arrange_root = lambda root, size, visible_only=True: (
+            rebuilds.append(visible_only) or arrange(root, size, visible_only))
+        ticks, rows_before = app.ticks, dict(table._rows)
+        await drive(app, recorder, pilot, 10)
+        assert table._rows != rows_before, "the test needs the table's data to change while out of view"
+        assert app.ticks - ticks >= 10
+        assert rebuilds.count(False) <= 1, f"{rebuilds.count(False)} whole-screen layouts in 10 ticks"
+
+        app.screen.query_one("#dashboard-body").scroll_end(animate=False)
+        await wait_for(pilot, lambda: table in compositor.visible_widgets, "the process table on screen")
+        await drive(app, recorder, pilot, 2)
+        # What the screen shows of the table is what the table's data paints now (not lines cached
+        # from before it was scrolled out).
+        region, _clip = compositor.visible_widgets[table]
+        top = table.content_region.y
+        strips = compositor.render_strips()
+        for y in range(table.size.height):
+            shown = strips[top + y].crop(table.content_region.x, table.content_region.right).text
+            assert shown == table.render_line(y).text, f"process table line {y} is stale"

@@ -10,7 +10,7 @@ from textual.widget import Widget
 from gpudeck.console.feeds import FollowsTelemetry
 from gpudeck.console.format import safe_text
 from gpudeck.console.telemetry_view import TelemetryView
-from gpudeck.console.widgets.strip_painter import PaintedLines, Part
+from gpudeck.console.widgets.strip_painter import PaintedLines, Part, content_width
 
 
 def clock_text(t: float) -> str:
@@ -55,8 +55,8 @@ class BoxHeaderPanel(FollowsTelemetry, PaintedLines, Widget):
     def render_line(self, y: int) -> Strip:
         self._painter.ensure()
         if y > 0:
-            return self._painter.blank(self.size.width)
-        return self._painter.strip(self.parts(), self.size.width)
+            return self._painter.blank(content_width(self))
+        return self._painter.strip(self.parts(), content_width(self))
 
     def parts(self) -> list[Part]:
         parts: list[Part] = [(" gpudeck ", "bold $primary"), (f"{self.view_title} ", "$text-muted")]

@@ -9,7 +9,7 @@ from textual.widget import Widget
 from gpudeck.jobs.telemetry.snapshot import GpuSample
 
 from gpudeck.console.widgets.border_titles import set_border_titles
-from gpudeck.console.widgets.strip_painter import PaintedLines, Part, refresh_changed_lines
+from gpudeck.console.widgets.strip_painter import PaintedLines, Part, content_width, refresh_changed_lines
 from gpudeck.console.format import NA, hbar, human_bytes, level_style, pct, short_gpu_name, sparkline
 
 # Reasons NVML reports in normal operation: showing them would cry wolf.
@@ -149,7 +149,7 @@ class GpuCardPanel(PaintedLines, Widget):
             self.set_class(stale, "-stale")
             self._painter.invalidate()      # the class changes the base style; data alone does not
         self._update_titles()
-        width = self.size.width
+        width = content_width(self)
         shown = self._lines[1] if self._lines[0] == width and not restyled else None
         self._lines = (width, self.card_lines(width))
         if shown is None:
@@ -168,7 +168,7 @@ class GpuCardPanel(PaintedLines, Widget):
         set_border_titles(self, title, "SIMULATED" if sample.simulated else None)
 
     def lines(self) -> list[list[Part]]:
-        width = self.size.width
+        width = content_width(self)
         if self._lines[0] != width:
             self._lines = (width, self.card_lines(width))
         return self._lines[1]

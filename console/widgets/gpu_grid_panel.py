@@ -13,6 +13,7 @@ from gpudeck.console.telemetry_view import TelemetryView
 from gpudeck.console.widgets.border_titles import set_border_titles
 from gpudeck.console.widgets.gpu_card_panel import CARD_HEIGHT, GpuCardPanel
 from gpudeck.console.widgets.gpu_lines_panel import GpuLinesPanel
+from gpudeck.console.widgets.strip_painter import content_width
 
 Density = Literal["auto", "lines", "cards"]
 
@@ -130,7 +131,7 @@ class GpuGridPanel(FollowsTelemetry, Container):
             self._relayout()
         if not self._cards_mode:
             self._lines.update_lines(
-                [(g, view.values(("gpu", g.index, "util"), self._lines.size.width or 80)) for g in snapshot.gpus],
+                [(g, view.values(("gpu", g.index, "util"), content_width(self._lines) or 80)) for g in snapshot.gpus],
                 view.stale)
             return
         indices = [g.index for g in snapshot.gpus]
@@ -141,7 +142,7 @@ class GpuGridPanel(FollowsTelemetry, Container):
             self._grid.mount_all(self._cards.values())
         for gpu in snapshot.gpus:
             card = self._cards[gpu.index]
-            card.update_card(gpu, view.values(("gpu", gpu.index, "util"), max(card.size.width, 40)), view.stale)
+            card.update_card(gpu, view.values(("gpu", gpu.index, "util"), max(content_width(card), 40)), view.stale)
 
     def _show_message(self, text: str) -> None:
         # Called every tick on a box without GPUs: touch nothing that did not change

@@ -9,7 +9,7 @@ from textual.widget import Widget
 from gpudeck.jobs.telemetry.snapshot import GpuSample
 
 from gpudeck.console.widgets.gpu_card_panel import gpu_line_parts
-from gpudeck.console.widgets.strip_painter import PaintedLines, Part, refresh_changed_lines
+from gpudeck.console.widgets.strip_painter import PaintedLines, Part, content_width, refresh_changed_lines
 
 # One widget rather than one per GPU: each widget repaint has a fixed cost (~0.3 ms on a
 # slow core) that eight separate lines would pay eight times per tick.
@@ -40,7 +40,7 @@ class GpuLinesPanel(PaintedLines, Widget):
         if restyled:
             self.set_class(stale, "-stale")
             self._painter.invalidate()      # the class changes the base style; data alone does not
-        width = self.size.width
+        width = content_width(self)
         shown = self._lines[1] if self._lines[0] == width and not restyled else None
         self._lines = (width, self._build(width))
         if shown is None:
@@ -53,7 +53,7 @@ class GpuLinesPanel(PaintedLines, Widget):
         return [gpu_line_parts(gpu, recent, width, self._stale) for gpu, recent in self._gpus]
 
     def lines(self) -> list[list[Part]]:
-        width = self.size.width
+        width = content_width(self)
         if self._lines[0] != width:
             self._lines = (width, self._build(width))
         return self._lines[1]

@@ -12,7 +12,7 @@ from gpudeck.console.feeds import FollowsTelemetry
 from gpudeck.console.format import hbar, human_bytes, human_rate, level_style, pct, safe_text
 from gpudeck.console.telemetry_view import TelemetryView
 from gpudeck.console.widgets.border_titles import set_border_titles
-from gpudeck.console.widgets.strip_painter import PaintedLines, Part, plain, refresh_changed_lines
+from gpudeck.console.widgets.strip_painter import PaintedLines, Part, content_width, plain, refresh_changed_lines
 
 _LEVELS = "▁▂▃▄▅▆▇█"
 # Few cores get a labelled bar each; more (a 16-core VM, a 192-core box) get one glyph each.
@@ -137,7 +137,7 @@ class HostPanel(FollowsTelemetry, PaintedLines, Widget):
             self._painter.invalidate()      # the class changes the base style; data alone does not
         title = f"host · {safe_text(host.name, 60)}" if host else "host"
         set_border_titles(self, title + (" · STALE" if view.stale else ""))
-        width = self.size.width
+        width = content_width(self)
         shown = self._lines[1] if self._lines[0] == width and not restyled else None
         self._lines = (width, host_lines(host, width, self.message))
         line_count = len(self._lines[1])
@@ -153,7 +153,7 @@ class HostPanel(FollowsTelemetry, PaintedLines, Widget):
         return len(host_lines(self.host, width, self.message))
 
     def lines(self) -> list[Line]:
-        width = self.size.width
+        width = content_width(self)
         if self._lines[0] != width:
             self._lines = (width, host_lines(self.host, width, self.message))
         return self._lines[1]

@@ -15,7 +15,7 @@ from textual.geometry import Region
 from textual.widget import Widget
 
 from gpudeck.console.widgets.border_titles import set_border_titles
-from gpudeck.console.widgets.strip_painter import PaintedLines, Part, refresh_changed_lines
+from gpudeck.console.widgets.strip_painter import PaintedLines, Part, content_width, refresh_changed_lines, scrolled_out
 
 # A cell is its text, or (text, style) where style may use theme variables ("bold $warning").
 Cell = Union[str, tuple[str, str]]
@@ -93,6 +93,8 @@ class RowsTable(PaintedLines, Widget, can_focus=True):
         if same_rows:
             # The same rows in the same order: repaint only those whose cells changed (CPU%, SM%…).
             refresh_changed_lines(self, [shown[k] for k in self._keys], [rows[k] for k in self._keys], top=1)
+        elif not count_changed and scrolled_out(self):
+            self._styles_cache.clear()      # see refresh_changed_lines: repainted when shown again
         else:
             self.refresh(layout=count_changed)
 
@@ -123,7 +125,7 @@ class RowsTable(PaintedLines, Widget, can_focus=True):
         return parts
 
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
+        width = content_width(self)
         self._painter.ensure()
         generation = self._painter.generation
         if y == 0:
