@@ -428,3 +428,26 @@ def test_templates_of_small_feeds_are_remembered_once_they_come_back() -> None:
         assert fast.result() == ref.result()
         remembered = sum(len(cache) for cache in fast._templates)
         assert (remembered == 0) if k == 0 else (remembered >= 400)
+
+
+@pytest.mark.parametrize("glued", ["rkerProc pid=65043) ", "[2023-06-07 22:16:00,018] [INFO] [deepspeed] OVERFLOW! Skipping step.",
+                                   "ERROR 05-07 10:00:00 [core.py:1] EngineCore failed to start.",
+                                   "{'loss': 0.5, 'grad_norm': 1.0, 'learning_rate': 1e-05, 'epoch': 0.3}",
+                                   "[2025-10-22 10:00:00 TP0] Capture cuda graph end. Time elapsed: 1.1 s",
+                                   "Traceback (most recent call last):", " 50%|#####     | 5/10 [00:01<00:01, 1.00it/s]"])
+def test_bars_glued_to_a_record_collapse_only_when_the_record_is_inert(glued: str) -> None:
+    """A bar with an inert record glued on is a plain redraw (it joins the runs of its phase's
+    bars); one glued to a record that does something is examined, with its record, each time."""
+    r = random.Random(glued)
+    lines = ["(Worker pid=3) INFO 05-07 10:00:00 [m.py:1] Starting to load model /m",
+             "RuntimeError: CUDA error: an illegal memory access"]
+    for k in range(60):
+        bar = _bar(r, r.choice(["Capturing CUDA graphs (PIECEWISE): ", "Loading safetensors checkpoint shards: "]), 51)
+        lines.append(bar + glued if k % 2 else bar)
+        if k % 17 == 16:
+            lines.append("(APIServer pid=1) INFO:     Application startup complete.")
+    data = ("\n".join(lines) + "\n").encode() * 3
+    assert templates.classify_template(data.split(b"\n")[3].translate(templates.NORMALIZE), True).kind == (
+        templates.K_BAR if glued.startswith(("rker", "[2023")) else templates.K_BAR_GLUED)
+    for cuts in ([], sorted(r.randrange(len(data)) for _ in range(25))):
+        assert _run(data, cuts, [None] * (len(cuts) + 1), False) == _run(data, cuts, [None] * (len(cuts) + 1), True)

@@ -132,6 +132,26 @@ def _failure_inert(body: str, level: Optional[str]) -> bool:
     return _PROBE._classify(body, level, 0) is None
 
 
+def _glued_inert(rest: str, fams: int) -> bool:
+    """True if State._examine_text(rest, …) at depth 1 (engine known) changes nothing, whatever the
+    state and the digits: no bar, and a record whose every handler is inert (as classify_template)."""
+    if fams & P and "%" in rest and TQDM.search(rest) is not None:
+        return False
+    msg, level, ts = strip_prefixes(rest)
+    body = msg.strip()
+    if not body:
+        return True
+    if fams & S and parse_serving_stats_line(body):
+        return False
+    if fams & M and MARKERS.search(body):
+        return False
+    if fams & P and _progress_kind(body, ts) != K_INERT:
+        return False
+    if fams & F and not _failure_inert(body, level):
+        return False
+    return not (fams & W and (OOM_RISK.search(body) or KV_PRESSURE.search(body) or JIT.search(body)))
+
+
 def classify_template(tpl: bytes, engine_known: bool) -> Union[int, Template]:
     """0 for a template the prefilter skips, else what examining it can do. Mirrors State.examine."""
     if len(tpl) > GIANT_SEGMENT:
@@ -151,7 +171,10 @@ def classify_template(tpl: bytes, engine_known: bool) -> Union[int, Template]:
         if m is not None:
             label = strip_prefixes(text[:m.start()].strip())[0].strip().rstrip(":").strip()[:100]
             hits = no_hits if engine_known else _engine_hits(label, label)
-            kind = K_BAR_GLUED if text[m.end():].strip() else K_BAR
+            rest = text[m.end():]
+            # What is glued after the bar matters only if examining it can do something: a bar
+            # with an inert record glued on is a plain redraw (it joins runs of its phase's bars).
+            kind = K_BAR_GLUED if rest.strip() and not (engine_known and _glued_inert(rest, fams)) else K_BAR
             return Template(fams, kind, named=label_phase(label), hits=hits)
     msg, level, ts = strip_prefixes(text)            # _record
     body = msg.strip()
