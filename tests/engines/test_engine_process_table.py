@@ -1,0 +1,55 @@
+"""Engine discovery's process table read from /proc says what psutil says, for every process of this box."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpudeck.jobs.engines import discovery
+
+pytestmark = pytest.mark.skipif(not os.path.isfile("/proc/self/stat"), reason="no Linux /proc here")
+
+SLEEPER = "import time; time.sleep(60)"
+
+
+def facts(table: dict) -> dict:
+    return {pid: (p.name, p.ppid, p.cmdline, p.create_time) for pid, p in table.items()}
+
+
+def test_the_proc_table_equals_psutils_for_every_process_including_the_odd_ones(tmp_path: Path) -> None:
+    # The shapes where /proc and psutil could part: a program name longer than comm's 15 bytes,
+    # an argument that is not UTF-8, an empty argument, a zombie (left out by both).
+    long_named = tmp_path / "a-program-named-longer-than-comm"
+    shutil.copy(sys.executable, long_named)
+    odd = [
+        subprocess.Popen([str(long_named), "-c", SLEEPER]),
+        subprocess.Popen([sys.executable.encode(), b"-c", SLEEPER.encode(), b"caf\xe9-\xff", b""]),
+        subprocess.Popen([sys.executable, "-c", "pass"]),        # exits, is not reaped: a zombie
+    ]
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:                      # the zombie is one once it has exited
+            if Path(f"/proc/{odd[2].pid}/stat").read_bytes().split(b") ")[1][:1] == b"Z":
+                break
+            time.sleep(0.05)
+        fast, slow = discovery._proc_fs_table(), discovery._psutil_table()
+        assert fast is not None
+        both = fast.keys() & slow.keys()
+        # Processes may start or end between the two scans; the ones of this test live through both.
+        assert {odd[0].pid, odd[1].pid} <= both
+        assert odd[2].pid not in fast and odd[2].pid not in slow
+        mine, theirs = facts(fast), facts(slow)
+        assert {pid: mine[pid] for pid in both} == {pid: theirs[pid] for pid in both}
+        assert fast[odd[0].pid].name == "a-program-named-longer-than-comm"
+        assert fast[odd[1].pid].cmdline[-2:] == [os.fsdecode(b"caf\xe9-\xff"), ""]
+        # The table the discovery builds (children linked) is the /proc one.
+        assert odd[0].pid in discovery._process_table()[os.getpid()].children
+    finally:
+        for proc in odd:
+            proc.kill()
+            proc.wait()
