@@ -451,3 +451,33 @@ def test_bars_glued_to_a_record_collapse_only_when_the_record_is_inert(glued: st
         templates.K_BAR if glued.startswith(("rker", "[2023")) else templates.K_BAR_GLUED)
     for cuts in ([], sorted(r.randrange(len(data)) for _ in range(25))):
         assert _run(data, cuts, [None] * (len(cuts) + 1), False) == _run(data, cuts, [None] * (len(cuts) + 1), True)
+
+
+def test_a_stretch_of_loss_dicts_reduces_to_its_last_unless_an_error_waits_on_it() -> None:
+    """Loss dicts of many templates (no timestamp, no clock) overwrite each other's hint: only the
+    last of a stretch is read — except while an error waits on a hint series, whose advances
+    prove the job carried on (each one counts)."""
+    r = random.Random(7)
+    lines = []
+    for k in range(400):
+        pick = r.random()
+        if pick < 0.75:
+            step = f", 'step': {k}" if r.random() < 0.3 else ""
+            ts = "INFO 05-07 10:%02d:%02d [x.py:1] " % (k // 60, k % 60) if k // 25 % 3 == 1 else ""   # a clock: rates
+            lines.append(ts + "{'loss': %s, 'grad_norm': %s, 'learning_rate': %se-0%d, 'epoch': %s%s}"
+                         % (_f(r), r.uniform(0, 200), r.uniform(1, 9), r.randint(5, 6),
+                            (k % 7) / 10 if ts else round(k / 97, r.randint(1, 3)), step))   # restarts: series reset
+        elif pick < 0.8:
+            lines.append("RuntimeError: CUDA error: an illegal memory access")
+        elif pick < 0.85:
+            lines.append(r.choice(["  Total optimization steps = %d" % _n(r), "  Num Epochs = %d" % r.randint(1, 9),
+                                   "(APIServer pid=1) INFO:     Application startup complete.",
+                                   "step %d/%d loss=0.5" % (_n(r), _n(r))]))
+        elif pick < 0.9:
+            lines.append("")
+        else:
+            lines.append(_bar(r, "Loading weights: ", 50))
+    data = ("\n".join(lines) + "\n").encode() * 2
+    for cuts in ([], sorted(r.randrange(len(data)) for _ in range(30))):
+        for nows in ([None] * (len(cuts) + 1), [1000.0 + 7 * k for k in range(len(cuts) + 1)]):
+            assert _run(data, cuts, nows, False) == _run(data, cuts, nows, True)

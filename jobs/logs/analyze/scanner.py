@@ -412,6 +412,30 @@ class LogAnalyzer:
                 serving_run = False
                 markers(members)
                 continue
+            if (engine_known and now_unset and group is info and info.plan and info.plan.hint_only
+                    and not (deferred and info.fams & S)):
+                pending = state.progress_at_failure
+                if pending is None or not pending[0] or pending[0][0] != "hint":
+                    # A stretch of loss dicts (any templates; inert groups between are skipped):
+                    # each overwrites the previous one's hint, series, phase and why texts, and no
+                    # error waits on a hint series, so only the last is read.
+                    n, i = last - first + 1, sel[last]
+                    while b < nbounds:
+                        g = groups[next_first]
+                        if g is not SKIP_GROUP:
+                            nxt = infos[sel[next_first]]
+                            if g is not nxt or not nxt.plan or not nxt.plan.hint_only or (deferred and nxt.fams & S):
+                                break
+                            n += bounds[b] - next_first
+                            i = sel[bounds[b] - 1]
+                        next_first = bounds[b]
+                        b += 1
+                    if run_kind:
+                        flush_run()
+                    serving_run = False
+                    state.seq += n - 1
+                    examine(i)
+                    continue
             if group is not info:                     # a run group (no engine to learn from it)
                 if kind == K_SERVING:
                     i, j = sel[first], sel[last]

@@ -242,7 +242,7 @@ class RecordPlan:
     """
     __slots__ = ("ansi", "bar_at", "msg_at", "body", "indent", "level", "has_ts", "stats", "marker",
                  "progress", "failure", "guard", "warn", "only", "marker_only", "bar_end", "rest", "bar", "ts", "prog",
-                 "reads_frame", "bar_bytes", "stats_at")
+                 "reads_frame", "bar_bytes", "stats_at", "hint_only")
 
     def __init__(self) -> None:
         self.ansi = False
@@ -273,6 +273,9 @@ class RecordPlan:
         # remembered by (the first: ready line; the last: decided_by), so a run of segments
         # of the template reduces to its first and last.
         self.marker_only = False
+        # An HF loss dict (no timestamp) and nothing else: a "hint" progress update whose every
+        # effect the next such update overwrites (without a clock, no rate reads the series' start).
+        self.hint_only = False
 
 
 def record_plan(tpl: bytes, fams: int) -> Optional[RecordPlan]:
@@ -345,6 +348,8 @@ def _text_plan(text: str, fams: int, depth: int) -> RecordPlan:
                 plan.failure = "classify"
     plan.warn = bool(fams & W) and bool(OOM_RISK.search(body) or KV_PRESSURE.search(body) or JIT.search(body))
     plan.marker_only = plan.marker is not None and not (plan.stats or plan.progress or plan.warn or plan.failure)
+    plan.hint_only = (plan.progress and plan.prog is not None and plan.prog[0] == PG_LOSS and plan.ts is None
+                      and not (plan.stats or plan.marker or plan.warn or plan.failure))
     if not (plan.stats or plan.marker or plan.progress or plan.warn):
         if plan.failure == "frame":
             plan.only = ONLY_FRAME
