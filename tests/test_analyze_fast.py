@@ -481,3 +481,42 @@ def test_a_stretch_of_loss_dicts_reduces_to_its_last_unless_an_error_waits_on_it
     for cuts in ([], sorted(r.randrange(len(data)) for _ in range(30))):
         for nows in ([None] * (len(cuts) + 1), [1000.0 + 7 * k for k in range(len(cuts) + 1)]):
             assert _run(data, cuts, nows, False) == _run(data, cuts, nows, True)
+
+
+def test_failure_lines_of_unknown_rank_and_stall_notices_are_skipped_only_when_a_no_op() -> None:
+    """A failure line whose rank depends on its digits or on the usage line is skipped only
+    once every rank is held (and an error waits on progress); a stall notice only once
+    STALL_REPEATS of them are counted. Anything else (a ready mark, progress, a slurm OOM that
+    replaces a held host OOM) must still see each of them."""
+    r = random.Random(11)
+    pool = [
+        lambda: "ERROR 05-07 10:00:00 [core.py:1] worker exit code %d" % r.choice([0, 1, 137]),
+        lambda: "Process exited with exit code %d" % r.choice([0, 1, 137]),
+        lambda: "worker died due to signal %d" % r.choice([9, 11, 6]),
+        lambda: "vllm: error: unrecognized arguments: --x%d" % _n(r),
+        lambda: "myprog: error: argument --tp: invalid int value: '%d'" % _n(r),
+        lambda: "usage: vllm serve [-h]",
+        lambda: "Traceback (most recent call last):",
+        lambda: "RuntimeError: CUDA error: an illegal memory access",
+        lambda: "ValueError: bad value %d" % _n(r),
+        lambda: "ERROR 05-07 10:00:00 [core.py:1] EngineCore failed to start.",
+        lambda: "(EngineCore_DP0 pid=3) INFO 12-09 11:%02d:53 [shm_broadcast.py:466] No available shared memory "
+                "broadcast block found in 60 seconds." % r.randint(10, 59),
+        lambda: "step %d/%d loss=0.5" % (r.randint(0, 50), 50),
+        lambda: "(APIServer pid=1) INFO:     Application startup complete.",
+        lambda: "Killed",
+        lambda: "slurmstepd: error: Detected %d oom_kill event in StepId=%d.batch. Some of the step tasks have been "
+                "OOM Killed." % (r.randint(1, 3), _n(r)),
+        lambda: "collect2: error: ld returned %d exit status" % r.randint(1, 2),
+        # a slurm OOM line with a digit-valued word: its rank is not known from its template, and
+        # it replaces a held host OOM of its rank, so it is never skipped
+        lambda: "slurmstepd: error: Detected %d oom_kill event in StepId=%d.batch. Some of the step tasks have "
+                "been OOM Killed; exit code 137" % (r.randint(1, 3), _n(r)),
+    ]
+    # rounds over every kind, then rounds that hold no SPECIFIC candidate (stall notices count)
+    for only in [range(len(pool))] * 4 + [(8, 10, 10, 10, 11, 12)] * 2 + [(13, 16, 11)] * 2:
+        weights = [r.random() if k in only else 0 for k in range(len(pool))]
+        lines = [r.choices(pool, weights)[0]() for _ in range(300)]
+        data = ("\n".join(lines) + "\n").encode() * 2
+        for cuts in ([], sorted(r.randrange(len(data)) for _ in range(20))):
+            assert _run(data, cuts, [None] * (len(cuts) + 1), False) == _run(data, cuts, [None] * (len(cuts) + 1), True)

@@ -53,6 +53,8 @@ def _why_text(why) -> str:
 _NAN = float("nan")
 # The branches of _progress_record a planned body takes (templates.progress_plan).
 PG_NINJA, PG_MAKE, PG_LOSS, PG_STEP = range(4)
+# RecordPlan.only for a stall notice (beside a Spec: see candidate_is_noop).
+ONLY_STALL = -2
 
 # The phase each phase marker asserts (for `decided_by`).
 _MARKER_PHASE = {"loading": "loading", "loaded": "starting", "compiling": "compiling", "compiled": "starting",
@@ -640,11 +642,20 @@ class State:
         del self.stall_notices[STALL_REPEATS:]
 
     def candidate_is_noop(self, spec: int) -> bool:
-        """True if a failure candidate of this Spec would change nothing now (see _candidate)."""
+        """True if a failure candidate of this Spec (or RecordPlan.only's ONLY_ANY_RANK / ONLY_STALL)
+        would change nothing now (see _candidate, _stall_notice)."""
+        if spec == ONLY_STALL:                 # a further notice: appended, then cut back to STALL_REPEATS
+            return len(self.stall_notices) >= STALL_REPEATS
         if self.first_error is None:
             return False
+        best = self.best
+        if best is not None:
+            # While one is held, root_cause() reads `best` alone (first_low and first_weak are read
+            # only without it, and _recovered clears them with it), and progress_at_failure was set
+            # with it. So this is monotone in spec: a bound on a line's rank may stand for it.
+            return best.spec >= spec
         if spec >= Spec.EXCEPTION:
-            return self.best is not None and self.best.spec >= spec and self.progress_at_failure is not None
+            return False
         if spec == Spec.UMBRELLA:
             return self.first_low is not None and self.progress_at_failure is not None
         return self.first_weak is not None

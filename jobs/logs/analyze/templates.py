@@ -13,7 +13,7 @@ from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, FAMILY, FRAME, JIT, K
                        TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, engine_signals,
                        families_in, label_phase, parse_serving_stats_line, prefilter_in, prefix_ts_span,
                        serving_stats_spans, strip_prefixes)
-from .state import (PG_LOSS, PG_MAKE, PG_NINJA, PG_STEP, State)
+from .state import (ONLY_STALL, PG_LOSS, PG_MAKE, PG_NINJA, PG_STEP, Spec, State)
 
 
 # --------------------------------------------------------------------------- the fast scanner's templates
@@ -267,7 +267,8 @@ class RecordPlan:
         self.reads_frame = False         # applying it reads the last frame's line (guard), here or glued after
         self.warn = False
         # The whole effect, when it is one the scanner applies without reading the segment:
-        # ONLY_FRAME (a traceback frame: its line), or the Spec of the failure candidate it is.
+        # ONLY_FRAME (a traceback frame: its line), ONLY_STALL (a stall notice), or the Spec of the
+        # failure candidate it is (for a rank that depends on digits, its bound: SPECIFIC).
         self.only: Optional[int] = None
         # A phase marker and nothing else: repeating it changes nothing but the lines it is
         # remembered by (the first: ready line; the last: decided_by), so a run of segments
@@ -353,12 +354,20 @@ def _text_plan(text: str, fams: int, depth: int) -> RecordPlan:
     if not (plan.stats or plan.marker or plan.progress or plan.warn):
         if plan.failure == "frame":
             plan.only = ONLY_FRAME
+        elif plan.failure == "stall":
+            plan.only = ONLY_STALL                     # a no-op once STALL_REPEATS notices are counted
+        elif plan.failure == "classify" and body.startswith("NVRM:"):
+            pass                                       # joins the driver-line window: never a no-op
         elif plan.failure == "classify" and not (
-                body.startswith("NVRM:") or BAD_ARGS.search(body)   # reads the usage line's distance
+                BAD_ARGS.search(body)                  # reads the usage line's distance
                 or any(w in body for w in _DIGIT_VALUE_WORDS)):
             cand = _PROBE._classify(body, level, 0)   # its Spec does not depend on the phase, nor on digits here
             if cand is not None and cand.hint_key != "slurm_oom":   # it replaces a held host_oom of its rank
                 plan.only = int(cand.spec)
+        elif plan.failure == "classify" and not ("slurmstepd" in body or body.startswith("***")):
+            # Its verdict (a candidate of some rank, or none) depends on digits or on the usage
+            # line, not on slurm_oom's exception: its rank's bound stands for it (candidate_is_noop).
+            plan.only = int(Spec.SPECIFIC)
     return plan
 
 
