@@ -391,6 +391,15 @@ class LogAnalyzer:
             kind = info.kind
             if group is SKIP_GROUP:
                 continue
+            if group is info and engine_known:
+                plan = info.plan
+                if plan and plan.only is not None and plan.only >= 0:
+                    # Failure candidates of a rank held change nothing (State.candidate_is_noop), and
+                    # a run pending before them cannot un-hold it: runs form only while no error
+                    # waits on their series (and `best` implies an error waits), so it needs no flush.
+                    best = state.best
+                    if best is not None and best.spec >= plan.only and not (deferred and info.fams & S):
+                        continue
             if (engine_known and group is info and info.plan and info.plan.marker_only
                     and info.plan.marker[0] not in LINE_MARKERS and not (deferred and info.fams & S)):
                 members = [sel[first], sel[last]] if last > first else [sel[first]]
