@@ -520,3 +520,58 @@ def test_failure_lines_of_unknown_rank_and_stall_notices_are_skipped_only_when_a
         data = ("\n".join(lines) + "\n").encode() * 2
         for cuts in ([], sorted(r.randrange(len(data)) for _ in range(20))):
             assert _run(data, cuts, [None] * (len(cuts) + 1), False) == _run(data, cuts, [None] * (len(cuts) + 1), True)
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n"])
+def test_a_stretch_of_timed_build_steps_keeps_the_series_start_of_its_rate(eol: bytes) -> None:
+    """Timestamped make/ninja steps (many templates) overwrite each other except for the series'
+    start, which the last one's rate is computed from: a restart (done going back, another
+    ninja total) inside a stretch moves it. An error waiting on a build series sees each step."""
+    r = random.Random(eol)
+    lines, clock = ["(APIServer pid=1) INFO 05-07 10:00:00 [api_server.py:1] vLLM API server version 0.9.0"], 10.0
+
+    def stamp() -> str:
+        return r.choice([f"{clock:.2f} ", f"#{r.randint(1, 20)} {clock:.2f} ",
+                         "[10:%02d:%02d] " % (int(clock) // 60 % 60, int(clock) % 60)])
+
+    for _ in range(120):
+        pick = r.random()
+        n = r.randint(1, 12)
+        if pick < 0.35:                                 # make steps, mostly rising, sometimes restarting
+            pct = r.randint(0, 60)
+            for _ in range(n):
+                clock += r.uniform(0.01, 3)
+                pct = r.randint(0, 20) if r.random() < 0.1 else min(100, pct + r.randint(0, 5))
+                kind = r.choice(["Building CXX object k%d.o" % _n(r), "Building CUDA object k%d.o" % _n(r),
+                                 "Built target t%d" % _n(r), "Linking CXX shared library libk.so"])
+                lines.append(stamp() + f"[{pct:3d}%] {kind}")
+        elif pick < 0.65:                               # ninja steps of one or two totals
+            totals = r.choice([[40], [40, 300]])
+            done = {t: r.randint(1, 10) for t in totals}
+            for _ in range(n):
+                clock += r.uniform(0.01, 3)
+                t = r.choice(totals)
+                done[t] = r.randint(1, 5) if r.random() < 0.1 else min(t, done[t] + r.randint(0, 3))
+                lines.append(stamp() + f"[{done[t]}/{t}] c++ -c a{_n(r)}.cpp")
+        elif pick < 0.8:
+            lines.append(r.choice(["c++: fatal error: Killed signal terminated program cc1plus",
+                                   "ERROR 05-07 10:00:00 [core.py:1] EngineCore failed to start.",
+                                   "RuntimeError: CUDA error: an illegal memory access",
+                                   "(APIServer pid=1) INFO:     Application startup complete."]))
+        elif pick < 0.9:
+            lines.append(_bar(r, "Loading weights: ", 9))
+        else:
+            lines.append(r.choice(["", "-- Configuring done", "[2025-10-22 10:00:00 TP0] Load weight begin. avail mem=7.1 GB"]))
+    data = eol.join(line.encode() for line in lines) * 2 + eol
+    for cuts in ([], sorted(r.randrange(len(data)) for _ in range(30))):
+        assert _run(data, cuts, [None] * (len(cuts) + 1), False) == _run(data, cuts, [None] * (len(cuts) + 1), True)
+    # an error logged mid-build waits on the build's series: each later step is an advance (3 recover)
+    block = eol.join(b"%d.5 [%3d%%] Building CXX object k%d.o" % (10 + k, k, k) for k in range(1, 6)) + eol
+    block += b"c++: fatal error: Killed signal terminated program cc1plus" + eol
+    block += eol.join(b"%d.5 [%3d%%] Building CXX object k%d.o" % (20 + k, 10 + k, k) for k in range(1, 12)) + eol
+    engine = b"(APIServer pid=1) INFO 05-07 10:00:00 [api_server.py:1] vLLM API server version 0.9.0" + eol
+    data = engine + block * 2 + b"-- Configuring done" + eol + block
+    cuts = [len(engine) + len(block) * 2]
+    fast = _run(data, cuts, [None, None], False)
+    assert fast == _run(data, cuts, [None, None], True)
+    assert fast[0][1].failure is None and "error_recovered" in [w.code for w in fast[0][1].warnings]

@@ -9,8 +9,8 @@ from operator import attrgetter, is_, is_not
 from typing import Any, Optional, Union
 
 from .model import (GIANT_SEGMENT, HEAD_BYTES, LogAnalysis, READ_CHUNK, S, SPEC_WINDOW, TAIL_BYTES)
-from .patterns import (ANSI, SIZE, TQDM, families_in, parse_serving_stats_line, prefilter_in)
-from .state import (State)
+from .patterns import (ANSI, SIZE, TQDM, families_in, parse_serving_stats_line, prefilter_in, ts_seconds)
+from .state import (_NAN, State)
 from .templates import (ALL_SERVING_BITS, FRAME_LINE, K_BAR, K_BAR_GLUED, K_BUILD, K_GIANT, K_INERT, K_OTHER, K_REFILTER,
                         K_SERVING, NORMALIZE, ONLY_FRAME, RUN_GROUPS, SKIP_GROUP, SPEC_BITS,
                         TEMPLATE_CACHE_BYTES, TEMPLATE_KEY_MAX, TEMPLATE_ONE_OFFS_MAX, Template,
@@ -444,6 +444,43 @@ class LogAnalyzer:
                     serving_run = False
                     state.seq += n - 1
                     examine(i)
+                    continue
+            if (engine_known and now_unset and group is info and info.plan and info.plan.timed_step
+                    and not (deferred and info.fams & S)):
+                pending = state.progress_at_failure
+                if pending is None or not pending[0] or pending[0][0] != "bar" or pending[0][1] != "building":
+                    # A stretch of timestamped build steps (any templates; inert groups between are
+                    # skipped): each overwrites the previous one's bar, phase and why texts, and no
+                    # error waits on a build series; what survives is the series' start (for the
+                    # rate), so the members before the last are read for their numbers only.
+                    marked = info.plan.timed_step[0]
+                    members = sel[first:last + 1]
+                    while b < nbounds:
+                        g = groups[next_first]
+                        if g is not SKIP_GROUP:
+                            nxt = infos[sel[next_first]]
+                            step = nxt.plan and nxt.plan.timed_step
+                            if g is not nxt or not step or step[0] is not marked or (deferred and nxt.fams & S):
+                                break
+                            members += sel[next_first:bounds[b]]
+                        next_first = bounds[b]
+                        b += 1
+                    if run_kind:
+                        flush_run()
+                    serving_run = False
+                    if len(members) > 1:
+                        series = state.series         # as State._set_progress would leave it
+                        for i in islice(members, len(members) - 1):
+                            _, (d0, d1), tot, (tk, t0, t1) = infos[i].plan.timed_step
+                            start = where(i)[0] if has_cr else ends[i] - len(segs[i]) + i
+                            done = float(data[start + d0:start + d1])
+                            key = ("bar", "building", "build", float(data[start + tot[0]:start + tot[1]]) if tot else 100.0)
+                            when = ts_seconds((tk, data[start + t0:start + t1].decode()))
+                            if series is None or series[0] != key or when is None or done < series[1]:
+                                series = (key, done, when if when is not None else _NAN)
+                        state.series = series
+                        state.seq += len(members) - 1
+                    examine(members[-1])
                     continue
             if group is not info:                     # a run group (no engine to learn from it)
                 if kind == K_SERVING:

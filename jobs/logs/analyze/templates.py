@@ -242,7 +242,7 @@ class RecordPlan:
     """
     __slots__ = ("ansi", "bar_at", "msg_at", "body", "indent", "level", "has_ts", "stats", "marker",
                  "progress", "failure", "guard", "warn", "only", "marker_only", "bar_end", "rest", "bar", "ts", "prog",
-                 "reads_frame", "bar_bytes", "stats_at", "hint_only")
+                 "reads_frame", "bar_bytes", "stats_at", "hint_only", "timed_step")
 
     def __init__(self) -> None:
         self.ansi = False
@@ -277,6 +277,10 @@ class RecordPlan:
         # An HF loss dict (no timestamp) and nothing else: a "hint" progress update whose every
         # effect the next such update overwrites (without a clock, no rate reads the series' start).
         self.hint_only = False
+        # A make/ninja step with a plain timestamp (seconds, or h:m:s), maybe a "building" marker,
+        # and nothing else: (has the marker, done's byte span, total's byte span or None for
+        # make's 100, the timestamp's (kind, start, end)) — see the scanner's timed build steps.
+        self.timed_step: Optional[tuple] = None
 
 
 def record_plan(tpl: bytes, fams: int) -> Optional[RecordPlan]:
@@ -293,6 +297,14 @@ def record_plan(tpl: bytes, fams: int) -> Optional[RecordPlan]:
         if text[n0:n1].isascii() and text[t0:t1].isascii() and text.encode("utf-8") == raw:
             at = [len(text[:k].encode("utf-8")) for k in (n0, n1, t0, t1)]
             plan.bar_bytes = (at[0], at[1], n_scale, at[2], at[3], t_scale)
+    if (not ansi and plan.bar_at < 0 and plan.progress and plan.prog is not None and plan.prog[0] in (PG_MAKE, PG_NINJA)
+            and plan.ts is not None and plan.ts[0] in ("ts2", "ts5") and not (plan.stats or plan.warn or plan.failure)
+            and (plan.marker is None or plan.marker[0] == "building") and tpl.isascii()):
+        # ASCII: the decoded text's offsets are the bytes' (h:m:s and seconds always parse)
+        b0 = plan.body[0]
+        done, total = plan.prog[1], plan.prog[2] if plan.prog[0] == PG_NINJA else None
+        plan.timed_step = (plan.marker is not None, (b0 + done[0], b0 + done[1]),
+                           None if total is None else (b0 + total[0], b0 + total[1]), plan.ts)
     part: Optional[RecordPlan] = plan
     while part is not None:
         if part.guard and part.failure in ("stall", "classify"):
