@@ -41,6 +41,7 @@ class LogAnalyzer:
         self._template_bytes = 0
         self._frame_templates = 0        # how many templates are FRAME_LINE in the engine-known cache
         self._refilter_plans: dict[tuple[bytes, int], Any] = {}   # ("signal 0" template, families) -> plan
+        self._refilter_fams: dict[tuple[bytes, tuple], int] = {}  # (that template, where "signal 9" is) -> families
         self._once: set[bytes] = set()   # templates of the one-off batches (see _learn), bounded
         self._once_bytes = 0
         self._tail = b""                 # the incomplete segment (< GIANT_SEGMENT bytes)
@@ -257,12 +258,26 @@ class LogAnalyzer:
             raw = data[start:stop]
             fams = infos[i].fams
             if kind == K_REFILTER:
-                rx = prefilter_in(raw, state.engine_strong is not None)
-                m = rx.search(raw)
-                if m is None:
-                    return
-                fams = families_in(rx, raw, m, len(raw))
                 if engine_known and len(raw) <= TEMPLATE_KEY_MAX:
+                    # The prefilter tests every digit by class but the 9 of "signal 9": its families
+                    # for the segment are those of the template with the 9s where "signal 9" is,
+                    # remembered by (template, where).
+                    nines = []
+                    at = raw.find(b"signal 9")
+                    while at >= 0:
+                        nines.append(at)
+                        at = raw.find(b"signal 9", at + 1)
+                    fkey = (segs[i], tuple(nines))
+                    fams = self._refilter_fams.get(fkey)
+                    if fams is None:
+                        rx = prefilter_in(raw, True)
+                        m = rx.search(raw)
+                        fams = 0 if m is None else families_in(rx, raw, m, len(raw))
+                        if len(self._refilter_fams) >= 256:
+                            self._refilter_fams.clear()
+                        self._refilter_fams[fkey] = fams
+                    if not fams:
+                        return
                     # Only the prefilter's families depend on the digit ("signal 9" is an anchor):
                     # the template's plan for those families holds for the segment.
                     key = (segs[i], fams)
@@ -273,6 +288,11 @@ class LogAnalyzer:
                         plan = self._refilter_plans[key] = record_plan(segs[i], fams)
                     state.examine_planned(raw, line, fams, plan)
                     return
+                rx = prefilter_in(raw, state.engine_strong is not None)
+                m = rx.search(raw)
+                if m is None:
+                    return
+                fams = families_in(rx, raw, m, len(raw))
             state.examine(raw, line, fams)
 
         def bar_full(i: int) -> bool:
