@@ -513,6 +513,32 @@ class LogAnalyzer:
                             serving_run = True
                         deferred.append((first, last))
                         continue
+                    if engine_known:
+                        # KV-unsafe: each line's numbers are applied, in order (kv_cache_pressure keeps
+                        # the line of the last line that raised it), but the ready mark only once: it
+                        # reads nothing the numbers write, and a second one changes nothing.
+                        if run_kind:
+                            flush_run()
+                        if deferred:
+                            flush_deferred()
+                        need_mark = not serving_run
+                        for q in range(first, last + 1):
+                            i = sel[q]
+                            plan = infos[i].plan
+                            if plan and plan.stats_at is not None and not plan.ansi and plan.bar_at < 0:
+                                if need_mark:
+                                    state.ready_mark(0)     # its line is unused (see above)
+                                    need_mark = False
+                                start = ends[i] - len(segs[i]) + i
+                                body = data[start:start + len(segs[i])].decode("utf-8", "replace")[plan.body[0]:plan.body[1]]
+                                state.serving_data({key: float(body[a:b]) * times / over
+                                                    for key, a, b, times, over in plan.stats_at},
+                                                   where(i)[1] if has_cr else base + i)
+                            else:
+                                examine(i)                  # in full (it may do more than a stats line)
+                                need_mark = True
+                        serving_run = not need_mark
+                        continue
                 else:
                     if run_kind:
                         flush_run()
