@@ -575,3 +575,37 @@ def test_a_stretch_of_timed_build_steps_keeps_the_series_start_of_its_rate(eol: 
     fast = _run(data, cuts, [None, None], False)
     assert fast == _run(data, cuts, [None, None], True)
     assert fast[0][1].failure is None and "error_recovered" in [w.code for w in fast[0][1].warnings]
+
+
+@pytest.mark.parametrize("eol", ["\n", "\r\n"])
+def test_driver_lines_are_skipped_only_while_a_specific_failure_is_held(eol: str) -> None:
+    """NVRM lines join the driver window that a later fault line's message walks back over
+    (consecutive lines): skipped only while a SPECIFIC candidate is held, since the recovery
+    that clears it takes a line of its own — not where a \\r puts it on an NVRM line's line."""
+    r = random.Random(eol)
+    plain = [lambda: "[ %d.%06d] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.158.01" % (_n(r), _n(r)),
+             lambda: "NVRM: GPU at PCI:0000:%02x:00: GPU-%d" % (r.randint(0, 255), _n(r)),
+             lambda: "[ %d.5] NVRM: The NVIDIA GPU 0000:%02x:00.0" % (_n(r), r.randint(0, 255)),
+             lambda: "               NVRM: (PCI ID: 10de:26b5) installed in this system has"]
+    fault = [lambda: "               NVRM: fallen off the bus and is not responding to commands.",
+             lambda: "[ %d.5] NVRM: Xid (PCI:0000:%02x:00): %d, pid=1, name=python" % (_n(r), r.randint(0, 255),
+                                                                                    r.choice([13, 31, 79, 94]))]
+    other = [lambda: "ValueError: bad value %d" % _n(r), lambda: "RuntimeError: CUDA error: an illegal memory access",
+             lambda: "(APIServer pid=1) INFO:     Application startup complete.",
+             lambda: "step %d/%d loss=0.5" % (r.randint(0, 50), 50), lambda: "Killed",
+             lambda: '  File "/a/b.py", line %d, in f' % _n(r)]
+    lines = ["(APIServer pid=1) INFO 05-07 10:00:00 [api_server.py:1] vLLM API server version 0.9.0"]
+    for _ in range(300):
+        pick = r.random()
+        if pick < 0.45:                                   # a chain of driver lines
+            lines += [r.choice(plain + fault)() for _ in range(r.randint(1, 7))]
+        elif pick < 0.5:                                  # a recovery on a driver line's line (\r)
+            lines.append(r.choice(plain)() + "\r" + "(APIServer pid=1) INFO:     Application startup complete.")
+        else:
+            lines.append(r.choice(other)())
+    lines += ["RuntimeError: CUDA error: an illegal memory access",      # held, then recovered on a driver line's line
+              "[ 1843.5] NVRM: The NVIDIA GPU 0000:b3:00.0\r(APIServer pid=1) INFO:     Application startup complete.",
+              "[ 1843.6] NVRM: fallen off the bus and is not responding to commands."] * 3
+    data = (eol.join(lines) + eol).encode() * 2
+    for cuts in ([], sorted(r.randrange(len(data)) for _ in range(20))):
+        assert _run(data, cuts, [None] * (len(cuts) + 1), False) == _run(data, cuts, [None] * (len(cuts) + 1), True)

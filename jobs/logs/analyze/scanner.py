@@ -10,7 +10,7 @@ from typing import Any, Optional, Union
 
 from .model import (GIANT_SEGMENT, HEAD_BYTES, LogAnalysis, READ_CHUNK, S, SPEC_WINDOW, TAIL_BYTES)
 from .patterns import (ANSI, SIZE, TQDM, families_in, parse_serving_stats_line, prefilter_in, ts_seconds)
-from .state import (_NAN, State)
+from .state import (_NAN, ONLY_NVRM, Spec, State)
 from .templates import (ALL_SERVING_BITS, FRAME_LINE, K_BAR, K_BAR_GLUED, K_BUILD, K_GIANT, K_INERT, K_OTHER, K_REFILTER,
                         K_SERVING, NORMALIZE, ONLY_FRAME, RUN_GROUPS, SKIP_GROUP, SPEC_BITS,
                         TEMPLATE_CACHE_BYTES, TEMPLATE_KEY_MAX, TEMPLATE_ONE_OFFS_MAX, Template,
@@ -413,13 +413,23 @@ class LogAnalyzer:
                 continue
             if group is info and engine_known:
                 plan = info.plan
-                if plan and plan.only is not None and plan.only >= 0:
+                if plan and plan.only is not None and plan.only >= ONLY_NVRM:
                     # Failure candidates of a rank held change nothing (State.candidate_is_noop), and
                     # a run pending before them cannot un-hold it: runs form only while no error
                     # waits on their series (and `best` implies an error waits), so it needs no flush.
                     best = state.best
-                    if best is not None and best.spec >= plan.only and not (deferred and info.fams & S):
-                        continue
+                    if best is not None and not (deferred and info.fams & S):
+                        only = plan.only
+                        if only >= 0:
+                            if best.spec >= only:
+                                continue
+                        elif only == ONLY_NVRM and not has_cr and best.spec >= Spec.SPECIFIC:
+                            # An NVRM line's candidate changes nothing, and the window it joins is
+                            # read only by a later driver-fault line's candidate, walking back over
+                            # consecutive lines: a no-op too until a recovery clears `best`, which
+                            # takes a line that is no NVRM line (one line each when no \r splits
+                            # lines), so no walk after it reaches back over it.
+                            continue
             if (engine_known and group is info and info.plan and info.plan.marker_only
                     and info.plan.marker[0] not in LINE_MARKERS and not (deferred and info.fams & S)):
                 members = [sel[first], sel[last]] if last > first else [sel[first]]

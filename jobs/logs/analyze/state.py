@@ -53,8 +53,9 @@ def _why_text(why) -> str:
 _NAN = float("nan")
 # The branches of _progress_record a planned body takes (templates.progress_plan).
 PG_NINJA, PG_MAKE, PG_LOSS, PG_STEP = range(4)
-# RecordPlan.only for a stall notice (beside a Spec: see candidate_is_noop).
-ONLY_STALL = -2
+# RecordPlan.only for a stall notice (beside a Spec: see candidate_is_noop), and for an NVRM driver
+# line (a no-op only where the scanner knows it is: see LogAnalyzer._scan_templates).
+ONLY_STALL, ONLY_NVRM = -2, -3
 
 # The phase each phase marker asserts (for `decided_by`).
 _MARKER_PHASE = {"loading": "loading", "loaded": "starting", "compiling": "compiling", "compiled": "starting",
@@ -646,6 +647,8 @@ class State:
         would change nothing now (see _candidate, _stall_notice)."""
         if spec == ONLY_STALL:                 # a further notice: appended, then cut back to STALL_REPEATS
             return len(self.stall_notices) >= STALL_REPEATS
+        if spec == ONLY_NVRM:
+            return False
         if self.first_error is None:
             return False
         best = self.best

@@ -13,7 +13,7 @@ from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, FAMILY, FRAME, JIT, K
                        TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, engine_signals,
                        families_in, label_phase, parse_serving_stats_line, prefilter_in, prefix_ts_span,
                        serving_stats_spans, strip_prefixes)
-from .state import (ONLY_STALL, PG_LOSS, PG_MAKE, PG_NINJA, PG_STEP, Spec, State)
+from .state import (ONLY_NVRM, ONLY_STALL, PG_LOSS, PG_MAKE, PG_NINJA, PG_STEP, Spec, State)
 
 
 # --------------------------------------------------------------------------- the fast scanner's templates
@@ -267,8 +267,9 @@ class RecordPlan:
         self.reads_frame = False         # applying it reads the last frame's line (guard), here or glued after
         self.warn = False
         # The whole effect, when it is one the scanner applies without reading the segment:
-        # ONLY_FRAME (a traceback frame: its line), ONLY_STALL (a stall notice), or the Spec of the
-        # failure candidate it is (for a rank that depends on digits, its bound: SPECIFIC).
+        # ONLY_FRAME (a traceback frame: its line), ONLY_STALL (a stall notice), ONLY_NVRM (a driver
+        # line), or the Spec of the failure candidate it is (for a rank that depends on digits, its
+        # bound: SPECIFIC).
         self.only: Optional[int] = None
         # A phase marker and nothing else: repeating it changes nothing but the lines it is
         # remembered by (the first: ready line; the last: decided_by), so a run of segments
@@ -369,7 +370,8 @@ def _text_plan(text: str, fams: int, depth: int) -> RecordPlan:
         elif plan.failure == "stall":
             plan.only = ONLY_STALL                     # a no-op once STALL_REPEATS notices are counted
         elif plan.failure == "classify" and body.startswith("NVRM:"):
-            pass                                       # joins the driver-line window: never a no-op
+            if "slurmstepd" not in body:               # (slurm_oom replaces a held host_oom)
+                plan.only = ONLY_NVRM                  # joins the driver-line window: see the scanner
         elif plan.failure == "classify" and not (
                 BAD_ARGS.search(body)                  # reads the usage line's distance
                 or any(w in body for w in _DIGIT_VALUE_WORDS)):
