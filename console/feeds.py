@@ -108,33 +108,27 @@ class JobsFeed(Feed[JobsSnapshot]):
         return old
 
 
-class LiveJobsSource:
-    """Polls a JobsWatcher in a thread worker, then again `refresh_s` after each poll completes
-    (a slow core call never stacks polls up); each snapshot is published on the UI thread."""
+class RearmedSource:
+    """The lifecycle every jobs source shares: `_take()` runs in a thread worker, its snapshot is
+    published on the UI thread, and the next run is armed `_next_delay()` after that (re-armed after
+    each publish, so a slow run never stacks runs up; None: wait for poll_now). A poll_now while a
+    run is out is served right after it; once stopped, nothing more is published."""
 
-    def __init__(self, watcher: JobsWatcher, refresh_s: Union[float, Callable[[], float]]) -> None:
-        self.watcher = watcher
-        self._refresh_s = refresh_s
+    worker_group = "jobs-source"
+
+    def __init__(self) -> None:
         self._feed: Optional[JobsFeed] = None
         self._host: Optional[DOMNode] = None
         self._timer: Optional[Timer] = None
-        self._polling = False
+        self._busy = False
         self._again = False
         self._stopped = False
-        self.polls = 0                       # completed polls (tests wait on it)
-
-    @property
-    def supervisor(self) -> Any:
-        return self.watcher.supervisor
-
-    @property
-    def refresh_s(self) -> float:
-        return self._refresh_s() if callable(self._refresh_s) else self._refresh_s
 
     def start(self, feed: JobsFeed, host: DOMNode) -> None:
         self._feed, self._host = feed, host
         self._stopped = False
-        self._poll()
+        self._starting()
+        self._run()
 
     def stop(self) -> None:
         self._stopped = True
@@ -145,40 +139,91 @@ class LiveJobsSource:
     def poll_now(self) -> None:
         if self._host is None or self._stopped:
             return
-        if self._polling:
-            self._again = True               # the poll under way may predate the change
+        if self._busy:
+            self._again = True               # the run under way may predate the change
             return
-        self._poll()
+        self._run()
 
-    def _poll(self) -> None:
+    # -- what a source defines ----------------------------------------------------------------------
+    def _starting(self) -> None:
+        """UI thread, before the first run of a start()."""
+
+    def _before_run(self) -> None:
+        """UI thread, before each run."""
+
+    def _take(self) -> JobsSnapshot:
+        """Worker thread: the snapshot to publish; failures become a snapshot that says so."""
+        raise NotImplementedError
+
+    def _published(self, snapshot: JobsSnapshot) -> None:
+        """UI thread, after the feed got `snapshot`."""
+
+    def _next_delay(self) -> Optional[float]:
+        raise NotImplementedError
+
+    # -- the cycle ----------------------------------------------------------------------------------
+    def _run(self) -> None:
         if self._timer is not None:
             self._timer.stop()
             self._timer = None
-        self._polling = True
-        self._host.run_worker(self._work, thread=True, group="jobs-poll", exit_on_error=False)
+        self._before_run()
+        self._busy = True
+        self._host.run_worker(self._work, thread=True, group=self.worker_group, exit_on_error=False)
 
     def _work(self) -> None:
-        try:
-            snapshot = self.watcher.poll()
-        except Exception as exc:             # the watcher reports failures itself; this keeps polling alive
-            last = self._feed.latest if self._feed is not None else None
-            error = f"{type(exc).__name__}: {exc}"
-            snapshot = (dataclasses.replace(last, taken_at=time.time(), error=error) if last is not None
-                        else JobsSnapshot(taken_at=time.time(), error=error))
+        snapshot = self._take()
         # call_later is thread-safe and never blocks; it is dropped once the host has closed.
         self._host.call_later(self._publish, snapshot)
 
     def _publish(self, snapshot: JobsSnapshot) -> None:
-        self.polls += 1
-        self._polling = False
+        self._busy = False
         if self._stopped:
-            return                           # a poll that was out when the feed switched away
+            return                           # a run that was out when the feed switched away
         self._feed.publish(snapshot)
+        self._published(snapshot)
         if self._again:
             self._again = False
-            self._poll()
+            self._run()
             return
-        self._timer = self._host.set_timer(self.refresh_s, self._poll, name="jobs-poll")
+        delay = self._next_delay()
+        if delay is not None:
+            self._timer = self._host.set_timer(delay, self._run, name=self.worker_group)
+
+
+class LiveJobsSource(RearmedSource):
+    """Polls a JobsWatcher in a thread worker, then again `refresh_s` after each poll completes;
+    each snapshot is published on the UI thread."""
+
+    worker_group = "jobs-poll"
+
+    def __init__(self, watcher: JobsWatcher, refresh_s: Union[float, Callable[[], float]]) -> None:
+        super().__init__()
+        self.watcher = watcher
+        self._refresh_s = refresh_s
+        self.polls = 0                       # polls published (tests wait on it)
+
+    @property
+    def supervisor(self) -> Any:
+        return self.watcher.supervisor
+
+    @property
+    def refresh_s(self) -> float:
+        return self._refresh_s() if callable(self._refresh_s) else self._refresh_s
+
+    def _take(self) -> JobsSnapshot:
+        try:
+            return self.watcher.poll()
+        except Exception as exc:             # the watcher reports failures itself; this keeps polling alive
+            last = self._feed.latest if self._feed is not None else None
+            error = f"{type(exc).__name__}: {exc}"
+            return (dataclasses.replace(last, taken_at=time.time(), error=error) if last is not None
+                    else JobsSnapshot(taken_at=time.time(), error=error))
+
+    def _published(self, snapshot: JobsSnapshot) -> None:
+        self.polls += 1
+
+    def _next_delay(self) -> Optional[float]:
+        return self.refresh_s
 
 
 class FollowsTelemetry:

@@ -5,13 +5,10 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from textual.dom import DOMNode
-from textual.timer import Timer
-
 from gpudeck.jobs.replay import Mark, ReplaySession, jobs_snapshot
 from gpudeck.jobs.view import JobsSnapshot
 
-from gpudeck.console.feeds import JobsFeed
+from gpudeck.console.feeds import RearmedSource
 
 # A frame a second while playing, the live path's own cadence, so a replay costs what live jobs
 # cost (the core's part is ~4 ms a frame for the demo's four runs); a key shows its frame at
@@ -19,23 +16,19 @@ from gpudeck.console.feeds import JobsFeed
 TICK_S = 1.0
 
 
-class ReplayJobsSource:
+class ReplayJobsSource(RearmedSource):
     """Publishes the session's frame every TICK_S (re-armed after each frame is published, so a slow
     frame never stacks up), and at once after a key moved the position. Read-only: no supervisor."""
 
     supervisor = None
+    worker_group = "jobs-replay"
 
     def __init__(self, session: ReplaySession, *, tick_s: float = TICK_S,
                  clock: Any = time.monotonic) -> None:
+        super().__init__()
         self.session = session
         self.tick_s = tick_s
         self._clock = clock
-        self._feed: Optional[JobsFeed] = None
-        self._host: Optional[DOMNode] = None
-        self._timer: Optional[Timer] = None
-        self._busy = False
-        self._again = False
-        self._stopped = False
         self._last_wall: Optional[float] = None
         self._last: Optional[JobsSnapshot] = None
         self.frames = 0                      # frames published (tests wait on it)
@@ -44,25 +37,8 @@ class ReplayJobsSource:
     def paths(self) -> list[Path]:
         return [r.recording.path for r in self.session.runs]
 
-    def start(self, feed: JobsFeed, host: DOMNode) -> None:
-        self._feed, self._host = feed, host
-        self._stopped = False
+    def _starting(self) -> None:
         self._last_wall = None
-        self._frame()
-
-    def stop(self) -> None:
-        self._stopped = True
-        if self._timer is not None:
-            self._timer.stop()
-            self._timer = None
-
-    def poll_now(self) -> None:
-        if self._host is None or self._stopped:
-            return
-        if self._busy:
-            self._again = True
-            return
-        self._frame()
 
     # -- the player's keys (UI thread): each moves the session, then a frame is published at once ------
     def toggle_pause(self) -> bool:
@@ -109,39 +85,27 @@ class ReplayJobsSource:
             self.session.advance(now - self._last_wall)
         self._last_wall = now
 
-    def _frame(self) -> None:
-        if self._timer is not None:
-            self._timer.stop()
-            self._timer = None
+    def _before_run(self) -> None:
         self._advance()
-        self._busy = True
-        self._host.run_worker(self._work, thread=True, group="jobs-replay", exit_on_error=False)
 
-    def _work(self) -> None:
+    def _take(self) -> JobsSnapshot:
         try:
-            snapshot = jobs_snapshot(self.session.frame())
+            return jobs_snapshot(self.session.frame())
         except Exception as exc:          # a broken recording shows as an error line, the last frame stays
             last = self._last or JobsSnapshot(taken_at=self.session.position)
-            snapshot = JobsSnapshot(taken_at=last.taken_at, jobs=last.jobs, engines=last.engines,
-                                    log_paths=last.log_paths, log_limits=last.log_limits, replay=last.replay,
-                                    error=f"replay: {type(exc).__name__}: {exc}")
-        self._host.call_later(self._publish, snapshot)
+            return JobsSnapshot(taken_at=last.taken_at, jobs=last.jobs, engines=last.engines,
+                                log_paths=last.log_paths, log_limits=last.log_limits, replay=last.replay,
+                                error=f"replay: {type(exc).__name__}: {exc}")
 
-    def _publish(self, snapshot: JobsSnapshot) -> None:
-        self._busy = False
-        if self._stopped:
-            return
+    def _published(self, snapshot: JobsSnapshot) -> None:
         self._last = snapshot
         self.frames += 1
-        self._feed.publish(snapshot)
-        if self._again:
-            self._again = False
-            self._frame()
-            return
+
+    def _next_delay(self) -> Optional[float]:
         session = self.session
         if session.paused or (session.at_end and not session.loop):
-            return                           # nothing moves: the next frame comes with a key
-        self._timer = self._host.set_timer(self.tick_s, self._frame, name="jobs-replay")
+            return None                      # nothing moves: the next frame comes with a key
+        return self.tick_s
 
 
 def open_session(paths: Sequence[Path], **kwargs: Any) -> ReplaySession:
