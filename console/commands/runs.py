@@ -62,7 +62,6 @@ def open_index(sync: bool = True):
 
 
 def run_runs(args: argparse.Namespace) -> int:
-    import sqlite3
     since = _age(args.since, "--since")
     older = _age(args.older, "--older")
     if (args.keep is not None or older is not None or args.yes) and not args.prune:
@@ -80,14 +79,13 @@ def run_runs(args: argparse.Namespace) -> int:
                                         "columns": None if args.json else list(TABLE_COLUMNS)})["runs"]
         return _print_rows(args, rows)
     if args.reindex:
-        from gpudeck.jobs.history.index import RunIndex
+        from gpudeck.jobs.history.index import ReindexFailed, RunIndex, reindex
         index = RunIndex()
-        t0 = time.perf_counter()
         try:
-            count = index.rebuild()
-        except sqlite3.Error as exc:
-            raise CliError(f"run index {index.path}: {exc}") from None
-        print(f"reindexed {count} runs into {index.path} in {time.perf_counter() - t0:.2f}s")
+            count, seconds = reindex(index)
+        except ReindexFailed as exc:
+            raise CliError(str(exc)) from None
+        print(f"reindexed {count} runs into {index.path} in {seconds:.2f}s")
         if not args.prune:
             return 0
     else:

@@ -308,17 +308,15 @@ class Agent:
     # -- run index upkeep ----------------------------------------------------------------
     def op_runs_reindex(self, params: dict) -> dict:
         """`gpudeck runs --reindex`: this box's run index rebuilt from its run directories."""
-        from gpudeck.jobs.history.index import RunIndex
-        import sqlite3
+        from gpudeck.jobs.history.index import ReindexFailed, RunIndex, reindex
         index = RunIndex()
-        t0 = time.perf_counter()
         try:
-            count = index.rebuild()
-        except sqlite3.Error as exc:
-            raise RequestError(f"run index {index.path}: {exc}") from None
+            count, seconds = reindex(index)
+        except ReindexFailed as exc:
+            raise RequestError(str(exc)) from None
         finally:
             index.close()
-        return {"count": count, "path": str(index.path), "seconds": time.perf_counter() - t0}
+        return {"count": count, "path": str(index.path), "seconds": seconds}
 
     def op_runs_prune(self, params: dict) -> dict:
         """`gpudeck runs --prune`: what would go (and with `yes`, deleted) under this box's retention rules."""
