@@ -609,3 +609,36 @@ def test_driver_lines_are_skipped_only_while_a_specific_failure_is_held(eol: str
     data = (eol.join(lines) + eol).encode() * 2
     for cuts in ([], sorted(r.randrange(len(data)) for _ in range(20))):
         assert _run(data, cuts, [None] * (len(cuts) + 1), False) == _run(data, cuts, [None] * (len(cuts) + 1), True)
+
+
+def test_a_stretch_of_step_records_keeps_the_series_start_and_each_source() -> None:
+    """Step/epoch records of many templates (nemo's 'epoch=0 step=260 loss=…' with a timestamp)
+    reduce to their last when all report one source: the series' start (rates, restarts, an
+    unparsable date) is kept; mixed bar/hint stretches are read one by one; an error waiting on a
+    training series sees each record."""
+    r = random.Random(3)
+    lines = ["(APIServer pid=1) INFO 05-07 10:00:00 [api_server.py:1] vLLM API server version 0.9.0"]
+    for _ in range(150):
+        pick = r.random()
+        n = r.randint(1, 9)
+        if pick < 0.6:
+            step, epoch = r.randint(0, 50), r.randint(0, 2)
+            shapes = r.choice([[0], [1], [2], [0, 1], [0, 2]])          # one source, or mixed
+            for _ in range(n):
+                step = r.randint(0, 9) if r.random() < 0.1 else step + r.randint(0, 20)
+                month = r.choice(["07"] * 9 + ["13"])             # 13: no date, no rate
+                stamp = "2026-%s-26 19:%02d:%02d | INFO | train | " % (month, r.randint(0, 59), r.randint(0, 59))
+                body = ["epoch=%d step=%d loss=%.4f acc=0.%d" % (epoch, step, r.uniform(0, 3), _n(r)),
+                        "epoch=%d step=%d loss=%.4f" % (epoch, step, r.uniform(0, 3)),
+                        "step %d/%d loss=%.3f" % (step, r.choice([500, 1000]), r.uniform(0, 3))][r.choice(shapes)]
+                lines.append(r.choice([stamp, stamp, stamp, ""]) + body)
+        elif pick < 0.7:
+            lines.append(r.choice(["  Total optimization steps = %d" % r.choice([500, 1000]), "  Num Epochs = 3"]))
+        elif pick < 0.85:
+            lines.append(r.choice(["RuntimeError: CUDA error: an illegal memory access", "ValueError: bad value %d" % _n(r),
+                                   "(APIServer pid=1) INFO:     Application startup complete."]))
+        else:
+            lines.append(r.choice(["", "-- Configuring done", _bar(r, "Loading weights: ", 50)]))
+    data = ("\n".join(lines) + "\n").encode() * 2
+    for cuts in ([], sorted(r.randrange(len(data)) for _ in range(400))):   # a rate shows only at a cut
+        assert _run(data, cuts, [None] * (len(cuts) + 1), False) == _run(data, cuts, [None] * (len(cuts) + 1), True)

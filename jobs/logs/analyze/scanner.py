@@ -9,7 +9,8 @@ from operator import attrgetter, is_, is_not
 from typing import Any, Optional, Union
 
 from .model import (GIANT_SEGMENT, HEAD_BYTES, LogAnalysis, READ_CHUNK, S, SPEC_WINDOW, TAIL_BYTES)
-from .patterns import (ANSI, SIZE, TQDM, families_in, parse_serving_stats_line, prefilter_in, ts_seconds)
+from .patterns import (ANSI, SIZE, TQDM, families_in, parse_serving_stats_line, prefilter_in, series_label,
+                       ts_seconds)
 from .state import (_NAN, ONLY_NVRM, Spec, State)
 from .templates import (ALL_SERVING_BITS, FRAME_LINE, K_BAR, K_BAR_GLUED, K_BUILD, K_GIANT, K_INERT, K_OTHER, K_REFILTER,
                         K_SERVING, NORMALIZE, ONLY_FRAME, RUN_GROUPS, SKIP_GROUP, SPEC_BITS,
@@ -508,6 +509,57 @@ class LogAnalyzer:
                             when = ts_seconds((tk, data[start + t0:start + t1].decode()))
                             if series is None or series[0] != key or when is None or done < series[1]:
                                 series = (key, done, when if when is not None else _NAN)
+                        state.series = series
+                        state.seq += len(members) - 1
+                    examine(members[-1])
+                    continue
+            if (engine_known and now_unset and group is info and info.plan and info.plan.step_stretch
+                    and not (deferred and info.fams & S)):
+                pending = state.progress_at_failure
+                if pending is None or not pending[0] or pending[0][1] != "training":
+                    # A stretch of step/epoch records (any templates): as the timed build steps
+                    # above, when every member reports progress of one source (each overwrites
+                    # the previous one's entry, phase and why texts; no error waits on a training
+                    # series) only the series' start survives; else they are read one by one.
+                    members = sel[first:last + 1]
+                    while b < nbounds:
+                        g = groups[next_first]
+                        if g is not SKIP_GROUP:
+                            nxt = infos[sel[next_first]]
+                            if (g is not nxt or not nxt.plan or not nxt.plan.step_stretch
+                                    or (deferred and nxt.fams & S)):
+                                break
+                            members += sel[next_first:bounds[b]]
+                        next_first = bounds[b]
+                        b += 1
+                    if run_kind:
+                        flush_run()
+                    serving_run = False
+                    if len(members) > 1:
+                        series, source = state.series, None
+                        for i in members:
+                            st, ep, lossy, ts = infos[i].plan.step_stretch
+                            start = ends[i] - len(segs[i]) + i
+                            step = None if st is None else (float(data[start + st[0][0]:start + st[0][1]]), None
+                                                            if st[1] is None else float(data[start + st[1][0]:start + st[1][1]]))
+                            epoch = None if ep is None else (float(data[start + ep[0][0]:start + ep[0][1]]), None
+                                                             if ep[1] is None else float(data[start + ep[1][0]:start + ep[1][1]]))
+                            update = state.step_epoch_update(step, epoch, lossy)
+                            if update is None or (source is not None and update[0] != source):
+                                source = None
+                                break
+                            source = update[0]
+                            if i == members[-1]:
+                                break
+                            key = (source, "training", series_label(update[1]), update[3])
+                            when = None if ts is None else ts_seconds((ts[0], data[start + ts[1]:start + ts[2]].decode()))
+                            done = update[2]
+                            if series is None or series[0] != key or when is None or done < series[1]:
+                                series = (key, done, when if when is not None else _NAN)
+                        if source is None:
+                            for i in members:         # mixed: one by one, as the exhaustive scanner
+                                examine(i)
+                            continue
                         state.series = series
                         state.seq += len(members) - 1
                     examine(members[-1])

@@ -478,19 +478,25 @@ class State:
 
     def _step_epoch(self, step: Optional[tuple], epoch: Optional[tuple], lossy: bool, line: int,
                     ts: Optional[tuple[str, str]]) -> None:
+        update = self.step_epoch_update(step, epoch, lossy)
+        if update is not None:
+            source, label, done, total, sig = update
+            self._set_progress(source, "training", label, done, total, None, None, line, ts, sig=sig)
+
+    def step_epoch_update(self, step: Optional[tuple], epoch: Optional[tuple], lossy: bool) -> Optional[tuple]:
+        """(source, label, done, total, signature) of the training progress a step/epoch record
+        reports (phase "training"), or None; reads only total_steps and num_epochs."""
         if step and step[1] is not None and step[1] > 0 and (lossy or step[0] <= step[1]):
-            label = f"epoch {num(epoch[0])} step" if epoch else "step"
-            self._set_progress("bar", "training", label, step[0], step[1], None, None, line, ts, sig="step n/N")
-        elif epoch and epoch[1] is not None and epoch[1] > 0 and epoch[0] <= epoch[1] + 1:
-            self._set_progress("bar", "training", "epoch", epoch[0], epoch[1], None, None, line, ts, sig="epoch n/N")
-        elif step and lossy:
-            label = f"epoch {num(epoch[0])} step" if epoch else "step"
+            return "bar", f"epoch {num(epoch[0])} step" if epoch else "step", step[0], step[1], "step n/N"
+        if epoch and epoch[1] is not None and epoch[1] > 0 and epoch[0] <= epoch[1] + 1:
+            return "bar", "epoch", epoch[0], epoch[1], "epoch n/N"
+        if step and lossy:
             total = float(self.total_steps) if self.total_steps else None
-            self._set_progress("hint", "training", label, step[0], total, None, None, line, ts, sig="step beside a loss")
-        elif epoch and lossy:
+            return "hint", f"epoch {num(epoch[0])} step" if epoch else "step", step[0], total, "step beside a loss"
+        if epoch and lossy:
             total = float(self.num_epochs) if self.num_epochs else None
-            self._set_progress("hint", "training", "epoch", epoch[0], total, None, None, line, ts,
-                               sig="epoch beside a loss")
+            return "hint", "epoch", epoch[0], total, "epoch beside a loss"
+        return None
 
     def _set_progress(self, source: str, phase: str, label: str, done: float, total: Optional[float],
                       rate: Optional[float], eta: Optional[float], line: int, ts: Optional[tuple[str, str]],

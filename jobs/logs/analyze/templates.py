@@ -242,7 +242,7 @@ class RecordPlan:
     """
     __slots__ = ("ansi", "bar_at", "msg_at", "body", "indent", "level", "has_ts", "stats", "marker",
                  "progress", "failure", "guard", "warn", "only", "marker_only", "bar_end", "rest", "bar", "ts", "prog",
-                 "reads_frame", "bar_bytes", "stats_at", "hint_only", "timed_step")
+                 "reads_frame", "bar_bytes", "stats_at", "hint_only", "timed_step", "step_stretch")
 
     def __init__(self) -> None:
         self.ansi = False
@@ -282,6 +282,9 @@ class RecordPlan:
         # and nothing else: (has the marker, done's byte span, total's byte span or None for
         # make's 100, the timestamp's (kind, start, end)) — see the scanner's timed build steps.
         self.timed_step: Optional[tuple] = None
+        # A step/epoch record (State._step_epoch) and nothing else, ASCII: (step's spans, epoch's
+        # spans, lossy, the timestamp's (kind, start, end) or None) in bytes — see the scanner.
+        self.step_stretch: Optional[tuple] = None
 
 
 def record_plan(tpl: bytes, fams: int) -> Optional[RecordPlan]:
@@ -306,6 +309,17 @@ def record_plan(tpl: bytes, fams: int) -> Optional[RecordPlan]:
         done, total = plan.prog[1], plan.prog[2] if plan.prog[0] == PG_NINJA else None
         plan.timed_step = (plan.marker is not None, (b0 + done[0], b0 + done[1]),
                            None if total is None else (b0 + total[0], b0 + total[1]), plan.ts)
+    if (not ansi and plan.bar_at < 0 and plan.progress and plan.prog is not None and plan.prog[0] == PG_STEP
+            and not (plan.stats or plan.warn or plan.failure or plan.marker) and tpl.isascii()):
+        b0 = plan.body[0]
+
+        def at(spans: Optional[tuple]) -> Optional[tuple]:
+            if spans is None:
+                return None
+            (a, b), n_at = spans
+            return (b0 + a, b0 + b), None if n_at is None else (b0 + n_at[0], b0 + n_at[1])
+
+        plan.step_stretch = (at(plan.prog[1]), at(plan.prog[2]), plan.prog[3], plan.ts)
     part: Optional[RecordPlan] = plan
     while part is not None:
         if part.guard and part.failure in ("stall", "classify"):
