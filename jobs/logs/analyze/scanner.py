@@ -614,11 +614,22 @@ class LogAnalyzer:
                     if now_unset and (pending is None or not pending[0] or pending[0][0] != "bar"
                                       or pending[0][1] != run_phase) and (
                             kind == K_BUILD or run_phase != "loading" or info.named == "loading"):
-                        if run_phase == "loading" and not state.load_done and any(     # last first: a load's bars end full
-                                bar_full(sel[q]) for q in range(last, first - 1, -1)):
+                        if run_phase == "loading" and not state.load_done:
                             # Bars that name loading stay loading bars; what a member leaves behind
                             # is only that the load completed (nothing reads it before the run ends).
-                            state.load_done = True
+                            for q in range(last, first - 1, -1):     # last first: a load's bars end full
+                                i = sel[q]
+                                plan = infos[i].plan
+                                at = plan.bar_bytes if plan else None
+                                if at is None:
+                                    full = bar_full(i)
+                                else:                 # bar_full's planned path, inline
+                                    start = ends[i] - len(segs[i]) + i
+                                    total = float(data[start + at[3]:start + at[4]]) * at[5]
+                                    full = bool(total) and float(data[start + at[0]:start + at[1]]) * at[2] >= total
+                                if full:
+                                    state.load_done = True
+                                    break
                         run_kind, run_named, run_len, run_last = kind, info.named, last - first + 1, sel[last]
                         continue
             if last > first and engine_known and group is info and info.plan and info.plan.marker_only:
