@@ -24,6 +24,8 @@ ENGINE_PROBE = 1 << 16
 LINE_MARKERS = frozenset(("ready", "startup_complete"))
 # (phase, load_done, marker kind) -> (phase, load_done, whether it sets why["phase"]): see State.marker_transition.
 MARKER_FOLD: dict[tuple, tuple] = {}
+# The group of planned failure-line templates whose whole effect is a candidate (see the scanner's loop).
+ONLY_GROUP = ("only",)
 
 
 # --------------------------------------------------------------------------- the incremental reader
@@ -250,6 +252,9 @@ class LogAnalyzer:
                     info.plan = plan = record_plan(segs[i], info.fams) or False
                     self._template_bytes += 512        # a plan's share of the template cache's bound
                     if plan:
+                        if (engine_known and plan.only is not None and (plan.only >= 0 or plan.only == ONLY_NVRM)
+                                and not info.fams & S and info.group is info):
+                            info.group = ONLY_GROUP    # from the next chunk on: see the scanner's loop
                         state.examine_planned(data[start:stop], line, info.fams, plan)
                         return
                 info.seen = 1
@@ -411,6 +416,27 @@ class LogAnalyzer:
             info = infos[sel[first]]
             kind = info.kind
             if group is SKIP_GROUP:
+                continue
+            if group is ONLY_GROUP:
+                # Consecutive failure lines whose whole effect is a candidate of a known rank (or an
+                # NVRM line: see below), of any templates, handled as one group: all skipped at
+                # once while a SPECIFIC candidate is held, else one by one as below.
+                best = state.best
+                if best is not None and best.spec >= Spec.SPECIFIC and not has_cr:
+                    continue
+                for q in range(first, last + 1):
+                    i = sel[q]
+                    only = infos[i].plan.only
+                    best = state.best
+                    if best is not None and (best.spec >= only if only >= 0
+                                             else not has_cr and best.spec >= Spec.SPECIFIC):
+                        continue
+                    if run_kind:
+                        flush_run()
+                    if state.candidate_is_noop(only):
+                        continue
+                    serving_run = False
+                    examine(i)
                 continue
             if group is info and engine_known:
                 plan = info.plan
