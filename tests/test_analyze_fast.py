@@ -642,3 +642,25 @@ def test_a_stretch_of_step_records_keeps_the_series_start_and_each_source() -> N
     data = ("\n".join(lines) + "\n").encode() * 2
     for cuts in ([], sorted(r.randrange(len(data)) for _ in range(400))):   # a rate shows only at a cut
         assert _run(data, cuts, [None] * (len(cuts) + 1), False) == _run(data, cuts, [None] * (len(cuts) + 1), True)
+
+
+def test_a_stretch_of_planned_markers_of_many_templates_folds_every_member() -> None:
+    """Planned phase markers of any templates form one group: the fold must read every member
+    (a middle 'loaded' leaves load_done, which makes a later unlabeled bar a capture bar)."""
+    r = random.Random(5)
+    pool = ["[2025-10-22 10:00:0{k} TP{k}] Load weight begin. avail mem={w}.1 GB",
+            "INFO 05-07 10:00:0{k} [loader.py:1] Loading weights took {w}.5 seconds",
+            "INFO 05-07 10:00:0{k} [monitor.py:1] torch.compile takes {w}.5 s in total",
+            "[2025-10-22 10:00:0{k} TP{k}] Capture cuda graph end. Time elapsed: {w}.1 s",
+            "[2025-10-22 10:00:0{k} TP{k}] Capture cuda graph begin. This can take up to several minutes.",
+            "***** Running training *****", "-- The CXX compiler identification is GNU 11.4.{w}",
+            "(APIServer pid=1{w}) INFO:     Started server process [1{w}]"]
+    lines = ["(APIServer pid=1) INFO 05-07 10:00:00 [api_server.py:1] vLLM API server version 0.9.0"]
+    for _ in range(120):
+        for _ in range(r.randint(1, 6)):
+            lines.append(r.choice(pool).format(k=r.randint(0, 9), w=r.choice([1, 12, 123, 1234])))
+        lines.append(r.choice([_bar(r, "", 20), "", "ValueError: bad value %d" % _n(r),
+                               "(APIServer pid=1) INFO:     Application startup complete."]))
+    data = ("\n".join(lines) + "\n").encode() * 3
+    for cuts in ([], sorted(r.randrange(len(data)) for _ in range(300))):
+        assert _run(data, cuts, [None] * (len(cuts) + 1), False) == _run(data, cuts, [None] * (len(cuts) + 1), True)

@@ -26,6 +26,8 @@ LINE_MARKERS = frozenset(("ready", "startup_complete"))
 MARKER_FOLD: dict[tuple, tuple] = {}
 # The group of planned failure-line templates whose whole effect is a candidate (see the scanner's loop).
 ONLY_GROUP = ("only",)
+# The group of planned phase-marker templates that a stretch folds (see the scanner's loop).
+MARKER_GROUP = ("markers",)
 
 
 # --------------------------------------------------------------------------- the incremental reader
@@ -252,9 +254,13 @@ class LogAnalyzer:
                     info.plan = plan = record_plan(segs[i], info.fams) or False
                     self._template_bytes += 512        # a plan's share of the template cache's bound
                     if plan:
-                        if (engine_known and plan.only is not None and (plan.only >= 0 or plan.only == ONLY_NVRM)
-                                and not info.fams & S and info.group is info):
-                            info.group = ONLY_GROUP    # from the next chunk on: see the scanner's loop
+                        if engine_known and not info.fams & S and info.group is info:
+                            # From the next chunk on, consecutive segments of such templates form one
+                            # group (see the scanner's loop): candidates of a known rank, phase markers.
+                            if plan.only is not None and (plan.only >= 0 or plan.only == ONLY_NVRM):
+                                info.group = ONLY_GROUP
+                            elif plan.marker_only and plan.marker[0] not in LINE_MARKERS:
+                                info.group = MARKER_GROUP
                         state.examine_planned(data[start:stop], line, info.fams, plan)
                         return
                 info.seen = 1
@@ -457,12 +463,18 @@ class LogAnalyzer:
                             # takes a line that is no NVRM line (one line each when no \r splits
                             # lines), so no walk after it reaches back over it.
                             continue
-            if (engine_known and group is info and info.plan and info.plan.marker_only
-                    and info.plan.marker[0] not in LINE_MARKERS and not (deferred and info.fams & S)):
-                members = [sel[first], sel[last]] if last > first else [sel[first]]
+            if group is MARKER_GROUP or (engine_known and group is info and info.plan and info.plan.marker_only
+                                         and info.plan.marker[0] not in LINE_MARKERS
+                                         and not (deferred and info.fams & S)):
+                if group is MARKER_GROUP:             # consecutive planned markers of any templates
+                    members = sel[first:last + 1]
+                else:
+                    members = [sel[first], sel[last]] if last > first else [sel[first]]
                 while b < nbounds:                    # gather the stretch (inert groups between are skipped)
                     g = groups[next_first]
-                    if g is not SKIP_GROUP:
+                    if g is MARKER_GROUP:
+                        members += sel[next_first:bounds[b]]
+                    elif g is not SKIP_GROUP:
                         nxt = infos[sel[next_first]]
                         plan = nxt.plan
                         if (g is not nxt or not plan or not plan.marker_only or plan.marker[0] in LINE_MARKERS
