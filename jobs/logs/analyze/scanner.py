@@ -5,7 +5,7 @@ import copy
 from collections import Counter
 from bisect import bisect_left
 from itertools import accumulate, compress, islice, repeat
-from operator import attrgetter, is_, is_not
+from operator import attrgetter, is_, is_not, itemgetter
 from typing import Any, Optional, Union
 
 from .model import (GIANT_SEGMENT, HEAD_BYTES, LogAnalysis, READ_CHUNK, S, SPEC_WINDOW, TAIL_BYTES)
@@ -164,7 +164,9 @@ class LogAnalyzer:
         segs = data.translate(NORMALIZE).split(b"\n")
         segs.pop()                                    # the incomplete segment after the last separator
         try:
-            infos = list(map(templates.__getitem__, segs))   # all known: no second pass looking for None
+            # All known: no second pass looking for None. One itemgetter call looks every segment
+            # up without map's per-item method call (itemgetter(x) is no tuple: short ones by map).
+            infos = itemgetter(*segs)(templates) if len(segs) > 1 else list(map(templates.__getitem__, segs))
         except KeyError:
             infos = self._learn(segs, list(map(templates.get, segs)), templates, engine_known)
         sel = list(compress(range(len(segs)), infos))
