@@ -664,3 +664,29 @@ def test_a_stretch_of_planned_markers_of_many_templates_folds_every_member() -> 
     data = ("\n".join(lines) + "\n").encode() * 3
     for cuts in ([], sorted(r.randrange(len(data)) for _ in range(300))):
         assert _run(data, cuts, [None] * (len(cuts) + 1), False) == _run(data, cuts, [None] * (len(cuts) + 1), True)
+
+
+def test_a_run_of_named_bars_met_at_once_by_another_named_run_is_overwritten() -> None:
+    """A pending run of named bars followed directly by a run of another named phase is not read
+    (the new run overwrites what it leaves) — not when the new run is unlabeled (its phase is read
+    from the state the pending run leaves); errors (progress waiting on them) and hints between."""
+    r = random.Random(11)
+    labels = ["Capturing CUDA graphs: ", "Loading safetensors checkpoint shards: ", "Training: ",
+              "Compiling kernels: ", ""]
+    lines = ["(APIServer pid=1) INFO 05-07 10:00:00 [api_server.py:1] vLLM API server version 0.9.0"]
+    for k in range(300):
+        label = r.choice(labels)
+        total = r.choice([4, 20, 50])
+        lines += [_bar(r, label, total) for _ in range(r.randint(1, 4))]
+        pick = r.random()
+        if pick < 0.08:
+            lines.append(r.choice(["RuntimeError: CUDA error: an illegal memory access", "ValueError: bad value %d" % _n(r)]))
+        elif pick < 0.14:
+            lines.append("{'loss': %s, 'grad_norm': 1.5, 'learning_rate': 2e-05, 'epoch': %s}" % (_f(r), k / 50))
+        elif pick < 0.18:
+            lines.append(r.choice(["(APIServer pid=1) INFO:     Application startup complete.",
+                                   "INFO 05-07 10:00:0%d [loader.py:1] Loading weights took 1.5 seconds" % (k % 10)]))
+    data = ("\n".join(lines) + "\n").encode() * 2
+    for cuts in ([], sorted(r.randrange(len(data)) for _ in range(200))):
+        for nows in ([None] * (len(cuts) + 1), [1000.0 + 7 * k for k in range(len(cuts) + 1)]):
+            assert _run(data, cuts, nows, False) == _run(data, cuts, nows, True)

@@ -643,7 +643,21 @@ class LogAnalyzer:
                         continue
                 else:
                     if run_kind:
-                        flush_run()
+                        if run_kind == K_BAR and kind == K_BAR and run_named is not None and info.named is not None:
+                            # A run of named bars met at once by a run of bars of another named phase
+                            # (one excerpt's capture bars, the next one's loading bars): the new run's
+                            # examination overwrites all the pending one leaves (bar, phase and its why,
+                            # series: another key, and no clock; the last progress key), and nothing reads
+                            # them before: the new run reads only load_done, which a named non-loading bar
+                            # never sets and a loading run's "any member full?" already did, and the
+                            # progress waiting on a failure, which the pending run cannot advance (a run
+                            # forms only where that progress is of another phase). Its count of updates
+                            # is kept.
+                            state.seq += run_len
+                            run_kind = K_INERT
+                            serving_run = False
+                        else:
+                            flush_run()
                     # A member's effect is overwritten by the next one's when nothing else depends
                     # on it: no clock-based rate, no error waiting for progress of this very series
                     # (its advances would prove the job carried on; another phase's bar cannot be
