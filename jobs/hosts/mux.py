@@ -141,6 +141,18 @@ def serve(spec: HostSpec, idle_s: float) -> int:
         link.start()
         state = {"active": 0, "last": time.monotonic()}
 
+        def retire() -> None:
+            if state.get("retired"):
+                return
+            state["retired"] = True
+            server.close()
+            try:
+                path.unlink()
+            except OSError:
+                pass
+            os.close(lock)            # releases the flock: a new keeper may start at once
+            stop.set()
+
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             state["active"] += 1
             try:
@@ -152,6 +164,10 @@ def serve(spec: HostSpec, idle_s: float) -> int:
                     reply = {"ok": True, "result": result}
                 except HostKeyError as exc:
                     reply = {"ok": False, "kind": "hostkey", "error": str(exc)}
+                    # The operator's next step is `gpudeck hosts trust`: the command after it must
+                    # start a fresh keeper that reads the new known_hosts, not reach this one. So
+                    # this keeper stops serving (socket gone, lock released) before it answers.
+                    retire()
                 except RemoteError as exc:
                     reply = {"ok": False, "kind": "remote", "error": str(exc)}
                 except HostError as exc:
@@ -184,21 +200,23 @@ def serve(spec: HostSpec, idle_s: float) -> int:
                 if idle or refused:
                     break
         finally:
-            server.close()
-            try:
-                path.unlink()
-            except OSError:
-                pass
+            if not state.get("retired"):
+                server.close()
+                try:
+                    path.unlink()
+                except OSError:
+                    pass
             await link.close()
 
     try:
         asyncio.run(main())
     finally:
-        for suffix in (".pid",):
-            try:
-                path.with_suffix(suffix).unlink()
-            except OSError:
-                pass
+        pid_file = path.with_suffix(".pid")
+        try:
+            if pid_file.read_text() == str(os.getpid()):     # a successor keeper may own it by now
+                pid_file.unlink()
+        except OSError:
+            pass
     return 0
 
 

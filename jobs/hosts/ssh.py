@@ -361,6 +361,7 @@ class HostLink:
         self._on_change = on_change
         self._changed = asyncio.Event()            # set on every state change: wakes callers waiting for the link
         self._kick = asyncio.Event()               # set by a caller: retry now instead of after the backoff
+        self.refused: Optional[HostKeyError] = None   # the host key was refused: no retry until trusted
         self.attempts = 0                          # finished connection attempts
         self._attempt_done = 0.0                   # monotonic time the last one finished
         self._task: Optional[asyncio.Task] = None
@@ -388,6 +389,7 @@ class HostLink:
                 channel = await AgentChannel.open(self.spec)
             except HostKeyError as exc:
                 # Retrying cannot help until the operator decides about the key.
+                self.refused = exc
                 self.attempts, self._attempt_done = self.attempts + 1, time.monotonic()
                 self.next_retry = None
                 self._set(DOWN, str(exc))
@@ -439,6 +441,8 @@ class HostLink:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             if self._channel is None or self._channel.closed:
                 if self._task is not None and self._task.done():
+                    if self.refused is not None:
+                        raise self.refused          # the key refusal itself: its keeper retires on it
                     raise HostError(self.error or f"{self.spec.name}: down")
                 if self.connects == 0 and self.state == DOWN:
                     # Never up: the verdict of an attempt that ended just now stands; an older

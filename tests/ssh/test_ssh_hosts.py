@@ -364,3 +364,19 @@ def test_doctor_over_ssh_runs_the_checks_on_the_box(lab):
     assert out.returncode == (0 if payload["ok"] else 1)
     text = gd(lab, "--host", "box", "doctor")
     assert text.returncode == out.returncode and "Traceback" not in text.stderr
+
+
+def test_the_command_right_after_trusting_a_refused_key_gets_through(lab):
+    # The link keeper that met the unknown key must not answer the next command from its refusal
+    # (it used to, for up to half a second, as a plain "down"): the key is trusted here in-process,
+    # so no CLI start-up widens the gap, and the very next command connects through a new keeper.
+    lab.client.known_hosts.write_text("")
+    try:
+        out = gd(lab, "--host", "box", "jobs")
+        assert out.returncode == 1 and "unknown host key" in out.stderr
+        lab.client.trust(lab.box)
+        out = gd(lab, "--host", "box", "jobs")
+        assert out.returncode == 0, out.stderr
+    finally:
+        lab.client.trust(lab.box)
+        lab.client.trust(lab.box2)
