@@ -221,6 +221,10 @@ def discover_engines(live_runs: Optional[Mapping[int, tuple[str, str]]] = None, 
     live_runs: {pid: (job, run_id)} of processes gpudeck's live runs recorded — the
     fallback when a process's environment cannot be read.
     """
+    # The table comes from /proc, but engines' sockets and environments come through psutil: a box
+    # without it fails here, before any work, the same way whether or not an engine runs (pivot
+    # over SSH turns this ImportError into its one line).
+    import psutil  # noqa: F401
     live_runs = dict(live_runs or {})
     table = _process_table()
     for proc in table.values():
