@@ -690,3 +690,46 @@ def test_a_run_of_named_bars_met_at_once_by_another_named_run_is_overwritten() -
     for cuts in ([], sorted(r.randrange(len(data)) for _ in range(200))):
         for nows in ([None] * (len(cuts) + 1), [1000.0 + 7 * k for k in range(len(cuts) + 1)]):
             assert _run(data, cuts, nows, False) == _run(data, cuts, nows, True)
+
+
+def _ts_in_full(kind: str, raw: str):
+    """patterns._parse_ts before its per-minute memo: every timestamp converted in full."""
+    from datetime import datetime
+    try:
+        if kind in ("ts1", "ts4"):
+            return datetime(int(raw[0:4]), int(raw[5:7]), int(raw[8:10]), int(raw[11:13]), int(raw[14:16]),
+                            int(raw[17:19])).timestamp()
+        return datetime(2000, int(raw[0:2]), int(raw[3:5]), int(raw[6:8]), int(raw[9:11]),
+                        int(raw[12:14])).timestamp()
+    except ValueError:
+        return None
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/New_York", "Africa/Monrovia"])
+def test_timestamps_through_the_minute_memo_equal_a_full_conversion(zone: str, monkeypatch) -> None:
+    """Prefix timestamps are converted once a minute (local time: DST gaps and folds, Monrovia's
+    1972 change of 44 min 30 s within a minute) and stay equal to a full conversion, also for
+    seconds or fields datetime() refuses."""
+    import time
+    if zone != "UTC" and not Path("/usr/share/zoneinfo", zone).exists():
+        pytest.skip("no tz database")
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    try:
+        patterns._MINUTES_YMD.clear()
+        patterns._MINUTES_MD.clear()
+        r = random.Random(3)
+        days = ["1972-01-06 23", "1972-01-07 00", "2024-03-10 02", "2024-03-10 01", "2024-11-03 01",
+                "2024-11-03 02", "2025-10-22 10", "2023-02-29 10", "2025-13-01 10", "2025-1x-01 10"]
+        for _ in range(3000):
+            day = r.choice(days)
+            minute, second = r.choice(["00", "44", "45", "59", "6x", "30", " 5"]), r.choice(
+                ["00", "29", "30", "31", "59", "60", "-1", "+5", " 7", "x", ""])
+            for kind, raw in (("ts1", f"{day}:{minute}:{second}"), ("ts4", f"{day}:{minute}:{second},123"),
+                              ("ts3", f"{day[5:]}:{minute}:{second}"), ("ts1", f"{day[5:]}:{minute}")):
+                assert patterns._parse_ts(kind, raw) == _ts_in_full(kind, raw), (zone, kind, raw)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+        patterns._MINUTES_YMD.clear()
+        patterns._MINUTES_MD.clear()

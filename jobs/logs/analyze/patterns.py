@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Optional
+from typing import Optional, Union
 
 from .model import E, F, M, Number, P, S, W
 
@@ -218,14 +218,48 @@ def ts_seconds(ts: Optional[tuple[str, str]]) -> Optional[float]:
     return _parse_ts(*ts) if ts is not None else None
 
 
+# Local time of a minute's start -> its timestamp (a log has many lines a minute; the zone
+# conversion is most of a parse): one dict per format, so a short text of one is no key of the other.
+_MINUTES_YMD: dict[str, Union[float, bool]] = {}
+_MINUTES_MD: dict[str, Union[float, bool]] = {}
+
+
+def _minute_start(minute: datetime) -> Union[float, bool]:
+    """The minute's first second as a timestamp, or False where the zone's offset changes within
+    the minute (a sub-minute transition: each second is converted in full there)."""
+    first = minute.timestamp()
+    return first if minute.replace(second=59).timestamp() - first == 59 else False
+
+
 def _parse_ts(kind: str, raw: str) -> Optional[float]:
     try:
         if kind in ("ts1", "ts4"):     # YYYY-MM-DD HH:MM:SS
+            second = int(raw[17:19])
+            if not 0 <= second <= 59:
+                return None            # datetime() refuses it
+            base = _MINUTES_YMD.get(raw[:16])
+            if base is None:
+                if len(_MINUTES_YMD) >= 1024:
+                    _MINUTES_YMD.clear()
+                base = _MINUTES_YMD[raw[:16]] = _minute_start(datetime(
+                    int(raw[0:4]), int(raw[5:7]), int(raw[8:10]), int(raw[11:13]), int(raw[14:16])))
+            if base is not False:
+                return base + second
             return datetime(int(raw[0:4]), int(raw[5:7]), int(raw[8:10]), int(raw[11:13]), int(raw[14:16]),
-                            int(raw[17:19])).timestamp()
+                            second).timestamp()
         if kind == "ts3":   # vLLM's MM-DD HH:MM:SS omits the year: fine for the differences rates are made of
-            return datetime(2000, int(raw[0:2]), int(raw[3:5]), int(raw[6:8]), int(raw[9:11]),
-                            int(raw[12:14])).timestamp()
+            second = int(raw[12:14])
+            if not 0 <= second <= 59:
+                return None
+            base = _MINUTES_MD.get(raw[:11])
+            if base is None:
+                if len(_MINUTES_MD) >= 1024:
+                    _MINUTES_MD.clear()
+                base = _MINUTES_MD[raw[:11]] = _minute_start(datetime(
+                    2000, int(raw[0:2]), int(raw[3:5]), int(raw[6:8]), int(raw[9:11])))
+            if base is not False:
+                return base + second
+            return datetime(2000, int(raw[0:2]), int(raw[3:5]), int(raw[6:8]), int(raw[9:11]), second).timestamp()
         if kind == "ts2":
             h, m, s = raw.split(":")
             return int(h) * 3600 + int(m) * 60 + int(s)
