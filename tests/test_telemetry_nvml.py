@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpudeck.jobs.telemetry.gpu import NvmlGpuSource, decode_throttle_reasons
+from gpudeck.jobs.telemetry.gpu import PROC_UTIL_INTERVAL_S, NvmlGpuSource, decode_throttle_reasons
 from gpudeck.jobs.telemetry.sampler import LiveSampler
 
 NOT_SUPPORTED = 3
@@ -150,11 +150,29 @@ def test_transient_error_is_none_but_asked_again():
 
 def test_no_process_util_samples_is_not_unsupported():
     nvml = make_fake_nvml(count=1, pids={0: [(4242, GiB)]})
-    src = NvmlGpuSource(nvml, pcie=False)
+    clock = [100.0]
+    src = NvmlGpuSource(nvml, pcie=False, monotonic=lambda: clock[0])
     for _ in range(3):
         gpus, _ = src.read()
+        clock[0] += PROC_UTIL_INTERVAL_S
     assert gpus[0].processes[0].sm_util is None
     assert nvml.calls["nvmlDeviceGetProcessUtilization"] == 3
+
+
+def test_process_util_is_asked_at_most_every_interval_and_shown_between():
+    # ~2 ms of CPU a call on an H200: once every PROC_UTIL_INTERVAL_S, whatever the refresh.
+    pid = os.getpid()
+    samples = {0: [(pid, 100, 20)]}
+    nvml = make_fake_nvml(count=1, pids={0: [(pid, GiB)]}, util_samples=samples)
+    clock = [100.0]
+    src = NvmlGpuSource(nvml, pcie=False, monotonic=lambda: clock[0])
+    seen = []
+    for _ in range(9):                        # 4 s of ticks at a 0.5 s refresh
+        samples[0] = [(pid, int(clock[0] * 1e6), clock[0])]   # a new sample each tick, SM% = time
+        seen.append(src.read()[0][0].processes[0].sm_util)
+        clock[0] += 0.5
+    assert nvml.calls["nvmlDeviceGetProcessUtilization"] == 3          # at 100.0, 102.0, 104.0
+    assert seen == [100.0] * 4 + [102.0] * 4 + [104.0]
 
 
 @pytest.mark.parametrize("code, expected", [

@@ -49,6 +49,10 @@ PCIE_INTERVAL_S = 5.0
 _INIT_RETRY_S = 30.0
 # A per-process util sample older than this is not shown (the process went idle or left).
 _PROC_UTIL_MAX_AGE_S = 5.0
+# Per-process SM% is asked no more often than this. On an H200 (driver 580) under load one
+# nvmlDeviceGetProcessUtilization costs ~2 ms of CPU (pynvml asks the size, then the driver fills
+# its whole sample buffer): two thirds of a 1 GPU sample, more than every other field together.
+PROC_UTIL_INTERVAL_S = 2.0
 
 
 def decode_throttle_reasons(mask: Optional[int]) -> tuple[str, ...]:
@@ -83,7 +87,7 @@ class _Device:
     """One GPU's cached handle, its static facts and what its driver cannot answer."""
 
     __slots__ = ("index", "handle", "name", "uuid", "compute_capability", "unsupported",
-                 "power_limit_w", "power_limit_at", "util_ts", "proc_util", "proc_util_at")
+                 "power_limit_w", "power_limit_at", "util_ts", "proc_util", "proc_util_at", "proc_util_asked")
 
     def __init__(self, index: int, handle: Any) -> None:
         self.index = index
@@ -97,6 +101,7 @@ class _Device:
         self.util_ts = 0                      # last NVML process-util timestamp seen (µs)
         self.proc_util: dict[int, float] = {}
         self.proc_util_at = float("-inf")
+        self.proc_util_asked = float("-inf")  # when NVML was last asked for per-process util
 
 
 def _text(value: Any) -> Optional[str]:
@@ -350,6 +355,9 @@ class NvmlGpuSource:
         return tuple(seen.values())
 
     def _process_util(self, dev: _Device, now: float) -> dict[int, float]:
+        if now - dev.proc_util_asked < PROC_UTIL_INTERVAL_S:
+            return dev.proc_util                  # the last answer: at most PROC_UTIL_INTERVAL_S old
+        dev.proc_util_asked = now
         samples = self._call(dev, "proc_util", "nvmlDeviceGetProcessUtilization", dev.handle, dev.util_ts)
         if samples:
             latest: dict[int, tuple[int, float]] = {}
