@@ -733,3 +733,32 @@ def test_timestamps_through_the_minute_memo_equal_a_full_conversion(zone: str, m
         time.tzset()
         patterns._MINUTES_YMD.clear()
         patterns._MINUTES_MD.clear()
+
+
+def test_signal_digit_lines_whose_candidate_changes_nothing_are_skipped_only_then() -> None:
+    """A "signal 9" segment whose plan (per its prefilter families) is a candidate of a bound rank
+    is skipped while a candidate of that rank or more is held, and read otherwise (before any
+    error, after a recovery, under a weaker held candidate)."""
+    r = random.Random(13)
+    head = "(APIServer pid=1) INFO 05-07 10:00:00 [api_server.py:1] vLLM API server version 0.9.0"
+    lines = [head]
+    for k in range(400):
+        pick = r.random()
+        if pick < 0.3:
+            lines.append(r.choice(["#12 %d.25 nvcc error   : 'cudafe++' died due to signal %d (Kill signal)",
+                                   "[%d/9] c++ -c a.cpp: worker received signal %d",
+                                   "c++: fatal error: Killed signal terminated program cc1plus %d %d"])
+                         % (k, r.choice([9, 9, 1, 15])))
+        elif pick < 0.45:
+            lines.append(r.choice(["RuntimeError: CUDA error: an illegal memory access", "ValueError: bad value %d" % k,
+                                   "WARNING: something odd %d" % k, "torch.OutOfMemoryError: CUDA out of memory.",
+                                   "Killed", "ERROR: process exited with exit code %d" % r.choice([1, 137])]))
+        elif pick < 0.75:
+            lines.append("[%d/%d] Building CXX object x%d.o" % (k % 50 + 1, 50, k))
+        elif pick < 0.85:
+            lines.append("(APIServer pid=1) INFO:     Application startup complete.")
+        else:
+            lines.append("")
+    data = ("\n".join(lines) + "\n").encode() * 2
+    for cuts in ([], sorted(r.randrange(len(data)) for _ in range(200))):
+        assert _run(data, cuts, [None] * (len(cuts) + 1), False) == _run(data, cuts, [None] * (len(cuts) + 1), True)

@@ -300,6 +300,9 @@ class LogAnalyzer:
                         if len(self._refilter_plans) >= 256:
                             self._refilter_plans.clear()
                         plan = self._refilter_plans[key] = record_plan(segs[i], fams)
+                    only = plan.only
+                    if only is not None and only != ONLY_FRAME and state.candidate_is_noop(only):
+                        return                        # as for a planned template (the scanner's loop)
                     state.examine_planned(raw, line, fams, plan)
                     return
                 rx = prefilter_in(raw, state.engine_strong is not None)
