@@ -333,6 +333,15 @@ def test_planned_numbers_are_read_from_each_segment() -> None:
                                                           r.randint(0, 9)),
         lambda: "INFO 05-07 10:00:00 [metrics.py:1] SpecDecoding metrics: Mean acceptance length: %d.%02d, "
                 "Draft acceptance rate: %d.%d%%" % (r.randint(1, 3), r.randint(0, 99), r.randint(0, 99), r.randint(0, 9)),
+        # vLLM V0: the rate a fraction; the length from token counts when all three are there
+        lambda: "INFO 07-24 04:00:31 metrics.py:316] Speculative metrics: Draft acceptance rate: %d.%03d, System "
+                "efficiency: 0.059, Number of speculative tokens: %d, Number of accepted tokens: 0, Number of draft "
+                "tokens%s: %d, Number of emitted tokens tokens: %d." % (
+                    r.randint(0, 1), r.randint(0, 999), r.randint(1, 16), r.choice(["", " tokens"]),
+                    r.randint(0, 60000), r.randint(0, 9999)),
+        lambda: "INFO 07-24 04:00:31 metrics.py:316] Speculative metrics: Draft acceptance rate: 0.%03d, Number of "
+                "speculative tokens: %d, Number of draft tokens: %d, Number of emitted tokens: %d." % (
+                    r.randint(0, 999), r.randint(0, 16), r.randint(0, 60000), r.randint(0, 9999)),
         lambda: "[2025-10-22 10:00:00 TP0] Decode batch. #running-req: %d, #token: %d, token usage: 0.%02d, "
                 "accept len: %d.%02d, gen throughput (token/s): %d.%02d, #queue-req: %d, full token usage: 0.%d" % (
                     r.randint(0, 64), r.randint(0, 9999), r.randint(0, 99), r.randint(1, 4), r.randint(0, 99),

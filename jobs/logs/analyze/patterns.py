@@ -370,7 +370,8 @@ def parse_serving_stats_line(line: str) -> Optional[dict[str, float]]:
 def serving_stats_spans(line: str) -> Optional[tuple[tuple[str, int, int, float, float], ...]]:
     """Where parse_serving_stats_line(line) reads its numbers: (key, start, end, times, over) for
     each key it returns (value = float(line[start:end]) * times / over), or None when its keys or
-    values are not read at fixed spans (V0 spec metrics, ANSI colour) or it returns None. The
+    values are not read at fixed spans (V0 spec metrics with all their token counts, ANSI colour)
+    or it returns None. The
     same for every line with the same template: its patterns test digits by class."""
     if "\x1b" in line:
         return None
@@ -388,9 +389,12 @@ def serving_stats_spans(line: str) -> Optional[tuple[tuple[str, int, int, float,
             out["spec_accept_len"] = ("spec_accept_len", m.start(1), m.end(1), 1.0, 1.0)
         m = VLLM_SPEC_RATE.search(line)
         if m:
-            if not m.group(2):
-                return None                            # V0: the length comes from token counts
-            out["spec_accept_rate"] = ("spec_accept_rate", m.start(1), m.end(1), 1.0, 100.0)
+            if not m.group(2):                         # V0: a fraction; the length from token counts,
+                if _V0_SPEC_K.search(line) and _V0_SPEC_DRAFT.search(line) and _V0_SPEC_EMITTED.search(line):
+                    return None                        # when all three are there (not at fixed spans)
+                out["spec_accept_rate"] = ("spec_accept_rate", m.start(1), m.end(1), 1.0, 1.0)
+            else:
+                out["spec_accept_rate"] = ("spec_accept_rate", m.start(1), m.end(1), 1.0, 100.0)
     elif "batch." in line or "batch," in line:
         for m in _SGLANG_FIELD.finditer(line):
             key, scale = _SGLANG_KEY[m.group(1)]
