@@ -450,9 +450,12 @@ class LogAnalyzer:
                     serving_run = False
                     examine(i)
                 continue
-            if group is info and engine_known:
-                plan = info.plan
-                if plan and plan.only is not None and plan.only >= ONLY_NVRM:
+            # The group's own plan, read once: the tests below are the group's route (False for a
+            # run or merged group, whose members may be of other templates, and before the engine).
+            own_plan = info.plan if group is info and engine_known else False
+            if own_plan:
+                plan = own_plan
+                if plan.only is not None and plan.only >= ONLY_NVRM:
                     # Failure candidates of a rank held change nothing (State.candidate_is_noop), and
                     # a run pending before them cannot un-hold it: runs form only while no error
                     # waits on their series (and `best` implies an error waits), so it needs no flush.
@@ -469,8 +472,8 @@ class LogAnalyzer:
                             # takes a line that is no NVRM line (one line each when no \r splits
                             # lines), so no walk after it reaches back over it.
                             continue
-            if group is MARKER_GROUP or (engine_known and group is info and info.plan and info.plan.marker_only
-                                         and info.plan.marker[0] not in LINE_MARKERS
+            if group is MARKER_GROUP or (own_plan and own_plan.marker_only
+                                         and own_plan.marker[0] not in LINE_MARKERS
                                          and not (deferred and info.fams & S)):
                 if group is MARKER_GROUP:             # consecutive planned markers of any templates
                     members = sel[first:last + 1]
@@ -496,7 +499,7 @@ class LogAnalyzer:
                 serving_run = False
                 markers(members)
                 continue
-            if (engine_known and now_unset and group is info and info.plan and info.plan.hint_only
+            if (own_plan and now_unset and own_plan.hint_only
                     and not (deferred and info.fams & S)):
                 pending = state.progress_at_failure
                 if pending is None or not pending[0] or pending[0][0] != "hint":
@@ -520,7 +523,7 @@ class LogAnalyzer:
                     state.seq += n - 1
                     examine(i)
                     continue
-            if (engine_known and now_unset and group is info and info.plan and info.plan.timed_step
+            if (own_plan and now_unset and own_plan.timed_step
                     and not (deferred and info.fams & S)):
                 pending = state.progress_at_failure
                 if pending is None or not pending[0] or pending[0][0] != "bar" or pending[0][1] != "building":
@@ -557,7 +560,7 @@ class LogAnalyzer:
                         state.seq += len(members) - 1
                     examine(members[-1])
                     continue
-            if (engine_known and now_unset and group is info and info.plan and info.plan.step_stretch
+            if (own_plan and now_unset and own_plan.step_stretch
                     and not (deferred and info.fams & S)):
                 pending = state.progress_at_failure
                 if pending is None or not pending[0] or pending[0][1] != "training":
@@ -690,7 +693,7 @@ class LogAnalyzer:
                                     break
                         run_kind, run_named, run_len, run_last = kind, info.named, last - first + 1, sel[last]
                         continue
-            if last > first and engine_known and group is info and info.plan and info.plan.marker_only:
+            if last > first and own_plan and own_plan.marker_only:
                 if run_kind:
                     flush_run()
                 if deferred and info.fams & S:
