@@ -22,8 +22,17 @@ from .templates import (ALL_SERVING_BITS, FRAME_LINE, K_BAR, K_BAR_GLUED, K_BUIL
 ENGINE_PROBE = 1 << 16
 # Marker kinds whose effect reads the segment's line (ready line, recovery): never folded.
 LINE_MARKERS = frozenset(("ready", "startup_complete"))
-# (phase, load_done, marker kind) -> (phase, load_done, whether it sets why["phase"]): see State.marker_transition.
-MARKER_FOLD: dict[tuple, tuple] = {}
+# The fold of a stretch of phase markers as a graph (see State.marker_transition): (phase, load_done) ->
+# its node, (phase, load_done, {marker kind: (the next node, whether the marker sets why["phase"])}),
+# so that a member costs one dict lookup (no key tuple built and hashed per member).
+MARKER_NODES: dict[tuple, tuple] = {}
+
+
+def _marker_node(phase: Optional[str], load_done: bool) -> tuple:
+    node = MARKER_NODES.get((phase, load_done))
+    if node is None:
+        node = MARKER_NODES[(phase, load_done)] = (phase, load_done, {})
+    return node
 # The group of planned failure-line templates whose whole effect is a candidate (see the scanner's loop).
 ONLY_GROUP = ("only",)
 # The group of planned phase-marker templates that a stretch folds (see the scanner's loop).
@@ -400,21 +409,22 @@ class LogAnalyzer:
             # them: only the phase, load_done and the why texts of two of them survive it (the
             # last marker's, and that of the last one that set why["phase"]), so the kinds are
             # folded over (phase, load_done) and only those two segments are read.
-            cur = (state.phase, state.load_done)
+            node = _marker_node(state.phase, state.load_done)
             at_p = None
             for i in members:
-                key = cur + (infos[i].plan.marker[0],)
-                hit = MARKER_FOLD.get(key)
+                kind = infos[i].plan.marker[0]
+                hit = node[2].get(kind)
                 if hit is None:
-                    hit = MARKER_FOLD[key] = state.marker_transition(*key)
-                if hit[2]:
-                    p, at_p = i, cur
-                before_last, cur = cur, hit[:2]
+                    after = state.marker_transition(node[0], node[1], kind)
+                    hit = node[2][kind] = (_marker_node(after[0], after[1]), after[2])
+                if hit[1]:
+                    p, at_p = i, node
+                before_last, node = node, hit[0]
             last = members[-1]
             if at_p is not None and p != last:
-                state.phase, state.load_done = at_p
+                state.phase, state.load_done = at_p[0], at_p[1]
                 examine(p)
-            state.phase, state.load_done = before_last
+            state.phase, state.load_done = before_last[0], before_last[1]
             examine(last)
 
         next_first = 0
