@@ -37,6 +37,8 @@ def _marker_node(phase: Optional[str], load_done: bool) -> tuple:
 ONLY_GROUP = ("only",)
 # The group of planned phase-marker templates that a stretch folds (see the scanner's loop).
 MARKER_GROUP = ("markers",)
+# Spec.SPECIFIC as a plain int (an IntEnum member read through its class costs ~60 ns: the group loop's tests).
+SPECIFIC = int(Spec.SPECIFIC)
 
 
 # --------------------------------------------------------------------------- the incremental reader
@@ -444,14 +446,13 @@ class LogAnalyzer:
                 # NVRM line: see below), of any templates, handled as one group: all skipped at
                 # once while a SPECIFIC candidate is held, else one by one as below.
                 best = state.best
-                if best is not None and best.spec >= Spec.SPECIFIC and not has_cr:
+                if best is not None and best.spec >= SPECIFIC and not has_cr:
                     continue
-                for q in range(first, last + 1):
-                    i = sel[q]
+                for i in sel[first:last + 1]:
                     only = infos[i].plan.only
                     best = state.best
                     if best is not None and (best.spec >= only if only >= 0
-                                             else not has_cr and best.spec >= Spec.SPECIFIC):
+                                             else not has_cr and best.spec >= SPECIFIC):
                         continue
                     if run_kind:
                         flush_run()
@@ -475,7 +476,7 @@ class LogAnalyzer:
                         if only >= 0:
                             if best.spec >= only:
                                 continue
-                        elif only == ONLY_NVRM and not has_cr and best.spec >= Spec.SPECIFIC:
+                        elif only == ONLY_NVRM and not has_cr and best.spec >= SPECIFIC:
                             # An NVRM line's candidate changes nothing, and the window it joins is
                             # read only by a later driver-fault line's candidate, walking back over
                             # consecutive lines: a no-op too until a recovery clears `best`, which
