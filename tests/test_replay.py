@@ -53,6 +53,9 @@ def recorded(tmp_path_factory):
         wait_for(lambda: json.loads(trainer_health.read_text()).get("ended"), timeout=20,
                  what="the trainer's final health")
         wait_for(lambda: (sup.latest("sleeper").path / "exit.json").exists(), timeout=20, what="the sleeper's exit")
+        # The runner writes exit.json first, then its health monitor's last tick (the stop clears the
+        # stall: AlertCleared in events.jsonl). Under load that tick came after the recording was read.
+        wait_for(lambda: json.loads(health.read_text()).get("ended"), timeout=20, what="the sleeper's final health")
     except BaseException:
         for name in runs:
             try:
