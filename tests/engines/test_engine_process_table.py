@@ -37,14 +37,17 @@ def test_the_proc_table_equals_psutils_for_every_process_including_the_odd_ones(
             if Path(f"/proc/{odd[2].pid}/stat").read_bytes().split(b") ")[1][:1] == b"Z":
                 break
             time.sleep(0.05)
-        fast, slow = discovery._proc_fs_table(), discovery._psutil_table()
-        assert fast is not None
-        both = fast.keys() & slow.keys()
-        # Processes may start or end between the two scans; the ones of this test live through both.
-        assert {odd[0].pid, odd[1].pid} <= both
+        fast, slow, fast_again = discovery._proc_fs_table(), discovery._psutil_table(), discovery._proc_fs_table()
+        assert fast is not None and fast_again is not None
+        mine, theirs, mine_again = facts(fast), facts(slow), facts(fast_again)
+        # Processes may start, end or rename themselves between the scans (a kernel workqueue
+        # thread's name follows its work item: CI saw kworker/u8:1-writeback become -events_unbound).
+        # Compared are those the /proc scans before and after psutil's agree on.
+        steady = {pid for pid in fast.keys() & slow.keys() & fast_again.keys() if mine[pid] == mine_again[pid]}
+        assert {odd[0].pid, odd[1].pid} <= steady
+        assert len(steady) >= len(slow) // 2                    # a renaming box is the exception, not the rule
         assert odd[2].pid not in fast and odd[2].pid not in slow
-        mine, theirs = facts(fast), facts(slow)
-        assert {pid: mine[pid] for pid in both} == {pid: theirs[pid] for pid in both}
+        assert {pid: mine[pid] for pid in steady} == {pid: theirs[pid] for pid in steady}
         assert fast[odd[0].pid].name == "a-program-named-longer-than-comm"
         assert fast[odd[1].pid].cmdline[-2:] == [os.fsdecode(b"caf\xe9-\xff"), ""]
         # The table the discovery builds (children linked) is the /proc one.
