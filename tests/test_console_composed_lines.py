@@ -132,3 +132,30 @@ async def test_the_comparison_catches_a_wrong_border_and_a_tinted_panel_keeps_te
         assert host.composed_lines == composed
         assert strip_painter._plain_box(host) is False
         assert differences(app) == []
+
+
+@pilot_test
+async def test_a_tick_repaints_the_panels_without_an_update_message_each():
+    # Each refreshed widget used to cost a Prompt to it and an Update from it to the screen; the
+    # panels' changed lines now mark the screen's dirty widgets directly. What they paint is the
+    # partial-update test's business (test_console_partial_update.py); here: no Update per panel.
+    from textual.screen import Screen
+
+    app = make_app(demo=True, seed=4, refresh=0.1, history=History(capacity=120))
+    updates: list[str] = []
+    on_update = Screen._on_update
+
+    async def counting(self: Any, message: Any) -> None:
+        updates.append(type(message.widget).__name__)
+        await on_update(self, message)
+
+    Screen._on_update = counting
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await ticks_with_composed_lines(app, pilot)
+            updates.clear()
+            await ticks_with_composed_lines(app, pilot, ticks=10)
+            painted_names = {type(w).__name__ for w in painted(app)}
+            assert not painted_names & set(updates), updates
+    finally:
+        Screen._on_update = on_update

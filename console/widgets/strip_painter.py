@@ -158,7 +158,25 @@ def refresh_changed_lines(widget: Widget, shown: Sequence[object], new: Sequence
     else:
         changed = [Region(0, top + y, width, 1) for y, (old, now) in enumerate(zip(shown, new)) if old != now]
         if changed:
-            widget.refresh(*changed)
+            repaint_regions(widget, changed)
+
+
+def repaint_regions(widget: Widget, regions: list[Region]) -> None:
+    """`widget.refresh(*regions)` for a widget whose size and styles did not change, without the two
+    messages a widget it costs: refresh() prompts the widget, whose idle handler posts an Update to the
+    screen, whose handler marks it dirty (~0.05 ms a widget on a slow core, three widgets a tick).
+    The screen is told directly, as that handler would, and prompted once."""
+    try:
+        screen = widget.screen
+    except Exception:  # noqa: BLE001 - not on a screen (yet): Textual's way paints it when it is
+        widget.refresh(*regions)
+        return
+    if not (widget.is_mounted and widget.display and screen in screen._compositor):
+        widget.refresh(*regions)
+        return
+    widget._set_dirty(*regions)
+    screen._dirty_widgets.add(widget)
+    screen.check_idle()
 
 
 class _Edges:
