@@ -1,6 +1,7 @@
 """Bench: CPU time per sampling tick (demo box, live sampler, real NVML when present). Prints a table only.
 
     .venv/bin/python bench/bench_sampling.py [--ticks N]
+    .venv/bin/python bench/bench_sampling.py --parts [--ticks N] [--interval S]   # where a tick's CPU goes
 
 CPU time is this process's time.process_time() over N ticks (all threads), so a
 source that blocks without burning CPU (none should) would not show here; wall time
@@ -80,10 +81,64 @@ def measure(sampler, ticks: int, history: History | None = None) -> tuple[float,
 
 
 
+def parts(ticks: int, interval: float) -> int:
+    """The shipped sampler, one sample every `interval` s (as the console takes them): this thread's
+    CPU per sample, split by part (host, GPUs, ports, process details) and by NVML call."""
+    sampler = make_sampler()
+    spent: dict[str, list[float]] = {}
+
+    def timed(owner, name: str, label: str) -> None:
+        call = getattr(owner, name, None)
+        if call is None:
+            return
+
+        def wrapper(*args, **kwargs):
+            start = time.thread_time()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                entry = spent.setdefault(label, [0.0, 0])
+                entry[0] += time.thread_time() - start
+                entry[1] += 1
+        setattr(owner, name, wrapper)
+
+    timed(sampler, "_read_host", "host (psutil)")
+    timed(sampler, "_attach_procs", "process details (psutil)")
+    timed(sampler._ports, "read", "listening ports")
+    timed(sampler._gpu, "read", "GPUs (NVML), all of it")
+    if gpuprocs.available():
+        import pynvml
+        for name in sorted(n for n in dir(pynvml) if n.startswith("nvmlDeviceGet")):
+            timed(pynvml, name, f"  {name}")
+    try:
+        sampler.sample()
+        time.sleep(interval)
+        spent.clear()
+        start = time.thread_time()
+        for _ in range(ticks):
+            snap = sampler.sample()
+            time.sleep(interval)
+        total = (time.thread_time() - start) / ticks * 1000
+    finally:
+        sampler.close()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+          f"{ticks} samples {interval:g} s apart; GPUs {len(snap.gpus)}, GPU processes "
+          f"{sum(len(g.processes) for g in snap.gpus)}, listening ports {len(snap.ports)}")
+    print(f"{'part':<52} {'CPU ms/sample':>13} {'calls/sample':>12}")
+    print(f"{'the whole sample (this thread)':<52} {total:>13.3f} {1:>12}")
+    for label, (cpu, calls) in sorted(spent.items(), key=lambda kv: -kv[1][0]):
+        print(f"{label:<52} {cpu / ticks * 1000:>13.3f} {calls / ticks:>12.2f}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ticks", type=int, default=300)
+    parser.add_argument("--parts", action="store_true", help="split the shipped sampler's CPU by part and NVML call")
+    parser.add_argument("--interval", type=float, default=0.5, help="--parts: seconds between samples")
     args = parser.parse_args()
+    if args.parts:
+        return parts(args.ticks, args.interval)
 
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
           f"{len(os.listdir('/proc')) if os.path.isdir('/proc') else '?'} /proc entries; ticks per row: {args.ticks}")

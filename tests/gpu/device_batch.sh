@@ -67,6 +67,8 @@ while time.time() < end:
 EOF
   load=$!
   sleep 8
+  # Where a sample's CPU goes under that load (per part, per NVML call): a process is on the GPU.
+  timeout 60 python3 bench/bench_sampling.py --parts --ticks 40 --interval 0.5 2>&1 | tee "$out/bench-sampling-parts.txt"
   timeout $((load_s - 20)) python3 bench/bench_console_cpu.py --real --nvitop --refresh 1 2 --runs "${ROUNDS:-3}" \
       --seconds "${SECONDS_EACH:-30}" --warmup 6 --size 120x40 2>&1 | tee "$out/bench-console.txt"
   kill "$load" 2>/dev/null; wait "$load" 2>/dev/null
