@@ -48,6 +48,43 @@ def test_host_rates_absent_first_then_present():
     assert len(second.cpu_per_core) == os.cpu_count()
 
 
+def test_counters_that_go_backwards_give_no_rate_for_that_tick_never_a_negative_one(monkeypatch):
+    # psutil's own wrap bookkeeping is off (nowrap=False): a NIC or disk that goes away, or a
+    # counter that wraps, makes a sum smaller, and that tick shows no rate instead of a negative one.
+    from types import SimpleNamespace
+
+    import psutil
+
+    clock = [100.0]
+    disk = [(5_000_000, 9_000_000)]
+    nics = [{"lo": (10**9, 10**9), "eth0": (2_000_000, 3_000_000), "eth1": (7_000_000, 1_000_000)}]
+    monkeypatch.setattr(psutil, "disk_io_counters", lambda perdisk=False, nowrap=True: SimpleNamespace(
+        read_bytes=disk[0][0], write_bytes=disk[0][1]))
+    monkeypatch.setattr(psutil, "net_io_counters", lambda pernic=False, nowrap=True: {
+        name: SimpleNamespace(bytes_recv=rx, bytes_sent=tx) for name, (rx, tx) in nics[0].items()})
+    host = HostSampler(monotonic=lambda: clock[0])
+    host.read()
+    clock[0] += 2.0
+    disk[0] = (5_400_000, 9_200_000)
+    nics[0] = {"lo": (2 * 10**9, 2 * 10**9), "eth0": (2_600_000, 3_100_000), "eth1": (7_000_000, 1_000_000)}
+    grown = host.read()
+    # Loopback is not the box's network; rates are per second over the 2 s between reads.
+    assert (grown.disk_read_bps, grown.disk_write_bps) == (200_000.0, 100_000.0)
+    assert (grown.net_rx_bps, grown.net_tx_bps) == (300_000.0, 50_000.0)
+    clock[0] += 2.0
+    disk[0] = (100, 9_400_000)                                 # the read counter wrapped
+    del nics[0]["eth1"]                                        # a NIC went away: both sums drop
+    shrunk = host.read()
+    assert shrunk.disk_read_bps is None and shrunk.disk_write_bps == 100_000.0
+    assert shrunk.net_rx_bps is None and shrunk.net_tx_bps is None
+    clock[0] += 1.0
+    disk[0] = (300, 9_500_000)
+    nics[0]["eth0"] = (2_700_000, 3_200_000)
+    again = host.read()                                       # the next tick measures from the new sums
+    assert (again.disk_read_bps, again.disk_write_bps) == (200.0, 100_000.0)
+    assert (again.net_rx_bps, again.net_tx_bps) == (100_000.0, 100_000.0)
+
+
 # -- ports -----------------------------------------------------------------------------
 
 def test_own_listeners_v4_and_v6_are_found_with_our_pid():

@@ -60,15 +60,17 @@ class HostSampler:
         return tuple(per_core)
 
     def _disk_bytes(self) -> Optional[tuple[int, int]]:
+        # nowrap=False: psutil's wrap bookkeeping (a dict walk a call, ~25 us) guards sums that
+        # go backwards, which _rate already reports as no figure for that one tick.
         try:
-            io = psutil.disk_io_counters(perdisk=False)
+            io = psutil.disk_io_counters(perdisk=False, nowrap=False)
         except (OSError, RuntimeError):
             return None
         return (io.read_bytes, io.write_bytes) if io is not None else None
 
     def _net_bytes(self) -> Optional[tuple[int, int]]:
         try:
-            per_nic = psutil.net_io_counters(pernic=True)
+            per_nic = psutil.net_io_counters(pernic=True, nowrap=False)
         except OSError:
             return None
         # Loopback traffic (engine <-> its own API server) is not the box's network.
