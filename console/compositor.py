@@ -3,10 +3,35 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
+from rich.console import Console
 from textual._compositor import ChopsUpdate, Compositor
 from textual.geometry import Region
 from textual.screen import Screen
 from textual.strip import Strip
+
+
+class LeanChopsUpdate(ChopsUpdate):
+    """Textual's ChopsUpdate, written with the cursor moves as plain strings: `Control.move_to` builds
+    a rich Control (a generator, a Segment) for each piece of each line (~5 us on a slow core, ~30 a
+    tick: about a tenth of the console's UI-thread time). The bytes written are the same."""
+
+    def render_segments(self, console: Console) -> str:
+        sequences: list[str] = []
+        append = sequences.append
+        chops, chop_ends = self.chops, self.chop_ends
+        last_y = self.spans[-1][0]
+        for y, x1, x2 in self.spans:
+            row = y + 1
+            for end, (x, strip) in zip(chop_ends[y], chops[y].items()):
+                if strip is None or x > x2 or end <= x1:
+                    continue
+                if not (x2 > x >= x1 and end <= x2):
+                    strip = strip.crop(0, min(end, x2) - x)
+                append(f"\x1b[{row};{x + 1}H")          # CSI row;col H, as rich's CURSOR_MOVE_TO
+                append(strip.render(console))
+            if y != last_y:
+                append("\n")
+        return "".join(sequences)
 
 
 class BandedCompositor(Compositor):
@@ -46,7 +71,7 @@ class BandedCompositor(Compositor):
         finally:
             self._dirty_spans = None
         chop_ends = [cut_set[1:] for cut_set in self.cuts]
-        return ChopsUpdate(chops, spans, chop_ends)
+        return LeanChopsUpdate(chops, spans, chop_ends)
 
     def _line_owners(self) -> dict[Any, dict[int, tuple[int, int]]]:
         """For each visible widget, the lines on which it paints at least one chop, with the columns

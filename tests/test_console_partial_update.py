@@ -91,8 +91,13 @@ class Recorder:
                 # full update (a partial one may come first): compare from that one on.
                 return
             self.terminal, self.shown = VirtualScreen(*size), shown
-        self.terminal.apply(update.render_segments(self.app.console))
+        written = update.render_segments(self.app.console)
+        self.terminal.apply(written)
         if isinstance(update, ChopsUpdate):
+            # Our update writes its cursor moves itself: the same bytes as Textual's own writer.
+            textual_bytes = ChopsUpdate.render_segments(update, self.app.console)
+            if written != textual_bytes and self.mismatch is None:
+                self.mismatch = f"update {self.partial_updates} written differently:\n  {written!r}\n  {textual_bytes!r}"
             self.partial_updates += 1
             self.partial_lines += len({y for y, _, _ in update.spans})
         if self.mismatch is None:
