@@ -423,11 +423,36 @@ class LogAnalyzer:
                     p, at_p = i, node
                 before_last, node = node, hit[0]
             last = members[-1]
-            if at_p is not None and p != last:
-                state.phase, state.load_done = at_p[0], at_p[1]
-                examine(p)
-            state.phase, state.load_done = before_last[0], before_last[1]
-            examine(last)
+            read_p = at_p is not None and p != last
+            if infos[last].plan.ansi or read_p and infos[p].plan.ansi:
+                if read_p:
+                    state.phase, state.load_done = at_p[0], at_p[1]
+                    examine(p)
+                state.phase, state.load_done = before_last[0], before_last[1]
+                examine(last)
+                return
+            # What examining them would do (State._apply_plan on a marker-only plan), from the fold:
+            # the why texts in the same order, then the phase the fold reached (neither reads the
+            # line otherwise, and no marker of these kinds reads state.text).
+            why = state.why
+            if read_p:
+                why["marker"] = why["phase"] = marker_why(p)
+            why["marker"] = w = marker_why(last)
+            if hit[1]:
+                why["phase"] = w
+            state.phase, state.load_done = node[0], node[1]
+
+        def marker_why(i: int) -> tuple:
+            """A marker-only segment's why["marker"] (State._apply_plan's), its plan not ANSI."""
+            if has_cr:
+                start, line = where(i)
+            else:
+                start, line = ends[i] - len(segs[i]) + i, base + i
+            plan = infos[i].plan
+            b0 = plan.body[0]
+            kind, m0, m1 = plan.marker
+            return ("marker {}: {!r} (line {})", kind,
+                    data[start:start + len(segs[i])].decode("utf-8", "replace")[b0 + m0:b0 + m1], line)
 
         next_first = 0
         nbounds = len(bounds)
