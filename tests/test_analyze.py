@@ -118,6 +118,9 @@ def test_error_then_serving_is_recovered_not_failed() -> None:
     r = analyze_file(FIXTURES / "serving_recovered_error.log")
     assert r.failure is None and r.phase == "ready"
     assert [(w.code, w.line) for w in r.warnings] == [("error_recovered", 6)]
+    # (the state keeps the warning's parts; its text is made with the result)
+    assert r.warnings[0].message == ("exception logged at line 6 but the job carried on: ValueError: This model's "
+                                     "maximum context length is 8192 tokens.")
 
 
 def test_crash_while_serving_is_failed() -> None:

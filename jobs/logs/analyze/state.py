@@ -50,6 +50,13 @@ def _why_text(why) -> str:
     return why[0].format(*why[1:]) if isinstance(why, tuple) else why
 
 
+def _log_warning(w: tuple) -> LogWarning:
+    code, line, message = w
+    if code == "error_recovered":
+        message = f"{message[0]} logged at line {message[1]} but the job carried on: {message[2]}"[:MAX_MESSAGE]
+    return LogWarning(code, line, message)
+
+
 _NAN = float("nan")
 # The branches of _progress_record a planned body takes (templates.progress_plan).
 PG_NINJA, PG_MAKE, PG_LOSS, PG_STEP = range(4)
@@ -77,7 +84,9 @@ class State:
         self.ready_line: Optional[int] = None
         self.serving: dict[str, float] = {}
         self.spec_recent: deque[tuple[Optional[float], Optional[float]]] = deque(maxlen=SPEC_WINDOW)
-        self.warnings: dict[str, LogWarning] = {}
+        # code -> (code, line, message), made a LogWarning by result(); error_recovered's message is
+        # (cause, line, message), formatted there.
+        self.warnings: dict[str, tuple] = {}
         self.num_epochs: Optional[int] = None
         self.total_steps: Optional[int] = None
         # progress: "bar" sources (tqdm/ninja/make/step n/N) beat "hint" sources (loss dicts, step=N) of one phase
@@ -590,7 +599,7 @@ class State:
                 self._judge_spec(line)
         kv, waiting = self.serving.get("kv_cache_pct"), self.serving.get("waiting")
         if kv is not None and kv >= 95.0 and waiting:
-            self.warnings["kv_cache_pressure"] = LogWarning(
+            self.warnings["kv_cache_pressure"] = (
                 "kv_cache_pressure", line, f"KV cache {kv:.0f}% full with {waiting:.0f} requests waiting")
 
     def _judge_spec(self, line: int) -> None:
@@ -607,7 +616,7 @@ class State:
                 parts.append(f"mean acceptance length {mean_len:.2f}")
             if mean_rate is not None:
                 parts.append(f"acceptance rate {mean_rate * 100:.1f}%")
-            self.warnings["spec_decode_ineffective"] = LogWarning(
+            self.warnings["spec_decode_ineffective"] = (
                 "spec_decode_ineffective", line,
                 "speculative decoding accepts almost nothing (" + ", ".join(parts) + ") — it is likely "
                 "slower than no speculation; check the draft model matches the target, or turn it off")
@@ -816,9 +825,8 @@ class State:
         self.stall_notices.clear()
         cand = self.best or self.first_low
         if cand is not None:
-            self.warnings["error_recovered"] = LogWarning(
-                "error_recovered", cand.line,
-                f"{cand.cause} logged at line {cand.line} but the job carried on: {cand.message}"[:MAX_MESSAGE])
+            # (its text is made when a result is asked for: most are replaced by the next recovery)
+            self.warnings["error_recovered"] = ("error_recovered", cand.line, (cand.cause, cand.line, cand.message))
         self.best = self.first_low = self.first_weak = self.first_error = None
         self.progress_at_failure = None
         self.advances_since_failure = 0
@@ -851,12 +859,12 @@ class State:
                 text = "unbounded build parallelism (-j without a limit) — pass -jN sized to free RAM / ~4 GB per job"
             else:
                 text = f"the build is short of host memory: {body[:200]}"
-            self.warnings["oom_risk"] = LogWarning("oom_risk", line, text)
+            self.warnings["oom_risk"] = ("oom_risk", line, text)
         elif KV_PRESSURE.search(body):
-            self.warnings["kv_cache_pressure"] = LogWarning(
+            self.warnings["kv_cache_pressure"] = (
                 "kv_cache_pressure", line, f"KV cache full, requests preempted/retracted: {body[:200]}")
         elif JIT.search(body) and "jit_compile" not in self.warnings:
-            self.warnings["jit_compile"] = LogWarning(
+            self.warnings["jit_compile"] = (
                 "jit_compile", line, "kernels are JIT-compiled on first use (no prebuilt kernels): the next "
                 "steps can be silent for minutes without being stuck")
 
@@ -899,7 +907,7 @@ class State:
         serving = None
         if self.serving:
             serving = ServingNumbers(**{k: self.serving.get(k) for k in SERVING_KEYS})
-        warnings = tuple(sorted(self.warnings.values(), key=lambda w: (w.line, w.code)))
+        warnings = tuple(sorted(map(_log_warning, self.warnings.values()), key=lambda w: (w.line, w.code)))
         return LogAnalysis(engine=engine, phase=phase, progress=Progress(*entry[2]) if entry is not None else None,
                            failure=failure, ready_line=self.ready_line, serving=serving, warnings=warnings,
                            key_lines=tuple(key_lines), decided_by=tuple(why.items()))
