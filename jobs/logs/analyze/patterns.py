@@ -367,6 +367,17 @@ def parse_serving_stats_line(line: str) -> Optional[dict[str, float]]:
     return out or None
 
 
+def read_stats(segment, read: tuple) -> dict[str, float]:
+    """The numbers of a stats line (bytes or text) whose plan has stats_read: what the dict
+    {key: float(body[a:b]) * times / over for key, a, b, times, over in plan.stats_at} is
+    (x * 1.0 / 1.0 is x), without a Python step per number. The scanner inlines it (templates.RecordPlan.stats_read)."""
+    keys, get, scaled = read
+    stats = dict(zip(keys, map(float, get(segment))))
+    for key, times, over in scaled:
+        stats[key] = stats[key] * times / over
+    return stats
+
+
 def serving_stats_spans(line: str) -> Optional[tuple[tuple[str, int, int, float, float], ...]]:
     """Where parse_serving_stats_line(line) reads its numbers: (key, start, end, times, over) for
     each key it returns (value = float(line[start:end]) * times / over), or None when its keys or

@@ -386,7 +386,13 @@ class LogAnalyzer:
                         info.plan = plan = record_plan(segs[i], info.fams) or False
                         self._template_bytes += 512
                     info.seen = 1
-                if plan and not plan.ansi and plan.bar_at < 0:    # its message's span, from the template
+                if plan and plan.stats_read is not None:     # patterns.read_stats, inline
+                    keys, get, scaled = plan.stats_read
+                    stats = dict(zip(keys, map(float, get(raw))))
+                    for key, times, over in scaled:
+                        stats[key] = stats[key] * times / over
+                    state.serving_data(stats, line, i == last_spec)
+                elif plan and not plan.ansi and plan.bar_at < 0:    # its message's span, from the template
                     body = raw.decode("utf-8", "replace")[plan.body[0]:plan.body[1]]
                     at = plan.stats_at
                     stats = parse_serving_stats_line(body) if at is None else {
@@ -675,10 +681,17 @@ class LogAnalyzer:
                                     state.ready_mark(0)     # its line is unused (see above)
                                     need_mark = False
                                 start = ends[i] - len(segs[i]) + i
-                                body = data[start:start + len(segs[i])].decode("utf-8", "replace")[plan.body[0]:plan.body[1]]
-                                state.serving_data({key: float(body[a:b]) * times / over
-                                                    for key, a, b, times, over in plan.stats_at},
-                                                   where(i)[1] if has_cr else base + i)
+                                read = plan.stats_read
+                                if read is not None:          # patterns.read_stats, inline
+                                    keys, get, scaled = read
+                                    stats = dict(zip(keys, map(float, get(data[start:start + len(segs[i])]))))
+                                    for key, times, over in scaled:
+                                        stats[key] = stats[key] * times / over
+                                else:
+                                    body = data[start:start + len(segs[i])].decode("utf-8", "replace")[plan.body[0]:plan.body[1]]
+                                    stats = {key: float(body[a:b]) * times / over
+                                             for key, a, b, times, over in plan.stats_at}
+                                state.serving_data(stats, where(i)[1] if has_cr else base + i)
                             else:
                                 examine(i)                  # in full (it may do more than a stats line)
                                 need_mark = True

@@ -15,7 +15,7 @@ from .patterns import (PORT_IN_USE, ANSI, BAD_ARGS, BUILD_SPECIFIC, BUILD_UMBREL
                        IMPORT, JIT, KV_PRESSURE, LOSS_DICT, MAKE, MARKERS, NCCL, NINJA, NODE_OOM,
                        NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, SLURM_END, SLURM_OOM, STALL_NOTICE,
                        STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID, XID_APP, XID_NOISE,
-                       clock, engine_signals, is_build_tool, label_phase, num, parse_serving_stats_line,
+                       clock, engine_signals, is_build_tool, label_phase, num, parse_serving_stats_line, read_stats,
                        series_label, strip_prefixes, ts_seconds)
 
 
@@ -145,8 +145,8 @@ class State:
         body = text[b0:b1]
         if plan.stats:
             at = plan.stats_at
-            stats = parse_serving_stats_line(body) if at is None else {
-                key: float(body[a:b]) * times / over for key, a, b, times, over in at}
+            stats = parse_serving_stats_line(body) if at is None else read_stats(text, plan.stats_read) if (
+                plan.stats_read is not None) else {key: float(body[a:b]) * times / over for key, a, b, times, over in at}
             if stats:
                 self._serving(stats, line)
                 return

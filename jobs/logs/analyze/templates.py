@@ -5,6 +5,7 @@ import re
 from bisect import bisect_right
 from enum import IntEnum
 from itertools import accumulate
+from operator import itemgetter
 from typing import Optional, Union
 
 from .model import ALL_FAMILIES, F, Family, GIANT_SEGMENT, M, P, S, SERVING_KEYS, W
@@ -242,7 +243,7 @@ class RecordPlan:
     """
     __slots__ = ("ansi", "bar_at", "msg_at", "body", "indent", "level", "has_ts", "stats", "marker",
                  "progress", "failure", "guard", "warn", "only", "marker_only", "bar_end", "rest", "bar", "ts", "prog",
-                 "reads_frame", "bar_bytes", "stats_at", "hint_only", "timed_step", "step_stretch")
+                 "reads_frame", "bar_bytes", "stats_at", "stats_read", "hint_only", "timed_step", "step_stretch")
 
     def __init__(self) -> None:
         self.ansi = False
@@ -260,6 +261,9 @@ class RecordPlan:
         self.prog: Optional[tuple] = None   # where State._progress_record reads (progress_plan); None: in full
         self.stats = False
         self.stats_at: Optional[tuple] = None    # where the stats line's numbers lie (serving_stats_spans)
+        # The same for an ASCII template, read at C level from the segment (bytes or its text): (keys,
+        # an itemgetter of the numbers' slices, (key, times, over) of the scaled ones) — see patterns.read_stats.
+        self.stats_read: Optional[tuple] = None
         self.marker: Optional[tuple[str, int, int]] = None    # (kind, start, end) in the body
         self.progress = False
         self.failure: Optional[str] = None   # "frame" | "usage" | "stall" | "classify" | None
@@ -301,6 +305,14 @@ def record_plan(tpl: bytes, fams: int) -> Optional[RecordPlan]:
         if text[n0:n1].isascii() and text[t0:t1].isascii() and text.encode("utf-8") == raw:
             at = [len(text[:k].encode("utf-8")) for k in (n0, n1, t0, t1)]
             plan.bar_bytes = (at[0], at[1], n_scale, at[2], at[3], t_scale)
+    if plan.stats_at is not None and not ansi and plan.bar_at < 0 and tpl.isascii():
+        # ASCII: the text's offsets are the bytes'; float() reads bytes as it reads their text
+        b0 = plan.body[0]
+        spans = [slice(b0 + a, b0 + b) for _, a, b, _, _ in plan.stats_at]
+        plan.stats_read = (tuple(key for key, _, _, _, _ in plan.stats_at),
+                           itemgetter(*spans) if len(spans) > 1 else itemgetter(spans[0], spans[0]),   # a tuple
+                           tuple((key, times, over) for key, _, _, times, over in plan.stats_at
+                                 if times != 1.0 or over != 1.0))
     if (not ansi and plan.bar_at < 0 and plan.progress and plan.prog is not None and plan.prog[0] in (PG_MAKE, PG_NINJA)
             and plan.ts is not None and plan.ts[0] in ("ts2", "ts5") and not (plan.stats or plan.warn or plan.failure)
             and (plan.marker is None or plan.marker[0] == "building") and tpl.isascii()):
