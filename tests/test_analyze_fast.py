@@ -701,6 +701,44 @@ def test_a_run_of_named_bars_met_at_once_by_another_named_run_is_overwritten() -
             assert _run(data, cuts, nows, False) == _run(data, cuts, nows, True)
 
 
+@pytest.mark.parametrize("glued", ["", " [rank0]: x"])
+def test_a_planned_capture_bar_that_fills_ends_the_capture(glued: str) -> None:
+    """A full bar whose label names capture moves the phase to starting, read through its plan too
+    (State._tqdm_planned has _bar inline) — alone, at the end of a run, and with a record glued on."""
+    head = "(APIServer pid=1) INFO 05-07 10:00:00 [api_server.py:1] vLLM API server version 0.9.0\n"
+    bar = "Capturing CUDA graphs (PIECEWISE): {p:3d}%|#         | {n}/51 [00:0{k}<00:09, 5.{k}it/s]" + glued + "\n"
+    loss = "{{'loss': 0.{k}, 'grad_norm': 1.0, 'learning_rate': 1e-05, 'epoch': 0.{k}}}\n"
+    for last in ([51], [17, 51], [51, 17]):
+        lines = [head]
+        for k in range(5):                    # the full bar's template examined, then planned (a hint between)
+            lines += [bar.format(p=100, n=51, k=k), loss.format(k=k)]
+        lines += [bar.format(p=n * 100 // 51, n=n, k=7) for n in last]
+        data = "".join(lines).encode()
+        fast, ref = _run(data, [], [None], False), _run(data, [], [None], True)
+        assert fast == ref
+        assert ref[-1][1].phase == ("starting" if last[-1] == 51 else "capturing")
+
+
+@pytest.mark.parametrize("now", [None, 1000.0])
+def test_a_planned_loading_bar_that_fills_completes_the_load(now) -> None:
+    """A full loading bar read through its plan completes the load (State._tqdm_planned has _bar
+    inline): an unlabeled bar after it is then the capture — with a clock each bar is read."""
+    head = "[2025-10-22 10:00:00 TP0] SGLang server args: tp_size=1\n"
+    bar = "Loading safetensors checkpoint shards: {p:3d}% Completed | {n}/9 [00:0{k}<00:00,  1.{k}it/s]{glued}\n"
+    begin = "[2025-10-22 10:00:0{k} TP0] Load weight begin. avail mem=7{k}.1 GB\n"   # the load starts again
+    unlabeled = " 10%|#         | 5/50 [00:01<00:09, 5.00it/s]\n"
+    for glued in ("", " [rank0]: x"):
+        for n in (9, 4):
+            lines = [head]
+            for k in range(5):                # the bar's template examined, then planned (a new load between)
+                lines += [begin.format(k=k), bar.format(p=n * 100 // 9, n=n, k=k, glued=glued)]
+            lines += [begin.format(k=7), bar.format(p=n * 100 // 9, n=n, k=7, glued=glued), unlabeled]
+            data = "".join(lines).encode()
+            fast, ref = _run(data, [], [now], False), _run(data, [], [now], True)
+            assert fast == ref
+            assert ref[-1][1].phase == ("capturing" if n == 9 else "loading")
+
+
 def _ts_in_full(kind: str, raw: str):
     """patterns._parse_ts before its per-minute memo: every timestamp converted in full."""
     from datetime import datetime

@@ -57,6 +57,13 @@ def _log_warning(w: tuple) -> LogWarning:
     return LogWarning(code, line, message)
 
 
+def _progress(done_total: tuple) -> Progress:
+    """The Progress of a progress entry's (done, total, label, rate, eta): whole numbers as ints."""
+    done, total, label, rate, eta = done_total
+    return Progress(int(done) if done.is_integer() else done,
+                    None if total is None else int(total) if total.is_integer() else total, label, rate, eta)
+
+
 _NAN = float("nan")
 # The branches of _progress_record a planned body takes (templates.progress_plan).
 PG_NINJA, PG_MAKE, PG_LOSS, PG_STEP = range(4)
@@ -64,6 +71,9 @@ PG_NINJA, PG_MAKE, PG_LOSS, PG_STEP = range(4)
 # line (a no-op only where the scanner knows it is: see LogAnalyzer._scan_templates).
 ONLY_STALL, ONLY_NVRM = -2, -3
 
+# The label of a bar that has none, by its phase.
+_DEFAULT_LABELS = {"capturing": "CUDA graphs", "loading": "weights", "training": "training", "building": "build",
+                   "compiling": "compile"}
 # The phase each phase marker asserts (for `decided_by`).
 _MARKER_PHASE = {"loading": "loading", "loaded": "starting", "compiling": "compiling", "compiled": "starting",
                  "capturing": "capturing", "captured": "starting", "starting": "starting", "startup_complete": "ready",
@@ -353,7 +363,18 @@ class State:
         if rate_at is not None:
             value = float(text[rate_at[0]:rate_at[1]]) * rate_at[2]
             rate = (1.0 / value if value > 0 else None) if rate_at[3] else value
-        self._bar(text[:at], float(text[n0:n1]) * n_scale, float(text[t0:t1]) * t_scale, rate, eta, line)
+        # _bar(), inline (the hot path of every bar examination)
+        done, total, before = float(text[n0:n1]) * n_scale, float(text[t0:t1]) * t_scale, text[:at]
+        hit = self.labels.get(before)
+        label, named_phase, key_label = hit if hit is not None else self._bar_label(before, line)
+        phase = named_phase or self._unnamed_bar_phase()
+        if phase == "loading" and total and done >= total:
+            self.load_done = True
+        self._set_progress("bar", phase, label or _DEFAULT_LABELS.get(phase, ""), done, total, rate, eta, line, None,
+                           key_label)
+        if named_phase == "capturing" and total and done >= total:
+            self.phase = "starting"
+            self.why["phase"] = f"full capture bar (line {line})"
 
     def _tqdm(self, before: str, m: re.Match, line: int) -> None:
         done = float(m.group("n")) * SIZE[m.group("nu")]
@@ -379,7 +400,7 @@ class State:
         phase = named_phase or self._unnamed_bar_phase()
         if phase == "loading" and total and done >= total:
             self.load_done = True
-        self._set_progress("bar", phase, label or self._default_label(phase), done, total, rate, eta, line, None,
+        self._set_progress("bar", phase, label or _DEFAULT_LABELS.get(phase, ""), done, total, rate, eta, line, None,
                            key_label)
         if named_phase == "capturing" and total and done >= total:
             # A capture bar (its label says so) is full: capture finished, the server is next. Not
@@ -395,11 +416,6 @@ class State:
         if self.load_done and current in ("starting", "compiling", "loading", "capturing"):
             return "capturing"
         return current or "unknown"
-
-    @staticmethod
-    def _default_label(phase: str) -> str:
-        return {"capturing": "CUDA graphs", "loading": "weights", "training": "training",
-                "building": "build", "compiling": "compile"}.get(phase, "")
 
     def _progress_planned(self, body: str, line: int, ts: Optional[tuple[str, str]], prog: tuple) -> None:
         """_progress_record() for a body whose branch and number spans templates.progress_plan found."""
@@ -529,10 +545,8 @@ class State:
                 rate = (done - first_done) / (when - first_when)
         if eta is None and rate and total is not None and total >= done:
             eta = (total - done) / rate
-        # Progress(...) is built when a result is asked for: most updates are overwritten first.
-        progress = (int(done) if done.is_integer() else done,
-                    None if total is None else int(total) if total.is_integer() else total, label, rate, eta)
-        entry = (seq, phase, progress, sig, line, self.text[:MAX_MESSAGE])
+        # Progress(...) is built when a result is asked for (see _progress): most updates are overwritten first.
+        entry = (seq, phase, (done, total, label, rate, eta), sig, line, self.text[:MAX_MESSAGE])
         if source == "bar":
             self.bar = entry
         else:
@@ -562,7 +576,7 @@ class State:
 
     def progress(self) -> Optional[Progress]:
         entry = self.progress_entry()
-        return Progress(*entry[2]) if entry is not None else None
+        return _progress(entry[2]) if entry is not None else None
 
     # ------------------------------------------------------------------ serving
 
@@ -908,6 +922,6 @@ class State:
         if self.serving:
             serving = ServingNumbers(**{k: self.serving.get(k) for k in SERVING_KEYS})
         warnings = tuple(sorted(map(_log_warning, self.warnings.values()), key=lambda w: (w.line, w.code)))
-        return LogAnalysis(engine=engine, phase=phase, progress=Progress(*entry[2]) if entry is not None else None,
+        return LogAnalysis(engine=engine, phase=phase, progress=_progress(entry[2]) if entry is not None else None,
                            failure=failure, ready_line=self.ready_line, serving=serving, warnings=warnings,
                            key_lines=tuple(key_lines), decided_by=tuple(why.items()))
