@@ -739,6 +739,22 @@ def test_a_planned_loading_bar_that_fills_completes_the_load(now) -> None:
             assert ref[-1][1].phase == ("capturing" if n == 9 else "loading")
 
 
+@pytest.mark.parametrize("rem", ["00:0{k}", "00:", ":", "?"])
+def test_a_planned_bar_reads_its_remaining_time_as_in_full(rem: str) -> None:
+    """A planned bar keeps its remaining time's text, read when a result is made, only where clock()
+    reads it for sure (the template says: an empty part fails on it as on every segment); else the
+    eta comes from the rate at once, as in full. Labels with digits are read from each segment."""
+    lines = ["(APIServer pid=1) INFO 05-07 10:00:00 [api_server.py:1] vLLM API server version 0.9.0"]
+    for k in range(1, 9):
+        lines.append(f"Capturing batches (bs={k} avail_mem={k}.5 GB): {k * 10:3d}%|#         | {k}/10 "
+                     f"[00:0{k}<{rem.format(k=k)}, {k}.00it/s]")
+    data = ("\n".join(lines) + "\n").encode()
+    for nows in ([None], [1000.0]):            # with a clock, every bar is read (and planned from the second)
+        fast, ref = _run(data, [], nows, False), _run(data, [], nows, True)
+        assert fast == ref
+        assert ref[-1][1].progress.eta_s is not None and ref[-1][1].progress.label == "Capturing batches (bs=8 avail_mem=8.5 GB)"
+
+
 def _ts_in_full(kind: str, raw: str):
     """patterns._parse_ts before its per-minute memo: every timestamp converted in full."""
     from datetime import datetime

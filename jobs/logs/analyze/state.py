@@ -45,6 +45,12 @@ _MISS = object()
 # "NVRM:" bodies -> whether _classify reads them as plain driver chatter (remembered in the window only).
 _NVRM_PLAIN: dict[str, bool] = {}
 
+def bar_label(before: str) -> tuple[str, Optional[str], str]:
+    """(label, the phase its words name or None, series key) for the text before a tqdm bar."""
+    label = strip_prefixes(before.strip())[0].strip().rstrip(":").strip()[:100]
+    return label, label_phase(label), series_label(label)
+
+
 def _why_text(why) -> str:
     """A `why` entry as text: kept as (format, *args) on the hot paths, formatted when a result is made."""
     return why[0].format(*why[1:]) if isinstance(why, tuple) else why
@@ -58,8 +64,11 @@ def _log_warning(w: tuple) -> LogWarning:
 
 
 def _progress(done_total: tuple) -> Progress:
-    """The Progress of a progress entry's (done, total, label, rate, eta): whole numbers as ints."""
+    """The Progress of a progress entry's (done, total, label, rate, eta): whole numbers as ints, and
+    an eta kept as its text (a planned bar's remaining time) read."""
     done, total, label, rate, eta = done_total
+    if eta.__class__ is str:
+        eta = clock(eta)
     return Progress(int(done) if done.is_integer() else done,
                     None if total is None else int(total) if total.is_integer() else total, label, rate, eta)
 
@@ -145,7 +154,7 @@ class State:
 
     def _apply_plan(self, text: str, line: int, plan) -> None:
         if plan.bar_at >= 0:
-            self._tqdm_planned(text, plan.bar_at, plan.bar, line)
+            self._tqdm_planned(text, plan, line)
             if plan.rest is not None:
                 self._apply_plan(text[plan.bar_end:], line, plan.rest)
             return
@@ -346,27 +355,33 @@ class State:
         """(label, the phase its words name or None, series key) for the text before a bar; cached."""
         hit = self.labels.get(before)
         if hit is None:
-            label, _, _ = strip_prefixes(before.strip())
-            label = label.strip().rstrip(":").strip()[:100]
+            hit = bar_label(before)
             if self.engine_strong is None:
-                self._engine(label, label, line)
+                self._engine(hit[0], hit[0], line)
             if len(self.labels) >= 256:
                 self.labels.clear()
-            hit = self.labels[before] = (label, label_phase(label), series_label(label))
+            self.labels[before] = hit
         return hit
 
-    def _tqdm_planned(self, text: str, at: int, bar: tuple, line: int) -> None:
-        """_tqdm() for a bar at `at` in text whose numbers lie where templates.bar_plan says."""
-        n0, n1, n_scale, t0, t1, t_scale, rem, rate_at = bar
-        eta = clock(text[rem[0]:rem[1]]) if rem is not None else None
+    def _tqdm_planned(self, text: str, plan, line: int) -> None:
+        """_tqdm() for a bar at plan.bar_at in text whose numbers lie where templates.bar_plan says."""
+        n0, n1, n_scale, t0, t1, t_scale, rem, rate_at = plan.bar
+        # The remaining time's text when clock() reads it for sure (it is read when a result is made).
+        eta = None if rem is None else text[rem[0]:rem[1]] if plan.eta_text else clock(text[rem[0]:rem[1]])
         rate = None
         if rate_at is not None:
             value = float(text[rate_at[0]:rate_at[1]]) * rate_at[2]
             rate = (1.0 / value if value > 0 else None) if rate_at[3] else value
-        # _bar(), inline (the hot path of every bar examination)
-        done, total, before = float(text[n0:n1]) * n_scale, float(text[t0:t1]) * t_scale, text[:at]
-        hit = self.labels.get(before)
-        label, named_phase, key_label = hit if hit is not None else self._bar_label(before, line)
+        # _bar(), inline (the hot path of every bar examination); the label from the plan when the text
+        # before the bar has no digit (the template's is the segment's)
+        done, total = float(text[n0:n1]) * n_scale, float(text[t0:t1]) * t_scale
+        hit = plan.bar_label
+        if hit is None:
+            before = text[:plan.bar_at]
+            hit = self.labels.get(before)
+            if hit is None:
+                hit = self._bar_label(before, line)
+        label, named_phase, key_label = hit
         phase = named_phase or self._unnamed_bar_phase()
         if phase == "loading" and total and done >= total:
             self.load_done = True

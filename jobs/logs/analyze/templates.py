@@ -11,10 +11,10 @@ from typing import Optional, Union
 from .model import ALL_FAMILIES, F, Family, GIANT_SEGMENT, M, P, S, SERVING_KEYS, W
 from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, FAMILY, FRAME, JIT, KV_PRESSURE, LOSS_DICT, MAKE,
                        MARKERS, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STALL_NOTICE, STEP,
-                       TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, engine_signals,
+                       TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, clock, engine_signals,
                        families_in, label_phase, parse_serving_stats_line, prefilter_in, prefix_ts_span,
                        serving_stats_spans, strip_prefixes)
-from .state import (ONLY_NVRM, ONLY_STALL, PG_LOSS, PG_MAKE, PG_NINJA, PG_STEP, Spec, State)
+from .state import (ONLY_NVRM, ONLY_STALL, PG_LOSS, PG_MAKE, PG_NINJA, PG_STEP, Spec, State, bar_label)
 
 
 # --------------------------------------------------------------------------- the fast scanner's templates
@@ -243,7 +243,7 @@ class RecordPlan:
     """
     __slots__ = ("ansi", "bar_at", "msg_at", "body", "indent", "level", "has_ts", "stats", "marker",
                  "progress", "failure", "guard", "warn", "only", "marker_only", "bar_end", "rest", "bar", "ts", "prog",
-                 "reads_frame", "bar_bytes", "stats_at", "stats_read", "hint_only", "timed_step", "step_stretch")
+                 "reads_frame", "bar_bytes", "stats_at", "stats_read", "bar_label", "eta_text", "hint_only", "timed_step", "step_stretch")
 
     def __init__(self) -> None:
         self.ansi = False
@@ -251,6 +251,8 @@ class RecordPlan:
         self.bar_end = -1
         self.bar: Optional[tuple] = None   # where its numbers lie (see bar_plan)
         self.bar_bytes: Optional[tuple] = None   # (n start, n end, n scale, N start, N end, N scale) in bytes
+        self.bar_label: Optional[tuple] = None   # State._bar_label's answer when the text before the bar has no digit
+        self.eta_text = False            # its remaining time is clock()'s to read for sure (see _tqdm_planned)
         self.rest: Optional[RecordPlan] = None     # and the plan of what is glued after it
         self.msg_at = 0
         self.body = (0, 0)               # span of the stripped message
@@ -348,6 +350,12 @@ def _text_plan(text: str, fams: int, depth: int) -> RecordPlan:
         if m is not None:
             plan.bar_at, plan.bar_end = m.start(), m.end()
             plan.bar = bar_plan(m)
+            before = text[:m.start()]
+            if "0" not in before:                     # no digit (a template's digits are 0s): the segments' text
+                plan.bar_label = bar_label(before)
+            rem = plan.bar[6]
+            # clock() fails on an empty part ("1:", "::") alone: on the template as on its segments
+            plan.eta_text = rem is not None and clock(text[rem[0]:rem[1]]) is not None
             rest = text[m.end():]
             if depth < 3 and rest.strip():
                 plan.rest = _text_plan(rest, fams, depth + 1)
