@@ -673,6 +673,13 @@ class LogAnalyzer:
                         if deferred:
                             flush_deferred()
                         need_mark = not serving_run
+                        # Each spec-decode line judges the window (State._judge_spec), replacing the judgement
+                        # before it, and no line of the run reads it: only the last one's is made.
+                        last_spec = -1
+                        for q in range(last, first - 1, -1):
+                            if infos[sel[q]].keys & SPEC_BITS:
+                                last_spec = sel[q]
+                                break
                         for q in range(first, last + 1):
                             i = sel[q]
                             plan = infos[i].plan
@@ -691,7 +698,7 @@ class LogAnalyzer:
                                     body = data[start:start + len(segs[i])].decode("utf-8", "replace")[plan.body[0]:plan.body[1]]
                                     stats = {key: float(body[a:b]) * times / over
                                              for key, a, b, times, over in plan.stats_at}
-                                state.serving_data(stats, where(i)[1] if has_cr else base + i)
+                                state.serving_data(stats, where(i)[1] if has_cr else base + i, i == last_spec)
                             else:
                                 examine(i)                  # in full (it may do more than a stats line)
                                 need_mark = True
