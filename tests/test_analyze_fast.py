@@ -755,6 +755,34 @@ def test_a_planned_bar_reads_its_remaining_time_as_in_full(rem: str) -> None:
         assert ref[-1][1].progress.eta_s is not None and ref[-1][1].progress.label == "Capturing batches (bs=8 avail_mem=8.5 GB)"
 
 
+def test_a_run_of_bars_collapses_while_an_error_waits_on_another_series_of_their_phase() -> None:
+    """An error waits on the progress of one loading series (label and total): a run of loading bars
+    of the same label but another total cannot advance it, so it reduces to its last member; one of
+    the same series is read bar by bar (each advance counts towards the error's recovery)."""
+    head = "(APIServer pid=1) INFO 05-07 10:00:00 [api_server.py:1] vLLM API server version 0.9.0\n"
+    bar = "Loading safetensors checkpoint shards: {p:3d}% Completed | {n}/{t} [00:0{k}<00:09,  1.{k}it/s]\n"
+    error = "ValueError: bad shard index\n"      # a candidate: the progress before it waits for advances
+    for total, read in ((49, [22, 25]), (17, [22, 23, 24, 25])):
+        lines = [head]
+        for k in range(3):                    # the templates planned (their labels, their totals' bytes)
+            lines += [bar.format(p=n * 100 // 17, n=n, t=17, k=k) for n in (12, 13)] + [error]
+            lines += [bar.format(p=n * 100 // total, n=n, t=total, k=k) for n in (14, 15)]
+            lines += ["(APIServer pid=1) INFO:     Application startup complete.\n"]
+        lines += [bar.format(p=n * 100 // 17, n=n, t=17, k=9) for n in (12, 13)] + [error]
+        lines += [bar.format(p=n * 100 // total, n=n, t=total, k=9) for n in (14, 15, 16)]
+        data = "".join(lines).encode()
+        fast, ref = LogAnalyzer(), ReferenceAnalyzer()
+        seen: list[int] = []
+        cut = data.rindex(error.encode())
+        fast.feed(data[:cut])
+        apply_plan = fast._state._apply_plan
+        fast._state._apply_plan = lambda text, line, plan: (seen.append(line), apply_plan(text, line, plan))
+        fast.feed(data[cut:])
+        ref.feed(data)
+        assert fast.result() == ref.result()
+        assert seen == read                   # the error line, then the bars read
+
+
 def _ts_in_full(kind: str, raw: str):
     """patterns._parse_ts before its per-minute memo: every timestamp converted in full."""
     from datetime import datetime

@@ -347,6 +347,25 @@ class LogAnalyzer:
             total = float(m.group("N")) * SIZE[m.group("Nu")]
             return bool(total) and float(m.group("n")) * SIZE[m.group("nu")] >= total
 
+        def other_series(first: int, last: int, key: tuple) -> bool:
+            """Whether no bar of sel[first..last] is of the series `key` (source, phase, key label, total)
+            of the progress an error waits on, so that none of them advances it (State._set_progress
+            compares the whole key): their plans know their labels (no digit before the bar) and where
+            their totals lie."""
+            for q in range(first, last + 1):
+                i = sel[q]
+                plan = infos[i].plan
+                if not plan or plan.bar_label is None:
+                    return False
+                if plan.bar_label[2] == key[2]:
+                    at = plan.bar_bytes
+                    if at is None:
+                        return False
+                    start = where(i)[0] if has_cr else ends[i] - len(segs[i]) + i
+                    if float(data[start + at[3]:start + at[4]]) * at[5] == key[3]:
+                        return False
+            return True
+
         def flush_run() -> None:
             nonlocal run_kind, serving_run
             state.seq += run_len - 1                  # the dropped members' progress updates
@@ -729,7 +748,8 @@ class LogAnalyzer:
                     run_phase = "building" if kind == K_BUILD else (info.named or state._unnamed_bar_phase())
                     pending = state.progress_at_failure
                     if now_unset and (pending is None or not pending[0] or pending[0][0] != "bar"
-                                      or pending[0][1] != run_phase) and (
+                                      or pending[0][1] != run_phase
+                                      or kind == K_BAR and other_series(first, last, pending[0])) and (
                             kind == K_BUILD or run_phase != "loading" or info.named == "loading"):
                         if run_phase == "loading" and not state.load_done:
                             # Bars that name loading stay loading bars; what a member leaves behind
