@@ -614,9 +614,10 @@ class LogAnalyzer:
                             start = where(i)[0] if has_cr else ends[i] - len(segs[i]) + i
                             done = float(data[start + d0:start + d1])
                             key = ("bar", "building", "build", float(data[start + tot[0]:start + tot[1]]) if tot else 100.0)
-                            when = ts_seconds((tk, data[start + t0:start + t1].decode()))
-                            if series is None or series[0] != key or when is None or done < series[1]:
-                                series = (key, done, when if when is not None else _NAN)
+                            # (its time is never None: see RecordPlan.timed_step), so it is read only where
+                            # the series starts again
+                            if series is None or series[0] != key or done < series[1]:
+                                series = (key, done, ts_seconds((tk, data[start + t0:start + t1].decode())))
                         state.series = series
                         state.seq += len(members) - 1
                     examine(members[-1])

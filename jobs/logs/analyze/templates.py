@@ -13,7 +13,7 @@ from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, FAMILY, FRAME, JIT, K
                        MARKERS, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STALL_NOTICE, STEP,
                        TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, clock, engine_signals,
                        families_in, label_phase, parse_serving_stats_line, prefilter_in, prefix_ts_span,
-                       serving_stats_spans, strip_prefixes)
+                       serving_stats_spans, strip_prefixes, ts_seconds)
 from .state import (ONLY_NVRM, ONLY_STALL, PG_LOSS, PG_MAKE, PG_NINJA, PG_STEP, Spec, State, bar_label)
 
 
@@ -317,8 +317,10 @@ def record_plan(tpl: bytes, fams: int) -> Optional[RecordPlan]:
                                  if times != 1.0 or over != 1.0))
     if (not ansi and plan.bar_at < 0 and plan.progress and plan.prog is not None and plan.prog[0] in (PG_MAKE, PG_NINJA)
             and plan.ts is not None and plan.ts[0] in ("ts2", "ts5") and not (plan.stats or plan.warn or plan.failure)
-            and (plan.marker is None or plan.marker[0] == "building") and tpl.isascii()):
-        # ASCII: the decoded text's offsets are the bytes' (h:m:s and seconds always parse)
+            and (plan.marker is None or plan.marker[0] == "building") and tpl.isascii()
+            and ts_seconds((plan.ts[0], text[plan.ts[1]:plan.ts[2]])) is not None):
+        # ASCII: the decoded text's offsets are the bytes'. Its h:m:s or seconds parse on the template,
+        # so on every segment (digits for digits): the scanner relies on it (a member's time is never None).
         b0 = plan.body[0]
         done, total = plan.prog[1], plan.prog[2] if plan.prog[0] == PG_NINJA else None
         plan.timed_step = (plan.marker is not None, (b0 + done[0], b0 + done[1]),
