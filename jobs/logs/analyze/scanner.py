@@ -13,7 +13,7 @@ from .patterns import (ANSI, SIZE, TQDM, families_in, parse_serving_stats_line, 
                        ts_seconds)
 from .state import (_NAN, ONLY_NVRM, Spec, State)
 from .templates import (ALL_SERVING_BITS, FRAME_LINE, K_BAR, K_BAR_GLUED, K_BUILD, K_GIANT, K_INERT, K_OTHER, K_REFILTER,
-                        K_SERVING, NORMALIZE, ONLY_FRAME, RUN_GROUPS, SKIP_GROUP, SPEC_BITS,
+                        K_SERVING, KV_WAITING_BITS, NORMALIZE, ONLY_FRAME, RUN_GROUPS, SKIP_GROUP, SPEC_BITS,
                         TEMPLATE_CACHE_BYTES, TEMPLATE_KEY_MAX, TEMPLATE_ONE_OFFS_MAX, Template,
                         classify_template, prefilter_one_offs, record_plan, run_kv_safe)
 
@@ -366,6 +366,22 @@ class LogAnalyzer:
                         return False
             return True
 
+        def kv_raised_at_end(first: int, last: int) -> bool:
+            """Whether every stats line of sel[first..last] is read at planned spans and the last one, which
+            gives both the KV use and the waiting requests, raises kv_cache_pressure (State.serving_data)."""
+            for q in range(first, last + 1):
+                plan = infos[sel[q]].plan
+                if not plan or plan.stats_read is None:
+                    return False
+            j = sel[last]
+            keys, get, scaled = infos[j].plan.stats_read
+            start = ends[j] - len(segs[j]) + j
+            stats = dict(zip(keys, map(float, get(data[start:start + len(segs[j])]))))
+            for key, times, over in scaled:
+                stats[key] = stats[key] * times / over
+            kv = stats.get("kv_cache_pct")
+            return kv is not None and kv >= 95.0 and bool(stats.get("waiting"))
+
         def flush_run() -> None:
             nonlocal run_kind, serving_run
             state.seq += run_len - 1                  # the dropped members' progress updates
@@ -692,6 +708,17 @@ class LogAnalyzer:
                             flush_run()
                         if deferred:
                             flush_deferred()
+                        j = sel[last]
+                        if infos[j].keys & KV_WAITING_BITS == KV_WAITING_BITS and kv_raised_at_end(first, last):
+                            # Its last line raises kv_cache_pressure with its own numbers: that replaces what
+                            # any line before it raised, so the run is applied as a KV-safe one (the lines
+                            # whose numbers no later line overwrites, and the spec-decode window), now.
+                            if not serving_run:
+                                state.ready_mark(0)
+                                serving_run = True
+                            deferred.append((first, last))
+                            flush_deferred()
+                            continue
                         need_mark = not serving_run
                         # Each spec-decode line judges the window (State._judge_spec), replacing the judgement
                         # before it, and no line of the run reads it: only the last one's is made.

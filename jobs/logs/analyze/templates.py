@@ -59,6 +59,7 @@ K_INERT, K_BAR, K_BAR_GLUED, K_BUILD, K_SERVING, K_OTHER, K_GIANT, K_REFILTER = 
 _SERVING_BIT = {key: 1 << i for i, key in enumerate(SERVING_KEYS)}
 ALL_SERVING_BITS = (1 << len(SERVING_KEYS)) - 1
 SPEC_BITS = _SERVING_BIT["spec_accept_rate"] | _SERVING_BIT["spec_accept_len"]
+KV_WAITING_BITS = _SERVING_BIT["kv_cache_pct"] | _SERVING_BIT["waiting"]
 _NO_WEAK: frozenset = frozenset()
 _NO_HITS = (False, False, _NO_WEAK)
 TEMPLATE_KEY_MAX = 2048                 # longer segments are classified each time, not remembered
