@@ -782,16 +782,22 @@ class LogAnalyzer:
                         if run_phase == "loading" and not state.load_done:
                             # Bars that name loading stay loading bars; what a member leaves behind
                             # is only that the load completed (nothing reads it before the run ends).
+                            seen = None
                             for q in range(last, first - 1, -1):     # last first: a load's bars end full
                                 i = sel[q]
-                                plan = infos[i].plan
-                                at = plan.bar_bytes if plan else None
+                                member = infos[i]
+                                if member is not seen:    # (a run's members are mostly of one template)
+                                    seen, plan = member, member.plan
+                                    at = plan.bar_bytes if plan else None
+                                    if at is not None:
+                                        n0, n1, ns, t0, t1, ts = at
                                 if at is None:
                                     full = bar_full(i)
+                                    seen = None       # (bar_full may plan it)
                                 else:                 # bar_full's planned path, inline
                                     start = ends[i] - len(segs[i]) + i
-                                    total = float(data[start + at[3]:start + at[4]]) * at[5]
-                                    full = bool(total) and float(data[start + at[0]:start + at[1]]) * at[2] >= total
+                                    total = float(data[start + t0:start + t1]) * ts
+                                    full = bool(total) and float(data[start + n0:start + n1]) * ns >= total
                                 if full:
                                     state.load_done = True
                                     break
