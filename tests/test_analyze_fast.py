@@ -812,6 +812,20 @@ def test_a_kv_unsafe_run_is_applied_at_once_only_when_its_last_line_raises_the_p
             assert _run(data, cuts, [None] * (len(cuts) + 1), False) == _run(data, cuts, [None] * (len(cuts) + 1), True)
 
 
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\r"])
+def test_a_line_cut_between_feeds_is_read_whole_and_once(eol: bytes) -> None:
+    """The segment a feed's tail began is read on its own (tail and the feed's first piece), and the
+    feed's scan leaves that piece alone: read by itself, a bar's piece would name another label."""
+    head = b"(APIServer pid=1) INFO 05-07 10:00:00 [api_server.py:1] vLLM API server version 0.9.0" + eol
+    bar = b"Loading safetensors checkpoint shards:  %d%% Completed | %d/9 [00:01<00:02,  1.50it/s]"
+    data = head * 3 + b"".join(bar % (n * 100 // 9, n) + eol for n in (2, 3, 4))
+    at = data.rindex(b"tensors checkpoint")
+    for cuts in ([at], [at, at + 5], [len(head) * 3 + 3, at], [at - 1], [at, len(data) - 1]):
+        fast, ref = _run(data, cuts, [None] * (len(cuts) + 1), False), _run(data, cuts, [None] * (len(cuts) + 1), True)
+        assert fast == ref
+        assert fast[-1][1].progress.label == "Loading safetensors checkpoint shards"
+
+
 def _ts_in_full(kind: str, raw: str):
     """patterns._parse_ts before its per-minute memo: every timestamp converted in full."""
     from datetime import datetime
