@@ -513,6 +513,9 @@ class LogAnalyzer:
             else:
                 start, line = ends[i] - len(segs[i]) + i, base + i
             plan = infos[i].plan
+            at = plan.marker_at
+            if at is not None:                        # ASCII: the marker's bytes alone
+                return ("marker {}: {!r} (line {})", plan.marker[0], data[start + at[0]:start + at[1]].decode(), line)
             b0 = plan.body[0]
             kind, m0, m1 = plan.marker
             return ("marker {}: {!r} (line {})", kind,

@@ -27,6 +27,10 @@ class Spec(IntEnum):
     SPECIFIC = 3       # a specific signature (CUDA OOM, NCCL, ...)
 
 
+# Spec.EXCEPTION and Spec.UMBRELLA as plain ints (an IntEnum member read through its class costs ~60 ns).
+_EXCEPTION, _UMBRELLA = int(Spec.EXCEPTION), int(Spec.UMBRELLA)
+
+
 @dataclass
 class _Candidate:
     spec: Spec
@@ -728,26 +732,26 @@ class State:
             # only without it, and _recovered clears them with it), and progress_at_failure was set
             # with it. So this is monotone in spec: a bound on a line's rank may stand for it.
             return best.spec >= spec
-        if spec >= Spec.EXCEPTION:
+        if spec >= _EXCEPTION:
             return False
-        if spec == Spec.UMBRELLA:
+        if spec == _UMBRELLA:
             return self.first_low is not None and self.progress_at_failure is not None
         return self.first_weak is not None
 
     def _candidate(self, cand: _Candidate) -> None:
         if self.first_error is None:
             self.first_error = cand
-        if cand.spec >= Spec.EXCEPTION:
+        if cand.spec >= _EXCEPTION:
             # Slurm's own OOM line names the limit that killed it: a better hint than the bare "Killed" above it.
             if (self.best is None or cand.spec > self.best.spec
                     or (cand.hint_key == "slurm_oom" and self.best.cause == "host_oom")):
                 self.best = cand
-        elif cand.spec == Spec.UMBRELLA:
+        elif cand.spec == _UMBRELLA:
             if self.first_low is None:
                 self.first_low = cand
         elif self.first_weak is None:
             self.first_weak = cand
-        if cand.spec >= Spec.UMBRELLA and self.progress_at_failure is None:
+        if cand.spec >= _UMBRELLA and self.progress_at_failure is None:
             self.advances_since_failure = 0
             self.progress_at_failure = self.last_progress_key or ((), 0)
 

@@ -244,7 +244,7 @@ class RecordPlan:
     """
     __slots__ = ("ansi", "bar_at", "msg_at", "body", "indent", "level", "has_ts", "stats", "marker",
                  "progress", "failure", "guard", "warn", "only", "marker_only", "bar_end", "rest", "bar", "ts", "prog",
-                 "reads_frame", "bar_bytes", "stats_at", "stats_read", "bar_label", "eta_text", "hint_only", "timed_step", "step_stretch")
+                 "reads_frame", "bar_bytes", "stats_at", "stats_read", "bar_label", "eta_text", "marker_at", "hint_only", "timed_step", "step_stretch")
 
     def __init__(self) -> None:
         self.ansi = False
@@ -268,6 +268,7 @@ class RecordPlan:
         # an itemgetter of the numbers' slices, (key, times, over) of the scaled ones) — see patterns.read_stats.
         self.stats_read: Optional[tuple] = None
         self.marker: Optional[tuple[str, int, int]] = None    # (kind, start, end) in the body
+        self.marker_at: Optional[tuple[int, int]] = None      # that span in the segment's bytes (ASCII templates)
         self.progress = False
         self.failure: Optional[str] = None   # "frame" | "usage" | "stall" | "classify" | None
         self.guard = False               # indented like traceback source: skipped right after a frame
@@ -337,6 +338,8 @@ def record_plan(tpl: bytes, fams: int) -> Optional[RecordPlan]:
             return (b0 + a, b0 + b), None if n_at is None else (b0 + n_at[0], b0 + n_at[1])
 
         plan.step_stretch = (at(plan.prog[1]), at(plan.prog[2]), plan.prog[3], plan.ts)
+    if plan.marker is not None and plan.bar_at < 0 and not ansi and tpl.isascii():
+        plan.marker_at = (plan.body[0] + plan.marker[1], plan.body[0] + plan.marker[2])
     part: Optional[RecordPlan] = plan
     while part is not None:
         if part.guard and part.failure in ("stall", "classify"):
