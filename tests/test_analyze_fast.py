@@ -162,13 +162,17 @@ def test_fast_scanner_equals_exhaustive_scanner(seed: int, n_lines: int, data: s
     nows = [None if clock == "none" else 1000.0 + 7 * k for k in range(len(cuts) + 1)]
     # Small limits reach the one-off batch, cache clearing and unremembered long templates.
     limits = data.draw(st.sampled_from([None, (2, 4096, 64)]))
-    saved = scanner.TEMPLATE_ONE_OFFS_MAX, scanner.TEMPLATE_CACHE_BYTES, scanner.TEMPLATE_KEY_MAX
+    # Feeds this small are joined to their tail; 1: their first segment is scanned on its own (big feeds).
+    split = data.draw(st.sampled_from([scanner.SPLIT_FEED, 1]))
+    saved = scanner.TEMPLATE_ONE_OFFS_MAX, scanner.TEMPLATE_CACHE_BYTES, scanner.TEMPLATE_KEY_MAX, scanner.SPLIT_FEED
     if limits:
         scanner.TEMPLATE_ONE_OFFS_MAX, scanner.TEMPLATE_CACHE_BYTES, scanner.TEMPLATE_KEY_MAX = limits
+    scanner.SPLIT_FEED = split
     try:
         fast = _run(log, cuts, nows, exhaustive=False)
     finally:
-        scanner.TEMPLATE_ONE_OFFS_MAX, scanner.TEMPLATE_CACHE_BYTES, scanner.TEMPLATE_KEY_MAX = saved
+        (scanner.TEMPLATE_ONE_OFFS_MAX, scanner.TEMPLATE_CACHE_BYTES, scanner.TEMPLATE_KEY_MAX,
+         scanner.SPLIT_FEED) = saved
     assert fast == _run(log, cuts, nows, exhaustive=True)
 
 
@@ -813,9 +817,10 @@ def test_a_kv_unsafe_run_is_applied_at_once_only_when_its_last_line_raises_the_p
 
 
 @pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\r"])
-def test_a_line_cut_between_feeds_is_read_whole_and_once(eol: bytes) -> None:
-    """The segment a feed's tail began is read on its own (tail and the feed's first piece), and the
-    feed's scan leaves that piece alone: read by itself, a bar's piece would name another label."""
+def test_a_line_cut_between_feeds_is_read_whole_and_once(eol: bytes, monkeypatch) -> None:
+    """The segment a big feed's tail began is read on its own (tail and the feed's first piece), and
+    the feed's scan leaves that piece alone: read by itself, a bar's piece would name another label."""
+    monkeypatch.setattr(scanner, "SPLIT_FEED", 1)     # every feed counts as big
     head = b"(APIServer pid=1) INFO 05-07 10:00:00 [api_server.py:1] vLLM API server version 0.9.0" + eol
     bar = b"Loading safetensors checkpoint shards:  %d%% Completed | %d/9 [00:01<00:02,  1.50it/s]"
     data = head * 3 + b"".join(bar % (n * 100 // 9, n) + eol for n in (2, 3, 4))

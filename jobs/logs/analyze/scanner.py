@@ -18,6 +18,8 @@ from .templates import (ALL_SERVING_BITS, FRAME_LINE, K_BAR, K_BAR_GLUED, K_BUIL
                         classify_template, prefilter_one_offs, record_plan, run_kv_safe)
 
 
+# From this size on, a feed's first segment (the one its tail began) is scanned on its own (see feed).
+SPLIT_FEED = 1 << 15
 # Until the engine is known, a feed's first this many bytes are scanned on their own (see _scan).
 ENGINE_PROBE = 1 << 16
 # Marker kinds whose effect reads the segment's line (ready line, recovery): never folded.
@@ -89,11 +91,12 @@ class LogAnalyzer:
             if data is None:
                 return
         skip = 0
-        if self._tail and self._state.engine_strong is not None:
+        if self._tail and len(data) >= SPLIT_FEED and self._state.engine_strong is not None:
             # The segment the tail began is scanned on its own, then the feed after it where it lies:
             # no copy of the whole feed behind the tail. (That copy and the translated one were two
             # transients as large as the feed at the heap's top: glibc trimmed the heap and grew it
             # again every feed in some processes' layouts — page faults, 5-10 % more CPU time.)
+            # A small feed is joined to its tail instead: a second scan would cost more than the copy.
             nl, cr = data.find(b"\n"), data.find(b"\r")
             k = nl if cr < 0 or 0 <= nl < cr else cr
             if k >= 0:
