@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
@@ -18,6 +19,7 @@ from gpudeck.jobs.watch import JobsWatcher, live_jobs_note
 from gpudeck.console.config import load_console_config
 from gpudeck.console.errors import CliError
 from gpudeck.console.messages import SampleFailed, SamplesCollected
+from gpudeck.console.sampling import SamplingThread
 from gpudeck.console.screens.dashboard import DashboardScreen
 from gpudeck.console.screens.help import HelpScreen
 from gpudeck.console.feeds import Feed, JobsFeed, LiveJobsSource
@@ -95,8 +97,8 @@ class GpuDeckApp(App[int]):
         self.sample_error: Optional[str] = None
         self.paused = False
         self.ticks = 0                     # completed ticks, good or failed (tests wait on it)
-        self._sampling = False             # a sample is being taken off the UI thread
-        self._wake: Optional[asyncio.Event] = None
+        self._sampling = False             # a one-off sample is being taken off the UI thread
+        self._sampling_thread: Optional[SamplingThread] = None
         # The push paths: widgets follow these instead of the app walking its screens.
         self.telemetry_feed: Feed[TelemetryView] = Feed(self, "telemetry")
         self._jobs_feed: Optional[JobsFeed] = None
@@ -172,6 +174,8 @@ class GpuDeckApp(App[int]):
         return self._hosts_feed
 
     def on_unmount(self) -> None:
+        if self._sampling_thread is not None:
+            self._sampling_thread.stop()      # before the sampler is closed (run_console closes it)
         if self._hosts_feed is not None:
             self._hosts_feed.close()
 
@@ -182,9 +186,12 @@ class GpuDeckApp(App[int]):
     # -- sampling loop -----------------------------------------------------------------------
 
     def on_mount(self) -> None:
-        self._wake = asyncio.Event()
         if self.start_sampling:
-            self.run_worker(self._sampling_loop, group="sampling", exclusive=True, exit_on_error=False)
+            # The app's context: the callbacks it schedules read the active app from it, as Textual's own do.
+            self._sampling_thread = SamplingThread(
+                self.sampler.sample, self._show_sample, asyncio.get_running_loop(), contextvars.copy_context(),
+                lambda: self.refresh_s, lambda: self.paused)
+            self._sampling_thread.start()
         if self.demo_replay:
             self.notify("SIMULATED box. Press 2: the jobs view replays four recorded runs — an engine loading, "
                         "a relaunch that crashes, a build heading for OOM, a deadlocked engine.",
@@ -192,25 +199,18 @@ class GpuDeckApp(App[int]):
         if self.initial_host:
             self.switch_mode("hosts")
 
-    async def _sampling_loop(self) -> None:
-        """One task for the app's life: a sample off the UI thread, shown, then a wait of refresh_s
-        (cut short by "sample now" or resume). The next sample starts only after this one was shown,
-        so a slow source never stacks ticks up; no worker, timer or message is made per tick."""
-        loop = asyncio.get_running_loop()
-        while True:
-            if self.paused:
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            self._wake.clear()
-            await self._sample_once()
-            if self._wake.is_set() or self.paused:
-                continue
-            handle = loop.call_later(self.refresh_s, self._wake.set)
-            try:
-                await self._wake.wait()
-            finally:
-                handle.cancel()
+    def _show_sample(self, snapshot: Optional[Snapshot], error: Optional[str]) -> None:
+        """UI thread: the sampling thread's result, shown; then the thread may take the next one."""
+        try:
+            if error is not None:
+                self._sample_failed(error)
+            else:
+                self._sample_collected(snapshot)
+        except Exception as exc:  # noqa: BLE001 - a bug in a panel: exit with its traceback, as a handler's would
+            self._handle_exception(exc)
+        finally:
+            if self._sampling_thread is not None:
+                self._sampling_thread.shown()
 
     async def _sample_once(self) -> None:
         self._sampling = True
@@ -285,15 +285,15 @@ class GpuDeckApp(App[int]):
         self.notify(f"theme: {name}", timeout=2, markup=False)
 
     def action_sample_now(self) -> None:
-        if self.start_sampling:
-            self._wake.set()           # the loop samples now, or right after the sample under way
+        if self._sampling_thread is not None:
+            self._sampling_thread.wake()   # a sample now, or right after the one under way
         elif not self._sampling:
             self.run_worker(self._sample_once, group="sampling-once", exit_on_error=False)
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
-        if not self.paused:
-            self._wake.set()
+        if not self.paused and self._sampling_thread is not None:
+            self._sampling_thread.wake()
         self._push_telemetry()
 
     def action_show_view(self, mode: str) -> None:
