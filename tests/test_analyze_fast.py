@@ -164,15 +164,18 @@ def test_fast_scanner_equals_exhaustive_scanner(seed: int, n_lines: int, data: s
     limits = data.draw(st.sampled_from([None, (2, 4096, 64)]))
     # Feeds this small are joined to their tail; 1: their first segment is scanned on its own (big feeds).
     split = data.draw(st.sampled_from([scanner.SPLIT_FEED, 1]))
-    saved = scanner.TEMPLATE_ONE_OFFS_MAX, scanner.TEMPLATE_CACHE_BYTES, scanner.TEMPLATE_KEY_MAX, scanner.SPLIT_FEED
+    # The prebuilt segment indexes cover small chunks only: 3 sends most chunks to range().
+    indexes = data.draw(st.sampled_from([scanner.INDEXES, tuple(range(3))]))
+    saved = (scanner.TEMPLATE_ONE_OFFS_MAX, scanner.TEMPLATE_CACHE_BYTES, scanner.TEMPLATE_KEY_MAX, scanner.SPLIT_FEED,
+             scanner.INDEXES)
     if limits:
         scanner.TEMPLATE_ONE_OFFS_MAX, scanner.TEMPLATE_CACHE_BYTES, scanner.TEMPLATE_KEY_MAX = limits
-    scanner.SPLIT_FEED = split
+    scanner.SPLIT_FEED, scanner.INDEXES = split, indexes
     try:
         fast = _run(log, cuts, nows, exhaustive=False)
     finally:
         (scanner.TEMPLATE_ONE_OFFS_MAX, scanner.TEMPLATE_CACHE_BYTES, scanner.TEMPLATE_KEY_MAX,
-         scanner.SPLIT_FEED) = saved
+         scanner.SPLIT_FEED, scanner.INDEXES) = saved
     assert fast == _run(log, cuts, nows, exhaustive=True)
 
 

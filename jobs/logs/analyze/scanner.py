@@ -41,6 +41,9 @@ ONLY_GROUP = ("only",)
 MARKER_GROUP = ("markers",)
 # Spec.SPECIFIC as a plain int (an IntEnum member read through its class costs ~60 ns: the group loop's tests).
 SPECIFIC = int(Spec.SPECIFIC)
+# Segment indexes as existing int objects: compress() over them allocates no int per unselected segment
+# (range() makes one each). Chunks with more segments than this use range().
+INDEXES = tuple(range(1 << 12))
 
 
 # --------------------------------------------------------------------------- the incremental reader
@@ -206,7 +209,7 @@ class LogAnalyzer:
             infos = self._learn(segs, list(map(templates.get, segs)), templates, engine_known)
         if skip:
             segs[0] = piece                           # its length places the segments after it
-        sel = list(compress(range(len(segs)), infos))
+        sel = list(compress(INDEXES if len(segs) <= len(INDEXES) else range(len(segs)), infos))
         base = self._line
         has_cr = b"\r" in data
         # Segments of traceback-frame templates (FRAME_LINE) are not visited: their only effect is
@@ -470,7 +473,8 @@ class LogAnalyzer:
         else:
             groups = [self._group_now(infos[i]) for i in sel]
         # Where the group changes (C-level): consecutive members of one group are handled together.
-        bounds = list(compress(range(1, len(sel)), map(is_not, islice(groups, 1, None), groups)))
+        bounds = list(compress(islice(INDEXES, 1, None) if len(sel) <= len(INDEXES) else range(1, len(sel)),
+                               map(is_not, islice(groups, 1, None), groups)))
         bounds.append(len(sel))
 
         def markers(members: list[int]) -> None:
