@@ -28,6 +28,15 @@ LINE_MARKERS = frozenset(("ready", "startup_complete"))
 # its node, (phase, load_done, {marker kind: (the next node, whether the marker sets why["phase"])}),
 # so that a member costs one dict lookup (no key tuple built and hashed per member).
 MARKER_NODES: dict[tuple, tuple] = {}
+# The transitions read phase and load_done alone (the kinds that read more are never folded): any State will do.
+_TRANSITIONS = State()
+
+
+def _marker_edge(node: tuple, kind: str) -> tuple:
+    """The node's edge for a marker kind not met from it before."""
+    after = _TRANSITIONS.marker_transition(node[0], node[1], kind)
+    hit = node[2][kind] = (_marker_node(after[0], after[1]), after[2])
+    return hit
 
 
 def _marker_node(phase: Optional[str], load_done: bool) -> tuple:
@@ -486,10 +495,7 @@ class LogAnalyzer:
             at_p = None
             for i in members:
                 kind = infos[i].plan.marker[0]
-                hit = node[2].get(kind)
-                if hit is None:
-                    after = state.marker_transition(node[0], node[1], kind)
-                    hit = node[2][kind] = (_marker_node(after[0], after[1]), after[2])
+                hit = node[2].get(kind) or _marker_edge(node, kind)
                 if hit[1]:
                     p, at_p = i, node
                 before_last, node = node, hit[0]
@@ -532,14 +538,10 @@ class LogAnalyzer:
         nbounds = len(bounds)
         b = 0
         while b < nbounds:
-            bound = bounds[b]
+            first = next_first
+            next_first = bounds[b]
             b += 1
-            first, last, next_first = next_first, bound - 1, bound
             group = groups[first]
-            info = infos[sel[first]]
-            kind = info.kind
-            if group is SKIP_GROUP:
-                continue
             if group is ONLY_GROUP:
                 # Consecutive failure lines whose whole effect is a candidate of a known rank (or an
                 # NVRM line: see below), of any templates, handled as one group: all skipped at
@@ -547,7 +549,7 @@ class LogAnalyzer:
                 best = state.best
                 if best is not None and best.spec >= SPECIFIC and not has_cr:
                     continue
-                for i in sel[first:last + 1]:
+                for i in sel[first:next_first]:
                     only = infos[i].plan.only
                     best = state.best
                     if best is not None and (best.spec >= only if only >= 0
@@ -560,6 +562,10 @@ class LogAnalyzer:
                     serving_run = False
                     examine(i)
                 continue
+            if group is SKIP_GROUP:
+                continue
+            last = next_first - 1
+            info = infos[sel[first]]
             # The group's own plan, read once: the tests below are the group's route (False for a
             # run or merged group, whose members may be of other templates, and before the engine).
             own_plan = info.plan if group is info and engine_known else False
@@ -722,6 +728,7 @@ class LogAnalyzer:
                         state.seq += len(members) - 1
                     examine(members[-1])
                     continue
+            kind = info.kind
             if group is not info:                     # a run group (no engine to learn from it)
                 if kind == K_SERVING:
                     i, j = sel[first], sel[last]
