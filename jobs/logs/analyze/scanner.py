@@ -109,15 +109,17 @@ class LogAnalyzer:
             # transients as large as the feed at the heap's top: glibc trimmed the heap and grew it
             # again every feed in some processes' layouts — page faults, 5-10 % more CPU time.)
             # A small feed is joined to its tail instead: a second scan would cost more than the copy.
-            nl, cr = data.find(b"\n"), data.find(b"\r")
-            k = nl if cr < 0 or 0 <= nl < cr else cr
+            nl = data.find(b"\n")
+            cr = data.find(b"\r", 0, nl) if nl >= 0 else data.find(b"\r")   # (a \r after nl: no matter)
+            k = nl if cr < 0 else cr
             if k >= 0:
                 line = self._line
                 self._scan_templates(self._tail + data[:k + 1])
                 self._tail = b""
                 skip = k + 1
         buf = self._tail + data if self._tail else data
-        end = max(buf.rfind(b"\n"), buf.rfind(b"\r")) + 1
+        nl = buf.rfind(b"\n")
+        end = max(nl, buf.rfind(b"\r", nl + 1)) + 1     # a \r is looked for after the last \n only
         if end > skip:
             if skip:
                 self._line = line                 # the line of the feed's first segment: the tail's
