@@ -904,3 +904,14 @@ def test_signal_digit_lines_whose_candidate_changes_nothing_are_skipped_only_the
     data = ("\n".join(lines) + "\n").encode() * 2
     for cuts in ([], sorted(r.randrange(len(data)) for _ in range(200))):
         assert _run(data, cuts, [None] * (len(cuts) + 1), False) == _run(data, cuts, [None] * (len(cuts) + 1), True)
+
+
+def test_the_state_keeps_every_attribute_in_a_slot() -> None:
+    """State's attributes are slots (past 30, an instance's attributes go through a dict of its own):
+    one added without a slot lands in the instance's __dict__ and fails this."""
+    blob = b"".join(p.read_bytes().rstrip(b"\n") + b"\n" for p in sorted(FIXTURES.glob("*.log")))
+    fast = LogAnalyzer()
+    fast.feed(blob * 2)
+    fast.finish()
+    fast.result()
+    assert vars(fast._state) == {}

@@ -96,6 +96,15 @@ _MARKER_PHASE = {"loading": "loading", "loaded": "starting", "compiling": "compi
 class State:
     """Everything the analysis knows; small and bounded, so result() can copy it cheaply."""
 
+    # Slots: more than 30 attributes overflow an instance's shared-key dict (CPython 3.11), and every
+    # self.x then goes through the instance's own dict; a slot is read at a fixed offset. (__dict__
+    # kept: tests wrap a method on an instance.)
+    __slots__ = ("now", "engine_strong", "engine_path", "engine_weak", "weak_seen", "phase", "load_done",
+                 "ready_line", "serving", "spec_recent", "warnings", "num_epochs", "total_steps", "bar", "hint",
+                 "seq", "series", "first_error", "best", "first_low", "first_weak", "advances_since_failure",
+                 "progress_at_failure", "last_frame_line", "usage_line", "nvrm", "last_progress_key", "labels",
+                 "stall_notices", "why", "text", "progress_at", "ready_text", "__dict__")
+
     def __init__(self) -> None:
         self.now: Optional[float] = None
         self.engine_strong: Optional[str] = None
