@@ -664,16 +664,16 @@ def label_phase(label: str) -> Optional[str]:
     return None
 
 
-_SERIES_LABELS: dict[str, str] = {}
+SERIES_LABELS: dict[str, str] = {}
 
 
 def series_label(label: str) -> str:
     """A label with its changing parts (numbers, parenthesised state) removed: one bar, one series."""
-    key = _SERIES_LABELS.get(label)
+    key = SERIES_LABELS.get(label)
     if key is None:
-        if len(_SERIES_LABELS) >= 1024:
-            _SERIES_LABELS.clear()
-        key = _SERIES_LABELS[label] = re.sub(r"[\d.]+", "#", re.sub(r"\([^)]*\)", "", label)).strip()
+        if len(SERIES_LABELS) >= 1024:
+            SERIES_LABELS.clear()
+        key = SERIES_LABELS[label] = re.sub(r"[\d.]+", "#", re.sub(r"\([^)]*\)", "", label)).strip()
     return key
 
 

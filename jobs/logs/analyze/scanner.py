@@ -9,8 +9,8 @@ from operator import is_, is_not, itemgetter
 from typing import Any, Optional, Union
 
 from .model import (GIANT_SEGMENT, HEAD_BYTES, LogAnalysis, READ_CHUNK, S, SPEC_WINDOW, TAIL_BYTES)
-from .patterns import (ANSI, SIZE, TQDM, families_in, parse_serving_stats_line, prefilter_in, series_label,
-                       ts_seconds)
+from .patterns import (ANSI, SERIES_LABELS, SIZE, TQDM, families_in, parse_serving_stats_line, prefilter_in,
+                       series_label, ts_seconds)
 from .state import (_NAN, ONLY_NVRM, Spec, State)
 from .templates import (ALL_SERVING_BITS, FRAME_LINE, K_BAR, K_BAR_GLUED, K_BUILD, K_GIANT, K_INERT, K_OTHER, K_REFILTER,
                         K_SERVING, KV_WAITING_BITS, NORMALIZE, ONLY_FRAME, RUN_GROUPS, SKIP_GROUP, SPEC_BITS,
@@ -452,7 +452,10 @@ class LogAnalyzer:
                     continue
                 break
             for i in reversed(keep):
-                start, line = where(i)
+                if has_cr:
+                    start, line = where(i)
+                else:
+                    start, line = ends[i] - len(segs[i]) + i, base + i
                 raw = data[start:start + len(segs[i])]
                 info = infos[i]
                 plan = info.plan
@@ -493,7 +496,7 @@ class LogAnalyzer:
             # them: only the phase, load_done and the why texts of two of them survive it (the
             # last marker's, and that of the last one that set why["phase"]), so the kinds are
             # folded over (phase, load_done) and only those two segments are read.
-            node = _marker_node(state.phase, state.load_done)
+            node = MARKER_NODES.get((state.phase, state.load_done)) or _marker_node(state.phase, state.load_done)
             at_p = None
             for i in members:
                 kind = infos[i].plan.marker[0]
@@ -717,7 +720,7 @@ class LogAnalyzer:
                             source = update[0]
                             if i == members[-1]:
                                 break
-                            key = (source, "training", series_label(update[1]), update[3])
+                            key = (source, "training", SERIES_LABELS.get(update[1]) or series_label(update[1]), update[3])
                             when = None if ts is None else ts_seconds((ts[0], data[start + ts[1]:start + ts[2]].decode()))
                             done = update[2]
                             if series is None or series[0] != key or when is None or done < series[1]:

@@ -16,7 +16,7 @@ from .patterns import (PORT_IN_USE, ANSI, BAD_ARGS, BUILD_SPECIFIC, BUILD_UMBREL
                        NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, SLURM_END, SLURM_OOM, STALL_NOTICE,
                        STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID, XID_APP, XID_NOISE,
                        clock, engine_signals, is_build_tool, label_phase, num, parse_serving_stats_line, read_stats,
-                       series_label, strip_prefixes, ts_seconds)
+                       SERIES_LABELS, series_label, strip_prefixes, ts_seconds)
 
 
 class Spec(IntEnum):
@@ -585,7 +585,7 @@ class State:
         self.seq = seq = self.seq + 1
         if self.stall_notices:
             self.stall_notices.clear()
-        key = (source, phase, key_label if key_label is not None else series_label(label), total)
+        key = (source, phase, key_label if key_label is not None else SERIES_LABELS.get(label) or series_label(label), total)
         if self.now is not None:
             when: Optional[float] = self.now
         else:
