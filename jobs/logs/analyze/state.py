@@ -398,35 +398,8 @@ class State:
         phase = named_phase or self._unnamed_bar_phase()
         if phase == "loading" and total and done >= total:
             self.load_done = True
-        # _set_progress("bar", phase, label or its default, done, total, rate, eta, line, None, key_label), inline:
-        # no line timestamp (the caller's clock only), a float total, the series key's label known
-        self.seq = seq = self.seq + 1
-        if self.stall_notices:
-            self.stall_notices.clear()
-        key = ("bar", phase, key_label, total)
-        when = self.now
-        series = self.series
-        if series is None or series[0] != key or when is None or done < series[1]:
-            self.series = (key, done, when) if when is not None else (key, done, _NAN)
-        elif rate is None:
-            first_done, first_when = series[1], series[2]
-            if when > first_when and done > first_done:
-                rate = (done - first_done) / (when - first_when)
-        if eta is None and rate and total >= done:
-            eta = (total - done) / rate
-        self.bar = (seq, phase, (done, total, label or _DEFAULT_LABELS.get(phase, ""), rate, eta), "tqdm bar", line,
-                    self.text[:MAX_MESSAGE])
-        if phase != "unknown":
-            self.phase = phase
-            self.why["phase"] = ("progress {} (line {})", "tqdm bar", line)
-        if self.progress_at_failure is not None:
-            pkey, pdone = self.progress_at_failure
-            if pkey == key and done > pdone:
-                self.advances_since_failure += 1
-                self.progress_at_failure = (key, done)
-                if self.advances_since_failure >= RECOVERY_ADVANCES:
-                    self._recovered(line)
-        self.last_progress_key = (key, done)
+        self._set_progress("bar", phase, label or _DEFAULT_LABELS.get(phase, ""), done, total, rate, eta, line, None,
+                           key_label)
         if named_phase == "capturing" and total and done >= total:
             self.phase = "starting"
             self.why["phase"] = f"full capture bar (line {line})"
