@@ -12,8 +12,8 @@ from textual.strip import Strip
 
 class LeanChopsUpdate(ChopsUpdate):
     """Textual's ChopsUpdate, written with the cursor moves as plain strings: `Control.move_to` builds
-    a rich Control (a generator, a Segment) for each piece of each line (~5 us on a slow core, ~30 a
-    tick: about a tenth of the console's UI-thread time). The bytes written are the same."""
+    a rich Control (a generator, a Segment) for each piece of each line (render_segments 0.16 ->
+    0.14 ms a tick on a slow core, ~1 % of the UI thread's tick). The bytes written are the same."""
 
     def render_segments(self, console: Console) -> str:
         sequences: list[str] = []
