@@ -81,6 +81,14 @@ def shim_for(tree: Path) -> Path:
     return root
 
 
+def thread_cpu(proc: psutil.Process) -> dict[int, float]:
+    """CPU seconds (user + system) of each of the process's threads, by thread id."""
+    try:
+        return {t.id: t.user_time + t.system_time for t in proc.threads()}
+    except psutil.Error:
+        return {}
+
+
 def nvitop_available() -> bool:
     probe = subprocess.run([sys.executable, "-c", "import nvitop"], capture_output=True)
     return probe.returncode == 0
@@ -155,7 +163,9 @@ def main() -> int:
                     print(f"{label:>16} refresh {refresh:g} s round {round_no + 1}: "
                           f"{result['cpu_percent_of_one_core']:.2f}% of one core over {result['wall_seconds']:.0f} s "
                           f"({'real sampler' if args.real else '--demo'}, {cols}x{rows}); "
-                          f"{result['ms_cpu_per_tick']:.1f} ms CPU per tick; {result['terminal_bytes_per_s']} B/s "
+                          f"{result['ms_cpu_per_tick']:.1f} ms CPU per tick (main thread "
+                          f"{result['ms_per_tick_main_thread']:.2f}, others {result['ms_per_tick_other_threads']}); "
+                          f"{result['terminal_bytes_per_s']} B/s "
                           f"to the terminal; calibration loop {result['calibration_ms']:.1f} ms", flush=True)
         for label, values in figures.items():
             medians[(label, refresh)] = statistics.median(values)
@@ -195,9 +205,9 @@ def run_once(args: argparse.Namespace, argv: list[str], extra_env: dict, refresh
         time.sleep(args.warmup)
         if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
             return None
-        t0, c0, b0 = time.monotonic(), proc.cpu_times(), written[0]
+        t0, c0, b0, th0 = time.monotonic(), proc.cpu_times(), written[0], thread_cpu(proc)
         time.sleep(args.seconds)
-        t1, c1, b1 = time.monotonic(), proc.cpu_times(), written[0]
+        t1, c1, b1, th1 = time.monotonic(), proc.cpu_times(), written[0], thread_cpu(proc)
     finally:
         try:
             os.write(master, b"q")
@@ -216,12 +226,18 @@ def run_once(args: argparse.Namespace, argv: list[str], extra_env: dict, refresh
         os.close(master)
     cpu_s = (c1.user + c1.system) - (c0.user + c0.system)
     wall = t1 - t0
+    ticks = wall / refresh
+    # The main thread (tid == pid) runs the UI's event loop; the rest are sampling, input and workers.
+    main_s = th1.get(pid, 0.0) - th0.get(pid, 0.0)
+    others = sorted(((th1[t] - th0.get(t, 0.0), t) for t in th1 if t != pid), reverse=True)
     return {
         "cpu_percent_of_one_core": round(100.0 * cpu_s / wall, 3),
         "cpu_seconds": round(cpu_s, 3),
         "wall_seconds": round(wall, 2),
         "ms_cpu_per_tick": round(1000.0 * cpu_s / (wall / refresh), 2),
         "terminal_bytes_per_s": round((b1 - b0) / wall),
+        "ms_per_tick_main_thread": round(1000.0 * main_s / ticks, 2),
+        "ms_per_tick_other_threads": [round(1000.0 * s / ticks, 2) for s, _ in others[:4]],
         "calibration_ms": round(max(calibration, calibration_ms()), 2),
         "source": "real" if args.real else "demo",
         "refresh_s": refresh,

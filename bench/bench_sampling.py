@@ -106,6 +106,15 @@ def parts(ticks: int, interval: float) -> int:
     timed(sampler, "_attach_procs", "process details (psutil)")
     timed(sampler._ports, "read", "listening ports")
     timed(sampler._gpu, "read", "GPUs (NVML), all of it")
+    # One level down: each psutil and /proc reader the host, port and process parts call.
+    import psutil
+    from gpudeck.jobs.telemetry import ports as ports_module
+    for name in ("cpu_times", "virtual_memory", "swap_memory", "disk_io_counters", "net_io_counters"):
+        timed(psutil, name, f"  psutil.{name}")
+    for name in ("read_sock_diag_listeners", "read_proc_net_listeners", "map_socket_inodes", "_process_name"):
+        timed(ports_module, name, f"  ports.{name}")
+    for name in ("gpu_info", "info", "prune"):
+        timed(sampler._procs, name, f"  ProcTable.{name}")
     if gpuprocs.available():
         import pynvml
         for name in sorted(n for n in dir(pynvml) if n.startswith("nvmlDeviceGet")):

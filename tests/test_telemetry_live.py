@@ -48,41 +48,108 @@ def test_host_rates_absent_first_then_present():
     assert len(second.cpu_per_core) == os.cpu_count()
 
 
-def test_counters_that_go_backwards_give_no_rate_for_that_tick_never_a_negative_one(monkeypatch):
+def write_diskstats(proc_root, read_bytes: int, written_bytes: int) -> None:
+    """A /proc/diskstats whose one whole disk (vda) has read and written these many bytes;
+    its partition vda1 and an unknown device carry other figures that must not count."""
+    line = "{major} {minor} {name} 100 0 {rs} 50 200 0 {ws} 80 0 120 130 0 0 0 0 0 0\n"
+    (proc_root / "diskstats").write_text(
+        line.format(major=253, minor=0, name="vda", rs=read_bytes // 512, ws=written_bytes // 512)
+        + line.format(major=253, minor=1, name="vda1", rs=read_bytes // 512, ws=written_bytes // 512)
+        + line.format(major=7, minor=0, name="nosuchdev0", rs=10**9, ws=10**9))
+
+
+def test_counters_that_go_backwards_give_no_rate_for_that_tick_never_a_negative_one(monkeypatch, tmp_path):
     # psutil's own wrap bookkeeping is off (nowrap=False): a NIC or disk that goes away, or a
     # counter that wraps, makes a sum smaller, and that tick shows no rate instead of a negative one.
     from types import SimpleNamespace
 
     import psutil
 
+    proc_root, sys_block = tmp_path / "proc", tmp_path / "block"
+    proc_root.mkdir()
+    (sys_block / "vda").mkdir(parents=True)
+    (proc_root / "meminfo").write_text("MemTotal: 1000 kB\nMemAvailable: 400 kB\nSwapTotal: 0 kB\nSwapFree: 0 kB\n")
     clock = [100.0]
-    disk = [(5_000_000, 9_000_000)]
+    disk = [(5_120_000, 9_216_000)]                            # whole sectors
     nics = [{"lo": (10**9, 10**9), "eth0": (2_000_000, 3_000_000), "eth1": (7_000_000, 1_000_000)}]
-    monkeypatch.setattr(psutil, "disk_io_counters", lambda perdisk=False, nowrap=True: SimpleNamespace(
-        read_bytes=disk[0][0], write_bytes=disk[0][1]))
     monkeypatch.setattr(psutil, "net_io_counters", lambda pernic=False, nowrap=True: {
         name: SimpleNamespace(bytes_recv=rx, bytes_sent=tx) for name, (rx, tx) in nics[0].items()})
-    host = HostSampler(monotonic=lambda: clock[0])
+    host = HostSampler(monotonic=lambda: clock[0], proc_root=str(proc_root), sys_block=str(sys_block))
+    write_diskstats(proc_root, *disk[0])
     host.read()
     clock[0] += 2.0
-    disk[0] = (5_400_000, 9_200_000)
+    disk[0] = (5_529_600, 9_420_800)
+    write_diskstats(proc_root, *disk[0])
     nics[0] = {"lo": (2 * 10**9, 2 * 10**9), "eth0": (2_600_000, 3_100_000), "eth1": (7_000_000, 1_000_000)}
     grown = host.read()
     # Loopback is not the box's network; rates are per second over the 2 s between reads.
-    assert (grown.disk_read_bps, grown.disk_write_bps) == (200_000.0, 100_000.0)
+    assert (grown.disk_read_bps, grown.disk_write_bps) == (204_800.0, 102_400.0)
     assert (grown.net_rx_bps, grown.net_tx_bps) == (300_000.0, 50_000.0)
     clock[0] += 2.0
-    disk[0] = (100, 9_400_000)                                 # the read counter wrapped
+    disk[0] = (512, 9_625_600)                                 # the read counter wrapped
+    write_diskstats(proc_root, *disk[0])
     del nics[0]["eth1"]                                        # a NIC went away: both sums drop
     shrunk = host.read()
-    assert shrunk.disk_read_bps is None and shrunk.disk_write_bps == 100_000.0
+    assert shrunk.disk_read_bps is None and shrunk.disk_write_bps == 102_400.0
     assert shrunk.net_rx_bps is None and shrunk.net_tx_bps is None
     clock[0] += 1.0
-    disk[0] = (300, 9_500_000)
+    disk[0] = (1024, 9_728_000)
+    write_diskstats(proc_root, *disk[0])
     nics[0]["eth0"] = (2_700_000, 3_200_000)
     again = host.read()                                       # the next tick measures from the new sums
-    assert (again.disk_read_bps, again.disk_write_bps) == (200.0, 100_000.0)
+    assert (again.disk_read_bps, again.disk_write_bps) == (512.0, 102_400.0)
     assert (again.net_rx_bps, again.net_tx_bps) == (100_000.0, 100_000.0)
+
+
+def test_memory_and_disk_from_proc_equal_psutils_figures():
+    # The host sampler reads /proc/meminfo and /proc/diskstats itself (one read each, sysfs asked
+    # once per device name); psutil's figures, taken just before and just after, bound them.
+    import psutil
+
+    from gpudeck.jobs.telemetry.host import DiskstatsReader, read_meminfo
+
+    if read_meminfo() is None or DiskstatsReader().read() is None:
+        pytest.skip("no /proc/meminfo with MemAvailable or no /proc/diskstats here")
+    reader = DiskstatsReader()
+    for _ in range(3):                     # the second and third read answer from the cached sysfs lookups
+        vm0, sw0, d0 = psutil.virtual_memory(), psutil.swap_memory(), psutil.disk_io_counters(nowrap=False)
+        total, available, swap_total, swap_free = read_meminfo()
+        read_bytes, written_bytes = reader.read()
+        vm1, sw1, d1 = psutil.virtual_memory(), psutil.swap_memory(), psutil.disk_io_counters(nowrap=False)
+        assert total == vm0.total == vm1.total and swap_total == sw0.total == sw1.total
+        slack = 64 << 20                   # other processes allocate between the reads
+        assert min(vm0.available, vm1.available) - slack <= available <= max(vm0.available, vm1.available) + slack
+        assert min(sw0.free, sw1.free) - slack <= swap_free <= max(sw0.free, sw1.free) + slack
+        assert d0.read_bytes <= read_bytes <= d1.read_bytes
+        assert d0.write_bytes <= written_bytes <= d1.write_bytes
+
+
+def test_diskstats_counts_whole_disks_only_and_unknown_shapes_fall_back(tmp_path):
+    from gpudeck.jobs.telemetry.host import DiskstatsReader
+
+    proc_root, sys_block = tmp_path / "proc", tmp_path / "block"
+    proc_root.mkdir()
+    (sys_block / "vda").mkdir(parents=True)
+    (sys_block / "cciss!c0d0").mkdir()
+    write_diskstats(proc_root, 1024, 2048)
+    with open(proc_root / "diskstats", "a") as fh:
+        fh.write("104 0 cciss/c0d0 1 0 4 1 1 0 6 1 0 1 1\n")      # a 14-field line, slash in the name
+        fh.write("8 1 sda1 5 100 7 300\n")                          # the short partition form
+    reader = DiskstatsReader(str(proc_root), str(sys_block))
+    assert reader.read() == (1024 + 4 * 512, 2048 + 6 * 512)
+    (proc_root / "diskstats").write_text("3 0 hda 8 8 8 8 8 8 8 8 8 8 8 8\n")   # 15 fields: Linux 2.4
+    assert reader.read() is None
+    assert DiskstatsReader(str(tmp_path / "nowhere")).read() is None
+
+
+def test_meminfo_without_memavailable_leaves_it_to_psutil(tmp_path):
+    from gpudeck.jobs.telemetry.host import read_meminfo
+
+    (tmp_path / "meminfo").write_text("MemTotal: 2048 kB\nMemFree: 1024 kB\nSwapTotal: 512 kB\nSwapFree: 256 kB\n")
+    assert read_meminfo(str(tmp_path)) is None
+    (tmp_path / "meminfo").write_text("MemTotal: 2048 kB\nMemFree: 1024 kB\nMemAvailable: 1536 kB\n"
+                                      "SwapTotal: 512 kB\nSwapFree: 256 kB\n")
+    assert read_meminfo(str(tmp_path)) == (2048 * 1024, 1536 * 1024, 512 * 1024, 256 * 1024)
 
 
 # -- ports -----------------------------------------------------------------------------
@@ -184,8 +251,9 @@ def test_listener_whose_owner_cannot_be_read_is_still_listed(tmp_path):
 
 # -- processes -------------------------------------------------------------------------
 
-def test_proc_info_for_ourselves_and_cpu_percent_spans_ticks():
-    table = ProcTable()
+@pytest.mark.parametrize("proc_root", ["/proc", "/nonexistent-proc"], ids=["proc-stat", "psutil-fallback"])
+def test_proc_info_for_ourselves_and_cpu_percent_spans_ticks(proc_root):
+    table = ProcTable(proc_root=proc_root)
     first = table.info(os.getpid())
     assert first.known and first.cpu_percent is None       # one reading is not a rate
     assert "pytest" in first.cmdline and first.rss > 0 and first.age_s >= 0
@@ -194,6 +262,36 @@ def test_proc_info_for_ourselves_and_cpu_percent_spans_ticks():
         sum(range(10000))
     second = table.info(os.getpid())
     assert second.cpu_percent is not None and second.cpu_percent > 10
+
+
+def test_proc_stat_facts_equal_psutils_for_a_busy_child():
+    # The per-tick facts come from one read of /proc/PID/stat: CPU% over the same window and
+    # the resident size must be what psutil says (its cpu_percent and memory_info().rss).
+    import psutil
+
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import sys, time\nblock = bytearray(48 << 20)\nsys.stdout.write('r\\n'); sys.stdout.flush()\n"
+                              "end = time.monotonic() + 60\nwhile time.monotonic() < end: open('/proc/self/stat').read()"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "r\n"
+        table, theirs = ProcTable(), psutil.Process(child.pid)
+        table.info(child.pid)
+        theirs.cpu_percent(None)
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            sum(range(10000))
+        mine = table.info(child.pid)
+        their_cpu, their_rss = theirs.cpu_percent(None), theirs.memory_info().rss
+        assert mine.known and mine.cpu_percent is not None and their_cpu > 20
+        # A busy loop, in user and system time: both near one core; jiffies and the few µs between
+        # the calls differ.
+        assert abs(mine.cpu_percent - their_cpu) <= 15
+        assert mine.rss >= 48 << 20 and abs(mine.rss - their_rss) <= 1 << 20
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+    assert table.info(child.pid).known is False
 
 
 def test_absent_pid_is_unknown_not_guessed():
