@@ -16,6 +16,7 @@ from gpudeck.jobs.telemetry.host import HostSampler
 from gpudeck.jobs.telemetry.ports import PortScanner, read_proc_net_listeners, read_sock_diag_listeners
 from gpudeck.jobs.telemetry.procs import ProcTable
 from gpudeck.jobs.telemetry.sampler import LiveSampler, make_sampler
+from gpudeck.jobs.telemetry.snapshot import PortListener
 
 HAS_PROC_NET = os.path.exists("/proc/net/tcp")
 
@@ -351,6 +352,37 @@ def test_a_failing_source_degrades_instead_of_raising():
     sampler.close()
     assert snap.gpus == () and "driver fell over" in snap.gpu_error
     assert snap.host.mem_total > 0
+
+
+def test_listening_ports_are_relisted_every_interval_and_a_failure_is_retried_at_once():
+    class CountingScanner:
+        def __init__(self):
+            self.calls, self.fail = 0, False
+
+        def read(self):
+            self.calls += 1
+            if self.fail:
+                raise OSError("netlink refused")
+            return (PortListener(port=8000 + self.calls, address="0.0.0.0", pid=None, process=None),)
+
+    clock = [50.0]
+    sampler = LiveSampler(gpu_source=ExplodingGpu(), monotonic=lambda: clock[0], ports_interval_s=2.0)
+    sampler._ports = scanner = CountingScanner()
+    try:
+        assert [p.port for p in sampler.sample().ports] == [8001]
+        clock[0] += 1.9
+        assert [p.port for p in sampler.sample().ports] == [8001] and scanner.calls == 1   # the last list
+        clock[0] += 0.1
+        assert [p.port for p in sampler.sample().ports] == [8002]
+        scanner.fail = True
+        clock[0] += 2.0
+        failed = sampler.sample()
+        assert failed.ports == () and "netlink refused" in failed.extra["ports_error"]
+        scanner.fail = False
+        clock[0] += 0.1                                      # a failed listing is not kept: asked again
+        assert [p.port for p in sampler.sample().ports] == [8004]
+    finally:
+        sampler.close()
 
 
 def test_sample_is_safe_from_several_threads():
