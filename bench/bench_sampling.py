@@ -102,8 +102,8 @@ def parts(ticks: int, interval: float) -> int:
                 entry[1] += 1
         setattr(owner, name, wrapper)
 
-    timed(sampler, "_read_host", "host (psutil)")
-    timed(sampler, "_attach_procs", "process details (psutil)")
+    timed(sampler, "_read_host", "host (psutil, /proc)")
+    timed(sampler, "_attach_procs", "process details (/proc)")
     timed(sampler._ports, "read", "listening ports")
     timed(sampler._gpu, "read", "GPUs (NVML), all of it")
     # One level down: each psutil and /proc reader the host, port and process parts call.
