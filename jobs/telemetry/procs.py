@@ -88,10 +88,11 @@ class _Tracked:
 
 
 class ProcTable:
-    """Keeps one psutil.Process per live PID so cpu_percent spans ticks.
+    """Keeps one entry per live PID so a process's CPU % spans ticks.
 
     A PID is re-resolved when its start time changes (a reused PID is a different
-    process). Static facts (name, cmdline, user) are read once per process.
+    process). Static facts (name, cmdline, user) are read once per process, through
+    psutil; the per-tick ones (CPU, rss) from one read of /proc/PID/stat.
     """
 
     def __init__(self, *, wall_clock: Callable[[], float] = time.time, host_namespace: Optional[bool] = None,
