@@ -385,24 +385,14 @@ class State:
         if rate_at is not None:
             value = float(text[rate_at[0]:rate_at[1]]) * rate_at[2]
             rate = (1.0 / value if value > 0 else None) if rate_at[3] else value
-        # _bar(), inline (the hot path of every bar examination); the label from the plan when the text
-        # before the bar has no digit (the template's is the segment's)
-        done, total = float(text[n0:n1]) * n_scale, float(text[t0:t1]) * t_scale
+        # The label from the plan when the text before the bar has no digit (the template's is the segment's).
         hit = plan.bar_label
         if hit is None:
             before = text[:plan.bar_at]
             hit = self.labels.get(before)
             if hit is None:
                 hit = self._bar_label(before, line)
-        label, named_phase, key_label = hit
-        phase = named_phase or self._unnamed_bar_phase()
-        if phase == "loading" and total and done >= total:
-            self.load_done = True
-        self._set_progress("bar", phase, label or _DEFAULT_LABELS.get(phase, ""), done, total, rate, eta, line, None,
-                           key_label)
-        if named_phase == "capturing" and total and done >= total:
-            self.phase = "starting"
-            self.why["phase"] = f"full capture bar (line {line})"
+        self._labelled_bar(hit, float(text[n0:n1]) * n_scale, float(text[t0:t1]) * t_scale, rate, eta, line)
 
     def _tqdm(self, before: str, m: re.Match, line: int) -> None:
         done = float(m.group("n")) * SIZE[m.group("nu")]
@@ -424,7 +414,11 @@ class State:
 
     def _bar(self, before: str, done: float, total: float, rate: Optional[float], eta: Optional[float],
              line: int) -> None:
-        label, named_phase, key_label = self._bar_label(before, line)
+        self._labelled_bar(self._bar_label(before, line), done, total, rate, eta, line)
+
+    def _labelled_bar(self, hit: tuple[str, Optional[str], str], done: float, total: float, rate: Optional[float],
+                      eta: Optional[float], line: int) -> None:
+        label, named_phase, key_label = hit
         phase = named_phase or self._unnamed_bar_phase()
         if phase == "loading" and total and done >= total:
             self.load_done = True
