@@ -3,4 +3,4 @@ from setuptools import find_packages, setup
 
 TOP_LEVEL = ("jobs", "console", "themes")
 
-setup(packages=[f"gpudeck.{name}" for name in find_packages(include=[f"{top}*" for top in TOP_LEVEL])])
+setup(packages=["gpudeck"] + [f"gpudeck.{name}" for name in find_packages(include=[f"{top}*" for top in TOP_LEVEL])])

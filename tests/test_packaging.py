@@ -18,7 +18,7 @@ import pytest
 from gpudeck.jobs import __version__
 
 REPO = Path(__file__).resolve().parent.parent
-SOURCE = ("pyproject.toml", "setup.py", "README.md", "jobs", "console", "themes")
+SOURCE = ("pyproject.toml", "setup.py", "README.md", "entry", "jobs", "console", "themes")
 
 pytestmark = pytest.mark.slow
 
@@ -74,6 +74,7 @@ def test_pypi_themes_still_works(venv):
 
 def test_gpudeck_works_beside_them(venv):
     assert ok(run([venv["bin"] / "gpudeck", "--version"], cwd=venv["root"])).strip() == f"gpudeck {__version__}"
+    assert ok(run([venv["py"], "-m", "gpudeck", "--version"], cwd=venv["root"])).strip() == f"gpudeck {__version__}"
     out = ok(run([venv["py"], "-c", "import gpudeck.jobs.runner as r, gpudeck.console.cli as c\n"
                                     "print(r.__file__); print(c.__file__)"], cwd=venv["root"]))
     for path in out.split():
@@ -89,3 +90,25 @@ def test_gpudeck_owns_only_its_own_names(venv):
     assert tops <= {"gpudeck", records[0].parent.name, ".."}, tops    # "..": the bin/gpudeck script
     assert {p.name for p in (venv["site"] / "gpudeck").iterdir()} >= {"jobs", "console", "themes"}
     assert not (venv["site"] / "jobs").exists()
+
+
+def test_python_dash_m_gpudeck_runs_the_cli_from_the_checkout():
+    out = run([sys.executable, "-m", "gpudeck", "--demo", "status", "--json"], cwd=REPO)
+    assert json.loads(ok(out))["simulated"] is True
+
+
+def test_textual_past_the_checked_minor_release_is_not_admitted():
+    """The console touches Textual internals checked against one minor release; pip must not pick the next."""
+    from packaging.requirements import Requirement
+    try:
+        import tomllib
+    except ModuleNotFoundError:                       # Python 3.10
+        import tomli as tomllib
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    runtime = next(Requirement(r) for r in project["dependencies"] if Requirement(r).name == "textual")
+    tested = next(Requirement(r) for r in project["optional-dependencies"]["test"] if Requirement(r).name == "textual")
+    pinned = next(iter(tested.specifier)).version
+    assert runtime.specifier.contains(pinned), (runtime, pinned)
+    major, minor = (int(part) for part in pinned.split(".")[:2])
+    assert not runtime.specifier.contains(f"{major}.{minor + 1}.0"), runtime
+    assert not runtime.specifier.contains(f"{major + 1}.0.0"), runtime
