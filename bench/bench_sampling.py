@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpudeck.jobs import gpuprocs  # noqa: E402
+from gpudeck.jobs.telemetry import gpu as gpu_seam  # noqa: E402
 from gpudeck.jobs.telemetry.history import History  # noqa: E402
 from gpudeck.jobs.telemetry.sampler import LiveSampler, make_sampler  # noqa: E402
 
@@ -115,7 +115,7 @@ def parts(ticks: int, interval: float) -> int:
         timed(ports_module, name, f"  ports.{name}")
     for name in ("gpu_info", "info", "prune"):
         timed(sampler._procs, name, f"  ProcTable.{name}")
-    if gpuprocs.available():
+    if gpu_seam.local().available():
         import pynvml
         for name in sorted(n for n in dir(pynvml) if n.startswith("nvmlDeviceGet")):
             timed(pynvml, name, f"  {name}")
@@ -180,7 +180,7 @@ def main() -> int:
         for w in workers:
             w.kill()
             w.wait()
-    if gpuprocs.available():
+    if gpu_seam.local().available():
         run("live, real NVML (PCIe thread on)", make_sampler())
         run("live, real NVML (PCIe thread off)", LiveSampler(pcie=False))
     else:
@@ -205,7 +205,7 @@ class _NoGpu:
 
 
 def _fake_source(n: int, pids: list[int]):
-    from gpudeck.jobs.telemetry.gpu import NvmlGpuSource
+    from gpudeck.jobs.telemetry.gpu.nvml import NvmlGpuSource
     return NvmlGpuSource(fake_nvml(n, pids), pcie=False)
 
 

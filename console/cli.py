@@ -19,7 +19,7 @@ def _with_global_options(parser: argparse.ArgumentParser, version: bool = True) 
     if version:
         parser.add_argument("--version", action="version", version=f"gpudeck {__version__}")
     parser.add_argument("--demo", action="store_true",
-                        help="use the SIMULATED 8-GPU box instead of NVML; the console's jobs view replays four "
+                        help="use the SIMULATED 8-GPU box instead of the GPU driver; the console's jobs view replays four "
                              "recorded SIMULATED runs")
     parser.add_argument("--jobs", metavar="FILE", dest="jobs_file",
                         help="jobs.toml to use (else $GPUDECK_JOBS, ./jobs.toml, ~/.config/gpudeck/jobs.toml)")

@@ -466,22 +466,23 @@ class Runner:
 
     def _gpu_sample(self, pids: set[int]) -> Optional[dict]:
         try:
-            from gpudeck.jobs import gpuprocs
-            if not gpuprocs.available():
+            from gpudeck.jobs.telemetry import gpu
+            backend = gpu.local()
+            holders = backend.holders()
+            if holders is None:
                 return None
-            holders = gpuprocs.holders() or []
             mine = [h for h in holders if h.pid in pids]
             gpus = {h.gpu for h in mine}
             # The declared GPUs too: in a container NVML's PIDs may not be ours to match,
             # and a job that has not allocated yet still has GPUs the stall rules judge.
             gpus |= {int(g) for g in (self.meta.get("gpus") or []) if isinstance(g, int)}
-            util = gpuprocs.utilization(gpus) if gpus else {}
+            figures = backend.figures(gpus) if gpus else {}
             return {
                 "mem_by_pid": [{"gpu": h.gpu, "pid": h.pid, "mem": h.mem_used} for h in mine],
                 "mem": sum(h.mem_used or 0 for h in mine),
-                "util": {str(k): v.get("util") for k, v in util.items()},
-                "power_w": {str(k): v.get("power_w") for k, v in util.items()},
-                "power_limit_w": {str(k): v.get("power_limit_w") for k, v in util.items()},
+                "util": {str(k): f.util for k, f in figures.items()},
+                "power_w": {str(k): f.power_w for k, f in figures.items()},
+                "power_limit_w": {str(k): f.power_limit_w for k, f in figures.items()},
             }
         except Exception:
             return None

@@ -342,9 +342,9 @@ class Supervisor:
         finally:
             os.close(lock_fd)
         os.close(open_private(run.log_path, os.O_WRONLY | os.O_CREAT))   # readers (logs -f, the console) may open it at once
+        from gpudeck.jobs.telemetry.gpu import visible_devices_env
         env = {str(k): str(v) for k, v in spec.env.items()}
-        if spec.gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpus)
+        env.update(visible_devices_env(spec.gpus))
         command: Any = spec.cmd if isinstance(spec.cmd, str) else list(spec.cmd)
         run.update_meta(
             job=name, run_id=run.run_id, kind=spec.kind, spec=spec_snapshot(spec),
@@ -617,12 +617,12 @@ class Supervisor:
                           note="recorded by the supervisor")
 
     def _verify(self, report: StopReport, spec: JobSpec, run: Optional[Run], started: float) -> StopReport:
-        from gpudeck.jobs import gpuprocs
+        from gpudeck.jobs.telemetry import gpu
         left = run_processes(run) if run is not None else []
-        holders = gpuprocs.holders()
+        holders = gpu.local().holders()
         report.gpu_checked = holders is not None
         if holders is None:
-            report.gpu_unavailable_reason = gpuprocs.unavailable_reason()
+            report.gpu_unavailable_reason = gpu.local().error
         ours = {st.pid for st in left}
         if holders is not None and run is not None:
             deadline = time.monotonic() + GPU_RELEASE_WAIT_S
@@ -631,7 +631,7 @@ class Supervisor:
                 if not any(h.pid in tagged_pids for h in holders):
                     break
                 time.sleep(0.2)
-                holders = gpuprocs.holders() or []
+                holders = gpu.local().holders() or []
         mem_by_pid: dict[int, list] = {}
         for h in holders or []:
             mem_by_pid.setdefault(h.pid, []).append(h)
@@ -673,9 +673,9 @@ class Supervisor:
         run = self.latest(name)
         if run is None or run.meta().get("backend") == "slurm":
             return []               # a Slurm job's processes are on its node, Slurm's to signal
-        from gpudeck.jobs import gpuprocs
+        from gpudeck.jobs.telemetry import gpu
         mem_by_pid: dict[int, list] = {}
-        for h in gpuprocs.holders() or []:
+        for h in gpu.local().holders() or []:
             mem_by_pid.setdefault(h.pid, []).append(h)
         return [self._describe(st.pid, mem_by_pid, owned=True)
                 for st in sorted(run_processes(run), key=lambda st: st.pid)]

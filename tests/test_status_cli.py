@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudeck.jobs import gpuprocs
+from gpudeck.jobs.telemetry import gpu as gpu_seam
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -51,7 +51,7 @@ def test_default_status_has_rates_over_its_window():
     assert host["disk_read_bps"] is not None and host["net_rx_bps"] is not None
 
 
-@pytest.mark.skipif(gpuprocs.available(), reason="this machine has a working NVIDIA driver")
+@pytest.mark.skipif(gpu_seam.local().available(), reason="this machine has a working NVIDIA driver")
 def test_without_a_gpu_the_reason_is_given_and_require_gpu_fails_in_one_line():
     out = gpudeck("status", "--json", "--interval", "0")
     assert out.returncode == 0, out.stderr

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from gpudeck.jobs import gpuprocs
+from gpudeck.jobs.telemetry import gpu as gpu_seam
 
 from gpudeck.jobs.telemetry.host import HostSampler
 from gpudeck.jobs.telemetry.ports import PortScanner, read_proc_net_listeners, read_sock_diag_listeners
@@ -325,7 +325,7 @@ def test_gpu_pid_in_a_container_namespace_needs_proof():
 
 # -- the whole live sampler ------------------------------------------------------------
 
-@pytest.mark.skipif(gpuprocs.available(), reason="this machine has a working NVIDIA driver")
+@pytest.mark.skipif(gpu_seam.local().available(), reason="this machine has a working NVIDIA driver")
 def test_no_gpu_machine_says_why():
     sampler = make_sampler()
     try:

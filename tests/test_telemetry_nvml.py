@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpudeck.jobs.telemetry.gpu import PROC_UTIL_INTERVAL_S, NvmlGpuSource, decode_throttle_reasons
+from gpudeck.jobs.telemetry.gpu.nvml import PROC_UTIL_INTERVAL_S, NvmlGpuSource, decode_throttle_reasons
 from gpudeck.jobs.telemetry.sampler import LiveSampler
 
 NOT_SUPPORTED = 3

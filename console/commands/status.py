@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "status",
         help="one snapshot of GPUs, host and listening ports",
-        description="Print the box's GPUs (NVML), host CPU/RAM/IO and listening TCP ports with their owners. "
+        description="Print the box's GPUs (from its driver), host CPU/RAM/IO and listening TCP ports with their owners. "
                     "With --demo the SIMULATED 8-GPU box is shown instead. Exits 0 even without a GPU "
                     "(gpu_error says why) unless --require-gpu is given.",
     )
@@ -69,8 +69,8 @@ def run_status(args: argparse.Namespace) -> int:
             started = time.monotonic()
             if args.interval > 0:
                 sampler.prime_rates()
-            # NVML's init (pynvml import, driver calls) runs beside the engine scan, inside the window.
-            opener = threading.Thread(target=sampler.open_sources, name="gpudeck-nvml-open", daemon=True)
+            # The GPU driver's session start (its library import, driver calls) runs beside the engine scan, inside the window.
+            opener = threading.Thread(target=sampler.open_sources, name="gpudeck-gpu-open", daemon=True)
             opener.start()
             # Every vLLM/SGLang on the box, gpudeck's (managed) or not (foreign).
             from gpudeck.jobs.engines.discovery import discover_engines, engines_payload

@@ -12,7 +12,7 @@ from gpudeck.console.widgets.border_titles import set_border_titles
 from gpudeck.console.widgets.strip_painter import PaintedLines, Part, content_width, refresh_changed_lines
 from gpudeck.console.format import NA, hbar, human_bytes, level_style, pct, short_gpu_name, sparkline
 
-# Reasons NVML reports in normal operation: showing them would cry wolf.
+# Clock-event reasons a driver reports in normal operation: showing them would cry wolf.
 BENIGN_THROTTLE_REASONS = frozenset({
     "gpu_idle", "idle", "none", "applications_clocks_setting", "app_clocks",
     "clocks_event_reason_gpu_idle", "clocks_event_reason_applications_clocks_setting",

@@ -123,7 +123,7 @@ class GpuGridPanel(FollowsTelemetry, Container):
         set_border_titles(self, f"GPUs ({count})" + (" · STALE" if view.stale else ""),
                           "SIMULATED" if snapshot.simulated else None)
         if not snapshot.gpus:
-            self._show_message(f"No GPU: {snapshot.gpu_error or 'NVML reported no devices'}")
+            self._show_message(f"No GPU: {snapshot.gpu_error or 'the GPU driver reported no devices'}")
             return
         self._message.display = False
         if count != self._gpu_count:

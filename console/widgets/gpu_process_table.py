@@ -39,7 +39,7 @@ class GpuProcessTable(FollowsTelemetry, RowsTable):
                         rss = human_bytes(info.rss) if info.rss is not None else NA
                         age = human_age(info.age_s)
                     else:
-                        # NVML saw it but this /proc cannot: say so rather than show a wrong process.
+                        # The GPU driver saw it but this /proc cannot: say so rather than show a wrong process.
                         command = (UNKNOWN_PID, "italic $warning")
                         user = cpu = rss = age = "?"
                     rows[f"{gpu.index}:{p.pid}"] = (

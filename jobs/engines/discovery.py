@@ -90,8 +90,8 @@ def _title(name: str, cmdline: list[str]) -> str:
 def gpu_memory_by_pid() -> tuple[dict[int, int], dict[int, set[int]]]:
     """({pid: bytes}, {pid: {gpu index}}) from NVML; empty when NVML is unavailable."""
     try:
-        from gpudeck.jobs import gpuprocs
-        holders = gpuprocs.holders()
+        from gpudeck.jobs.telemetry import gpu
+        holders = gpu.local().holders()
     except Exception:
         holders = None
     mem: dict[int, int] = {}

@@ -50,33 +50,19 @@ def _skip(name, detail):
 
 # --------------------------------------------------------------------------- GPU box
 
-def _nvml():
-    from gpudeck.jobs import gpuprocs
-    return gpuprocs._init(), gpuprocs.unavailable_reason()
-
-
 def check_driver() -> Check:
-    nvml, reason = _nvml()
-    if nvml is None:
-        return _fail("nvidia_driver", f"no NVIDIA driver/GPU visible: NVML unavailable ({reason})")
+    from gpudeck.jobs.telemetry import gpu
+    backend = gpu.local()
     try:
-        version = nvml.nvmlSystemGetDriverVersion()
-        count = nvml.nvmlDeviceGetCount()
-        names = []
-        for i in range(count):
-            h = nvml.nvmlDeviceGetHandleByIndex(i)
-            name = nvml.nvmlDeviceGetName(h)
-            names.append(name.decode() if isinstance(name, bytes) else str(name))
-    except Exception as exc:
-        return _fail("nvidia_driver", f"NVML answered but failed: {exc}")
-    if count == 0:
-        return _fail("nvidia_driver", f"driver {version} but no GPU visible")
-    kinds = ", ".join(f"{n}x {k}" for k, n in _count(names).items())
-    return _ok("nvidia_driver", f"driver {_s(version)}, {count} GPU(s): {kinds}")
-
-
-def _s(v) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
+        info = backend.driver()
+    except gpu.GpuUnavailable as exc:
+        return _fail("nvidia_driver", f"no NVIDIA driver/GPU visible: {backend.label} unavailable ({exc})")
+    except Exception as exc:  # noqa: BLE001 - a driver that answers oddly is a failed check, not a crash
+        return _fail("nvidia_driver", f"the GPU driver answered but failed: {exc}")
+    if not info.names:
+        return _fail("nvidia_driver", f"driver {info.version} but no GPU visible")
+    kinds = ", ".join(f"{n}x {k}" for k, n in _count(info.names).items())
+    return _ok("nvidia_driver", f"driver {info.version}, {len(info.names)} GPU(s): {kinds}")
 
 
 def _count(items):
@@ -87,20 +73,19 @@ def _count(items):
 
 
 def check_gpus_free(gpus: tuple[int, ...]) -> Check:
-    nvml, reason = _nvml()
-    if nvml is None:
+    from gpudeck.jobs.telemetry import gpu
+    memory = gpu.local().memory()
+    if memory is None:
         # The driver check already fails for this; one failure per cause.
-        return _skip("gpus_free", "cannot tell without NVML (see nvidia_driver)")
-    from gpudeck.jobs import gpuprocs
+        return _skip("gpus_free", "cannot tell without a GPU driver (see nvidia_driver)")
     # /proc directly, not engine discovery's psutil: doctor also runs in the agent on boxes without psutil.
     from gpudeck.jobs.procs import RUN_TAG, environ_value
-    holders = gpuprocs.holders() or []
+    holders = memory.holders
     busy = []
     try:
-        indices = list(gpus) if gpus else list(range(nvml.nvmlDeviceGetCount()))
+        indices = list(gpus) if gpus else sorted(memory.used)
         for i in indices:
-            h = nvml.nvmlDeviceGetHandleByIndex(i)
-            used = nvml.nvmlDeviceGetMemoryInfo(h).used
+            used = memory.used.get(i, 0)
             on_gpu = [x for x in holders if x.gpu == i]
             if on_gpu or used > GPU_IDLE_BYTES:
                 who = []
@@ -111,7 +96,7 @@ def check_gpus_free(gpus: tuple[int, ...]) -> Check:
                     who.append(f"PID {x.pid}{mem} ({owner})")
                 busy.append(f"GPU {i}: {used / 2**30:.1f} GiB used" + (f" by {', '.join(who)}" if who else ""))
     except Exception as exc:
-        return _fail("gpus_free", f"NVML query failed: {exc}")
+        return _fail("gpus_free", f"GPU query failed: {exc}")
     if busy:
         return _fail("gpus_free", "; ".join(busy))
     return _ok("gpus_free", f"{len(indices)} GPU(s) idle")
@@ -359,8 +344,8 @@ def run_doctor(supervisor=None, job: Optional[str] = None, *,
         checks.append(_skip("nvidia_driver", f"{job} ({spec.kind}) declares no GPUs"))
     env = dict(os.environ)
     env.update(spec.env)
-    if spec.gpus:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpus))
+    from gpudeck.jobs.telemetry.gpu import visible_devices_env
+    env.update(visible_devices_env(spec.gpus))
     if settings is not None:
         source = " from jobs.toml" if spec.python else " inferred from the command"
         checks += _guarded(interpreter_checks, "python", settings.python, settings.engine, env, probe, source)

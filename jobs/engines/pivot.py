@@ -201,23 +201,15 @@ def _conflict(e: EngineProcess, gpus: tuple[int, ...], port: Optional[int]) -> s
 # --------------------------------------------------------------------------- execution
 
 def _gpu_state() -> Optional[tuple[dict[int, list[tuple[int, Optional[int]]]], dict[int, int]]]:
-    """({gpu: [(pid, bytes)]}, {gpu: used bytes}) from NVML, or None when NVML is unavailable."""
-    from gpudeck.jobs import gpuprocs
-    holders = gpuprocs.holders()
-    if holders is None:
+    """({gpu: [(pid, bytes)]}, {gpu: used bytes}) from the GPU seam, or None when no GPU backend answers."""
+    from gpudeck.jobs.telemetry import gpu as gpu_seam
+    memory = gpu_seam.local().memory()
+    if memory is None:
         return None
     by_gpu: dict[int, list[tuple[int, Optional[int]]]] = {}
-    for h in holders:
+    for h in memory.holders:
         by_gpu.setdefault(h.gpu, []).append((h.pid, h.mem_used))
-    used: dict[int, int] = {}
-    nvml = gpuprocs._init()
-    try:
-        for index in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            used[index] = int(nvml.nvmlDeviceGetMemoryInfo(handle).used)
-    except Exception:
-        pass
-    return by_gpu, used
+    return by_gpu, dict(memory.used)
 
 
 def _proc_title(pid: int) -> str:
@@ -247,8 +239,9 @@ def verify_gpus_free(gpus: tuple[int, ...], stopped_pids: set[int], *,
     """Wait until no process holds memory on `gpus` (all when empty) and memory is back near idle."""
     state = _gpu_state()
     if state is None:
-        from gpudeck.jobs import gpuprocs
-        return True, f"not applicable: NVML unavailable ({gpuprocs.unavailable_reason() or 'no NVIDIA driver'})"
+        from gpudeck.jobs.telemetry import gpu as gpu_seam
+        backend = gpu_seam.local()
+        return True, f"not applicable: {backend.label} unavailable ({backend.error or 'no NVIDIA driver'})"
     end = clock() + deadline_s
     while True:
         by_gpu, used = state
@@ -266,7 +259,7 @@ def verify_gpus_free(gpus: tuple[int, ...], stopped_pids: set[int], *,
                     return False, problem
                 break
             if used.get(gpu, 0) > idle_bytes:
-                problem = (f"GPU {gpu} still has {used[gpu] / 2**30:.1f} GiB in use with no process NVML "
+                problem = (f"GPU {gpu} still has {used[gpu] / 2**30:.1f} GiB in use with no process the driver "
                            f"can name (another container?)")
                 break
         if problem is None:

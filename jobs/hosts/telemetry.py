@@ -1,22 +1,13 @@
-"""Telemetry on the agent's box: NVML/psutil where importable, else nvidia-smi CSV and /proc (stdlib only)."""
+"""Telemetry on the agent's box: psutil where importable, else /proc; GPUs from the GPU seam (stdlib only)."""
 from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import socket
-import subprocess
 import time
 from typing import Any, Optional
 
-from gpudeck.jobs.telemetry.snapshot import GpuSample, HostSample, Snapshot
-
-# nvidia-smi is a process per call; a hung driver must not hang the agent.
-SMI_TIMEOUT_S = 5.0
-_SMI_FIELDS = ("index", "name", "uuid", "utilization.gpu", "utilization.memory", "memory.used",
-               "memory.total", "temperature.gpu", "power.draw", "power.limit", "clocks.sm", "clocks.mem",
-               "fan.speed")
-_MIB = 1 << 20
+from gpudeck.jobs.telemetry.snapshot import HostSample, Snapshot
 
 
 def _importable(name: str) -> bool:
@@ -24,49 +15,6 @@ def _importable(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
         return False
-
-
-def _smi_number(text: str) -> Optional[float]:
-    text = text.strip()
-    try:
-        return float(text)
-    except ValueError:
-        return None            # "[N/A]", "[Not Supported]"
-
-
-class SmiGpuSource:
-    """GPUs from `nvidia-smi --query-gpu=... --format=csv`: what a box without nvidia-ml-py still has."""
-
-    def __init__(self) -> None:
-        self.binary = shutil.which("nvidia-smi")
-
-    def read(self) -> tuple[tuple[GpuSample, ...], Optional[str]]:
-        if self.binary is None:
-            return (), "no NVIDIA driver: nvidia-smi not found on this box"
-        try:
-            out = subprocess.run([self.binary, f"--query-gpu={','.join(_SMI_FIELDS)}",
-                                  "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                                 timeout=SMI_TIMEOUT_S)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return (), f"nvidia-smi failed: {exc}"
-        if out.returncode != 0:
-            return (), f"nvidia-smi failed: {(out.stderr or out.stdout).strip().splitlines()[-1:] or out.returncode}"
-        gpus = []
-        for line in out.stdout.strip().splitlines():
-            cells = [c.strip() for c in line.split(",")]
-            if len(cells) != len(_SMI_FIELDS):
-                continue
-            num = [_smi_number(c) for c in cells]
-            mib = lambda v: int(v * _MIB) if v is not None else None  # noqa: E731
-            gpus.append(GpuSample(
-                index=int(num[0] or 0), name=cells[1], uuid=cells[2], util=num[3], mem_util=num[4],
-                mem_used=mib(num[5]), mem_total=mib(num[6]), temp=num[7], power_w=num[8],
-                power_limit_w=num[9], sm_clock_mhz=int(num[10]) if num[10] is not None else None,
-                mem_clock_mhz=int(num[11]) if num[11] is not None else None, fan_pct=num[12]))
-        return tuple(gpus), None if gpus else "nvidia-smi reported no GPU"
-
-    def close(self) -> None:
-        pass
 
 
 class ProcHostSampler:
@@ -123,12 +71,9 @@ class AgentTelemetry:
             self._sampler = SimulatedSampler()
             self.source = {"gpu": "simulated", "host": "simulated"}
             return
-        gpu_source = "nvml" if _importable("pynvml") else "nvidia-smi"
-        if gpu_source == "nvml":
-            from gpudeck.jobs.telemetry.gpu import NvmlGpuSource
-            self._gpu = NvmlGpuSource()
-        else:
-            self._gpu = SmiGpuSource()
+        from gpudeck.jobs.telemetry.gpu import detect, make_backend
+        gpu_source = detect()                    # NVML where nvidia-ml-py imports, else nvidia-smi
+        self._gpu = make_backend(gpu_source)
         if _importable("psutil"):
             from gpudeck.jobs.telemetry.sampler import LiveSampler
             self._sampler = LiveSampler(gpu_source=self._gpu)

@@ -66,13 +66,13 @@ class LiveSampler(Sampler):
         self._ports_interval_s = ports_interval_s
         self._ports_listed_at: Optional[float] = None
         self._ports_last: tuple[PortListener, ...] = ()
-        # Imported here so `--demo` never touches NVML or walks /proc.
-        from gpudeck.jobs.telemetry.gpu import NvmlGpuSource
+        # Imported here so `--demo` never touches a GPU driver or walks /proc.
+        from gpudeck.jobs.telemetry.gpu import make_backend
         from gpudeck.jobs.telemetry.host import HostSampler
         from gpudeck.jobs.telemetry.ports import PortScanner
         from gpudeck.jobs.telemetry.procs import ProcTable
 
-        self._gpu = gpu_source if gpu_source is not None else NvmlGpuSource(pcie=pcie)
+        self._gpu = gpu_source if gpu_source is not None else make_backend(pcie=pcie)
         self._host: Optional[HostSampler] = None
         self._host_error: Optional[str] = None
         try:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Optional
+from typing import Iterable, Optional
 
+from gpudeck.jobs.telemetry.gpu import DriverInfo, GpuFigures, GpuHolder, GpuMemory
 from gpudeck.jobs.telemetry.snapshot import GpuProcess, GpuSample, HostSample, PortListener, ProcInfo, Snapshot
 
 GPU_COUNT = 8
@@ -215,3 +216,56 @@ class SimulatedBox:
 
 
 SIM_EPOCH = 1_790_000_000.0            # a fixed wall-clock origin for simulated snapshots without a clock
+
+
+class SimulatedGpuBackend:
+    """The SIMULATED box's GPUs as a GpuBackend: each call advances one step; every answer says SIMULATED."""
+
+    kind = "simulated"
+    label = "SIMULATED"
+    visible_devices_var = "CUDA_VISIBLE_DEVICES"
+
+    def __init__(self, seed: int = 0, start_step: int = 0) -> None:
+        self._box = SimulatedBox(seed)
+        self._step = start_step
+
+    def _gpus(self) -> tuple[GpuSample, ...]:
+        load = traffic(self._box.seed, self._step)
+        warmth = _warmth(self._box.seed, self._step)
+        gpus = tuple(self._box._gpu(i, self._step, load, warmth) for i in range(GPU_COUNT))
+        self._step += 1
+        return gpus
+
+    @property
+    def error(self) -> Optional[str]:
+        return None
+
+    def open(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def available(self) -> bool:
+        return True
+
+    def read(self) -> tuple[tuple[GpuSample, ...], Optional[str]]:
+        return self._gpus(), None
+
+    def holders(self) -> list[GpuHolder]:
+        return [GpuHolder(gpu=g.index, pid=p.pid, mem_used=p.mem_used) for g in self._gpus() for p in g.processes]
+
+    def memory(self) -> GpuMemory:
+        gpus = self._gpus()
+        return GpuMemory(holders=tuple(GpuHolder(gpu=g.index, pid=p.pid, mem_used=p.mem_used)
+                                       for g in gpus for p in g.processes),
+                         used={g.index: g.mem_used for g in gpus if g.mem_used is not None})
+
+    def figures(self, indices: Iterable[int]) -> dict[int, GpuFigures]:
+        wanted = set(indices)
+        return {g.index: GpuFigures(util=g.util, mem_used=g.mem_used, power_w=g.power_w,
+                                    power_limit_w=g.power_limit_w)
+                for g in self._gpus() if g.index in wanted}
+
+    def driver(self) -> DriverInfo:
+        return DriverInfo(version="SIMULATED", names=(f"{GPU_NAME} (SIMULATED)",) * GPU_COUNT)

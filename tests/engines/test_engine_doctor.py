@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from gpudeck.jobs import gpuprocs
+from gpudeck.jobs.telemetry import gpu as gpu_seam
 from gpudeck.jobs.engines.doctor import build_parallelism, check_build, interpreter_checks
 from runsupport import cli, cli_env, write_jobs
 
@@ -28,7 +28,7 @@ def test_box_checks_say_why_without_a_gpu(tmp_path):
     checks = by_name(payload)
     assert set(checks) == {"nvidia_driver", "gpus_free"}
     assert all(set(c) >= {"name", "ok", "detail"} for c in payload["checks"])
-    if gpuprocs.available():
+    if gpu_seam.local().available():
         pytest.skip("a GPU is visible here; tests/gpu covers this box")
     assert rc == 1 and not checks["nvidia_driver"]["ok"]
     assert "NVML" in checks["nvidia_driver"]["detail"]

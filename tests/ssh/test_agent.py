@@ -169,7 +169,7 @@ def test_link_age_levels_and_overview_row():
 def test_nvidia_smi_csv_is_read_when_nvml_is_not_importable(tmp_path, monkeypatch):
     """A stand-in `nvidia-smi` (named as such) answering the exact query the agent sends, in the driver's CSV
     format with its N/A spellings: the bare-box GPU source parses it (the real tool runs on GPU machines)."""
-    from gpudeck.jobs.hosts.telemetry import _SMI_FIELDS, SmiGpuSource
+    from gpudeck.jobs.telemetry.gpu.nvidia_smi import SMI_FIELDS as _SMI_FIELDS, SmiGpuSource
     stand_in = tmp_path / "nvidia-smi"
     stand_in.write_text("#!/bin/sh\n"
                         f'[ "$1" = "--query-gpu={",".join(_SMI_FIELDS)}" ] || exit 9\n'

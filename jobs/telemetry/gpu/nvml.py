@@ -1,11 +1,15 @@
-"""The NVML GPU source: one lazy NVML session, cached handles, every call through one error wrapper."""
+"""The NVML GPU backend: one lazy NVML session, cached handles, every call through one error wrapper.
+
+The only module of gpudeck that imports pynvml (nvidia-ml-py); everything else asks the seam
+(`gpudeck.jobs.telemetry.gpu`).
+"""
 from __future__ import annotations
 
-import importlib
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
+from gpudeck.jobs.telemetry.gpu import DriverInfo, GpuFigures, GpuHolder, GpuMemory, GpuUnavailable
 from gpudeck.jobs.telemetry.snapshot import GpuProcess, GpuSample
 
 # NVML return codes (stable ABI values; spelled out so a fake module need not define them).
@@ -54,6 +58,18 @@ _PROC_UTIL_MAX_AGE_S = 5.0
 # nvmlDeviceGetProcessUtilization costs ~2 ms of CPU (pynvml asks the size, then the driver fills
 # its whole sample buffer): 2.0-2.2 ms of a 3.5 ms 1 GPU sample, more than every other field together.
 PROC_UTIL_INTERVAL_S = 2.0
+
+
+def binding_installed() -> bool:
+    """Whether nvidia-ml-py can be imported here, without importing it (or is imported already)."""
+    import importlib.util
+    import sys
+    if sys.modules.get("pynvml") is not None:
+        return True
+    try:
+        return importlib.util.find_spec("pynvml") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def decode_throttle_reasons(mask: Optional[int]) -> tuple[str, ...]:
@@ -114,12 +130,16 @@ def _text(value: Any) -> Optional[str]:
 
 
 class NvmlGpuSource:
-    """Reads every visible NVIDIA GPU through NVML; `read()` never raises.
+    """The NVML GpuBackend: reads every visible NVIDIA GPU; nothing but `driver()` raises.
 
-    NVML is initialised on the first `read()`, not at construction, so building a
+    NVML is initialised on the first call, not at construction, so building a
     sampler is free on machines without a driver. Each (device, field) that answers
     NotSupported / FunctionNotFound is remembered and never called again.
     """
+
+    kind = "nvml"
+    label = "NVML"
+    visible_devices_var = "CUDA_VISIBLE_DEVICES"
 
     def __init__(self, nvml: Any = None, *, pcie: bool = True, pcie_interval_s: float = PCIE_INTERVAL_S,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
@@ -171,10 +191,11 @@ class NvmlGpuSource:
         self._error_at = now
         if self._nvml is None:
             try:
-                self._nvml = importlib.import_module("pynvml")
+                import pynvml  # nvidia-ml-py; optional on the runner side and on a remote box
             except ImportError:
                 self._error = "nvidia-ml-py is not installed (no pynvml module)"
                 return False
+            self._nvml = pynvml
         self._nvml_error = getattr(self._nvml, "NVMLError", Exception)
         try:
             self._nvml.nvmlInit()
@@ -254,6 +275,80 @@ class NvmlGpuSource:
             if dev.index == index:
                 return frozenset(dev.unsupported)
         return frozenset()
+
+    def available(self) -> bool:
+        with self._lock:
+            return not self._closed and self._ensure_init_quietly()
+
+    def _ensure_init_quietly(self) -> bool:
+        try:
+            return self._ensure_init()
+        except Exception as exc:  # noqa: BLE001 - an odd binding reports, never raises
+            self._error = f"NVML failed to start: {exc}"
+            return False
+
+    # -- one-off questions (stop, pivot, doctor, the runner's stall samples) ---------------
+    def holders(self) -> Optional[list[GpuHolder]]:
+        """Every compute and graphics process on every GPU, with its memory; None when NVML is unavailable."""
+        with self._lock:
+            if self._closed or not self._ensure_init_quietly():
+                return None
+            found: dict[tuple[int, int], GpuHolder] = {}
+            for dev in self._devices:
+                for field, getter in (("holders_compute", "nvmlDeviceGetComputeRunningProcesses"),
+                                      ("holders_graphics", "nvmlDeviceGetGraphicsRunningProcesses")):
+                    for p in self._call(dev, field, getter, dev.handle) or ():
+                        mem = getattr(p, "usedGpuMemory", None)
+                        if not isinstance(mem, int) or mem < 0 or mem >= 2 ** 63:
+                            mem = None        # NVML_VALUE_NOT_AVAILABLE (e.g. no permission in a container)
+                        key = (dev.index, int(p.pid))
+                        if key not in found or (mem or 0) > (found[key].mem_used or 0):
+                            found[key] = GpuHolder(gpu=dev.index, pid=int(p.pid), mem_used=mem)
+            return list(found.values())
+
+    def memory(self) -> Optional[GpuMemory]:
+        holders = self.holders()
+        if holders is None:
+            return None
+        with self._lock:
+            used = {}
+            for dev in self._devices:
+                mem = self._memory_info(dev, dev.handle)
+                if mem is not None:
+                    used[dev.index] = int(mem.used)
+        return GpuMemory(holders=tuple(holders), used=used)
+
+    def figures(self, indices: Iterable[int]) -> dict[int, GpuFigures]:
+        """Utilization, memory and power of the given GPUs. Power tells a hung NCCL collective
+        (util pinned at 100 %, near-idle watts) from real work."""
+        wanted = set(indices)
+        out: dict[int, GpuFigures] = {}
+        with self._lock:
+            if self._closed or not wanted or not self._ensure_init_quietly():
+                return out
+            for dev in self._devices:
+                if dev.index not in wanted:
+                    continue
+                h = dev.handle
+                util = self._call(dev, "util", "nvmlDeviceGetUtilizationRates", h)
+                mem = self._memory_info(dev, h)
+                power_mw = self._call(dev, "power", "nvmlDeviceGetPowerUsage", h)
+                limit_mw = self._call(dev, "power_limit", "nvmlDeviceGetEnforcedPowerLimit", h)
+                out[dev.index] = GpuFigures(
+                    util=float(util.gpu) if util is not None else None,
+                    mem_used=int(mem.used) if mem is not None else None,
+                    power_w=power_mw / 1000.0 if power_mw is not None else None,
+                    power_limit_w=limit_mw / 1000.0 if limit_mw is not None else None)
+        return out
+
+    def driver(self) -> DriverInfo:
+        with self._lock:
+            if self._closed or not self._ensure_init_quietly():
+                raise GpuUnavailable(self._error or "NVML unavailable")
+            version = _text(self._call(None, "driver", "nvmlSystemGetDriverVersion"))
+            if version is None:
+                raise GpuUnavailable("NVML answered but gave no driver version")
+            return DriverInfo(version=version, names=tuple(dev.name or "?" for dev in self._devices))
 
     # -- sampling ----------------------------------------------------------------------
     def read(self) -> tuple[tuple[GpuSample, ...], Optional[str]]:
