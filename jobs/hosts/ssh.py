@@ -24,6 +24,7 @@ from gpudeck.jobs.hosts.bundle import agent_zipapp
 from gpudeck.jobs.hosts.config import HostSpec
 from gpudeck.jobs.hosts.errors import HostError, HostKeyError, RemoteError  # noqa: F401 - re-exported
 from gpudeck.jobs.hosts.protocol import HELLO, PROTOCOL, decode, encode, patch
+from gpudeck.jobs.hosts.replies import BadReply, check_reply
 
 REMOTE_CACHE = ".cache/gpudeck"          # relative to the remote home (SFTP starts there)
 NEED_AGENT = "gpudeck-need-agent"
@@ -231,6 +232,12 @@ class AgentChannel:
                     hello = decode(first)
                 except ValueError:
                     hello = {}
+                if hello.get("hello") == HELLO:
+                    try:
+                        check_reply("hello", hello, spec.name)
+                    except BadReply as exc:
+                        process.close()
+                        raise HostError(str(exc)) from None
                 if hello.get("hello") != HELLO:
                     err = b""
                     try:
@@ -476,7 +483,8 @@ class HostLink:
                 await asyncio.sleep(0)      # the keeper sees the dead channel and reconnects
                 continue
             self.last_reply = time.time()
-            return result
+            # Outside the retry above: a bad reply is the box's answer, asking again would get it again.
+            return check_reply(op, result, self.spec.name)
 
     async def close(self) -> None:
         self._closing = True
