@@ -306,7 +306,8 @@ class AgentChannel:
             reply = await (asyncio.wait_for(fut, timeout) if timeout else fut)
         except asyncio.TimeoutError:
             self._pending.pop(rid, None)
-            raise HostError(f"{self.spec.name}: no answer to {op} within {timeout:g} s") from None
+            # What is left of the caller's timeout: said to a tenth, never "1.81095 s".
+            raise HostError(f"{self.spec.name}: no answer to {op} within {round(timeout, 1):g} s") from None
         if not reply.get("ok"):
             raise RemoteError(f"{self.spec.name}: {reply.get('error')}")
         return reply.get("result")
