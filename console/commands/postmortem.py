@@ -51,7 +51,7 @@ def run_postmortem(args: argparse.Namespace) -> int:
     fmt = _format(args)
     try:
         body = _render(report, fmt)
-    except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError) as exc:
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, ArithmeticError) as exc:
         if spec is None:
             raise
         # The reply had the shape of a report (jobs/hosts/replies.py) but not every detail a
