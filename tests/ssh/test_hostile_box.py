@@ -167,3 +167,10 @@ def test_the_hosts_view_of_a_spoofed_box_stays_inert_and_running(lab, evil, monk
         app.hosts_feed.close()
 
     asyncio.run(scenario())
+
+
+def test_a_hello_of_the_wrong_shape_is_refused_in_one_line(lab, evil):
+    evil.answer(hello={"hello": "gpudeck-agent", "protocol": 1, "via": "spoofed", "pid": "1; rm -rf /",
+                       "hostname": ESCAPES}, jobs=[{"jobs": []}])
+    line = _one_line_failure(gd(lab, "--host", "evil", "jobs"))
+    assert "evil: bad reply to hello: pid is a str, not an integer" in line
