@@ -17,6 +17,7 @@ from gpudeck.jobs.telemetry.snapshot import Snapshot
 from gpudeck.jobs.watch import JobsWatcher, live_jobs_note
 
 from gpudeck.console.config import load_console_config
+from gpudeck.console.format import safe_text
 from gpudeck.console.errors import CliError
 from gpudeck.console.messages import SampleFailed, SamplesCollected
 from gpudeck.console.sampling import SamplingThread
@@ -168,7 +169,7 @@ class GpuDeckApp(App[int]):
                 try:
                     specs = list(load_hosts().values())
                 except HostConfigError as exc:
-                    self.notify(str(exc), severity="error", timeout=10)
+                    self.notify(safe_text(str(exc), 400), severity="error", timeout=10, markup=False)
                     specs = []
             self._hosts_feed = HostsFeed(self, specs, max(0.5, float(self.refresh_s or 1.0)))
         return self._hosts_feed

@@ -49,14 +49,15 @@ def run_postmortem(args: argparse.Namespace) -> int:
         except PostmortemError as exc:
             raise CliError(str(exc), 2) from None
     fmt = _format(args)
-    if fmt == "json":
-        body = json.dumps(report, indent=1, default=str, ensure_ascii=False) + "\n"
-    elif fmt == "html":
-        from gpudeck.jobs.history.render_html import render
-        body = render(report)
-    else:
-        from gpudeck.jobs.history.render_md import render
-        body = render(report)
+    try:
+        body = _render(report, fmt)
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, ArithmeticError) as exc:
+        if spec is None:
+            raise
+        # The reply had the shape of a report (jobs/hosts/replies.py) but not every detail a
+        # renderer reads: the box's answer is at fault, said in one line.
+        raise CliError(f"{spec.name}: bad reply to postmortem: the report cannot be rendered "
+                       f"({type(exc).__name__}: {exc})") from None
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as fh:
@@ -69,6 +70,16 @@ def run_postmortem(args: argparse.Namespace) -> int:
         return 0
     sys.stdout.write(body)
     return 0
+
+
+def _render(report: dict, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(report, indent=1, default=str, ensure_ascii=False) + "\n"
+    if fmt == "html":
+        from gpudeck.jobs.history.render_html import render
+        return render(report)
+    from gpudeck.jobs.history.render_md import render as render_md
+    return render_md(report)
 
 
 def _latest_target() -> str:

@@ -100,7 +100,8 @@ def detail_text(summary: dict, status: Optional[dict], jobs: Optional[dict], age
         for line in table_lines(job_views(jobs), time.time()):
             out.append(safe_text(line, 400) + "\n")
     for (job, run_id), lines in (tails or {}).items():
-        out.append(f"\n── {job} (run {run_id}): last {len(lines)} lines ──\n", style="bold")
+        out.append(f"\n── {safe_text(job, 80)} (run {safe_text(run_id, 80)}): last {len(lines)} lines ──\n",
+                   style="bold")
         for line in lines:
             out.append(line + "\n")
     return out
@@ -194,7 +195,7 @@ class HostsScreen(DeckScreen):
                                self._tails.get(self.selected))
             job = self._picked_job()
             if job is not None and self.selected != "local":
-                text.append(f"\nselected: {safe_text(job['name'], 80)} ({job.get('state')})  "
+                text.append(f"\nselected: {safe_text(job['name'], 80)} ({safe_text(str(job.get('state')), 32)})  "
                             "j/k choose · s start · x stop\n", style="bold")
             widget.update(text)
             self._ask_tails(self.selected, host.get("jobs"))
@@ -264,11 +265,11 @@ class HostsScreen(DeckScreen):
     def _remote_target(self) -> Optional[tuple[Any, str, dict]]:
         fleet = getattr(getattr(self.app, "hosts_feed", None), "fleet", None)
         if self.selected in (OVERVIEW, "local"):
-            self.notify("local jobs are started and stopped in the jobs view (key 2)", timeout=4)
+            self.notify("local jobs are started and stopped in the jobs view (key 2)", timeout=4, markup=False)
             return None
         job = self._picked_job()
         if fleet is None or job is None:
-            self.notify(f"{self.selected}: no jobs known yet", timeout=3)
+            self.notify(safe_text(f"{self.selected}: no jobs known yet", 200), timeout=3, markup=False)
             return None
         return fleet, self.selected, job
 
@@ -287,12 +288,14 @@ class HostsScreen(DeckScreen):
         lines = [f"host {host}, run {job.get('run_id') or '-'}, pid {job.get('pid') or '-'} ({job.get('state')})",
                  "Stop signal to its process group, SIGKILL after its stop_timeout, then verified on the box:",
                  "no process of the run left, port free, GPU memory released."]
-        self.app.push_screen(ConfirmScreen(f"Stop {name} on {host}?", [safe_text(line, 300) for line in lines],
+        self.app.push_screen(ConfirmScreen(safe_text(f"Stop {name} on {host}?", 200),
+                                           [safe_text(line, 300) for line in lines],
                                            confirm_label="Stop"),
                              lambda yes: self._act(fleet, host, "stop", name) if yes else None)
 
     def _act(self, fleet: Any, host: str, op: str, job: str) -> None:
-        self.notify(f"{op} {job} on {host}…", timeout=2)
+        # The job's name comes from the box: shown as written, never parsed as markup.
+        self.notify(safe_text(f"{op} {job} on {host}…", 300), timeout=2, markup=False)
         future = fleet.call(host, op, {"job": job}, timeout=600, retry=False)
 
         def wait() -> None:

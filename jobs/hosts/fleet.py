@@ -10,6 +10,7 @@ from typing import Optional
 
 from gpudeck.jobs.hosts.config import HostSpec
 from gpudeck.jobs.hosts.protocol import unpack_status
+from gpudeck.jobs.hosts.replies import BadReply, bad_reply, check_payload
 from gpudeck.jobs.hosts.ssh import DOWN, LIVE, STALE, DeltaState, HostError, HostLink, RemoteError
 
 # Data older than this (while the link claims to be up) is STALE: a reply is late,
@@ -64,37 +65,60 @@ class HostView:
 
 
 class _Poller:
-    def __init__(self, spec: HostSpec, interval: float) -> None:
+    def __init__(self, spec: HostSpec, interval: float, poll_timeout: Optional[float] = None) -> None:
         self.spec = spec
         self.interval = interval
+        # A poll unanswered this long marks the host STALE (the link may still claim to be up).
+        self.poll_timeout = poll_timeout if poll_timeout is not None else max(interval * 5, 10.0)
         self.link = HostLink(spec)
         self.status = DeltaState(unpack_status)
         self.jobs = DeltaState()
         self.shown_status: Optional[dict] = None     # what faces show: the last full payloads
         self.shown_jobs: Optional[dict] = None
         self.jobs_error: Optional[str] = None
+        self.poll_error: Optional[str] = None        # why the last poll gave no data (bad reply, no answer)
+        self.poll_error_at = 0.0
         self.last_data: Optional[float] = None
+
+    def _apply(self, state: DeltaState, reply: dict, kind: str) -> dict:
+        """The payload after a delta reply, checked whole: a delta that does not apply is a bad reply too."""
+        try:
+            payload = state.apply(reply)
+        except HostError:
+            raise
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise bad_reply("poll", f"{kind}: the delta does not apply ({type(exc).__name__}: {exc})",
+                            self.spec.name) from None
+        return check_payload(kind, payload, op="poll", host=self.spec.name)
 
     async def run(self) -> None:
         self.link.start()
-        timeout = max(self.interval * 5, 10.0)
         while True:
             started = time.monotonic()
             try:
                 # A delta only against a base we hold; after any failure, ask for the whole thing.
                 reply = await self.link.call("poll", {"delta": self.status.value is not None,
-                                                      "jobs_delta": self.jobs.value is not None}, timeout=timeout,
-                                             wake=False)
-                self.shown_status = self.status.apply(reply["status"])
+                                                      "jobs_delta": self.jobs.value is not None},
+                                             timeout=self.poll_timeout, wake=False)
+                status = self._apply(self.status, reply["status"], "status")
+                jobs = self._apply(self.jobs, reply["jobs"], "jobs") if "jobs" in reply else None
+                self.shown_status = status
                 if "jobs" in reply:
-                    self.shown_jobs = self.jobs.apply(reply["jobs"])
-                    self.jobs_error = None
+                    self.shown_jobs, self.jobs_error = jobs, None
                 else:
                     self.jobs, self.shown_jobs, self.jobs_error = DeltaState(), None, reply.get("jobs_error")
                 self.last_data = time.time()
-            except (HostError, RemoteError):
+                self.poll_error = None
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a poller that dies leaves its host frozen as it was
+                # A bad reply, no answer in time, a dropped link, or a bug: the host says why, polling goes on.
+                self.poll_error = str(exc) if isinstance(exc, (HostError, RemoteError)) else \
+                    f"{self.spec.name}: poll failed: {type(exc).__name__}: {exc}"
+                self.poll_error_at = time.time()
                 self.status, self.jobs = DeltaState(unpack_status), DeltaState()
-                await asyncio.sleep(min(self.interval, 1.0))
+                # A box that answers garbage gets asked once per interval, not in a tight loop.
+                await asyncio.sleep(self.interval if isinstance(exc, BadReply) else min(self.interval, 1.0))
                 continue
             # Re-armed after each round, so rounds never overlap on a slow link.
             await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - started)))
@@ -104,12 +128,18 @@ class _Poller:
         now = time.time()
         age = None if self.last_data is None else max(0.0, now - self.last_data)
         state = link.state
-        if state == LIVE and age is not None and age > max(STALE_AFTER_S, self.interval * 3):
-            state = STALE
+        error = link.error
+        if state == LIVE:
+            # Only a failure of this link's current life counts (not the drop it came back from).
+            failed = self.poll_error if self.poll_error is not None and self.poll_error_at >= link.since else None
+            error = failed or self.jobs_error
+            # The link is up but the data is not: late (no answer, a reply refused) or old.
+            if failed is not None or (age is not None and age > max(STALE_AFTER_S, self.interval * 3)):
+                state = STALE
         bytes_in, bytes_out = link.traffic()
         return HostView(
             name=self.spec.name, ssh=self.spec.ssh, state=state, data_age_s=age,
-            error=link.error if state != LIVE else self.jobs_error,
+            error=error,
             retry_in_s=max(0.0, link.next_retry - now) if link.next_retry and state == DOWN else None,
             status=self.shown_status, jobs=self.shown_jobs,
             agent=dict(link.hello), bytes_in=bytes_in, bytes_out=bytes_out, connects=link.connects)
@@ -122,10 +152,10 @@ class Fleet:
     connection, timeouts and backoff, so the others (and the UI) never wait.
     """
 
-    def __init__(self, specs: list[HostSpec], interval: float = 1.0) -> None:
+    def __init__(self, specs: list[HostSpec], interval: float = 1.0, poll_timeout: Optional[float] = None) -> None:
         self.specs = [s for s in specs if not s.local]
         self.interval = interval
-        self._pollers = {s.name: _Poller(s, interval) for s in self.specs}
+        self._pollers = {s.name: _Poller(s, interval, poll_timeout) for s in self.specs}
         self.specs_by_name = {s.name: s for s in self.specs}
         self._loop = asyncio.new_event_loop()
         self._thread: Optional[threading.Thread] = None

@@ -24,6 +24,7 @@ from gpudeck.jobs.hosts.bundle import agent_zipapp
 from gpudeck.jobs.hosts.config import HostSpec
 from gpudeck.jobs.hosts.errors import HostError, HostKeyError, RemoteError  # noqa: F401 - re-exported
 from gpudeck.jobs.hosts.protocol import HELLO, PROTOCOL, decode, encode, patch
+from gpudeck.jobs.hosts.replies import BadReply, check_reply
 
 REMOTE_CACHE = ".cache/gpudeck"          # relative to the remote home (SFTP starts there)
 NEED_AGENT = "gpudeck-need-agent"
@@ -231,6 +232,12 @@ class AgentChannel:
                     hello = decode(first)
                 except ValueError:
                     hello = {}
+                if hello.get("hello") == HELLO:
+                    try:
+                        check_reply("hello", hello, spec.name)
+                    except BadReply as exc:
+                        process.close()
+                        raise HostError(str(exc)) from None
                 if hello.get("hello") != HELLO:
                     err = b""
                     try:
@@ -299,7 +306,8 @@ class AgentChannel:
             reply = await (asyncio.wait_for(fut, timeout) if timeout else fut)
         except asyncio.TimeoutError:
             self._pending.pop(rid, None)
-            raise HostError(f"{self.spec.name}: no answer to {op} within {timeout:g} s") from None
+            # What is left of the caller's timeout: said to a tenth, never "1.81095 s".
+            raise HostError(f"{self.spec.name}: no answer to {op} within {round(timeout, 1):g} s") from None
         if not reply.get("ok"):
             raise RemoteError(f"{self.spec.name}: {reply.get('error')}")
         return reply.get("result")
@@ -476,7 +484,8 @@ class HostLink:
                 await asyncio.sleep(0)      # the keeper sees the dead channel and reconnects
                 continue
             self.last_reply = time.time()
-            return result
+            # Outside the retry above: a bad reply is the box's answer, asking again would get it again.
+            return check_reply(op, result, self.spec.name)
 
     async def close(self) -> None:
         self._closing = True

@@ -17,17 +17,99 @@ def _importable(name: str) -> bool:
         return False
 
 
-class ProcHostSampler:
-    """CPU, memory and load from /proc: the host panel on a box without psutil."""
+# /proc/diskstats counts 512-byte sectors whatever the device's own sector size.
+_DISKSTATS_SECTOR = 512
 
-    def __init__(self) -> None:
+
+def read_disk_bytes(proc_root: str = "/proc", sys_block: str = "/sys/block",
+                    whole_disk: Optional[dict[str, bool]] = None) -> Optional[tuple[int, int]]:
+    """(bytes read, bytes written) since boot by the box's whole disks, from /proc/diskstats; None if unreadable.
+
+    Whole disks are the devices with a /sys/block entry (disks, md, dm, loop): a
+    partition's I/O is already in its disk's. What jobs/telemetry/host.py reads
+    through psutil's module, here without it (the agent side is stdlib only).
+    `whole_disk` caches the /sys/block answer per name (it never changes).
+    """
+    try:
+        with open(f"{proc_root}/diskstats") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    cache = whole_disk if whole_disk is not None else {}
+    read = written = 0
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 14:                       # 7 fields: a partition's short form (Linux 2.6)
+            continue
+        name = fields[2]
+        known = cache.get(name)
+        if known is None:
+            # A slash in a device name (cciss/c0d0) is a '!' in sysfs.
+            known = cache[name] = os.path.exists(f"{sys_block}/{name.replace('/', '!')}")
+        if known:
+            try:
+                read += int(fields[5])
+                written += int(fields[9])
+            except ValueError:
+                return None
+    return read * _DISKSTATS_SECTOR, written * _DISKSTATS_SECTOR
+
+
+def read_net_bytes(proc_root: str = "/proc") -> Optional[tuple[int, int]]:
+    """(bytes received, bytes sent) since boot by every interface but loopback, from /proc/net/dev."""
+    try:
+        with open(f"{proc_root}/net/dev") as fh:
+            lines = fh.read().splitlines()[2:]       # two header lines
+    except OSError:
+        return None
+    rx = tx = 0
+    for line in lines:
+        nic, sep, rest = line.partition(":")
+        fields = rest.split()
+        if not sep or len(fields) < 9:
+            continue
+        nic = nic.strip()
+        # Loopback traffic (an engine and its own API server) is not the box's network.
+        if nic == "lo" or nic.startswith("lo:"):
+            continue
+        try:
+            rx += int(fields[0])
+            tx += int(fields[8])
+        except ValueError:
+            return None
+    return rx, tx
+
+
+def _rates(now: Optional[tuple[int, int]], before: Optional[tuple[int, int]], dt: Optional[float]
+           ) -> tuple[Optional[float], Optional[float]]:
+    if now is None or before is None or not dt or dt <= 0:
+        return None, None
+    # Counters can go backwards (a device removed, a wrap): no figure rather than a negative one.
+    a, b = (now[0] - before[0]) / dt, (now[1] - before[1]) / dt
+    return (a if a >= 0 else None), (b if b >= 0 else None)
+
+
+class ProcHostSampler:
+    """CPU, memory, load, disk and network from /proc: the host panel on a box without psutil.
+
+    Disk and network are rates, so the first read has none (None: "n/a"), like psutil's sampler.
+    """
+
+    def __init__(self, proc_root: str = "/proc", sys_block: str = "/sys/block",
+                 monotonic: Any = time.monotonic) -> None:
         self._cpu: Optional[list[tuple[int, int]]] = None
         self.name = socket.gethostname()
+        self._proc = proc_root
+        self._sys_block = sys_block
+        self._monotonic = monotonic
+        self._whole_disk: dict[str, bool] = {}
+        self._prev_at: Optional[float] = None
+        self._prev_disk: Optional[tuple[int, int]] = None
+        self._prev_net: Optional[tuple[int, int]] = None
 
-    @staticmethod
-    def _cpu_times() -> list[tuple[int, int]]:
+    def _cpu_times(self) -> list[tuple[int, int]]:
         out = []
-        with open("/proc/stat") as fh:
+        with open(f"{self._proc}/stat") as fh:
             for line in fh:
                 if not line.startswith("cpu"):
                     break
@@ -45,18 +127,26 @@ class ProcHostSampler:
                 percents.append(round(100.0 * (1 - (idle1 - idle0) / dt), 1) if dt > 0 else 0.0)
         self._cpu = times
         mem: dict[str, int] = {}
-        with open("/proc/meminfo") as fh:
+        with open(f"{self._proc}/meminfo") as fh:
             for line in fh:
                 key, _, rest = line.partition(":")
                 mem[key] = int(rest.split()[0]) * 1024
-        with open("/proc/loadavg") as fh:
+        with open(f"{self._proc}/loadavg") as fh:
             load = tuple(float(v) for v in fh.read().split()[:3])
+        now = self._monotonic()
+        elapsed = None if self._prev_at is None else now - self._prev_at
+        disk = read_disk_bytes(self._proc, self._sys_block, self._whole_disk)
+        net = read_net_bytes(self._proc)
+        disk_r, disk_w = _rates(disk, self._prev_disk, elapsed)
+        net_rx, net_tx = _rates(net, self._prev_net, elapsed)
+        self._prev_at, self._prev_disk, self._prev_net = now, disk, net
         total, avail = mem.get("MemTotal", 0), mem.get("MemAvailable", mem.get("MemFree", 0))
         return HostSample(
             name=self.name, cpu_percent=percents[0] if percents else None,
             cpu_per_core=tuple(percents[1:]), cpu_count=os.cpu_count() or 0, load_avg=load,  # type: ignore[arg-type]
             mem_total=total, mem_used=total - avail, mem_available=avail,
-            swap_total=mem.get("SwapTotal", 0), swap_used=mem.get("SwapTotal", 0) - mem.get("SwapFree", 0))
+            swap_total=mem.get("SwapTotal", 0), swap_used=mem.get("SwapTotal", 0) - mem.get("SwapFree", 0),
+            disk_read_bps=disk_r, disk_write_bps=disk_w, net_rx_bps=net_rx, net_tx_bps=net_tx)
 
 
 class AgentTelemetry:
