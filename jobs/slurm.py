@@ -86,8 +86,11 @@ def _cli(argv: list[str], *, env: Optional[dict] = None, timeout: float = CLI_TI
     out = done.stdout.decode("utf-8", "replace")
     if done.returncode != 0:
         err = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        message = err[-1] if err else f"exit status {done.returncode}"
-        raise SlurmError(f"{argv[0]}: {message}")
+        message = err[-1].strip() if err else f"exit status {done.returncode}"
+        # Slurm's tools name themselves ("sbatch: error: ..."): one name is enough.
+        if not message.startswith(f"{argv[0]}: "):
+            message = f"{argv[0]}: {message}"
+        raise SlurmError(message)
     return out
 
 
@@ -321,8 +324,19 @@ def batch_script(command: Any) -> str:
     return f"#!/bin/bash\n# written by gpudeck; the job's cmd from jobs.toml\n{body}\n"
 
 
+def sbatch_filename(path: Any) -> str:
+    """A path as sbatch's --output reads it: its filename patterns (%j, %x, %N, %%...) would turn a state dir
+    with a '%' into some other path, and the log would be written where nobody looks; %% is a literal %.
+    A backslash sbatch drops (and no escape brings it back): such a path is refused, not silently lost."""
+    text = str(path)
+    if "\\" in text:
+        raise SlurmError(f"sbatch cannot write the log to {text!r}: it drops the backslash from --output paths; "
+                         "use a state dir without one (GPUDECK_STATE_DIR)")
+    return text.replace("%", "%%")
+
+
 def sbatch_argv(spec: Any, run: Run, cwd: str, after: list[str]) -> list[str]:
-    argv = ["sbatch", "--parsable", f"--job-name={spec.name}", f"--output={run.log_path}",
+    argv = ["sbatch", "--parsable", f"--job-name={spec.name}", f"--output={sbatch_filename(run.log_path)}",
             "--open-mode=append", f"--chdir={cwd}"]
     if spec.partition:
         argv.append(f"--partition={spec.partition}")

@@ -395,9 +395,17 @@ class Supervisor:
         try:
             job_id = slurm.submit(run, spec, self.job_cwd(spec), env, after)
         except slurm.SlurmError as exc:
+            # A failed run, not a finished one: `runs --failed`, the ✗ and the post-mortem all read
+            # the error (and the log says it too, as a local run's failed exec does).
+            try:
+                with open(open_private(run.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "w") as fh:
+                    fh.write(f"gpudeck: {spec.name} was not submitted: {exc}\n")
+            except OSError:
+                pass
             run.add_event("JobFailedToStart", error=str(exc))
             run.write_exit({"exit_code": None, "signal": None, "ended_at": time.time(), "error": str(exc),
-                            "stopped_by_request": False, "leftovers": [], "backend": "slurm"})
+                            "stopped_by_request": False, "leftovers": [], "backend": "slurm",
+                            "not_submitted": True, "note": f"not submitted: {exc}"})
             raise SupervisorError(f"{spec.name}: not submitted: {exc}") from None
         run.update_meta(slurm_job_id=job_id, slurm_after=after)
         slurm.write_live(run, {"job_id": job_id, "state": "PENDING", "reason": None, "nodes": None})

@@ -142,6 +142,8 @@ def _outcome(row: dict) -> str:
             parts.append(f"exit {row['exit_code']}")
         if state == "stopped":
             parts.append("stopped")
+        if not parts and row.get("failure_cause") == "not_submitted":
+            return "not submitted"
         return " ".join(parts) or state
     return state
 

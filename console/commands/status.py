@@ -19,8 +19,9 @@ _DEFAULT_INTERVAL_S = 0.1
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "status",
-        help="one snapshot of GPUs, host and listening ports",
-        description="Print the box's GPUs (from its driver), host CPU/RAM/IO and listening TCP ports with their owners. "
+        help="one snapshot of GPUs, host, listening ports and inference engines",
+        description="Print the box's GPUs (from its driver), host CPU/RAM/IO, listening TCP ports with their owners "
+                    "and every vLLM/SGLang engine (gpudeck's and foreign ones). "
                     "With --demo the SIMULATED 8-GPU box is shown instead. Exits 0 even without a GPU "
                     "(gpu_error says why) unless --require-gpu is given.",
     )
@@ -58,7 +59,7 @@ def run_status(args: argparse.Namespace) -> int:
     if not spec.local:
         return _remote_status(args, spec)
     from gpudeck.jobs.telemetry.sampler import make_sampler
-    from gpudeck.jobs.telemetry.status import render_status_text, status_payload
+    from gpudeck.jobs.telemetry.status import render_engines_text, render_status_text, status_payload
     # One sample: a PCIe throughput thread would have nothing to show yet, and close() would wait for it.
     sampler = make_sampler(demo=bool(getattr(args, "demo", False)), pcie=False)
     engines = slurm = None
@@ -96,6 +97,9 @@ def run_status(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print(render_status_text(snapshot))
+        if engines is not None:
+            print()
+            print(render_engines_text(engines))
         if slurm is not None:
             from gpudeck.jobs.slurm import status_lines
             print("\n".join(status_lines(slurm)))   # stdout goes through the sanitizer (cli.py)
@@ -107,7 +111,7 @@ def run_status(args: argparse.Namespace) -> int:
 def _remote_status(args: argparse.Namespace, spec) -> int:
     """The same snapshot, taken by the host's agent (its telemetry source is in payload["source"])."""
     from gpudeck.jobs.hosts.protocol import unpack_status
-    from gpudeck.jobs.telemetry.status import render_status_text, snapshot_from_payload
+    from gpudeck.jobs.telemetry.status import render_engines_text, render_status_text, snapshot_from_payload
 
     from gpudeck.console.commands._host import Remote
     params = {"engines": True, "simulated": bool(getattr(args, "demo", False))}
@@ -126,6 +130,10 @@ def _remote_status(args: argparse.Namespace, spec) -> int:
         source = payload.get("source") or {}
         print(f"[{spec.name}: {spec.ssh}; GPU via {source.get('gpu', '?')}, host via {source.get('host', '?')}]")
         print(render_status_text(snapshot_from_payload(payload)))
+        engines_text = render_engines_text(payload.get("engines"), payload.get("engines_error"))
+        if engines_text:
+            print()
+            print(engines_text)
     if args.require_gpu and not payload.get("gpus"):
         raise CliError(f"no GPU telemetry on {spec.name}: {payload.get('gpu_error') or 'no GPU reported'}", code=3)
     return 0

@@ -190,6 +190,13 @@ def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
     slurm_state = _text((exit_record or {}).get("slurm_state"))
     if slurm_state and slurm_state not in ("COMPLETED", "CANCELLED") and not stopped_by:
         failed = True          # TIMEOUT, OUT_OF_MEMORY, NODE_FAIL...: Slurm ended it, whatever the exit code
+    # The job never ran: sbatch refused it (no exit code at all) or its exec failed.
+    launch_error = _text((exit_record or {}).get("error")) if state == "exited" and not stopped_by else None
+    if launch_error:
+        failed = True
+        if failure is None:
+            failure = {"cause": "not_submitted" if (exit_record or {}).get("not_submitted") else "failed_to_start",
+                       "message": launch_error}
     phases_list = [p for p in summary.get("phases") or [] if isinstance(p, dict)]
     from gpudeck.jobs.history.phases import phase_durations
     phases = phase_durations(phases_list, started, ended or (now if state in ("running", "stopping") else None))

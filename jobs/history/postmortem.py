@@ -822,6 +822,8 @@ def verdict(report: dict) -> str:
             what = f"killed by {sig}"
             if sig in ("SIGKILL", "KILL"):
                 what += " (not asked for by gpudeck: the host OOM killer or someone's kill -9?)"
+        elif code is None:
+            what = "never ran"          # sbatch refused it, or its exec failed: the note says which
         else:
             what = f"exited with code {code}"
         note = o.get("note")

@@ -1,6 +1,7 @@
 """hosts.toml: the boxes gpudeck reaches over SSH, by name; `local` is always this machine."""
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -48,15 +49,31 @@ class HostSpec:
         return self.ssh is None
 
     def destination(self) -> tuple[Optional[str], str, Optional[int]]:
-        """(user, host-or-alias, port) from `user@box`, `box`, `box:2222` or `ssh://user@box:2222`."""
+        """(user, host-or-alias, port) from `user@box`, `box`, `box:2222`, `ssh://user@box:2222`,
+        `user@[::1]:22` or a bare `::1`; ValueError (saying why) for what no connection could use."""
         dest = self.ssh or ""
         if dest.startswith("ssh://"):
             dest = dest[len("ssh://"):]
         user, _, host = dest.rpartition("@")
-        port = None
-        if host.count(":") == 1:
+        port_text = None
+        if host.startswith("["):
+            # IPv6 (or any host) in brackets, as ssh:// URLs and known_hosts write it: [::1]:22
+            host, closed, rest = host[1:].partition("]")
+            if not closed or (rest and not rest.startswith(":")):
+                raise ValueError("a bracketed host is written [::1] or [::1]:22")
+            port_text = rest[1:] if rest else None
+        elif host.count(":") == 1:
             host, _, port_text = host.partition(":")
+        # (more than one ':' unbracketed: a bare IPv6 address, no port)
+        if not host:
+            raise ValueError("no host name")
+        port = None
+        if port_text is not None:
+            if not (port_text.isascii() and port_text.isdigit()):
+                raise ValueError(f"port {port_text!r} is not a number")
             port = int(port_text)
+            if not 1 <= port <= 65535:
+                raise ValueError(f"port {port} is out of range (1-65535)")
         return (user or None), host, port
 
 
@@ -66,32 +83,47 @@ def hosts_file() -> Path:
 
 
 def load_hosts(path: Optional[Path] = None) -> dict[str, HostSpec]:
-    """Every host: `local` first, then hosts.toml's `[hosts.NAME]` tables in file order."""
+    """Every host: `local` first, then hosts.toml's `[hosts.NAME]` tables in file order.
+
+    Errors are one line, located like jobs.toml's: `FILE:LINE:COL: message`.
+    """
+    from gpudeck.jobs.spec import SpecError, _Locator, _toml_error
     path = hosts_file() if path is None else path
     hosts = {LOCAL: HostSpec(LOCAL)}
     if not path.exists():
         return hosts
     try:
-        data = tomllib.loads(path.read_text())
+        text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise HostConfigError(f"{path}: {exc}") from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise HostConfigError(f"{path}: {exc}") from None
+        raise HostConfigError(str(_toml_error(path, text, exc))) from None
+    locator = _Locator(text)
+
+    def fail(message: str, at: tuple, part: str = "value") -> HostConfigError:
+        line, col = locator.where(at, part)
+        return HostConfigError(str(SpecError(path, line, col, message)))
+
     table = data.get("hosts", {})
     if not isinstance(table, dict):
-        raise HostConfigError(f"{path}: [hosts] must be a table of [hosts.NAME] tables")
+        raise fail("[hosts] must be a table of [hosts.NAME] tables", ("hosts",))
     for name, entry in table.items():
-        where = f"{path}: hosts.{name}"
+        at = ("hosts", name)
+        where = f"hosts.{name}"
         if not _NAME.match(name) or name == LOCAL:
-            raise HostConfigError(f"{where}: host names are letters, digits, '.', '_', '-' (and not 'local')")
+            raise fail(f"{where}: host names are letters, digits, '.', '_', '-' (and not 'local')", at, "key")
         if not isinstance(entry, dict):
-            raise HostConfigError(f"{where}: must be a table")
-        unknown = set(entry) - _KEYS
+            raise fail(f"{where}: must be a table", at)
+        unknown = [key for key in entry if key not in _KEYS]
         if unknown:
-            raise HostConfigError(f"{where}: unknown key {sorted(unknown)[0]!r} (known: {', '.join(sorted(_KEYS))})")
+            raise fail(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(_KEYS))})",
+                       at + (unknown[0],), "key")
         ssh = entry.get("ssh")
         if not isinstance(ssh, str) or not ssh.strip():
-            raise HostConfigError(f"{where}: needs ssh = \"user@box\" or an alias from ~/.ssh/config")
+            raise fail(f"{where}: needs ssh = \"user@box\" or an alias from ~/.ssh/config",
+                       at + ("ssh",) if "ssh" in entry else at, "value" if "ssh" in entry else "key")
         kwargs = {}
         for key, kind in (("jobs", str), ("python", str), ("state_dir", str), ("simulated", bool),
                           ("keepalive_s", (int, float)), ("keepalive_count", int),
@@ -99,15 +131,22 @@ def load_hosts(path: Optional[Path] = None) -> dict[str, HostSpec]:
             if key in entry:
                 value = entry[key]
                 if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-                    raise HostConfigError(f"{where}: {key} has the wrong type ({type(value).__name__})")
+                    raise fail(f"{where}: {key} has the wrong type ({type(value).__name__})", at + (key,))
                 kwargs[key] = value
+        # A nan timeout never fires, inf waits forever, 0 or less fails every connection
+        # at once (and keepalive 0 switches keepalive off: a dead link would hang reads).
+        for key in ("keepalive_s", "connect_timeout_s"):
+            if key in kwargs and not (math.isfinite(kwargs[key]) and kwargs[key] > 0):
+                raise fail(f"{where}: {key} must be a number of seconds above 0 (not {kwargs[key]})", at + (key,))
+        if "keepalive_count" in kwargs and kwargs["keepalive_count"] < 1:
+            raise fail(f"{where}: keepalive_count must be 1 or more", at + ("keepalive_count",))
         if kwargs.get("agent", "auto") not in ("auto", "installed", "zipapp"):
-            raise HostConfigError(f"{where}: agent must be auto, installed or zipapp")
+            raise fail(f"{where}: agent must be auto, installed or zipapp", at + ("agent",))
         spec = HostSpec(name=name, ssh=ssh.strip(), **kwargs)
         try:
             spec.destination()
-        except ValueError:
-            raise HostConfigError(f"{where}: bad ssh destination {ssh!r}") from None
+        except ValueError as exc:
+            raise fail(f"{where}: bad ssh destination {ssh!r}: {exc}", at + ("ssh",)) from None
         hosts[name] = spec
     return hosts
 

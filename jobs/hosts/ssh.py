@@ -119,15 +119,72 @@ async def _host_key_error(spec: HostSpec, exc: Exception) -> HostKeyError:
                         fingerprint)
 
 
+def _known_hosts_names(name: str, port: int) -> set[str]:
+    """Every name a known_hosts line may record this host under: as written and as resolved
+    (asyncssh checks the peer's address too), `[name]:port` off port 22, both forms on it."""
+    import socket
+    hosts = {name.lower()}
+    try:
+        hosts |= {info[4][0] for info in socket.getaddrinfo(name, port, type=socket.SOCK_STREAM)}
+    except (OSError, UnicodeError):
+        pass
+    if port == 22:
+        return hosts | {f"[{h}]:22" for h in hosts}
+    return {f"[{h}]:{port}" for h in hosts}
+
+
+def _hashed_match(token: str, names: set[str]) -> bool:
+    """`|1|salt|hash` (HashKnownHosts yes): base64 HMAC-SHA1 of the name, keyed with the salt."""
+    import hashlib
+    import hmac
+    try:
+        _, magic, salt, digest = token.split("|")
+        salt_bytes, digest_bytes = base64.b64decode(salt), base64.b64decode(digest)
+    except ValueError:
+        return False
+    return magic == "1" and any(
+        hmac.compare_digest(hmac.new(salt_bytes, n.encode(), hashlib.sha1).digest(), digest_bytes) for n in names)
+
+
+def _hash_name(name: str) -> str:
+    import hashlib
+    import hmac
+    salt = os.urandom(20)
+    digest = hmac.new(salt, name.encode(), hashlib.sha1).digest()
+    return f"|1|{base64.b64encode(salt).decode()}|{base64.b64encode(digest).decode()}"
+
+
 def trust_host_key(spec: HostSpec, key: asyncssh.SSHKey) -> Path:
-    """Record `key` for the host in ~/.ssh/known_hosts (replacing what was recorded for it)."""
+    """Record `key` as the host's only key in ~/.ssh/known_hosts.
+
+    Every earlier entry for the host goes: plain or hashed (`|1|salt|hash`, what
+    HashKnownHosts yes writes), by name or address, `[name]:port` form too. An old
+    key left beside the new one would still be accepted: trusting a changed key
+    must retire the old one. A name in a comma list is taken out of that list, the
+    rest of the line kept; @revoked and @cert-authority lines are the admin's and
+    stay. The new entry is hashed when the file already hashes its names.
+    """
     name, port = known_hosts_target(spec)
     entry = name if port == 22 else f"[{name}]:{port}"
+    names = _known_hosts_names(name, port)
     path = known_hosts_path()
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     lines = path.read_text().splitlines() if path.exists() else []
-    kept = [line for line in lines if not (line.split() and entry in line.split()[0].split(","))]
-    kept.append(f"{entry} {key.export_public_key('openssh').decode().strip()}")
+    kept, hashed = [], False
+    for line in lines:
+        fields = line.split(None, 1)
+        if not fields or fields[0].startswith(("#", "@")) or len(fields) < 2:
+            kept.append(line)
+            continue
+        patterns = fields[0].split(",")
+        hashed = hashed or any(p.startswith("|") for p in patterns)
+        left = [p for p in patterns
+                if not (_hashed_match(p, names) if p.startswith("|") else p.lower() in names)]
+        if len(left) == len(patterns):
+            kept.append(line)
+        elif left:
+            kept.append(f"{','.join(left)} {fields[1]}")
+    kept.append(f"{_hash_name(entry) if hashed else entry} {key.export_public_key('openssh').decode().strip()}")
     tmp = path.with_suffix(".gpudeck-tmp")
     tmp.write_text("\n".join(kept) + "\n")
     os.chmod(tmp, 0o600)

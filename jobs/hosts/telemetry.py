@@ -169,7 +169,9 @@ class AgentTelemetry:
             self._sampler = LiveSampler(gpu_source=self._gpu)
             self.source = {"gpu": gpu_source, "host": "psutil"}
         else:
+            from gpudeck.jobs.telemetry.ports import PortScanner     # netlink or /proc/net/tcp{,6}: stdlib
             self._host = ProcHostSampler()
+            self._ports = PortScanner()
             self.source = {"gpu": gpu_source, "host": "/proc"}
 
     def payload(self) -> dict:
@@ -177,13 +179,17 @@ class AgentTelemetry:
         if self._sampler is not None:
             snap = self._sampler.sample()
         else:
-            extra: dict[str, Any] = {"ports_error": "listening ports need psutil on this box"}
+            extra: dict[str, Any] = {}
             try:
                 host = self._host.read()  # type: ignore[union-attr]
             except (OSError, ValueError) as exc:
                 host, extra["host_error"] = HostSample(name=socket.gethostname()), str(exc)
             gpus, gpu_error = self._gpu.read()
-            snap = Snapshot(time=time.time(), host=host, gpus=gpus, gpu_error=gpu_error, extra=extra)
+            try:
+                ports = self._ports.read()
+            except (OSError, ValueError) as exc:
+                ports, extra["ports_error"] = (), f"listening ports unreadable on this box: {exc}"
+            snap = Snapshot(time=time.time(), host=host, gpus=gpus, gpu_error=gpu_error, ports=ports, extra=extra)
         data = status_payload(snap)
         data["source"] = dict(self.source)
         return data

@@ -8,7 +8,10 @@ import struct
 import time
 from typing import Callable, Optional
 
-import psutil
+try:
+    import psutil
+except ImportError:     # the SSH agent on a box without psutil: Linux needs only /proc and netlink here
+    psutil = None       # type: ignore[assignment]
 
 from gpudeck.jobs.telemetry.snapshot import PortListener
 
@@ -161,7 +164,13 @@ def choose_owner(holders: list[int], proc_root: str = "/proc") -> int:
     return min(roots or holders)
 
 
-def _process_name(pid: int) -> Optional[str]:
+def _process_name(pid: int, proc_root: str = "/proc") -> Optional[str]:
+    if psutil is None:
+        try:
+            with open(f"{proc_root}/{pid}/comm", encoding="utf-8", errors="replace") as fh:
+                return fh.read().strip() or None
+        except OSError:
+            return None
     try:
         return psutil.Process(pid).name()
     except psutil.Error:
@@ -199,7 +208,7 @@ class PortScanner:
                     self._unresolved_at[inode] = now
                 else:
                     pid = choose_owner(holders[inode], self._proc_root)
-                    self._owner[inode] = (pid, _process_name(pid))
+                    self._owner[inode] = (pid, _process_name(pid, self._proc_root))
                     self._unresolved_at.pop(inode, None)
         for cache in (self._owner, self._unresolved_at):
             for inode in [i for i in cache if i not in live]:
@@ -219,6 +228,8 @@ class PortScanner:
     @staticmethod
     def _read_psutil() -> tuple[PortListener, ...]:
         """Non-Linux path: psutil sees every socket; owners only where permitted."""
+        if psutil is None:
+            raise OSError("no /proc/net/tcp and no psutil: listening ports cannot be read here")
         try:
             conns = psutil.net_connections(kind="tcp")
         except (psutil.AccessDenied, OSError):

@@ -174,6 +174,31 @@ def render_status_text(snapshot: Snapshot) -> str:
             rows.append([str(lp.port), lp.address, str(lp.pid) if lp.pid is not None else "?",
                          lp.process or "(owner not readable)"])
         lines.extend(_table(rows))
+    elif snapshot.extra.get("ports_error"):
+        # Not "no ports": they may well listen, this reading just could not see them.
+        lines.append(f"ports: unknown ({snapshot.extra['ports_error']})")
     else:
         lines.append("no listening TCP ports")
     return "\n".join(lines)
+
+
+def render_engines_text(engines: Optional[list[dict]], error: Optional[str] = None) -> str:
+    """The `engines` list of the status payload as a plain table: gpudeck's (job) and foreign ones."""
+    if engines is None:
+        return f"engines: unknown ({error})" if error else ""
+    if not engines:
+        return "engines: none (no vLLM or SGLang process on this box)"
+    rows = [["ENGINE", "PID", "OWNER", "STATE", "PORT", "GPUS", "GPU MEM", "MODEL"]]
+    for e in engines:
+        if e.get("managed"):
+            owner = f"job {e.get('job') or '?'}" + (f" (run {e['run_id']})" if e.get("run_id") else "")
+        else:
+            owner = "FOREIGN (not started by gpudeck)"
+        state = f"listening on :{e['port']}" if e.get("port") is not None else "not listening"
+        if e.get("orphan"):
+            state += ", orphaned (its launcher is gone)"
+        gpus = ",".join(str(g) for g in e.get("gpus") or []) or "-"
+        rows.append([str(e.get("engine") or "?"), str(e.get("pid")), owner, state,
+                     str(e["port"]) if e.get("port") is not None else "-", gpus,
+                     _bytes(e.get("gpu_mem")), _short(e.get("model"), 50)])
+    return "\n".join(_table(rows))

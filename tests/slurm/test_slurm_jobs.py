@@ -308,8 +308,42 @@ def test_sbatch_refusal_is_one_line(slurm_env, tmp_path):
     done = gd(jobs, slurm_env, "start", "t")
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("gpudeck: t: not submitted: sbatch:"), lines
-    assert "partition" in lines[0].lower()
+    assert len(lines) == 1 and lines[0].startswith("gpudeck: t: not submitted: sbatch: error: "), lines
+    assert "sbatch: sbatch:" not in lines[0] and "partition" in lines[0].lower()
+    # Recorded as a failed run, the submission error its cause: not "finished OK", not a plain "exited".
+    row = history(jobs, slurm_env, "t")
+    assert row["failed"] and row["failure_cause"] == "not_submitted", row
+    assert "Invalid partition" in row["failure_message"]
+    failed = gd(jobs, slurm_env, "runs", "--failed")
+    assert "✗" in failed.stdout and "not submitted" in failed.stdout, failed.stdout
+    report = postmortem(jobs, slurm_env, "t")
+    assert report["outcome"]["failed"] and "finished OK" not in report["verdict"]
+    assert report["verdict"].startswith("never ran; not submitted: sbatch: error: "), report["verdict"]
+
+
+def test_sbatch_output_paths_are_escaped_or_refused():
+    from gpudeck.jobs.slurm import SlurmError, sbatch_filename
+    assert sbatch_filename("/s/run%j/%%/output.log") == "/s/run%%j/%%%%/output.log"
+    with pytest.raises(SlurmError, match="backslash"):
+        sbatch_filename("/s/a\\b/output.log")
+
+
+def test_a_state_dir_with_percent_signs_keeps_its_log(slurm_cluster, tmp_path):
+    # sbatch --output expands %j, %x, %N...: unescaped, this log would land in "run%123x/..." or nowhere.
+    state = tmp_path / "state%j%x%%"
+    env = cli_env(state)
+    jobs = write_jobs(tmp_path / "jobs.toml", {"pct": {"cmd": "echo percent-safe", "backend": "slurm",
+                                                       "partition": "gpu"}})
+    try:
+        started = gd(jobs, env, "start", "pct")
+        assert started.returncode == 0, started.stderr
+        final = wait_state(jobs, env, "pct", ("exited", "stopped", "lost"), timeout=90)
+        assert final["state"] == "exited" and final["slurm"]["state"] == "COMPLETED", final
+        log = run_dir(state, "pct", started.stdout.strip()) / "output.log"
+        assert log.read_text() == "percent-safe\n"
+        assert gd(jobs, env, "logs", "pct").stdout == "percent-safe\n"
+    finally:
+        cancel_all(state, env)
 
 
 def test_time_limit(timeout_job):

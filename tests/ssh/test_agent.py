@@ -114,6 +114,38 @@ def test_agent_zipapp_on_a_bare_python(tmp_path):
         assert agent.close() == 0
 
 
+def test_the_agent_on_a_bare_python_lists_listening_ports_without_psutil(tmp_path):
+    import os
+    import socket
+
+    from gpudeck.jobs.telemetry.snapshot import Snapshot
+    from gpudeck.jobs.telemetry.status import render_status_text, snapshot_from_payload
+    name, data = agent_zipapp()
+    zipapp = tmp_path / name
+    zipapp.write_bytes(data)
+    with socket.socket(socket.AF_INET6) as s6, socket.socket() as s4:
+        s4.bind(("127.0.0.1", 0))
+        s4.listen()
+        s6.bind(("::1", 0))
+        s6.listen()
+        wanted = ((s4.getsockname()[1], "127.0.0.1"), (s6.getsockname()[1], "::1"))
+        # -I -S: no psutil; the ports come from sock_diag or /proc/net/tcp{,6}, the owner from /proc/PID/fd.
+        agent = Pipe([sys.executable, "-I", "-S", str(zipapp), "--state-dir", str(tmp_path / "st")])
+        try:
+            status = unpack_status(agent.call("status")["result"]["full"])
+        finally:
+            assert agent.close() == 0
+    assert status["source"]["host"] == "/proc" and "ports_error" not in status
+    mine = {(p["port"], p["address"]): p for p in status["ports"]}
+    for key in wanted:
+        found = mine.get(key)
+        assert found and found["pid"] == os.getpid() and found["process"], status["ports"]
+    assert "no listening TCP ports" not in render_status_text(snapshot_from_payload(status))
+    # And where ports really cannot be read, the text says so instead of "no ports".
+    blind = Snapshot(time=0.0, host=snapshot_from_payload(status).host, extra={"ports_error": "no /proc here"})
+    assert "ports: unknown (no /proc here)" in render_status_text(blind)
+
+
 def test_a_down_host_is_retried_with_doubling_backoff_up_to_the_cap():
     """A real refused TCP port: DOWN at once, retries 1x, 2x, 4x the first delay, never past the cap."""
     import asyncio
