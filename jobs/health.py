@@ -12,9 +12,9 @@ from typing import Any, Callable, Mapping, Optional
 
 from gpudeck.jobs import strictjson
 from gpudeck.jobs.procs import port_listening
-from gpudeck.jobs.strictjson import finite_number
 from gpudeck.jobs.runs import append_jsonl as append_event, open_private, write_json_atomic
 from gpudeck.jobs.stalls import GpuReading, HealthRules, HealthUpdate, Observation, RunEnd
+from gpudeck.jobs.strictjson import finite_number, first_number
 
 HEALTH = "health.json"
 ON_ALERT_LOG = "on_alert.log"
@@ -77,12 +77,7 @@ def read_meminfo() -> tuple[Optional[int], Optional[int]]:
     return values.get("MemAvailable"), values.get("MemTotal")
 
 
-def _num(d: Mapping[str, Any], *keys: str) -> Optional[float]:
-    for key in keys:
-        v = d.get(key)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return float(v)
-    return None
+_num = first_number         # the one strict number rule (strictjson), first of several keys
 
 
 def _gpu_readings(sample: Mapping[str, Any]) -> tuple[GpuReading, ...]:

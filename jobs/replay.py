@@ -26,6 +26,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from gpudeck.jobs.health import as_dict, make_analyzer, read_health
 from gpudeck.jobs.runs import EVENTS, EXIT, META, OUTPUT, SAMPLES, TIMES, read_json, read_jsonl
+from gpudeck.jobs.strictjson import number
 
 # A checkpoint of the analyzer's state every this many log bytes: a seek back re-reads at most
 # this much (~70 ms at the analyzer's 55 MB/s on serving logs); a 1 GB log keeps ~256 small ones.
@@ -57,10 +58,7 @@ class ReplayError(Exception):
     """A path that is not a replayable run (one line for the faces)."""
 
 
-def _number(value: Any) -> Optional[float]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
+_number = number            # the one strict number rule (strictjson)
 
 
 @dataclass(frozen=True)

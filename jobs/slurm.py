@@ -36,6 +36,7 @@ from typing import Any, Optional
 
 from gpudeck.jobs.procs import RUN_TAG, ProcessId, identity, is_alive, signal_name, signal_number
 from gpudeck.jobs.runs import Run, append_jsonl, open_private, read_json, run_dir_main, write_json_atomic
+from gpudeck.jobs.strictjson import parse_integer
 
 LIVE = "slurm.json"              # the watcher's latest reading of the job (state, reason, nodes)
 SCRIPT = "job.sbatch"
@@ -301,8 +302,7 @@ def status_lines(data: dict) -> list[str]:
     return lines
 
 
-def _int(text: str) -> Optional[int]:
-    return int(text) if text.isdigit() else None
+_int = parse_integer        # the one strict number rule (strictjson) for a field of Slurm's text
 
 
 _GPU_GRES = re.compile(r"(?:^|,)gpu(?::(?:\(null\)|[A-Za-z0-9_.-]+))?:(\d+)")

@@ -6,6 +6,8 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional
 
+from gpudeck.jobs.strictjson import first_number
+
 GIB = 1024 ** 3
 
 # How long a job may show no sign of life before it is called stalled, per phase
@@ -178,15 +180,8 @@ class _Condition:
     hint: Optional[str] = None
 
 
-def _num(mapping: Optional[Mapping[str, Any]], *keys: str) -> Optional[float]:
-    """The first numeric value under any of `keys` (the analyzer and the metrics scraper name things differently)."""
-    if not mapping:
-        return None
-    for key in keys:
-        value = mapping.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            return float(value)
-    return None
+# The first strict number under any of the keys: the analyzer and the metrics scraper name things differently.
+_num = first_number
 
 
 def serving_demand(serving: Optional[Mapping[str, Any]]) -> Optional[float]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from gpudeck.jobs.logs.sanitize import terminal_text
-from gpudeck.jobs.strictjson import finite_number
+from gpudeck.jobs.strictjson import finite_number, integer, number
 
 EMPTY = "—"                    # a cell with nothing to say
 LIVE_STATES = ("starting", "running", "stopping")
@@ -55,14 +55,10 @@ def clean(text: Any, limit: int = 400) -> str:
     return "".join(ch if ch.isprintable() else "?" for ch in text)
 
 
-def _num(value: Any) -> Optional[float]:
-    # finite_number: an `Infinity` or a 400-digit int from an old health.json is no number to show.
-    value = finite_number(value)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _int(value: Any) -> Optional[int]:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+# The one strict number rule (strictjson): an `Infinity` or a 400-digit int from an old health.json
+# is no number to show.
+_num = number
+_int = integer
 
 
 def _str(value: Any) -> Optional[str]:

@@ -77,3 +77,26 @@ def test_the_job_view_shows_non_finite_numbers_as_nothing():
                                      "started_at": float("inf"), "progress": progress})
         cells = view.cells(1000.0)
         assert "inf" not in cells["phase"].lower() and "nan" not in cells["phase"].lower(), cells
+
+
+def test_one_strict_number_rule_for_every_reader():
+    """strictjson's number/integer/parse_* are the rule; the core's readers are those functions, not copies."""
+    from gpudeck.jobs import health, replay, slurm, stalls, view
+    from gpudeck.jobs import strictjson as sj
+    from gpudeck.jobs.engines import profiles
+    from gpudeck.jobs.history import index, phases, recorder
+    from gpudeck.jobs.telemetry import history
+    from gpudeck.jobs.telemetry.gpu import nvidia_smi
+    assert replay._number is sj.number and history._num is sj.number and phases._num is sj.number
+    assert recorder._num is sj.number and view._num is sj.number
+    assert index._int is sj.integer and view._int is sj.integer
+    assert stalls._num is sj.first_number and health._num is sj.first_number
+    assert slurm._int is sj.parse_integer and profiles._int is sj.parse_integer
+    assert nvidia_smi.smi_number is sj.parse_number
+    for bad in (True, float("inf"), float("nan"), 2 ** 70, "3", None):
+        assert sj.number(bad) is None, bad
+    assert sj.number(3) == 3.0 and sj.integer(3) == 3 and sj.integer(3.0) is None and sj.integer(-2 ** 70) is None
+    assert sj.parse_number("1e5") == 100000.0 and sj.parse_number("29/1e5") is None
+    assert sj.parse_number("1e400") is None and sj.parse_number("[N/A]") is None
+    assert sj.parse_integer(" 12 ") == 12 and sj.parse_integer("1e3") is None and sj.parse_integer("9" * 40) is None
+    assert sj.first_number({"a": "x", "b": float("inf"), "c": 7}, "a", "b", "c") == 7.0

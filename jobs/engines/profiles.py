@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
+from gpudeck.jobs.strictjson import parse_integer
+
 Command = Union[str, Sequence[str]]
 
 
@@ -206,11 +208,7 @@ def _looks_numeric(tok: str) -> bool:
     return re.fullmatch(r"-?\d+(\.\d+)?", tok) is not None
 
 
-def _int(v: Optional[str]) -> Optional[int]:
-    try:
-        return int(v) if v is not None else None
-    except ValueError:
-        return None
+_int = parse_integer        # the one strict number rule (strictjson) for an option's value
 
 
 def _first(opts: dict[str, str], *keys: str) -> Optional[str]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
 from gpudeck.jobs import paths, runs
+from gpudeck.jobs.strictjson import integer
 
 DB_NAME = "history.sqlite3"
 SCHEMA_VERSION = 2
@@ -92,10 +93,7 @@ def number(value: Any) -> Optional[float]:
     return float(value)
 
 
-def _int(value: Any) -> Optional[int]:
-    if isinstance(value, bool) or not isinstance(value, int):
-        return None
-    return value
+_int = integer              # the one strict number rule (strictjson): an int within 64 bits
 
 
 def _text(value: Any) -> Optional[str]:

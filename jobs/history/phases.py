@@ -3,11 +3,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from gpudeck.jobs.strictjson import number
 
-def _num(value: Any) -> Optional[float]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
+
+_num = number               # the one strict number rule (strictjson)
 
 
 def phase_rows(phases: list[dict], started: Optional[float], end: Optional[float]) -> list[dict]:

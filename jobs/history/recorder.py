@@ -14,6 +14,8 @@ from bisect import bisect_left
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
+from gpudeck.jobs.strictjson import number
+
 SUMMARY = "summary.json"
 SUMMARY_VERSION = 1
 # A chart is a few hundred pixels wide: more points than this only cost bytes.
@@ -34,10 +36,7 @@ def _is_max_series(name: str) -> bool:
     return base.startswith(_MAX_SERIES_PREFIXES)
 
 
-def _num(value: Any) -> Optional[float]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
+_num = number               # the one strict number rule (strictjson)
 
 
 class Timeline:

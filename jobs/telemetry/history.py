@@ -34,6 +34,7 @@ import threading
 from collections import deque
 from typing import Hashable, Optional
 
+from gpudeck.jobs.strictjson import number
 from gpudeck.jobs.telemetry.snapshot import Snapshot
 
 DEFAULT_CAPACITY = 900          # 15 minutes at the default 1 s refresh (>= 10 minutes at 0.66 s)
@@ -45,8 +46,7 @@ _GPU_FIELDS = ("util", "mem_util", "mem_used", "temp", "power_w", "sm_clock_mhz"
 _HOST_FIELDS = ("disk_read_bps", "disk_write_bps", "net_rx_bps", "net_tx_bps", "swap_used", "mem_used")
 
 
-def _num(value: object) -> Optional[float]:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+_num = number               # the one strict number rule (strictjson): finite, never a bool
 
 
 def snapshot_values(snapshot: Snapshot) -> dict[SeriesKey, Optional[float]]:

@@ -5,6 +5,7 @@ import shutil
 import subprocess
 from typing import Iterable, Optional
 
+from gpudeck.jobs.strictjson import parse_number
 from gpudeck.jobs.telemetry.gpu import DriverInfo, GpuFigures, GpuHolder, GpuMemory, GpuUnavailable
 from gpudeck.jobs.telemetry.snapshot import GpuSample
 
@@ -17,14 +18,8 @@ APP_FIELDS = ("gpu_uuid", "pid", "used_memory")
 _MIB = 1 << 20
 
 
-def smi_number(text: str) -> Optional[float]:
-    """A cell of nvidia-smi's CSV as a finite number; None for "[N/A]", "[Not Supported]" and the like."""
-    text = text.strip()
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if value == value and abs(value) != float("inf") else None
+# A cell of nvidia-smi's CSV as a finite number; None for "[N/A]", "[Not Supported]" and the like.
+smi_number = parse_number
 
 
 def _mib(value: Optional[float]) -> Optional[int]:
