@@ -347,3 +347,89 @@ async def test_demo_shows_loading_eta_oom_risk_a_crash_and_a_stall_within_second
         assert "SIMULATED REPLAY" in bar
         assert all(j.payload.get("simulated") for j in screen.jobs)
         print(f"demo: all four stories on screen {took:.1f}s after pressing 2")
+
+
+# -- the demo: recorded runs only, never a real action ----------------------------------------------
+
+DEMO_JOBS = {"sgl-kernel-build", "sglang-k2", "vllm-eagle3", "vllm-k2"}
+
+
+async def demo_jobs_view(app, pilot, rows: int = 4):
+    """Press 2 in --demo; the jobs view once it shows the demo's replayed frames."""
+    from gpudeck.console.screens.jobs import JobsScreen
+    await pilot.press("2")
+    screen = await pilot_wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen, "jobs view")
+    await pilot_wait_for(pilot, lambda: screen.replay is not None and len(screen.jobs) == rows,
+                         "the demo's frames", detail=lambda: [j.name for j in screen.jobs])
+    return screen
+
+
+def header_text(screen) -> str:
+    from gpudeck.console.widgets.box_header_panel import BoxHeaderPanel
+    return screen.query_one(BoxHeaderPanel).render_line(0).text
+
+
+@pilot_test
+async def test_demo_never_reaches_the_supervisor_whatever_is_pressed(state, tmp_path, monkeypatch) -> None:
+    """Issue harden #20: Esc out of the demo's replay opened the jobs.toml's REAL jobs under the SIMULATED
+    header, where s started one for real. In --demo every acting key refuses and nothing is started."""
+    from gpudeck.console.replay import ReplayJobsSource
+    from gpudeck.console.widgets.replay_bar import ReplayBar
+    marker = tmp_path / "really-started"
+    jobs = write_jobs(tmp_path / "jobs.toml", {"real": {"kind": "stage", "cmd": f"touch {marker}"}})
+    calls: list[tuple] = []
+
+    def refuse(verb):
+        def call(self, *args, **kwargs):
+            calls.append((verb, args))
+            raise RuntimeError(f"the demo called Supervisor.{verb}")
+        return call
+    for verb in ("start", "stop", "restart"):
+        monkeypatch.setattr(Supervisor, verb, refuse(verb))
+
+    app = make_console(jobs, demo_replay=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.action_sample_now()
+        await pilot_wait_for(pilot, lambda: app.ticks >= 1, "a SIMULATED sample")
+        screen = await demo_jobs_view(app, pilot)
+        offered = {b.binding.action for b in screen.active_bindings.values()}
+        assert not offered & {"start_job", "stop_job", "restart_job", "pivot"}, offered
+        await pilot.press("R")                         # one recorded run, replayed on its own
+        await pilot_wait_for(pilot, lambda: screen.replay is not None and len(screen.jobs) == 1, "R's replay")
+        for key in ("escape", "s", "x", "r", "p", "escape", "escape", "s", "x", "r", "p", "enter", "escape",
+                    "s", "x", "r", "p"):
+            await pilot.press(key)
+            await pilot.pause(0.1)
+        await pilot.pause(1.0)                         # a worker that would act has had its time
+        # Every way in refuses too: the actions called directly, and the workers behind them.
+        for action in (screen.action_start_job, screen.action_stop_job, screen.action_restart_job,
+                       screen.action_pivot):
+            action()
+        screen._start("real")
+        screen._stop("real", True)
+        await pilot.pause(0.5)
+
+        assert calls == []
+        assert not marker.exists() and not (state / "runs").exists()
+        assert screen.supervisor is None
+        assert isinstance(app.jobs_feed.source, ReplayJobsSource) and app.jobs_feed.source.demo
+        assert {job.name for job in screen.jobs} == DEMO_JOBS
+        assert all(job.payload.get("simulated") for job in screen.jobs)
+        assert "SIMULATED" in header_text(screen)
+        assert "SIMULATED REPLAY" in str(screen.query_one(ReplayBar).render())
+        assert any("demo: actions are off" in n.message for n in app._notifications)
+
+
+@pilot_test
+async def test_demo_without_its_recordings_shows_no_jobs_rather_than_live_ones(state, tmp_path, monkeypatch) -> None:
+    import gpudeck.jobs.replay as replay
+    from gpudeck.console.screens.jobs import JobsScreen
+    jobs = write_jobs(tmp_path / "jobs.toml", {"real": {"kind": "stage", "cmd": "true"}})
+    monkeypatch.setattr(replay, "demo_runs_dir", lambda: tmp_path / "nowhere")
+    app = make_console(jobs, demo_replay=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("2")
+        screen = await pilot_wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen, "jobs view")
+        await pilot_wait_for(pilot, lambda: screen.refreshes >= 1, "a snapshot")
+        assert screen.jobs == [] and "demo recordings unavailable" in (screen.reason or "")
+        assert screen.supervisor is None and app.jobs_feed.supervisor is None

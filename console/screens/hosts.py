@@ -262,6 +262,9 @@ class HostsScreen(DeckScreen):
         self._draw_detail()
 
     def _remote_target(self) -> Optional[tuple[Any, str, dict]]:
+        if getattr(self.app, "demo_replay", False):
+            self.notify("demo: actions are off (a demo reaches no real host)", severity="warning", timeout=3)
+            return None
         fleet = getattr(getattr(self.app, "hosts_feed", None), "fleet", None)
         if self.selected in (OVERVIEW, "local"):
             self.notify("local jobs are started and stopped in the jobs view (key 2)", timeout=4)
