@@ -433,3 +433,52 @@ async def test_demo_without_its_recordings_shows_no_jobs_rather_than_live_ones(s
         await pilot_wait_for(pilot, lambda: screen.refreshes >= 1, "a snapshot")
         assert screen.jobs == [] and "demo recordings unavailable" in (screen.reason or "")
         assert screen.supervisor is None and app.jobs_feed.supervisor is None
+
+
+@pilot_test
+async def test_demo_R_on_another_job_switches_the_open_log_to_its_run(state) -> None:
+    """Issue harden #21: R on another job kept showing the previous job's log."""
+    from textual.widgets import DataTable
+    app = make_console(None, demo_replay=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await demo_jobs_view(app, pilot)
+        first = screen.selected_job.name
+        await pilot.press("enter")
+        pane = screen.query_one(LogViewPane)
+        await pilot_wait_for(pilot, lambda: pane.path is not None and pane.path.parent.parent.name == first,
+                             "the first job's log")
+        screen.query_one(DataTable).focus()            # back to the table, the log still open
+        await pilot.press("down")
+        other = screen.selected_job.name
+        assert other != first
+        await pilot.press("R")
+        await pilot_wait_for(pilot, lambda: [j.name for j in screen.jobs] == [other], "the other job replayed")
+        await pilot_wait_for(pilot, lambda: pane.path is not None and pane.path.parent.parent.name == other,
+                             "the replayed job's log", detail=lambda: pane.path)
+        assert screen.has_class("-log-open")
+        assert Path(screen.log_paths[other]) == pane.path
+
+
+@pilot_test
+async def test_demo_escape_closes_the_log_pane_at_once_as_its_hint_says(state) -> None:
+    """Issue harden #21: the first Esc in the log pane only moved the focus; the hint says Esc closes it."""
+    from textual.widgets import DataTable, Input
+    app = make_console(None, demo_replay=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await demo_jobs_view(app, pilot)
+        hint = str(screen.query_one("#jobs-log-hint").render())
+        assert "Esc closes it" in hint
+        await pilot.press("enter")
+        pane = screen.query_one(LogViewPane)
+        await pilot_wait_for(pilot, lambda: screen.has_class("-log-open") and pane.has_focus, "log open, focused")
+        await pilot.press("slash")                     # the search box's Esc only cancels the search
+        box = screen.query_one("#log-search", Input)
+        await pilot_wait_for(pilot, lambda: box.has_focus, "the search box")
+        await pilot.press("escape")
+        await pilot_wait_for(pilot, lambda: pane.has_focus, "search cancelled")
+        assert screen.has_class("-log-open")
+        await pilot.press("escape")                    # one Esc: closed
+        await pilot.pause(0.1)
+        assert not screen.has_class("-log-open")
+        assert screen.query_one(DataTable).has_focus
+        assert screen.replay is not None               # ...and the replay is still on

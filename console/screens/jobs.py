@@ -442,6 +442,8 @@ class JobsScreen(DeckScreen):
         path = self.log_paths.get(self._log_job)
         if path and path != self._log_path:
             self._open_log(self._log_job, path)
+        elif self.jobs and all(job.name != self._log_job for job in self.jobs) and self.has_class("-log-open"):
+            self._close_log()         # another source (a replay of other runs): its job is not shown any more
 
     def _open_log(self, job: str, path: str) -> None:
         self._log_job = job
@@ -472,16 +474,20 @@ class JobsScreen(DeckScreen):
         self.action_open_log()
 
     def action_close_log(self) -> None:
-        if self.query_one(LogViewPane).has_focus or self.query_one(LogView).has_focus_within:
-            self.query_one(DataTable).focus()
-        elif self.has_class("-log-open"):
-            self.remove_class("-log-open")
-            self._log_job = None
-            self._log_path = None
+        # Esc closes the pane at once, wherever the focus is, as the hint under the table says
+        # (the search box's Esc is the LogView's own: it only cancels the search).
+        if self.has_class("-log-open"):
+            self._close_log()
         elif self.replay is not None:
             leave = getattr(self.app, "leave_replay", None)
             if leave is not None:
                 leave()
+
+    def _close_log(self) -> None:
+        self.remove_class("-log-open")
+        self._log_job = None
+        self._log_path = None
+        self.query_one(DataTable).focus()
 
     # -- replay ----------------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -547,6 +553,9 @@ class JobsScreen(DeckScreen):
         if replay is None:
             self._say("replay is not available in this console", severity="warning", timeout=3)
             return
+        if self.has_class("-log-open"):
+            # The open log follows: the replay's first frame re-attaches it to this job's replayed run.
+            self._log_job = job.name
         replay([Path(path).parent])
 
     # -- actions -------------------------------------------------------------------------------------
