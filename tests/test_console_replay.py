@@ -482,3 +482,41 @@ async def test_demo_escape_closes_the_log_pane_at_once_as_its_hint_says(state) -
         assert not screen.has_class("-log-open")
         assert screen.query_one(DataTable).has_focus
         assert screen.replay is not None               # ...and the replay is still on
+
+
+@pilot_test
+async def test_demo_history_lists_the_recorded_runs_and_opens_their_post_mortem(state) -> None:
+    """Issue harden #21: in --demo the history view said "runs (0)": it lists the demo's recorded runs."""
+    from textual.widgets import DataTable
+
+    from gpudeck.console.screens.history import HistoryScreen
+    from gpudeck.console.screens.jobs import JobsScreen
+    from gpudeck.console.screens.postmortem import PostmortemScreen
+    from gpudeck.jobs.replay import demo_run_dirs, demo_runs_dir
+    before = sorted(p.relative_to(demo_runs_dir()) for p in demo_runs_dir().rglob("*"))
+    app = make_console(None, demo_replay=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("3")
+        screen = await pilot_wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen) and app.screen, "history")
+        await pilot_wait_for(pilot, lambda: screen.loads >= 1 and len(screen.rows) == 4, "the demo's runs",
+                             detail=lambda: screen.rows)
+        assert {r["job"] for r in screen.rows} == DEMO_JOBS
+        assert {Path(r["path"]) for r in screen.rows} == set(demo_run_dirs())
+        title = str(screen.query_one(DataTable).border_title)
+        assert "runs (4)" in title and "SIMULATED" in title
+        crashed = next(i for i, r in enumerate(screen.rows) if r["job"] == "vllm-eagle3")
+        screen.query_one(DataTable).move_cursor(row=crashed)
+        await pilot.press("enter")
+        pm = await pilot_wait_for(pilot, lambda: isinstance(app.screen, PostmortemScreen) and app.screen,
+                                  "the post-mortem")
+        await pilot_wait_for(pilot, lambda: pm.view is not None, "the post-mortem built")
+        assert pm.run_dir.parent.name == "vllm-eagle3" and "SyntaxError" in pm.view.verdict
+        await pilot.press("escape")
+        await pilot_wait_for(pilot, lambda: app.screen is screen, "back to the history")
+        await pilot.press("f")                         # the filters work on the recorded runs too
+        await pilot_wait_for(pilot, lambda: screen.rows and all(r["failed"] for r in screen.rows), "failed only")
+        await pilot.press("R")                         # and a replay of one stays a demo replay
+        jobs = await pilot_wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen, "jobs view")
+        await pilot_wait_for(pilot, lambda: jobs.replay is not None and len(jobs.jobs) == 1, "the run replayed")
+        assert jobs.supervisor is None
+    assert sorted(p.relative_to(demo_runs_dir()) for p in demo_runs_dir().rglob("*")) == before
