@@ -436,6 +436,26 @@ async def test_demo_without_its_recordings_shows_no_jobs_rather_than_live_ones(s
 
 
 @pilot_test
+async def test_demo_hosts_view_reaches_no_real_host(state, tmp_path, monkeypatch) -> None:
+    """The hosts view of a demo neither polls hosts.toml's hosts nor offers to start or stop on them."""
+    from gpudeck.console.screens.hosts import HostsScreen
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[hosts.gpu2]\nssh = "nobody@127.0.0.1"\nconnect_timeout_s = 0.5\n')
+    monkeypatch.setenv("GPUDECK_HOSTS", str(hosts))
+    app = make_console(None, demo_replay=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("4")
+        screen = await pilot_wait_for(pilot, lambda: isinstance(app.screen, HostsScreen) and app.screen, "hosts")
+        await pilot.pause(0.3)
+        assert app.hosts_feed.fleet is None and app.hosts_feed.specs == []
+        offered = {b.binding.action for b in screen.active_bindings.values()}
+        assert not offered & {"start_job", "stop_job"}, offered
+        await pilot.press("s", "x")
+        await pilot.pause(0.1)
+        assert any("demo: actions are off" in n.message for n in app._notifications)
+
+
+@pilot_test
 async def test_demo_R_on_another_job_switches_the_open_log_to_its_run(state) -> None:
     """Issue harden #21: R on another job kept showing the previous job's log."""
     from textual.widgets import DataTable
