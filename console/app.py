@@ -108,7 +108,8 @@ class GpuDeckApp(App[int]):
 
     @property
     def jobs_feed(self) -> JobsFeed:
-        """Job snapshots for the jobs view: live from --jobs unless a replay set its own feed first.
+        """Job snapshots for the jobs view: live from --jobs (in --demo the demo's recordings, never live
+        jobs) unless a replay set its own feed first.
         Made on first use (--jobs is known by then); polling starts when a view first follows it."""
         if self._jobs_feed is None:
             self._jobs_feed = JobsFeed(self, self._home_source())
