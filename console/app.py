@@ -109,22 +109,30 @@ class GpuDeckApp(App[int]):
 
     @property
     def jobs_feed(self) -> JobsFeed:
-        """Job snapshots for the jobs view: live from --jobs unless a replay set its own feed first.
+        """Job snapshots for the jobs view: live from --jobs (in --demo the demo's recordings, never live
+        jobs) unless a replay set its own feed first.
         Made on first use (--jobs is known by then); polling starts when a view first follows it."""
         if self._jobs_feed is None:
-            source: Any = None
-            if self.demo_replay:
-                try:
-                    from gpudeck.console.replay import ReplayJobsSource
-                    from gpudeck.jobs.replay import demo_session
-                    source = ReplayJobsSource(demo_session())
-                except Exception as exc:      # recordings missing from the install: live jobs, and why
-                    self.notify(f"demo recordings unavailable: {exc}", severity="warning", timeout=6, markup=False)
-            self._jobs_feed = JobsFeed(self, source or self._live_source())
+            self._jobs_feed = JobsFeed(self, self._home_source())
         return self._jobs_feed
 
-    def _live_source(self) -> LiveJobsSource:
+    def _home_source(self) -> Any:
+        """What the jobs view shows when it replays nothing chosen: the jobs file's live jobs, or in
+        --demo the bundled recordings. A demo never gets a live source: its jobs file's jobs are real
+        ones (`s` would start them, their on_alert would post), and the screen says SIMULATED."""
+        if self.demo_replay:
+            return self._demo_source()
         return LiveJobsSource(JobsWatcher(self.jobs_file), lambda: max(0.5, float(self.refresh_s or 1.0)))
+
+    def _demo_source(self) -> Any:
+        from gpudeck.console.replay import NoJobsSource, ReplayJobsSource
+        from gpudeck.jobs.replay import demo_session
+        try:
+            return ReplayJobsSource(demo_session(), demo=True)
+        except Exception as exc:      # recordings missing from the install: no jobs, and why (never live ones)
+            reason = f"demo recordings unavailable: {exc}"
+            self.notify(reason, severity="warning", timeout=6, markup=False)
+            return NoJobsSource(reason)
 
     # -- replay: the jobs view driven by recorded runs through the same feed --------------------------
     def replay_runs(self, paths: Sequence[Path]) -> None:
@@ -153,10 +161,17 @@ class GpuDeckApp(App[int]):
         return hasattr(self.jobs_feed.source, "session")
 
     def leave_replay(self) -> None:
-        """Back to the live jobs of the jobs file."""
-        if self.replaying:
-            self.jobs_feed.switch(self._live_source())
+        """Back to the live jobs of the jobs file; in --demo back to the demo's own recordings."""
+        if not self.replaying:
+            return
+        if not self.demo_replay:
+            self.jobs_feed.switch(self._home_source())
             self.notify("live jobs", timeout=2)
+        elif getattr(self.jobs_feed.source, "demo", False):
+            self.notify("demo: the recorded runs are all it shows (q quits)", timeout=3)
+        else:
+            self.jobs_feed.switch(self._home_source())
+            self.notify("demo: back to the four recorded runs", timeout=2)
 
     @property
     def hosts_feed(self) -> Any:
@@ -164,6 +179,8 @@ class GpuDeckApp(App[int]):
         if self._hosts_feed is None:
             from gpudeck.console.hosts_feed import HostsFeed
             specs = self.host_specs
+            if specs is None and self.demo_replay:
+                specs = []            # a demo reaches no real host: hosts.toml's would be polled and acted on
             if specs is None:
                 from gpudeck.jobs.hosts.config import HostConfigError, load_hosts
                 try:

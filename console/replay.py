@@ -24,9 +24,10 @@ class ReplayJobsSource(RearmedSource):
     worker_group = "jobs-replay"
 
     def __init__(self, session: ReplaySession, *, tick_s: float = TICK_S,
-                 clock: Any = time.monotonic) -> None:
+                 clock: Any = time.monotonic, demo: bool = False) -> None:
         super().__init__()
         self.session = session
+        self.demo = demo                     # the bundled demo session (`gpudeck --demo`), not a chosen run
         self.tick_s = tick_s
         self._clock = clock
         self._last_wall: Optional[float] = None
@@ -106,6 +107,23 @@ class ReplayJobsSource(RearmedSource):
         if session.paused or (session.at_end and not session.loop):
             return None                      # nothing moves: the next frame comes with a key
         return self.tick_s
+
+
+class NoJobsSource(RearmedSource):
+    """One snapshot with no jobs and the reason why (a demo without its recordings). Read-only."""
+
+    supervisor = None
+    worker_group = "jobs-none"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__()
+        self.reason = reason
+
+    def _take(self) -> JobsSnapshot:
+        return JobsSnapshot(taken_at=time.time(), reason=self.reason)
+
+    def _next_delay(self) -> Optional[float]:
+        return None
 
 
 def open_session(paths: Sequence[Path], **kwargs: Any) -> ReplaySession:

@@ -288,7 +288,7 @@ async def test_jobs_view_start_log_and_stop_a_real_job(jobs_env: Path) -> None:
         await wait_for(pilot, lambda: any("printer line 50" in r for r in rendered_rows(pane)), "log lines shown")
         await wait_for(pilot, lambda: pane.has_focus, "log focused")
 
-        await pilot.press("escape")                              # focus back to the table
+        await pilot.press("escape")                              # closes the log, focus back to the table
         await pilot.press("x")
         confirm = await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen, "confirm")
         assert "Stop printer?" in confirm.text and f"pid {pid}" in confirm.text
@@ -315,7 +315,7 @@ async def test_restart_reattaches_the_log_to_the_new_run(jobs_env: Path) -> None
         await pilot.press("enter")
         await wait_for(pilot, lambda: screen._log_path and first_run in screen._log_path, "log of run 1")
         await wait_for(pilot, lambda: screen.query_one(LogViewPane).has_focus, "log focused")
-        await pilot.press("escape", "r")
+        await pilot.press("r")                                   # from the log pane: it stays open
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "restart confirm")
         await pilot.press("y")
         notices = lambda: (job(screen, "printer"), [n.message for n in app._notifications])  # noqa: E731

@@ -347,3 +347,196 @@ async def test_demo_shows_loading_eta_oom_risk_a_crash_and_a_stall_within_second
         assert "SIMULATED REPLAY" in bar
         assert all(j.payload.get("simulated") for j in screen.jobs)
         print(f"demo: all four stories on screen {took:.1f}s after pressing 2")
+
+
+# -- the demo: recorded runs only, never a real action ----------------------------------------------
+
+DEMO_JOBS = {"sgl-kernel-build", "sglang-k2", "vllm-eagle3", "vllm-k2"}
+
+
+async def demo_jobs_view(app, pilot, rows: int = 4):
+    """Press 2 in --demo; the jobs view once it shows the demo's replayed frames."""
+    from gpudeck.console.screens.jobs import JobsScreen
+    await pilot.press("2")
+    screen = await pilot_wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen, "jobs view")
+    await pilot_wait_for(pilot, lambda: screen.replay is not None and len(screen.jobs) == rows,
+                         "the demo's frames", detail=lambda: [j.name for j in screen.jobs])
+    return screen
+
+
+def header_text(screen) -> str:
+    from gpudeck.console.widgets.box_header_panel import BoxHeaderPanel
+    return screen.query_one(BoxHeaderPanel).render_line(0).text
+
+
+@pilot_test
+async def test_demo_never_reaches_the_supervisor_whatever_is_pressed(state, tmp_path, monkeypatch) -> None:
+    """Issue harden #20: Esc out of the demo's replay opened the jobs.toml's REAL jobs under the SIMULATED
+    header, where s started one for real. In --demo every acting key refuses and nothing is started."""
+    from gpudeck.console.replay import ReplayJobsSource
+    from gpudeck.console.widgets.replay_bar import ReplayBar
+    marker = tmp_path / "really-started"
+    jobs = write_jobs(tmp_path / "jobs.toml", {"real": {"kind": "stage", "cmd": f"touch {marker}"}})
+    calls: list[tuple] = []
+
+    def refuse(verb):
+        def call(self, *args, **kwargs):
+            calls.append((verb, args))
+            raise RuntimeError(f"the demo called Supervisor.{verb}")
+        return call
+    for verb in ("start", "stop", "restart"):
+        monkeypatch.setattr(Supervisor, verb, refuse(verb))
+
+    app = make_console(jobs, demo_replay=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.action_sample_now()
+        await pilot_wait_for(pilot, lambda: app.ticks >= 1, "a SIMULATED sample")
+        screen = await demo_jobs_view(app, pilot)
+        offered = {b.binding.action for b in screen.active_bindings.values()}
+        assert not offered & {"start_job", "stop_job", "restart_job", "pivot"}, offered
+        await pilot.press("R")                         # one recorded run, replayed on its own
+        await pilot_wait_for(pilot, lambda: screen.replay is not None and len(screen.jobs) == 1, "R's replay")
+        for key in ("escape", "s", "x", "r", "p", "escape", "escape", "s", "x", "r", "p", "enter", "escape",
+                    "s", "x", "r", "p"):
+            await pilot.press(key)
+            await pilot.pause(0.1)
+        await pilot.pause(1.0)                         # a worker that would act has had its time
+        # Every way in refuses too: the actions called directly, and the workers behind them.
+        for action in (screen.action_start_job, screen.action_stop_job, screen.action_restart_job,
+                       screen.action_pivot):
+            action()
+        screen._start("real")
+        screen._stop("real", True)
+        await pilot.pause(0.5)
+
+        assert calls == []
+        assert not marker.exists() and not (state / "runs").exists()
+        assert screen.supervisor is None
+        assert isinstance(app.jobs_feed.source, ReplayJobsSource) and app.jobs_feed.source.demo
+        assert {job.name for job in screen.jobs} == DEMO_JOBS
+        assert all(job.payload.get("simulated") for job in screen.jobs)
+        assert "SIMULATED" in header_text(screen)
+        assert "SIMULATED REPLAY" in str(screen.query_one(ReplayBar).render())
+        assert any("demo: actions are off" in n.message for n in app._notifications)
+
+
+@pilot_test
+async def test_demo_without_its_recordings_shows_no_jobs_rather_than_live_ones(state, tmp_path, monkeypatch) -> None:
+    import gpudeck.jobs.replay as replay
+    from gpudeck.console.screens.jobs import JobsScreen
+    jobs = write_jobs(tmp_path / "jobs.toml", {"real": {"kind": "stage", "cmd": "true"}})
+    monkeypatch.setattr(replay, "demo_runs_dir", lambda: tmp_path / "nowhere")
+    app = make_console(jobs, demo_replay=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("2")
+        screen = await pilot_wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen, "jobs view")
+        await pilot_wait_for(pilot, lambda: screen.refreshes >= 1, "a snapshot")
+        assert screen.jobs == [] and "demo recordings unavailable" in (screen.reason or "")
+        assert screen.supervisor is None and app.jobs_feed.supervisor is None
+
+
+@pilot_test
+async def test_demo_hosts_view_reaches_no_real_host(state, tmp_path, monkeypatch) -> None:
+    """The hosts view of a demo neither polls hosts.toml's hosts nor offers to start or stop on them."""
+    from gpudeck.console.screens.hosts import HostsScreen
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[hosts.gpu2]\nssh = "nobody@127.0.0.1"\nconnect_timeout_s = 0.5\n')
+    monkeypatch.setenv("GPUDECK_HOSTS", str(hosts))
+    app = make_console(None, demo_replay=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("4")
+        screen = await pilot_wait_for(pilot, lambda: isinstance(app.screen, HostsScreen) and app.screen, "hosts")
+        await pilot.pause(0.3)
+        assert app.hosts_feed.fleet is None and app.hosts_feed.specs == []
+        offered = {b.binding.action for b in screen.active_bindings.values()}
+        assert not offered & {"start_job", "stop_job"}, offered
+        await pilot.press("s", "x")
+        await pilot.pause(0.1)
+        assert any("demo: actions are off" in n.message for n in app._notifications)
+
+
+@pilot_test
+async def test_demo_R_on_another_job_switches_the_open_log_to_its_run(state) -> None:
+    """Issue harden #21: R on another job kept showing the previous job's log."""
+    from textual.widgets import DataTable
+    app = make_console(None, demo_replay=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await demo_jobs_view(app, pilot)
+        first = screen.selected_job.name
+        await pilot.press("enter")
+        pane = screen.query_one(LogViewPane)
+        await pilot_wait_for(pilot, lambda: pane.path is not None and pane.path.parent.parent.name == first,
+                             "the first job's log")
+        screen.query_one(DataTable).focus()            # back to the table, the log still open
+        await pilot.press("down")
+        other = screen.selected_job.name
+        assert other != first
+        await pilot.press("R")
+        await pilot_wait_for(pilot, lambda: [j.name for j in screen.jobs] == [other], "the other job replayed")
+        await pilot_wait_for(pilot, lambda: pane.path is not None and pane.path.parent.parent.name == other,
+                             "the replayed job's log", detail=lambda: pane.path)
+        assert screen.has_class("-log-open")
+        assert Path(screen.log_paths[other]) == pane.path
+
+
+@pilot_test
+async def test_demo_escape_closes_the_log_pane_at_once_as_its_hint_says(state) -> None:
+    """Issue harden #21: the first Esc in the log pane only moved the focus; the hint says Esc closes it."""
+    from textual.widgets import DataTable, Input
+    app = make_console(None, demo_replay=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await demo_jobs_view(app, pilot)
+        hint = str(screen.query_one("#jobs-log-hint").render())
+        assert "Esc closes it" in hint
+        await pilot.press("enter")
+        pane = screen.query_one(LogViewPane)
+        await pilot_wait_for(pilot, lambda: screen.has_class("-log-open") and pane.has_focus, "log open, focused")
+        await pilot.press("slash")                     # the search box's Esc only cancels the search
+        box = screen.query_one("#log-search", Input)
+        await pilot_wait_for(pilot, lambda: box.has_focus, "the search box")
+        await pilot.press("escape")
+        await pilot_wait_for(pilot, lambda: pane.has_focus, "search cancelled")
+        assert screen.has_class("-log-open")
+        await pilot.press("escape")                    # one Esc: closed
+        await pilot.pause(0.1)
+        assert not screen.has_class("-log-open")
+        assert screen.query_one(DataTable).has_focus
+        assert screen.replay is not None               # ...and the replay is still on
+
+
+@pilot_test
+async def test_demo_history_lists_the_recorded_runs_and_opens_their_post_mortem(state) -> None:
+    """Issue harden #21: in --demo the history view said "runs (0)": it lists the demo's recorded runs."""
+    from textual.widgets import DataTable
+
+    from gpudeck.console.screens.history import HistoryScreen
+    from gpudeck.console.screens.jobs import JobsScreen
+    from gpudeck.console.screens.postmortem import PostmortemScreen
+    from gpudeck.jobs.replay import demo_run_dirs, demo_runs_dir
+    before = sorted(p.relative_to(demo_runs_dir()) for p in demo_runs_dir().rglob("*"))
+    app = make_console(None, demo_replay=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("3")
+        screen = await pilot_wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen) and app.screen, "history")
+        await pilot_wait_for(pilot, lambda: screen.loads >= 1 and len(screen.rows) == 4, "the demo's runs",
+                             detail=lambda: screen.rows)
+        assert {r["job"] for r in screen.rows} == DEMO_JOBS
+        assert {Path(r["path"]) for r in screen.rows} == set(demo_run_dirs())
+        title = str(screen.query_one(DataTable).border_title)
+        assert "runs (4)" in title and "SIMULATED" in title
+        crashed = next(i for i, r in enumerate(screen.rows) if r["job"] == "vllm-eagle3")
+        screen.query_one(DataTable).move_cursor(row=crashed)
+        await pilot.press("enter")
+        pm = await pilot_wait_for(pilot, lambda: isinstance(app.screen, PostmortemScreen) and app.screen,
+                                  "the post-mortem")
+        await pilot_wait_for(pilot, lambda: pm.view is not None, "the post-mortem built")
+        assert pm.run_dir.parent.name == "vllm-eagle3" and "SyntaxError" in pm.view.verdict
+        await pilot.press("escape")
+        await pilot_wait_for(pilot, lambda: app.screen is screen, "back to the history")
+        await pilot.press("f")                         # the filters work on the recorded runs too
+        await pilot_wait_for(pilot, lambda: screen.rows and all(r["failed"] for r in screen.rows), "failed only")
+        await pilot.press("R")                         # and a replay of one stays a demo replay
+        jobs = await pilot_wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen, "jobs view")
+        await pilot_wait_for(pilot, lambda: jobs.replay is not None and len(jobs.jobs) == 1, "the run replayed")
+        assert jobs.supervisor is None
+    assert sorted(p.relative_to(demo_runs_dir()) for p in demo_runs_dir().rglob("*")) == before

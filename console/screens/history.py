@@ -106,9 +106,13 @@ class HistoryScreen(DeckScreen):
         Binding("escape", "clear_filters", "All runs", show=False, id="history.clear"),
     ]
 
-    def __init__(self, *, state_dir: Optional[Path] = None, clock: Any = time.time, **kwargs: Any) -> None:
+    def __init__(self, *, state_dir: Optional[Path] = None, run_dirs: Optional[list[Path]] = None,
+                 clock: Any = time.time, **kwargs: Any) -> None:
+        """The runs of the state dir's index; `run_dirs` lists those run directories instead (in --demo:
+        the demo's recorded runs, so the view never shows this box's real runs under SIMULATED)."""
         super().__init__(**kwargs)
         self.state_dir = state_dir
+        self.run_dirs = run_dirs
         self.clock = clock
         self.rows: list[dict] = []
         self.failed_only = False
@@ -132,6 +136,9 @@ class HistoryScreen(DeckScreen):
         yield Footer()
 
     def on_mount(self) -> None:
+        if self.run_dirs is None and getattr(self.app, "demo_replay", False):
+            from gpudeck.jobs.replay import demo_run_dirs
+            self.run_dirs = demo_run_dirs()
         self.query_one(DataTable).focus()
         self._load()
 
@@ -146,10 +153,13 @@ class HistoryScreen(DeckScreen):
     @work(thread=True, exclusive=True, group="history-load", exit_on_error=False)
     def _load(self) -> None:
         try:
-            from gpudeck.jobs.history.index import RunIndex
-            with RunIndex(self.state_dir) as index:
-                index.sync()
-                rows = index.query(job=self.job_filter, failed=self.failed_only, kinds=["job"], limit=MAX_ROWS)
+            from gpudeck.jobs.history.index import RunIndex, rows_of
+            if self.run_dirs is not None:
+                rows = rows_of(self.run_dirs, job=self.job_filter, failed=self.failed_only)[:MAX_ROWS]
+            else:
+                with RunIndex(self.state_dir) as index:
+                    index.sync()
+                    rows = index.query(job=self.job_filter, failed=self.failed_only, kinds=["job"], limit=MAX_ROWS)
         except Exception as exc:        # a broken index is a line on screen, never a crash
             self.post_message(RunsListed(self.rows, error=f"run index unavailable: {type(exc).__name__}: {exc}"))
             return
@@ -177,7 +187,7 @@ class HistoryScreen(DeckScreen):
         now = self.clock()
         shown = [(r.get("key"), r.get("state"), r.get("ended_at"), r.get("failed"), r.get("final_phase"))
                  for r in self.rows]
-        filters = []
+        filters = ["SIMULATED demo runs"] if getattr(self.app, "demo_replay", False) and self.run_dirs is not None else []
         if self.job_filter:
             filters.append(f"job {self.job_filter}")
         if self.failed_only:

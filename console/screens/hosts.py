@@ -131,6 +131,8 @@ class HostsScreen(DeckScreen):
         Binding("k", "pick_job(-1)", "Prev job", id="hosts.job.prev"),
         Binding("s", "start_job", "Start", id="hosts.job.start"),
         Binding("x", "stop_job", "Stop", id="hosts.job.stop"),
+        # In --demo s and x say why they do nothing (check_action hides the real ones there).
+        Binding("s,x", "demo_refused", "", show=False, id="hosts.demo.refused"),
     ]
 
     def __init__(self, **kwargs: Any) -> None:
@@ -242,6 +244,17 @@ class HostsScreen(DeckScreen):
         tabs.action_previous_tab() if delta < 0 else tabs.action_next_tab()
 
     # -- acting on a remote host's jobs (through the fleet: never on the UI thread) -----------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        demo = bool(getattr(self.app, "demo_replay", False))
+        if action in ("start_job", "stop_job"):
+            return not demo
+        if action == "demo_refused":
+            return demo
+        return True
+
+    def action_demo_refused(self) -> None:
+        self.notify("demo: actions are off (a demo reaches no real host)", severity="warning", timeout=3)
+
     def _jobs_of(self, name: str) -> list[dict]:
         host = getattr(self, "_hosts", {}).get(name) or {}
         return [j for j in (host.get("jobs") or {}).get("jobs") or [] if isinstance(j, dict) and j.get("name")]
@@ -263,6 +276,9 @@ class HostsScreen(DeckScreen):
         self._draw_detail()
 
     def _remote_target(self) -> Optional[tuple[Any, str, dict]]:
+        if getattr(self.app, "demo_replay", False):
+            self.action_demo_refused()
+            return None
         fleet = getattr(getattr(self.app, "hosts_feed", None), "fleet", None)
         if self.selected in (OVERVIEW, "local"):
             self.notify("local jobs are started and stopped in the jobs view (key 2)", timeout=4, markup=False)

@@ -227,10 +227,13 @@ class JobsScreen(DeckScreen):
         Binding("n", "replay_next", "Next event", id="jobs.replay.next"),
         Binding("N", "replay_previous", "Prev event", show=False, id="jobs.replay.previous"),
         Binding("a", "replay_next_alert", "Next alert", show=False, id="jobs.replay.alert"),
+        # In --demo the acting keys say why they do nothing (check_action hides the real ones there).
+        Binding("s,x,r,p", "demo_refused", "", show=False, id="jobs.demo.refused"),
     ]
     REPLAY_ACTIONS = {"replay_pause", "replay_faster", "replay_slower", "replay_seek", "replay_next",
                       "replay_previous", "replay_next_alert"}
     LIVE_ACTIONS = {"start_job", "stop_job", "restart_job", "pivot"}
+    DEMO_REFUSAL = "demo: actions are off (these are recorded runs; nothing here starts or stops)"
 
     def __init__(
         self,
@@ -308,9 +311,23 @@ class JobsScreen(DeckScreen):
         return self._feed
 
     @property
+    def demo(self) -> bool:
+        """`gpudeck --demo`: the view shows the demo's recorded runs and never acts on a job."""
+        return bool(getattr(self.app, "demo_replay", False))
+
+    @property
     def supervisor(self) -> Any:
-        """What start/stop/pivot act through; None while no jobs file is loaded (or for a replay)."""
+        """What start/stop/pivot act through; None while no jobs file is loaded, for a replay, and in a demo."""
+        if self.demo:
+            return None
         return self.feed.supervisor
+
+    def _acting(self) -> Any:
+        """The supervisor a worker acts through, or an error that says why there is none."""
+        supervisor = self.supervisor
+        if supervisor is None:
+            raise RuntimeError(self.DEMO_REFUSAL if self.demo else "read-only: these jobs are not live here")
+        return supervisor
 
     def on_resize(self, event: events.Resize) -> None:
         # The columns depend on the width: lay them out again once the table has its new size.
@@ -425,6 +442,8 @@ class JobsScreen(DeckScreen):
         path = self.log_paths.get(self._log_job)
         if path and path != self._log_path:
             self._open_log(self._log_job, path)
+        elif self.jobs and all(job.name != self._log_job for job in self.jobs) and self.has_class("-log-open"):
+            self._close_log()         # another source (a replay of other runs): its job is not shown any more
 
     def _open_log(self, job: str, path: str) -> None:
         self._log_job = job
@@ -455,16 +474,20 @@ class JobsScreen(DeckScreen):
         self.action_open_log()
 
     def action_close_log(self) -> None:
-        if self.query_one(LogViewPane).has_focus or self.query_one(LogView).has_focus_within:
-            self.query_one(DataTable).focus()
-        elif self.has_class("-log-open"):
-            self.remove_class("-log-open")
-            self._log_job = None
-            self._log_path = None
+        # Esc closes the pane at once, wherever the focus is, as the hint under the table says
+        # (the search box's Esc is the LogView's own: it only cancels the search).
+        if self.has_class("-log-open"):
+            self._close_log()
         elif self.replay is not None:
             leave = getattr(self.app, "leave_replay", None)
             if leave is not None:
                 leave()
+
+    def _close_log(self) -> None:
+        self.remove_class("-log-open")
+        self._log_job = None
+        self._log_path = None
+        self.query_one(DataTable).focus()
 
     # -- replay ----------------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -472,8 +495,13 @@ class JobsScreen(DeckScreen):
         if action in self.REPLAY_ACTIONS:
             return self._replay_source() is not None
         if action in self.LIVE_ACTIONS:
-            return self.replay is None
+            return self.replay is None and not self.demo
+        if action == "demo_refused":
+            return self.demo
         return True
+
+    def action_demo_refused(self) -> None:
+        self._say(self.DEMO_REFUSAL, severity="warning", timeout=3)
 
     def _replay_source(self) -> Any:
         source = getattr(self.feed, "source", None)
@@ -525,10 +553,16 @@ class JobsScreen(DeckScreen):
         if replay is None:
             self._say("replay is not available in this console", severity="warning", timeout=3)
             return
+        if self.has_class("-log-open"):
+            # The open log follows: the replay's first frame re-attaches it to this job's replayed run.
+            self._log_job = job.name
         replay([Path(path).parent])
 
     # -- actions -------------------------------------------------------------------------------------
     def _selected_name(self) -> Optional[str]:
+        if self.demo:
+            self.action_demo_refused()
+            return None
         if self.supervisor is None:
             self._say(self.reason or ("read-only: these jobs are not live here" if self.jobs else "no jobs loaded"),
                       severity="warning", timeout=3)
@@ -555,7 +589,7 @@ class JobsScreen(DeckScreen):
     @work(thread=True, group="jobs-action", exit_on_error=False)
     def _start(self, name: str) -> None:
         try:
-            run_id = self.supervisor.start(name)
+            run_id = self._acting().start(name)
         except Exception as exc:
             self.post_message(JobActionFinished(name, "start", False, [str(exc)]))
         else:
@@ -576,7 +610,7 @@ class JobsScreen(DeckScreen):
     @work(thread=True, group="jobs-action", exit_on_error=False)
     def _plan_stop(self, name: str, restart: bool) -> None:
         try:
-            plan = stop_plan(self.supervisor, name)
+            plan = stop_plan(self._acting(), name)
         except Exception as exc:
             self.post_message(JobActionFinished(name, "stop", False, [f"cannot stop {name}: {exc}"]))
             return
@@ -616,11 +650,12 @@ class JobsScreen(DeckScreen):
     def _stop(self, name: str, restart: bool) -> None:
         action = "restart" if restart else "stop"
         try:
-            report = self.supervisor.stop(name)
+            supervisor = self._acting()
+            report = supervisor.stop(name)
             lines = report.lines() or [f"stopped {name}"]
             ok = report.clean
             if restart:
-                run_id = self.supervisor.start(name)
+                run_id = supervisor.start(name)
                 lines.append(f"started {name} (run {run_id})")
         except Exception as exc:
             self.post_message(JobActionFinished(name, action, False, [str(exc)]))
@@ -650,7 +685,7 @@ class JobsScreen(DeckScreen):
     def _plan_pivot(self, target: str) -> None:
         try:
             from gpudeck.jobs.engines.pivot import plan_pivot
-            plan = plan_pivot(self.supervisor, target)
+            plan = plan_pivot(self._acting(), target)
         except Exception as exc:      # PivotError says why in words; anything else too
             self.post_message(PivotPlanned(target, [], error=str(exc)))
             return
@@ -676,7 +711,7 @@ class JobsScreen(DeckScreen):
         try:
             from gpudeck.jobs.engines.pivot import execute_pivot
             result = execute_pivot(
-                self.supervisor, plan,
+                self._acting(), plan,
                 on_step=lambda step: self.post_message(PivotStepped(target, step.line(), step.ok)))
         except Exception as exc:
             self.post_message(JobActionFinished(target, "pivot", False, [str(exc)]))

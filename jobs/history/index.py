@@ -271,6 +271,17 @@ def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
     return rows
 
 
+def rows_of(run_dirs: Iterable[Path], *, job: Optional[str] = None, failed: bool = False,
+            now: Optional[float] = None) -> list[dict]:
+    """The job rows of these run directories read from the directories themselves, no database, newest
+    first like RunIndex.query: for runs no state dir holds (the recordings `gpudeck --demo` plays)."""
+    rows = [row for d in run_dirs for row in summarize_run(d, now) if row.get("kind") == "job"]
+    rows = [r for r in rows if (not job or r.get("job") == job) and (not failed or r.get("failed"))]
+    # started_at DESC, run_id DESC as the query's ORDER BY, a run without a start last (SQLite's NULL)
+    rows.sort(key=lambda r: (number(r.get("started_at")) or float("-inf"), str(r.get("run_id") or "")), reverse=True)
+    return rows
+
+
 def _lost_or_signal_cause(state: str, sig: Optional[str], exit_record: Optional[dict]) -> Optional[str]:
     if state == "lost":
         return "lost"
