@@ -31,6 +31,16 @@ SBATCH_OWNED = ("--output", "-o", "--error", "-e", "--parsable", "--dependency",
 # and parsing it whole would only waste memory.
 MAX_FILE_BYTES = 4 * 1024 * 1024
 
+# `${var}` expansion is bounded: 28 lines of `v_i = "${v_(i-1)}${v_(i-1)}"` (545 bytes)
+# once grew to 2.6 GB. One value never needs more than 64 KiB (Linux refuses a single
+# argv or environment string over 128 KiB, MAX_ARG_STRLEN, and every expanded value
+# ends up as one); all the substitutions of a file together stay under 32 MiB (20,000
+# jobs using a 1 KiB var each come to 20 MiB); vars nest at most 32 deep (real files
+# nest 2 or 3; the bound also keeps resolving a long chain off the recursion limit).
+MAX_EXPANDED_CHARS = 64 * 1024
+MAX_EXPANSION_TOTAL = 32 * 1024 * 1024
+MAX_VAR_DEPTH = 32
+
 
 @dataclass(frozen=True)
 class JobSpec:
@@ -513,6 +523,7 @@ class _Validator:
         self.errors: list[SpecError] = []
         self.vars: dict[str, str] = {}
         self.var_names: set[str] = set()   # declared, including those that failed to resolve
+        self.budget = _Budget(MAX_EXPANSION_TOTAL)
 
     # -- reporting ---------------------------------------------------------
 
@@ -637,7 +648,9 @@ class _Validator:
             raw[name] = value if isinstance(value, str) else str(value)
         # Vars may use each other in any order; resolve depth-first and name any cycle.
         resolved: dict[str, str] = {}
+        depth: dict[str, int] = {}         # the longest chain of vars a var's value goes through, itself included
         failed: set[str] = set()
+        too_deep = False                   # reported once: a chain of 2,000 would otherwise say it 62 times
 
         def resolve(name: str, chain: list[str]) -> Optional[str]:
             if name in resolved:
@@ -650,14 +663,32 @@ class _Validator:
                            ("vars", cycle[0]))
                 failed.update(cycle)
                 return None
+            deepest = 0
+
+            def deeper(ref: str) -> None:
+                nonlocal too_deep
+                if too_deep:
+                    raise _Unresolved(ref)
+                too_deep = True
+                raise _Limit(f"${{{ref}}} nests [vars] more than {MAX_VAR_DEPTH} deep (a var using a var "
+                             "using a var...); flatten the chain")
 
             def lookup(ref: str) -> Optional[str]:
+                nonlocal deepest
                 if ref not in raw:
                     return None
-                return resolve(ref, chain + [name])
+                # The chain check comes first: it stops a long chain before it recurses through it.
+                if len(chain) + 2 > MAX_VAR_DEPTH:
+                    deeper(ref)
+                value = resolve(ref, chain + [name])
+                if value is not None:
+                    if depth[ref] + 1 > MAX_VAR_DEPTH:
+                        deeper(ref)
+                    deepest = max(deepest, depth[ref])
+                return value
 
             try:
-                value = _expand(raw[name], lookup, ("vars", name), known=raw)
+                value = _expand(raw[name], lookup, ("vars", name), known=raw, budget=self.budget)
             except _Invalid as bad:
                 self.error(bad.message, bad.path, bad.part, bad.offset)
                 failed.add(name)
@@ -666,6 +697,7 @@ class _Validator:
                 failed.add(name)
                 return None
             resolved[name] = value
+            depth[name] = deepest + 1
             return value
 
         for name in raw:
@@ -894,7 +926,7 @@ class _Validator:
             raise _Invalid(f"{where[-1]} must be a string, got {_type_name(value)}", where)
         if not expand:
             return value
-        return _expand(value, self._lookup_var, where, known=self.var_names)
+        return _expand(value, self._lookup_var, where, known=self.var_names, budget=self.budget)
 
     def _absolute(self, text: str, base: Path, where: tuple) -> str:
         if not text.strip():
@@ -1029,9 +1061,26 @@ class _Unresolved(Exception):
     """A referenced var exists but failed itself (already reported)."""
 
 
-def _expand(text: str, lookup, where: tuple, known) -> str:
-    """Replace `${name}` with vars, `$$` with `$`; leave other `$` (shell's $HOME, $1) for bash."""
+class _Limit(Exception):
+    """A lookup went past a bound on expansion; _expand locates it at the reference."""
+
+
+class _Budget:
+    """What is left of the file's total for substituted text; the first reference past it is reported, once."""
+
+    def __init__(self, chars: int) -> None:
+        self.left = chars
+        self.reported = False
+
+
+def _expand(text: str, lookup, where: tuple, known, budget: Optional[_Budget] = None) -> str:
+    """Replace `${name}` with vars, `$$` with `$`; leave other `$` (shell's $HOME, $1) for bash.
+
+    Bounded: _Invalid when the value would pass MAX_EXPANDED_CHARS, or the file's
+    substitutions the budget, checked before the text is built.
+    """
     out: list[str] = []
+    size = 0
     i = 0
     n = len(text)
     while i < n:
@@ -1040,10 +1089,12 @@ def _expand(text: str, lookup, where: tuple, known) -> str:
             j = text.find("$", i)
             j = n if j < 0 else j
             out.append(text[i:j])
+            size += j - i
             i = j
             continue
         if text.startswith("$$", i):
             out.append("$")
+            size += 1
             i += 2
             continue
         if text.startswith("${", i):
@@ -1058,13 +1109,31 @@ def _expand(text: str, lookup, where: tuple, known) -> str:
                 hint = _suggest(name, list(known))
                 raise _Invalid(f"unknown variable ${{{name}}}{hint}; define it in [vars], or write ${name} / "
                                f"$${{{name}}} for the shell's variable", where, offset=i)
-            value = lookup(name)
+            try:
+                value = lookup(name)
+            except _Limit as limit:
+                raise _Invalid(str(limit), where, offset=i) from None
             if value is None:
                 raise _Unresolved(name)
+            if size + len(value) > MAX_EXPANDED_CHARS:
+                raise _Invalid(f"${{{name}}} makes this value longer than {MAX_EXPANDED_CHARS // 1024} KiB "
+                               f"({size + len(value):,} characters) once expanded; no command line takes that",
+                               where, offset=i)
+            if budget is not None:
+                if len(value) > budget.left:
+                    if budget.reported:
+                        raise _Unresolved(name)
+                    budget.reported = True
+                    raise _Invalid(f"${{{name}}}: the file's ${{var}} substitutions come to more than "
+                                   f"{MAX_EXPANSION_TOTAL // (1024 * 1024)} MiB in all; use fewer or shorter vars",
+                                   where, offset=i)
+                budget.left -= len(value)
             out.append(value)
+            size += len(value)
             i = end + 1
             continue
         out.append("$")
+        size += 1
         i += 1
     return "".join(out)
 
