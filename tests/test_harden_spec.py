@@ -88,3 +88,37 @@ def test_many_jobs_each_under_the_bound_stop_at_the_files_total(tmp_path):
     # The vars take 122,760 characters; 544 jobs x 61,440 fit in the rest: j544's cmd is the one past it.
     assert (errors[0].line, errors[0].col) == (12 + 2 * 544 + 2, 13)
     assert peak < 48 * 1024 * 1024
+
+
+def many_jobs(path: Path, count: int) -> Path:
+    """`count` jobs the way a generated file has them: vars, an argv, gpus, env, a marker, needs."""
+    with open(path, "w") as fh:
+        fh.write('on_alert = "true"\n[vars]\nroot = "/data"\n')
+        for i in range(count):
+            fh.write(f'[jobs.j{i}]\ncmd = ["python3", "${{root}}/x.py", "{i}"]\ngpus = "0-3"\n'
+                     f'env = {{ A = "1" }}\ndone_when = "d/{i}"\n')
+            if i:
+                fh.write(f'needs = ["j{i - 1}"' + (f', "j{i // 2}"' if i > 2 else "") + "]\n")
+    return path
+
+
+def cpu_seconds(path: Path, rounds: int) -> float:
+    """The fastest of `rounds` check_jobs, in CPU seconds: the other processes on the box do not count."""
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.process_time()
+        errors = check_jobs(path)
+        best = min(best, time.process_time() - t0)
+        assert errors == []
+    return best
+
+
+def test_check_is_linear_in_jobs(tmp_path):
+    # Quadratic, 10x the jobs is 100x the time (a set of every job name was built once per job:
+    # 10,000 jobs took 9.3 s, 20,000 took 38.8 s); linear it is ~10x. 20x leaves room for noise.
+    small = cpu_seconds(many_jobs(tmp_path / "2k.toml", 2000), rounds=3)
+    large_file = many_jobs(tmp_path / "20k.toml", 20000)
+    large = cpu_seconds(large_file, rounds=1)
+    if large >= 20 * small:                # a second look before calling it quadratic
+        large = min(large, cpu_seconds(large_file, rounds=1))
+    assert large < 20 * small, f"2,000 jobs: {small:.3f} s, 20,000 jobs: {large:.3f} s ({large / small:.1f}x)"
