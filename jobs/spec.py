@@ -100,6 +100,21 @@ def spec_snapshot(spec: JobSpec) -> dict:
     return data
 
 
+def file_settings(jobs_file: JobsFile) -> dict:
+    """The file-wide settings (every JobsFile field but path and jobs) as plain JSON.
+
+    A pipeline records them beside its stages' specs and rebuilds its JobsFile from
+    both: listing the fields here, not there, means a new file-wide setting is carried too.
+    """
+    return {f.name: getattr(jobs_file, f.name) for f in fields(JobsFile) if f.name not in ("path", "jobs")}
+
+
+def jobs_file_from_snapshot(path: Union[str, Path], jobs: dict[str, JobSpec], settings: dict) -> JobsFile:
+    """A JobsFile from its jobs and file_settings(); settings this version does not know are ignored."""
+    names = {f.name for f in fields(JobsFile)} - {"path", "jobs"}
+    return JobsFile(path=Path(path), jobs=jobs, **{k: v for k, v in settings.items() if k in names})
+
+
 def spec_from_snapshot(data: dict) -> JobSpec:
     """The JobSpec back from spec_snapshot(); keys this version does not know are ignored."""
     names = {f.name for f in fields(JobSpec)}
