@@ -6,6 +6,7 @@ import difflib
 import math
 import os
 import re
+import shlex
 from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -89,6 +90,13 @@ class JobsFile:
         spec = self.jobs.get(job)
         own = spec.on_alert if spec is not None else None
         return own if own is not None else self.on_alert
+
+
+def command_text(cmd: Union[str, tuple[str, ...], list[str]]) -> str:
+    """A job's cmd as one line to show: a bash string as written, an argv quoted as the shell would read it."""
+    if isinstance(cmd, str):
+        return cmd
+    return shlex.join(str(part) for part in cmd)
 
 
 def spec_snapshot(spec: JobSpec) -> dict:
