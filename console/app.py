@@ -28,7 +28,7 @@ from gpudeck.console.screens.history import HistoryScreen
 from gpudeck.console.screens.hosts import HostsScreen
 from gpudeck.console.screens.jobs import JobsScreen
 from gpudeck.console.telemetry_view import TelemetryView
-from gpudeck.themes import DEFAULT_THEME, GPUDECK_THEMES, THEME_CYCLE, is_known_theme, known_theme_names, next_theme
+from gpudeck.themes import DEFAULT_THEME, GPUDECK_THEMES, THEME_CYCLE, is_known_theme, next_theme, unknown_theme
 
 # The views, in the order of their number keys. A new view (the jobs screen…) adds one
 # entry here: (mode name, key, title, screen class). The app binds the key and switches mode.
@@ -363,9 +363,7 @@ def resolve_theme(cli_theme: str | None, config_theme: str | None) -> str:
         if name is None:
             continue
         if not is_known_theme(name):
-            choices = ", ".join(known_theme_names()[:3])
-            raise CliError(f"unknown theme {name!r} ({source}); choose one of {choices} "
-                           f"or a Textual built-in theme", code=2)
+            raise CliError(unknown_theme(name, source), code=2)
         return name
     return DEFAULT_THEME
 

@@ -130,8 +130,19 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout, sys.stderr = saved
 
 
+def _check_theme(name: Optional[str]) -> None:
+    """--theme is a global option: an unknown name is refused for every command, not only the console."""
+    if name is None:
+        return
+    # Textual's theme list: imported only when --theme is given, so plain commands stay light.
+    from gpudeck.themes import is_known_theme, unknown_theme
+    if not is_known_theme(name):
+        raise CliError(unknown_theme(name, "--theme"), code=2)
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     try:
+        _check_theme(getattr(args, "theme", None))
         if args.command is None:
             from gpudeck.console.app import run_console
             return run_console(args)

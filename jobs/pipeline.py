@@ -23,7 +23,7 @@ from gpudeck.jobs.pipeline_records import META, RESULT, Pipeline, latest_pipelin
 from gpudeck.jobs.procs import ProcessId, identity, signal_process
 from gpudeck.jobs.runs import (PRIVATE_DIR_MODE, ensure_private_dir, new_run_id, open_private, run_dir_main,
                                state_root, write_json_atomic)
-from gpudeck.jobs.spec import spec_snapshot
+from gpudeck.jobs.spec import file_settings, spec_snapshot
 
 POLL_S = 0.5
 # After a Slurm stage fails, how long its dependants get for Slurm to cancel them itself.
@@ -83,7 +83,8 @@ def start_pipeline(supervisor, target: str) -> Pipeline:
             # Absolute: the pipeline process runs in another directory, and stages' cwd is relative to it.
             "jobs_file": str(Path(supervisor.jobs_file.path).resolve()), "state_dir": str(supervisor.state_dir),
             "specs": {name: spec_snapshot(supervisor.jobs_file.jobs[name]) for name in stages},
-            "vars": dict(getattr(supervisor.jobs_file, "vars", {}) or {}),
+            # Every file-wide setting (vars, the default on_alert, ...): the stages' runs need them too.
+            "file_settings": file_settings(supervisor.jobs_file),
         })
     finally:
         os.close(lock_fd)          # closing the fd releases the lock
@@ -131,11 +132,13 @@ class PipelineRunner:
         self.stop_requested = False
 
     def _supervisor(self):
-        from gpudeck.jobs.spec import JobsFile, spec_from_snapshot
+        from gpudeck.jobs.spec import jobs_file_from_snapshot, spec_from_snapshot
         from gpudeck.jobs.supervisor import Supervisor
         meta = self.pipe.meta()
         specs = {name: spec_from_snapshot(data) for name, data in meta["specs"].items()}
-        jobs_file = JobsFile(path=Path(meta["jobs_file"]), jobs=specs, vars=meta.get("vars") or {})
+        # A record written before file_settings existed kept only the vars.
+        settings = meta.get("file_settings") or {"vars": meta.get("vars") or {}}
+        jobs_file = jobs_file_from_snapshot(meta["jobs_file"], specs, settings)
         return Supervisor(jobs_file, state_dir=Path(meta["state_dir"]))
 
     def main(self) -> int:

@@ -1,6 +1,7 @@
 """Pipelines on real processes: dependency order, done_when skips, first failure stops, advancing with no CLI attached."""
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from gpudeck.jobs.runs import latest_run
 from gpudeck.jobs.spec import JobSpec, JobsFile, load_jobs
 from gpudeck.jobs.supervisor import Supervisor
 
-from runsupport import cli, cli_env, wait_for, write_jobs
+from runsupport import PY, cli, cli_env, toml_str, wait_for, write_jobs
 
 
 def stage_jobs(tmp_path: Path, fail: str | None = None, slow: float = 0.0) -> dict:
@@ -120,3 +121,38 @@ def test_stopping_the_target_stops_a_running_pipeline(tmp_path, state):
     assert pipe.state() == "stopped"
     assert latest_run("extract").exit_record()["stopped_by_request"] is True
     assert latest_run("train") is None
+
+
+@pytest.mark.parametrize("where", ["top-level", "[alerts]"])
+def test_stages_keep_the_file_wide_settings(tmp_path, state, where):
+    # A pipeline rebuilds its jobs file from what it recorded: the default on_alert was lost there
+    # (the stage run's meta.json said "on_alert": null, and a crashing stage paged nobody).
+    out = tmp_path / "paged.txt"
+    hook = f'echo "$GPUDECK_ALERT_JOB $GPUDECK_ALERT_CODE ${{who}}" >> {out}'
+    crash = "import sys; sys.stderr.write('Traceback (most recent call last):\\nRuntimeError: boom\\n'); sys.exit(1)"
+    path = tmp_path / "jobs.toml"
+    setting = f"on_alert = {toml_str(hook)}\n"
+    path.write_text((setting if where == "top-level" else "") + '[vars]\nwho = "ops"\n'
+                    + ("" if where == "top-level" else "[alerts]\n" + setting)
+                    + f'[jobs.prep]\ncmd = "true"\n'
+                    + f'[jobs.train]\ncmd = {toml_str(f"{PY} -c {shlex.quote(crash)}")}\nneeds = ["prep"]\n')
+    sup = Supervisor(load_jobs(path))
+    assert sup.jobs_file.on_alert == hook.replace("${who}", "ops")
+    pipe = start_pipeline(sup, "train")
+    wait_for(lambda: pipe.state() != "running", timeout=60, what="pipeline end")
+    assert pipe.state() == "failed"
+    for stage in ("prep", "train"):
+        assert latest_run(stage).meta()["on_alert"] == sup.jobs_file.on_alert, stage
+    text = wait_for(lambda: out.exists() and out.read_text(), what="the file-wide on_alert to fire")
+    assert text.splitlines()[0] == "train crashed ops", text
+
+
+def test_a_pipeline_record_keeps_every_file_wide_field():
+    from dataclasses import fields
+    import json
+    from gpudeck.jobs.spec import file_settings, jobs_file_from_snapshot
+    jf = JobsFile(path=Path("/x/jobs.toml"), jobs={"a": JobSpec(name="a", cmd="true")}, vars={"v": "1"},
+                  on_alert="page")
+    settings = json.loads(json.dumps(file_settings(jf)))
+    assert set(settings) == {f.name for f in fields(JobsFile)} - {"path", "jobs"}
+    assert jobs_file_from_snapshot(jf.path, jf.jobs, settings) == jf

@@ -69,6 +69,12 @@ def is_known_theme(name: str) -> bool:
     return name in GPUDECK_THEMES or name in BUILTIN_THEMES
 
 
+def unknown_theme(name: str, source: str) -> str:
+    """The one-line reason an unknown theme name is refused, saying where it came from."""
+    choices = ", ".join(known_theme_names()[:3])
+    return f"unknown theme {name!r} ({source}); choose one of {choices} or a Textual built-in theme"
+
+
 def next_theme(current: str) -> str:
     """The theme after `current` in the cycle (a non-gpudeck theme cycles back to the first)."""
     try:
@@ -78,4 +84,5 @@ def next_theme(current: str) -> str:
     return THEME_CYCLE[(position + 1) % len(THEME_CYCLE)]
 
 
-__all__ = ["DEFAULT_THEME", "GPUDECK_THEMES", "THEME_CYCLE", "known_theme_names", "is_known_theme", "next_theme"]
+__all__ = ["DEFAULT_THEME", "GPUDECK_THEMES", "THEME_CYCLE", "known_theme_names", "is_known_theme", "next_theme",
+           "unknown_theme"]

@@ -28,7 +28,7 @@ def run_check(args: argparse.Namespace) -> int:
             reply = remote.call("check")
         return _report(f"{spec.name}:{reply['path']}", reply["errors"], reply["jobs"])
     from gpudeck.jobs.paths import check_regular, find_jobs_file
-    from gpudeck.jobs.spec import SpecError, check_jobs, load_jobs
+    from gpudeck.jobs.spec import SpecError, load_jobs
     path = find_jobs_file(getattr(args, "jobs_file", None))
     if path is None:
         raise CliError("no jobs file: pass --jobs FILE, set GPUDECK_JOBS, or create ./jobs.toml "
@@ -39,13 +39,10 @@ def run_check(args: argparse.Namespace) -> int:
         check_regular(path)             # a FIFO would block the read, /dev/zero never end it
     except OSError as exc:
         raise CliError(str(exc), code=2) from None
-    errors = check_jobs(path)
-    if errors:
-        return _report(str(path), [str(e) for e in errors], [])
     try:
-        jobs_file = load_jobs(path)
-    except SpecError as exc:  # the file changed between the two reads
-        return _report(str(path), [str(exc)], [])
+        jobs_file = load_jobs(path)     # one read: the errors ride on the first one
+    except SpecError as exc:
+        return _report(str(path), [str(e) for e in exc.errors], [])
     return _report(str(path), [], list(jobs_file.jobs))
 
 

@@ -147,7 +147,8 @@ def _find_run(args: argparse.Namespace):
         raise CliError(NO_JOBS_FILE if path is None else f"{path}: no such file", code=2)
     run = find_run(args.job, args.run) if args.run else latest_run(args.job)
     if run is None:
-        raise CliError(f"{args.job} has no run {args.run}" if args.run else f"{args.job} has never run", code=1)
+        # 2, as postmortem says of an unknown run (and the agent over SSH says of both)
+        raise CliError(f"{args.job} has no run {args.run}" if args.run else f"{args.job} has never run", code=2)
     return run
 
 

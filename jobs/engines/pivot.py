@@ -17,6 +17,7 @@ from typing import Callable, Optional
 from gpudeck.jobs.engines.discovery import EngineProcess, discover_engines
 from gpudeck.jobs.engines.profiles import EngineSettings, engine_settings
 from gpudeck.jobs.engines.readiness import wait_until_ready
+from gpudeck.jobs.spec import command_text
 
 # Foreign engines get this long between SIGTERM and SIGKILL: vLLM's and SGLang's
 # shutdown (workers, NCCL teardown) takes 2-30 s.
@@ -166,7 +167,7 @@ def plan_pivot(supervisor, target: str, *, stop_foreign: bool = False,
         plan.stops.append(PlannedStop(
             kind="job", pid=found.pid if found else (st.pid or 0),
             engine=found.engine if found else (job_spec.engine or "?"),
-            cmdline=found.cmdline if found else str(job_spec.cmd), gpu_mem=found.gpu_mem if found else None,
+            cmdline=found.cmdline if found else command_text(job_spec.cmd), gpu_mem=found.gpu_mem if found else None,
             port=port, job=name, run_id=st.run_id,
             members=tuple((m.pid, m.title) for m in found.members) if found else (),
             gpus=found.gpus if found else tuple(job_spec.gpus)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import sqlite3
 import time
@@ -205,7 +206,7 @@ def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
     peaks = summary.get("peaks") if isinstance(summary.get("peaks"), dict) else {}
     command = meta.get("command")
     if isinstance(command, list):
-        command = " ".join(str(c) for c in command)
+        command = shlex.join(str(c) for c in command)     # as the shell would read it: an argument keeps its spaces
     spec = meta.get("spec") if isinstance(meta.get("spec"), dict) else {}
     pivot_context, pivot_record = _pivot_context(events)
     row = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import statistics
 import time
 from datetime import datetime
@@ -365,7 +366,7 @@ def build_run(run_dir: Path, state_dir: Optional[Path] = None) -> dict:
     command = meta.get("command")
     report["source"] = {"kind": "run", "job": row["job"], "run_id": row["run_id"], "path": str(run_dir),
                         "log": str(log_path), "host": row["host"], "backend": row["backend"],
-                        "command": " ".join(map(str, command)) if isinstance(command, list) else command,
+                        "command": shlex.join(map(str, command)) if isinstance(command, list) else command,
                         "gpus": row["gpus"], "job_kind": row["job_kind"], "engine": row["engine"]}
     report["outcome"] = {k: row[k] for k in ("state", "exit_code", "signal", "stopped_by", "failed", "started_at",
                                               "ended_at", "duration_s", "final_phase", "load_s")}

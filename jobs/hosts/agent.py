@@ -158,18 +158,15 @@ class Agent:
     def op_check(self, params: dict) -> dict:
         """`gpudeck check` on this host's jobs file: every located error, or the job names."""
         from gpudeck.jobs.paths import find_jobs_file
-        from gpudeck.jobs.spec import SpecError, check_jobs, load_jobs
+        from gpudeck.jobs.spec import SpecError, load_jobs
         path = find_jobs_file(self.jobs_file)
         if path is None or not path.exists():
             self._supervisor()                     # raises the one-line reason
-        errors = [str(e) for e in check_jobs(path)]
-        names: list[str] = []
-        if not errors:
-            try:
-                names = list(load_jobs(path).jobs)
-            except SpecError as exc:               # the file changed between the two reads
-                errors = [str(exc)]
-        return {"path": str(path), "errors": errors, "jobs": names}
+        try:
+            names = list(load_jobs(path).jobs)     # one read: the errors ride on the first one
+        except SpecError as exc:
+            return {"path": str(path), "errors": [str(e) for e in exc.errors], "jobs": []}
+        return {"path": str(path), "errors": [], "jobs": names}
 
     def op_doctor(self, params: dict) -> dict:
         """`gpudeck doctor [JOB]` on this box: driver, free GPUs, the job's interpreter, port, disk, build RAM."""

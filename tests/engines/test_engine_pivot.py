@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -67,6 +68,18 @@ def test_plan_lists_running_engines_and_leaves_builds_alone(box):
         plan_pivot(sup, "eng-a", engines=[])
     with pytest.raises(PivotError, match="not an engine job"):
         plan_pivot(sup, "builder", engines=[])
+
+
+def test_the_plan_shows_a_list_command_as_the_shell_would_quote_it(box):
+    # Found by its run, not by discovery (engines=[]): the plan printed the argv as a Python tuple,
+    # "('python3', 'x.py', '18001')".
+    sup, _, _ = box
+    sup.start("eng-a")
+    plan = plan_pivot(sup, "eng-b", engines=[])
+    argv = sup.spec("eng-a").cmd
+    assert isinstance(argv, tuple) and plan.stops[0].cmdline == shlex.join(argv)
+    line = next(ln for ln in plan.lines() if "job eng-a" in ln)
+    assert line.endswith(shlex.join(argv)[:160]) and "('" not in line, line
 
 
 def test_pivot_stops_the_running_engine_and_follows_the_target_to_ready(box):
