@@ -345,6 +345,7 @@ class JobsScreen(DeckScreen):
             self.refresh_bindings()
         self.set_class(snapshot.replay is not None, "-replay")
         self.query_one(ReplayBar).show_frame(snapshot.replay)
+        self.query_one(BoxHeaderPanel).show_replay(snapshot.replay.t if snapshot.replay is not None else None)
         self._log_limits = dict(snapshot.log_limits)
         reason_box = self.query_one("#jobs-reason", Static)
         self.reason = snapshot.reason
