@@ -28,7 +28,7 @@ def full_report() -> dict:
     return {
         "version": 1, "verdict": "crashed after 12 s of loading: CUDA out of memory (line 8)", "build_s": 0.01,
         "source": {"kind": "run", "job": "engine", "run_id": "20251201-000000-00000", "path": "/r",
-                   "log": "/r/output.log", "host": "box", "backend": "ssh", "command": "vllm serve m",
+                   "log": "/r/output.log", "host": "box", "backend": "ssh", "command": "vllm serve m \\\n  --port 8000",
                    "gpus": [0, 1], "job_kind": "engine", "engine": "vllm"},
         "outcome": {"state": "exited", "exit_code": 1, "signal": "SIGTERM", "stopped_by": None, "failed": True,
                     "started_at": T0, "ended_at": T0 + 20, "duration_s": 20.0, "final_phase": "failed",
@@ -285,3 +285,48 @@ def test_chromium_a_hostile_report_does_not_navigate(tmp_path, browser):  # noqa
         loaded = browser.load(page)
         assert "NAVIGATED-AWAY" not in loaded.dom and 'id="verdict"' in loaded.dom, name
         assert loaded.problems == [], loaded.problems
+
+
+# --------------------------------------------------------------------------- the remote path of the CLI
+
+class _FakeRemote:
+    """The link to a box whose agent answers `postmortem` with a hostile report."""
+    report: dict = {}
+
+    def __init__(self, spec) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def call(self, op: str, params=None) -> dict:
+        assert op == "postmortem"
+        return {"report": self.report}
+
+
+@pytest.mark.parametrize("fmt", ["html", "md"])
+def test_cli_postmortem_host_renders_the_remote_report_escaped(monkeypatch, tmp_path, fmt):
+    import argparse
+
+    from gpudeck.console.commands import _host
+    from gpudeck.console.commands.postmortem import run_postmortem
+    payload = HTML_PAYLOADS[0] if fmt == "html" else MD_PAYLOADS[4]
+    base = full_report()
+    _FakeRemote.report = replaced(replaced(only_strings(base, payload), ("phases", 0, "line"), payload),
+                                  ("last_lines", 0, "line"), payload)
+    monkeypatch.setattr(_host, "remote_spec", lambda args: object())
+    monkeypatch.setattr(_host, "Remote", _FakeRemote)
+    out = tmp_path / f"r.{fmt}"
+    args = argparse.Namespace(target="engine", format=fmt, output=str(out), host="box")
+    assert run_postmortem(args) == 0
+    body = out.read_text()
+    if fmt == "html":
+        own, own_meta = _own_html()
+        check_html(body, own, own_meta, "remote")
+    else:
+        own = Elements(_md_html(render_md.render(base)))
+        counts = {tag: sum(1 for e in own.elements if e[0] == tag) for tag in ("h2", "pre", "table", "tr", "ul")}
+        check_md(body, set(own.elements), counts, "remote")

@@ -102,8 +102,14 @@ def _facts(src: dict, o: dict) -> str:
     if not rows:
         return ""
     return '<table class="facts">' + "".join(
-        f"<tr><td>{esc(k)}</td><td>{'<code>' + esc(v) + '</code>' if k in ('command', 'log') else esc(v)}</td></tr>"
+        f"<tr><td>{esc(k)}</td><td>{_code(v) if k in ('command', 'log') else esc(v)}</td></tr>"
         for k, v in rows) + "</table>"
+
+
+def _code(value: Any) -> str:
+    """A command or path in <code>, each of its lines kept (a shell script in jobs.toml has several)."""
+    lines = str(value).splitlines()[:40] or [""]
+    return "<code>" + "<br>".join(esc(line, 300) for line in lines) + "</code>"
 
 
 def _phases(report: dict) -> str:
