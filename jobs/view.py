@@ -29,6 +29,28 @@ COLUMNS = (("name", "name"), ("kind", "kind"), ("state", "state"), ("runtime", "
            ("serving", "serving"), ("slurm", "slurm"), ("phase", "phase / progress"))
 
 
+# A progress label longer than this is cut even in a wide column (a label is a few words; a log line is not).
+LABEL_CHARS = 80
+
+
+def fit_progress(words: tuple[str, str, str], width: Optional[int]) -> str:
+    """(phase, label, numbers) as one cell of at most `width` characters: the label is shortened with an
+    ellipsis first, then left out, then the phase; the numbers and ETA always stay whole."""
+    phase, label, numbers = words
+
+    def joined(*parts: str) -> str:
+        return " ".join(p for p in parts if p)
+    text = joined(phase, label, numbers)
+    if width is None or len(text) <= width:
+        return text
+    room = width - len(joined(phase, numbers)) - 1          # the label's own space beside the others
+    if label and room >= 4:                                  # three letters and the ellipsis say something
+        return joined(phase, label[:room - 1].rstrip() + "…", numbers)
+    if len(joined(phase, numbers)) <= width:
+        return joined(phase, numbers)
+    return numbers or phase[:width]
+
+
 def human_age(seconds: Optional[float]) -> str:
     """Two most significant units: '3d04h', '2h05m', '5m12s', '42s'."""
     if seconds is None or finite_number(seconds) is None or seconds < 0:
@@ -92,13 +114,16 @@ class ProgressView:
 
     def text(self, eta: bool = True) -> str:
         """`gen 6200/10000 62% ETA 55m00s`; empty when there is nothing measured. `eta=False`: no ETA."""
-        parts = []
-        if self.done is not None and self.total:
-            piece = f"{self.done:g}/{self.total:g} {self.percent:.0f}%"
-            parts.append(f"{clean(self.label, 24)} {piece}" if self.label else piece)
+        return " ".join(p for p in self.pieces(eta) if p)
+
+    def pieces(self, eta: bool = True) -> tuple[str, str]:
+        """(label, numbers and ETA): a column too narrow for both shortens the label, never the numbers."""
+        if self.done is None or not self.total:
+            return "", (f"ETA {human_age(self.eta_s)}" if eta and self.eta_s is not None else "")
+        numbers = f"{self.done:g}/{self.total:g} {self.percent:.0f}%"
         if eta and self.eta_s is not None:
-            parts.append(f"ETA {human_age(self.eta_s)}")
-        return " ".join(parts)
+            numbers += f" ETA {human_age(self.eta_s)}"
+        return clean(self.label, LABEL_CHARS), numbers
 
     def where(self) -> str:
         """`8/64` (what an ended or stuck run reached), empty when nothing was counted."""
@@ -256,12 +281,13 @@ class JobView:
             return clean(self.signal, 16)
         return EMPTY if self.exit_code is None else str(self.exit_code)
 
-    def progress_text(self, compact: bool = False, now: Optional[float] = None) -> str:
+    def progress_text(self, compact: bool = False, now: Optional[float] = None, width: Optional[int] = None) -> str:
         """`loading gen 33/85 39% ETA 12m00s`; `compact` leaves out a phase that only repeats the state.
 
         An ETA is shown only while the run is live and its progress moves: an ended run
         says where it got to (`loading at 8/64 when stopped`), a stuck one for how long
-        nothing moved (`loading 8/64 13% no progress for 5m00s`).
+        nothing moved (`loading 8/64 13% no progress for 5m00s`). `width`: the characters the column has;
+        the label is shortened to fit, never the numbers or the ETA.
         """
         progress = self.progress
         if progress is not None and not self.live and self.state != "idle" and progress.where():
@@ -271,14 +297,13 @@ class JobView:
             phase = f"{self.phase} " if self.phase and self.phase not in ENDED_PHASES else ""
             return clean(f"{phase}at {progress.where()} {when}", 60) or EMPTY
         stuck = self._stuck_for(now)
-        measured = progress.text(eta=stuck is None) if progress is not None else ""
-        if measured and stuck is not None:
-            measured += f" no progress for {human_age(stuck)}"
-        parts = [measured] if measured else []
+        label, numbers = progress.pieces(eta=stuck is None) if progress is not None else ("", "")
+        if numbers and stuck is not None:
+            numbers += f" no progress for {human_age(stuck)}"
+        measured = bool(label or numbers)
         # A phase repeating the state word beside it says nothing in a narrow table (alone it still shows).
-        if self.phase and not (compact and measured and self.phase == self.state_text()):
-            parts.insert(0, self.phase)
-        return clean(" ".join(parts), 60) or EMPTY
+        phase = self.phase if self.phase and not (compact and measured and self.phase == self.state_text()) else ""
+        return fit_progress((phase, label, numbers), width) or EMPTY
 
     def _stuck_for(self, now: Optional[float]) -> Optional[float]:
         """Seconds since the progress last moved, when that is long enough to distrust an ETA (or a stall alert says so)."""
@@ -297,13 +322,13 @@ class JobView:
     def serving_text(self) -> str:
         return self.serving.text() if self.serving is not None and self.live else ""
 
-    def cells(self, now: float, compact: bool = False) -> dict[str, str]:
-        """Each column's text, by the keys of COLUMNS."""
+    def cells(self, now: float, compact: bool = False, phase_width: Optional[int] = None) -> dict[str, str]:
+        """Each column's text, by the keys of COLUMNS; `phase_width`: the phase column's width, if it has one."""
         return {"name": self.name, "kind": self.kind, "state": self.state_text(), "runtime": self.runtime_text(now),
                 "pid": self.pid_text(), "run": clean(self.run_id, 32) or EMPTY,
                 "port": self.port_text(), "gpus": self.gpus_text(), "exit": self.exit_text(),
                 "alerts": self.alerts_text(), "serving": self.serving_text(), "slurm": self.slurm or "",
-                "phase": self.progress_text(compact, now)}
+                "phase": self.progress_text(compact, now, phase_width)}
 
     def pid_text(self) -> str:
         if self.pid is not None:

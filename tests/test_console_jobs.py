@@ -617,3 +617,63 @@ def test_slurm_jobs_get_a_slurm_column_only_when_there_are_some() -> None:
     assert "slurm" in [c.key for c in table_layout(views, NOW, 200).columns]
     assert "slurm" not in [c.key for c in table_layout(job_views({"jobs": FAKE_JOBS}), NOW, 300).columns]
     assert all(v.cells(NOW)["slurm"] == "" for v in views[:-1])
+
+
+# -- a long progress label: the phase column shortens the label, never the numbers or the ETA (harden 18) --
+
+LONG_LABEL = "Loading safetensors checkpoint shards"
+LOADING_JOBS = [
+    {"name": "vllm-k2", "kind": "engine", "state": "running", "pid": 4412, "run_id": "r1", "exit_code": None,
+     "started_at": NOW - 600, "ended_at": None, "port": 8000, "port_open": False, "gpus": [0, 1, 2, 3, 4, 5, 6, 7],
+     "phase": "loading", "progress": {"done": 33, "total": 85, "label": LONG_LABEL, "eta_s": 720}, "alerts": []},
+    FAKE_JOBS[3],
+]
+
+
+@pytest.mark.parametrize("width", [80, 120, 160])
+@pilot_test
+async def test_a_long_progress_label_is_shortened_and_the_eta_stays_whole(width: int) -> None:
+    class LoadingApp(App):
+        def on_mount(self) -> None:
+            self.push_screen(JobsScreen(supervisor=FakeSupervisor(), payload=lambda _: {"jobs": LOADING_JOBS},
+                                        refresh_s=3600, clock=lambda: NOW))
+
+    app = LoadingApp()
+    async with app.run_test(size=(width, 24)) as pilot:
+        screen = await wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen.refreshes
+                                and app.screen, "rows")
+        table = screen.query_one("#jobs-table")
+        keys = [str(c.key.value) for c in table.ordered_columns]
+        column = next(c for c in screen._layout.columns if c.key == "phase")
+        cell = table.get_row_at(0)[keys.index("phase")].plain.rstrip()
+        gen = table.get_row_at(1)[keys.index("phase")].plain.rstrip()
+    assert cell.endswith("33/85 39% ETA 12m00s"), (width, cell)         # the numbers and the ETA, whole
+    assert gen.endswith("6200/10000 62% ETA 55m00s"), (width, gen)
+    assert len(cell) <= column.width
+    whole = f"loading {LONG_LABEL} 33/85 39% ETA 12m00s"
+    if len(whole) <= column.width:
+        assert cell == whole, (width, cell)
+    elif column.width >= len(whole) - len(LONG_LABEL) + 4:
+        assert "Loading" in cell and "…" in cell, (width, cell)       # the label shortened, with an ellipsis
+    if width == 160:
+        assert cell == whole                   # wide enough: more than 24 characters of label (was "…chec")
+
+
+@pytest.mark.parametrize("columns", [80, 120, 160])
+def test_cli_jobs_phase_column_uses_the_terminal_width(columns: int) -> None:
+    from gpudeck.console.commands.jobs_list import PHASE_MIN, table_lines
+    lines = table_lines(job_views({"jobs": LOADING_JOBS}), NOW, columns)
+    table = [line for line in lines if not line.startswith("⚠")]
+    rows = _cli_cells(table)
+    assert rows[0]["phase"].endswith("33/85 39% ETA 12m00s") and rows[1]["phase"].endswith("62% ETA 55m00s"), rows
+    others = table[0].index("PHASE")
+    # Past the terminal only where the other columns leave less than PHASE_MIN, and then only by whole numbers.
+    numbers = ("33/85 39% ETA 12m00s", "6200/10000 62% ETA 55m00s")
+    for line, whole in zip(table[1:], numbers):
+        assert len(line) <= max(columns, others + max(PHASE_MIN, len(whole))), "\n".join(table)
+    if columns == 160:
+        assert rows[0]["phase"] == f"loading {LONG_LABEL} 33/85 39% ETA 12m00s", rows[0]
+    elif columns == 120:
+        assert "Loading safetensors" in rows[0]["phase"] and "…" in rows[0]["phase"], rows[0]
+    # Without a terminal (a pipe) the label is whole.
+    assert LONG_LABEL in _cli_cells(table_lines(job_views({"jobs": LOADING_JOBS}), NOW))[0]["phase"]

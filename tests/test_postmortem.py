@@ -251,8 +251,8 @@ def test_a_live_run_and_no_target_means_the_latest_run(tmp_path, state):
     assert cli(["--jobs", str(jobs), "stop", "slow"], env).returncode == 0
     wait_for(lambda: not run.state().runner_alive, timeout=60, what="the runner to finish")
     stopped = cli(["postmortem", "slow", "-o", str(tmp_path / "r.md")], env)
-    assert stopped.stdout.decode().startswith("stopped by supervisor after ")
-    assert (tmp_path / "r.md").read_text().startswith("**stopped by supervisor")
+    assert stopped.stdout.decode().startswith("stopped by the operator after ")
+    assert (tmp_path / "r.md").read_text().startswith("**stopped by the operator")
 
 
 def test_an_engine_run_made_by_the_runner_monitors_has_serving_charts(tmp_path, browser):  # noqa: F811

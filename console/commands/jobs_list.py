@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from gpudeck.jobs import strictjson
 from gpudeck.console.commands._jobs_file import supervisor
@@ -27,15 +29,35 @@ def cli_columns() -> tuple[tuple[str, str], ...]:
     return tuple((key, label) for key, label in COLUMNS if key != "alerts")
 
 
-def table_lines(views: list[JobView], now: float) -> list[str]:
-    """The table and, under it, one line per alert or failure: the same words as the console's jobs view."""
+PHASE_MIN = 24          # a terminal narrower than the other columns still gives the phase this much
+
+
+def terminal_width() -> Optional[int]:
+    """The terminal's columns ($COLUMNS first); None when the output is not a terminal (a pipe keeps whole lines)."""
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else None
+    except (OSError, ValueError):
+        return None
+
+
+def table_lines(views: list[JobView], now: float, width: Optional[int] = None) -> list[str]:
+    """The table and, under it, one line per alert or failure: the same words as the console's jobs view.
+
+    `width`: the terminal's; the phase column (last) gets what the others leave, its label shortened to fit."""
     from gpudeck.jobs.view import EMPTY
     shown = [(key, label) for key, label in cli_columns()
              if key not in ("serving", "slurm") or any(view.cells(now)[key] for view in views)]
-    rows = [tuple(label.split(" /")[0].upper() for _, label in shown)]
-    for view in views:
-        cells = view.cells(now)
-        rows.append(tuple(cells[key] or EMPTY for key, _ in shown))
+    header = tuple(label.split(" /")[0].upper() for _, label in shown)
+    cells = [view.cells(now) for view in views]
+    if width is not None and shown and shown[-1][0] == "phase":
+        others = sum(max([len(header[i])] + [len(c[key] or EMPTY) for c in cells]) + 2
+                     for i, (key, _) in enumerate(shown[:-1]))
+        phase_width = max(PHASE_MIN, width - others)
+        cells = [view.cells(now, phase_width=phase_width) for view in views]
+    rows = [header] + [tuple(c[key] or EMPTY for key, _ in shown) for c in cells]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines += [line for view in views for line in view.notice_lines(now)]
@@ -58,7 +80,7 @@ def run_jobs(args: argparse.Namespace) -> int:
     if args.json:
         print(strictjson.dumps(payload, indent=1, default=str))
         return 0
-    for line in table_lines(job_views(payload), time.time()):
+    for line in table_lines(job_views(payload), time.time(), terminal_width()):
         print(line)
     for pipe in payload.get("pipelines", []):
         stages = " → ".join(f"{clean(s['name'], 40)}[{s['status']}]" for s in pipe["stages"])

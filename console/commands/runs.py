@@ -148,6 +148,22 @@ def _outcome(row: dict) -> str:
     return state
 
 
+LOAD_PHASES = ("loading", "compiling", "capturing")
+
+
+def _load(row: dict, human_age) -> str:
+    """Start to ready; a run that never became ready shows the time it spent loading, marked ✗ (died or
+    stopped before ready) or … (still at it)."""
+    if row.get("load_s") is not None:
+        return human_age(row["load_s"])
+    phases = row.get("phases") if isinstance(row.get("phases"), dict) else {}
+    spent = [v for k, v in phases.items() if k in LOAD_PHASES and isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if not spent:
+        return "-"
+    live = row.get("state") in ("running", "starting", "stopping")
+    return human_age(sum(spent)) + ("…" if live else "✗")
+
+
 def _why(row: dict) -> str:
     if row.get("failure_cause"):
         text = row["failure_cause"]
@@ -155,7 +171,8 @@ def _why(row: dict) -> str:
             text += f" (line {row['failure_line']})"
         return text
     if row.get("stopped_by"):
-        return f"stopped by {row['stopped_by']}"
+        from gpudeck.jobs.history.index import stopper
+        return f"stopped by {stopper(row['stopped_by'])}"
     if row.get("pivot"):
         return row["pivot"]
     alerts = [a for a in row.get("alerts") or [] if a != "crashed"]
@@ -164,7 +181,7 @@ def _why(row: dict) -> str:
 
 # What the table shows (the JSON has every column); fewer columns and no JSON to decode keep 10,000 rows fast.
 TABLE_COLUMNS = ("run_id", "job", "kind", "started_at", "duration_s", "state", "exit_code", "signal", "final_phase",
-                 "load_s", "peak_gpu_mem_max", "gpu_count", "failure_cause", "failure_line", "stopped_by", "pivot",
+                 "load_s", "phases", "peak_gpu_mem_max", "gpu_count", "failure_cause", "failure_line", "stopped_by", "pivot",
                  "alerts", "host", "backend", "failed")
 
 
@@ -195,7 +212,7 @@ def render_table(rows: list[dict], now: Optional[float] = None) -> str:
             f"{human_age(now - started)} ago" if started else "-",
             human_age(took) if took is not None else "-",
             _outcome(row), row.get("final_phase") if row.get("final_phase") not in (None, "unknown") else "-",
-            human_age(row["load_s"]) if row.get("load_s") is not None else "-",
+            _load(row, human_age),
             peak_text, cell(_why(row), 60), cell(row.get("host") or "-", 24)
             + ("" if (row.get("backend") or "local") == "local" else f" ({row['backend']})"),
         ))

@@ -55,7 +55,8 @@ def why_text(row: dict) -> str:
         message = f": {row['failure_message']}" if row.get("failure_message") else ""
         return f"{row['failure_cause']}{line}{message}"
     if row.get("stopped_by"):
-        return f"stopped by {row['stopped_by']}"
+        from gpudeck.jobs.history.index import stopper
+        return f"stopped by {stopper(row['stopped_by'])}"
     alerts = [a for a in row.get("alerts") or [] if isinstance(a, str)]
     peak = row.get("peak_gpu_mem") if isinstance(row.get("peak_gpu_mem"), dict) else {}
     parts = [", ".join(alerts)] if alerts else []

@@ -131,7 +131,9 @@ def fitted(text: str, width: int, style: str = "") -> Text:
 
 def layout_cells(job: JobView, now: float, layout: TableLayout, variables: Optional[dict[str, str]] = None) -> list[Text]:
     style = resolve_style(HEALTH_STYLES[job.health], variables or {})
-    texts = job.cells(now, layout.compact)
+    # The phase column's own width: its label is shortened to fit, so the numbers and the ETA stay whole.
+    phase_width = next((column.width for column in layout.columns if column.key == PHASE_KEY), None)
+    texts = job.cells(now, layout.compact, phase_width)
     return [fitted(texts[column.key], column.width, style) for column in layout.columns]
 
 
@@ -362,6 +364,7 @@ class JobsScreen(DeckScreen):
             self.refresh_bindings()
         self.set_class(snapshot.replay is not None, "-replay")
         self.query_one(ReplayBar).show_frame(snapshot.replay)
+        self.query_one(BoxHeaderPanel).show_replay(snapshot.replay.t if snapshot.replay is not None else None)
         self._log_limits = dict(snapshot.log_limits)
         reason_box = self.query_one("#jobs-reason", Static)
         self.reason = snapshot.reason

@@ -1,4 +1,4 @@
-"""The one-line header: which box, how many GPUs, SIMULATED when it is, and whether the data is live."""
+"""The one-line header: which box, how many GPUs, SIMULATED when it is, and whether the data is live or a replay."""
 from __future__ import annotations
 
 import time
@@ -38,6 +38,14 @@ class BoxHeaderPanel(FollowsTelemetry, PaintedLines, Widget):
         self.view_title = view_title
         self.view: Optional[TelemetryView] = None
         self._shown: object = None
+        self.replay_at: Optional[float] = None      # the replayed instant the view below shows; None: live
+
+    def show_replay(self, at: Optional[float]) -> None:
+        """The view below shows recorded runs at `at` (None: back to live): the header must not say "live"."""
+        at = None if at is None else float(int(at))          # to the second, as the header prints it
+        if at != self.replay_at:
+            self.replay_at = at
+            self.refresh()
 
     def apply_telemetry(self, view: TelemetryView) -> None:
         snap = view.snapshot
@@ -77,6 +85,9 @@ class BoxHeaderPanel(FollowsTelemetry, PaintedLines, Widget):
             since = f" since {clock_text(snap.time)}" if snap else ""
             parts.append((f" STALE{since} ", "bold reverse $error"))
             parts.append((f" {safe_text(view.error, 120)}", "$error"))
+        elif self.replay_at is not None:
+            parts.append((" REPLAY ", "bold reverse $accent"))
+            parts.append(f" at {clock_text(self.replay_at)}")
         elif view.paused:
             parts.append((" PAUSED ", "bold reverse $accent"))
             parts.append(f" at {clock_text(snap.time)}" if snap else "")

@@ -127,11 +127,11 @@ MAX_ALERTS_SHOWN = 20
 def result_text(o: dict, text: Callable[[Any], str] = str) -> str:
     """The outcome in one line (`failed, exit 1, stopped by you — Slurm job 12 TIMEOUT on node3`); `text` makes the
     job's own words safe for the format."""
-    result = o.get("state") or "?"
+    result = text(o.get("state") or "?")
     if o.get("signal"):
-        result += f", {o['signal']}"
+        result += f", {text(o['signal'])}"
     elif o.get("exit_code") is not None:
-        result += f", exit {o['exit_code']}"
+        result += f", exit {text(o['exit_code'])}"
     if o.get("stopped_by"):
         result += f", stopped by {text(o['stopped_by'])}"
     slurm = o.get("slurm") if isinstance(o.get("slurm"), dict) else None
@@ -158,7 +158,7 @@ def history_items(hist: dict, text: Callable[[Any], str] = str) -> list[str]:
     if hist.get("failed_of_last"):
         k, n = hist["failed_of_last"]
         items.append(f"{k} of the last {n} runs failed: " + ", ".join(
-            f"{r['run_id']} {'✗ ' + text(r['cause'] or 'failed') if r['failed'] else '✓'}" for r in hist.get("last") or []))
+            f"{text(r['run_id'])} {'✗ ' + text(r['cause'] or 'failed') if r['failed'] else '✓'}" for r in hist.get("last") or []))
     return items
 
 

@@ -50,7 +50,7 @@ COLUMNS = (
     ("state", "TEXT"),                # running | exited | stopped | lost | succeeded | failed ...
     ("exit_code", "INTEGER"),
     ("signal", "TEXT"),
-    ("stopped_by", "TEXT"),           # who asked for the stop (supervisor, runner, pivot to X, pipeline ...)
+    ("stopped_by", "TEXT"),           # who asked for the stop (the operator, runner, pivot to X, pipeline ...)
     ("final_phase", "TEXT"),
     ("failed", "INTEGER"),
     ("failure_cause", "TEXT"),
@@ -108,13 +108,20 @@ def file_size(path: Path) -> int:
         return 0
 
 
+def stopper(value: Any) -> str:
+    """Who asked for a stop, in words: a row indexed before the operator was named says "supervisor"."""
+    return "the operator" if value == "supervisor" else str(value)
+
+
 def _stopped_by(events: list[dict], exit_record: Optional[dict]) -> Optional[str]:
     if not exit_record or not exit_record.get("stopped_by_request"):
         return None
     who = None
     for ev in events:
         if ev.get("event") == "StopRequested" and who is None:
-            who = str(ev.get("by") or "request")
+            # The supervisor is how a stop is carried out, not who wanted it: that is the operator (gpudeck
+            # stop/restart, the console, --host), unless a pivot or a pipeline asked (below).
+            who = "the operator" if ev.get("by") == "supervisor" else str(ev.get("by") or "request")
             if ev.get("reason"):
                 who += f" ({ev['reason']})"
         if ev.get("event") == "PivotRequested":

@@ -399,7 +399,7 @@ def build_run(run_dir: Path, state_dir: Optional[Path] = None) -> dict:
             missing.append(f"log truncated: the runner read {int(recorded):,} bytes, {log_size:,} are on disk now")
             checkpoints = None
         if not summary.get("final") and exit_record is not None:
-            missing.append("summary.json is not final (the runner died before the end): its last minute may be missing")
+            missing.append(_not_final(run_dir))
     elif log_path.exists():
         missing.append("summary.json missing (a runner that predates it, or killed): the log was re-read")
         from gpudeck.jobs.runs import ArrivalIndex
@@ -457,6 +457,20 @@ def build_run(run_dir: Path, state_dir: Optional[Path] = None) -> dict:
     report["history"] = _history(row, state_dir, missing)
     report["verdict"] = verdict(report)
     return report
+
+
+def _not_final(run_dir: Path) -> str:
+    """Why summary.json is not final although the job has exited: its runner still reads the log, or died."""
+    from gpudeck.jobs.procs import alive
+    from gpudeck.jobs.runs import Run
+    try:
+        finishing = alive(Run(run_dir).runner_id())        # pid and start time: a reused pid is not our runner
+    except Exception:            # unreadable meta: nothing says the runner lives
+        finishing = False
+    if finishing:
+        return ("summary.json is not final yet: the job has exited and its runner is finishing (reading the rest "
+                "of the log); the phases and the lines that matter are complete once it is done")
+    return "summary.json is not final (the runner died before the end): its last minute may be missing"
 
 
 def _alerts(events: list[dict], health: dict, end: Optional[float], started: Optional[float]
@@ -772,6 +786,13 @@ def build_deleted(row: dict) -> dict:
 
 # --------------------------------------------------------------------------- the verdict
 
+LOAD_PHASES = ("loading", "compiling", "capturing")
+
+
+def _load_phase(phase: Optional[dict]) -> bool:
+    return phase is not None and phase["phase"] in LOAD_PHASES and phase.get("duration_s") is not None
+
+
 def verdict(report: dict) -> str:
     """One line: what happened, when, why, and what to do."""
     o = report.get("outcome") or {}
@@ -791,6 +812,11 @@ def verdict(report: dict) -> str:
             when = ""
         elif name == "ready":
             when = f" {span(last_phase['duration_s'])} after ready"
+        elif name == "starting" and _load_phase(phases[-2] if len(phases) > 1 else None):
+            # Weights loaded, then it died in the start-up after: the load is what the run spent its time on.
+            took, load = last_phase["duration_s"], phases[-2]
+            lead = "right after" if took < 1 else f"{span(took)} after"
+            when = f" {lead} {span(load['duration_s'])} of {load['phase']}"
         elif name != "running":
             when = f" after {span(last_phase['duration_s'])} of {name}"
         elif duration is not None:
@@ -798,7 +824,8 @@ def verdict(report: dict) -> str:
     elif duration is not None:
         when = f" after {span(duration)}"
     if state == "stopped" and not o.get("failed"):
-        by = o.get("stopped_by") or "request"
+        from gpudeck.jobs.history.index import stopper
+        by = stopper(o.get("stopped_by") or "request")
         phase_said = last_phase is not None and last_phase["phase"] in when
         return f"stopped by {by}{when}" + (f" (phase {last_phase['phase']})" if last_phase and not phase_said else "")
     if state == "lost":

@@ -1,4 +1,4 @@
-"""A post-mortem as one self-contained HTML file: inline CSS and SVG charts, no script, no external font or image, every piece of job text escaped."""
+"""A post-mortem as one self-contained HTML file: inline CSS and SVG charts, no script, no external font or image, every field of the report escaped (a remote host's report as much as a local one)."""
 from __future__ import annotations
 
 import html
@@ -8,6 +8,7 @@ from typing import Any, Optional
 from gpudeck.jobs.history.charts import (alert_items, chart_groups, fmt_value, history_items, recovered_note, resample,
                                          result_text)
 from gpudeck.jobs.history.postmortem import clock, span
+from gpudeck.jobs.history.shape import shape
 from gpudeck.jobs.logs.sanitize import terminal_text
 
 CHART_W, CHART_H = 920, 150
@@ -49,6 +50,8 @@ def _when(t: Optional[float]) -> str:
 
 
 def render(report: dict) -> str:
+    # Every field in the type it is formatted as, whoever built the report; every string escaped below.
+    report = shape(report)
     src = report.get("source") or {}
     o = report.get("outcome") or {}
     title = (f"Post-mortem: log {src.get('log')}" if src.get("kind") == "log"
@@ -99,8 +102,14 @@ def _facts(src: dict, o: dict) -> str:
     if not rows:
         return ""
     return '<table class="facts">' + "".join(
-        f"<tr><td>{esc(k)}</td><td>{'<code>' + esc(v) + '</code>' if k in ('command', 'log') else esc(v)}</td></tr>"
+        f"<tr><td>{esc(k)}</td><td>{_code(v) if k in ('command', 'log') else esc(v)}</td></tr>"
         for k, v in rows) + "</table>"
+
+
+def _code(value: Any) -> str:
+    """A command or path in <code>, each of its lines kept (a shell script in jobs.toml has several)."""
+    lines = str(value).splitlines()[:40] or [""]
+    return "<code>" + "<br>".join(esc(line, 300) for line in lines) + "</code>"
 
 
 def _phases(report: dict) -> str:
@@ -119,7 +128,7 @@ def _phases(report: dict) -> str:
     rows = "".join(
         f"<tr><td>{esc(p['phase'])}</td><td>{clock(p['start_s']) if p.get('start_s') is not None else '-'}</td>"
         f"<td>{clock(p['duration_s']) if p.get('duration_s') is not None else '-'}</td>"
-        f"<td>{p['line'] if p.get('line') else '-'}</td><td>{esc(recovered_note(p))}</td></tr>" for p in phases)
+        f"<td>{esc(p['line']) if p.get('line') else '-'}</td><td>{esc(recovered_note(p))}</td></tr>" for p in phases)
     return ("<h2>Phases</h2>" + (f'<div class="phasebar">{"".join(bar)}</div>' if bar else "")
             + "<table><tr><th>phase</th><th>at</th><th>took</th><th>log line</th><th></th></tr>"
             + f"{rows}</table>")
@@ -276,18 +285,23 @@ def _lines(report: dict) -> str:
     if lines:
         out.append("<h2>The lines that matter</h2>")
         for item in lines:
-            out.append(f"<div><b>{esc(item['label'])}</b> — line {item['line']:,}</div>")
+            out.append(f"<div><b>{esc(item['label'])}</b> — line {_count(item['line'])}</div>")
             body = []
             for c in item["context"]:
-                row = f'<span class="ln">{c["line"]:>8} </span>{esc(c["text"])}'
+                row = f'<span class="ln">{esc(_count(c["line"], "", "")):>8} </span>{esc(c["text"])}'
                 body.append(f'<span class="key">{row}</span>' if c["key"] else row)
             out.append("<pre>" + ("\n".join(body) or "(not in the log on disk)") + "</pre>")
     last = report.get("last_lines") or []
     if last:
         out.append("<h2>Last lines</h2><pre>" + "\n".join(
-            f'<span class="ln">{(x["line"] if x.get("line") else ""):>8} </span>{esc(x["text"])}' for x in last)
+            f'<span class="ln">{esc(_count(x["line"], "", "")):>8} </span>{esc(x["text"])}' for x in last)
             + "</pre>")
     return "\n".join(out)
+
+
+def _count(n: Optional[int], none: str = "?", sep: str = ",") -> str:
+    """A line number as text (1,234); a missing one as `none`."""
+    return none if n is None else format(n, sep)
 
 
 def _history(report: dict) -> str:

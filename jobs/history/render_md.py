@@ -1,4 +1,8 @@
-"""A post-mortem as Markdown to paste into a GitHub issue: verdict first, tables, Unicode sparkline charts, fenced log lines."""
+"""A post-mortem as Markdown to paste into a GitHub issue: verdict first, tables, Unicode sparkline charts, fenced log lines.
+
+Every field of the report (a remote host's as much as a local one) is printed inert:
+escaped text, code spans and fences longer than any backtick run inside them.
+"""
 from __future__ import annotations
 
 import re
@@ -8,10 +12,11 @@ from typing import Any, Optional
 from gpudeck.jobs.history.charts import (alert_items, chart_groups, fmt_value, phase_mark, phase_strip, recovered_note,
                                          history_items, result_text, sparkline)
 from gpudeck.jobs.history.postmortem import clock, span
+from gpudeck.jobs.history.shape import shape
 from gpudeck.jobs.logs.sanitize import terminal_text
 
 SPARK_WIDTH = 60
-_MD_SPECIAL = re.compile(r"([\\`*\[\]<>|])")
+_MD_SPECIAL = re.compile(r"([\\`*\[\]<>|&])")
 
 
 def text(value: Any, limit: int = 400) -> str:
@@ -25,13 +30,42 @@ def when(t: Optional[float]) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(t))
 
 
-def _fence(lines: list[str]) -> list[str]:
+def code_span(value: Any, limit: int = 300) -> str:
+    """Job text as one inline code span: fenced by more backticks than it holds (CommonMark), pipes escaped so a
+    table cell keeps its column (GFM reads `\\|` as a pipe inside a code span too)."""
+    body = terminal_text(value, limit)
+    longest = max((len(m) for m in re.findall(r"`+", body)), default=0)
+    fence = "`" * (longest + 1)
+    if body.startswith("`") or body.endswith("`") or (body.startswith(" ") and body.endswith(" ") and body.strip()):
+        body = f" {body} "             # CommonMark strips one space each side: a backtick at an end stays text
+    return f"{fence}{body.replace('|', chr(92) + '|')}{fence}"
+
+
+def command_lines(command: Any) -> list[str]:
+    """A command as the lines it was written in (a shell script in jobs.toml has several), each made terminal-safe."""
+    if command is None:
+        return []
+    return [terminal_text(line, 300) for line in str(command).splitlines()[:40]] or [""]
+
+
+def time_axis(t: list, width: int) -> str:
+    """The first and last time under a chart of `width` cells, the last ending at its last cell."""
+    known = [x for x in t if x is not None]
+    first, last = (clock(known[0]), clock(known[-1])) if known else ("?", "?")
+    if len(first) + 1 + len(last) <= width:
+        return first.ljust(width - len(last)) + last
+    return last.rjust(width) if len(last) <= width else f"{first}–{last}"
+
+
+def _fence(lines: list[str], info: str = "text") -> list[str]:
     longest = max((len(m) for line in lines for m in re.findall(r"`+|~+", line)), default=0)
     fence = "`" * max(3, longest + 1)
-    return [fence + "text", *lines, fence]
+    return [fence + info, *lines, fence]
 
 
 def render(report: dict) -> str:
+    # Every field in the type it is formatted as, whoever built the report; every string escaped below.
+    report = shape(report)
     src = report.get("source") or {}
     o = report.get("outcome") or {}
     out: list[str] = []
@@ -43,13 +77,15 @@ def render(report: dict) -> str:
         out += [f"Post-mortem of {text(src.get('job'))} run {text(src.get('run_id'))}", ""]
 
     facts = []
+    command = command_lines(src.get("command"))
     if src.get("kind") in ("run", "pipeline"):
         facts += [("job", f"{text(src.get('job'))}" + (f" ({text(src.get('job_kind'))})" if src.get("job_kind") else "")),
                   ("host", f"{text(src.get('host') or '?')} ({text(src.get('backend') or 'local')})"),
-                  ("command", f"`{terminal_text(src.get('command'), 300).replace('`', chr(39))}`"
-                   if src.get("command") else "?")]
+                  # A table cell is one line: a multi-line command is fenced below the table, whole.
+                  ("command", code_span(command[0]) if len(command) == 1 else
+                   (f"{len(command)} lines, below" if command else "?"))]
         if src.get("gpus"):
-            facts.append(("GPUs", ", ".join(str(g) for g in src["gpus"])))
+            facts.append(("GPUs", ", ".join(text(g) for g in src["gpus"])))
         if src.get("engine"):
             facts.append(("engine", text(src["engine"])))
         facts += [("started", when(o.get("started_at"))),
@@ -57,27 +93,29 @@ def render(report: dict) -> str:
                                                        if o.get("duration_s") is not None else ""))]
         facts.append(("result", result_text(o, text)))
     if src.get("log"):
-        facts.append(("log", f"`{terminal_text(src['log'], 300)}`"))
+        facts.append(("log", code_span(src["log"])))
     if facts:
         out += ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in facts] + [""]
+        if len(command) > 1:
+            out += _fence(command, "sh") + [""]
 
     phases = report.get("phases") or []
     if phases:
         out += ["## Phases", "",
-                " → ".join(f"{p['phase']} {clock(p['duration_s'])}" if p.get("duration_s") is not None
-                           else p["phase"] for p in phases), "",
+                " → ".join(f"{text(p['phase'])} {clock(p['duration_s'])}" if p.get("duration_s") is not None
+                           else text(p["phase"]) for p in phases), "",
                 "| phase | at | took | log line | note |", "|---|---|---|---|---|"]
         for p in phases:
-            out.append(f"| {p['phase']} | {clock(p.get('start_s')) if p.get('start_s') is not None else '-'} | "
+            out.append(f"| {text(p['phase'])} | {clock(p.get('start_s')) if p.get('start_s') is not None else '-'} | "
                        f"{clock(p['duration_s']) if p.get('duration_s') is not None else '-'} | "
-                       f"{p['line'] if p.get('line') else '-'} | {recovered_note(p)} |")
+                       f"{text(p['line']) if p.get('line') else '-'} | {text(recovered_note(p))} |")
         out.append("")
 
     stalls, alerts, silences = report.get("stalls") or [], report.get("alerts") or [], report.get("silences") or []
     if stalls or alerts or silences:
         out += ["## Stalls and alerts", ""]
         for at, code, rest in alert_items(alerts, live_run=src.get("kind") == "run"):
-            out.append(f"- {at} **{text(code)}**{text(rest)}" if code else f"- {text(rest)}")
+            out.append(f"- {text(at)} **{text(code)}**{text(rest)}" if code else f"- {text(rest)}")
         for s in stalls:
             out.append(f"- stall window ({text(s['code'])}): from {clock(s.get('start_s'))} for "
                        f"{span(s.get('duration_s'))}{'' if s.get('cleared') else ' (until the end)'}")
@@ -107,7 +145,7 @@ def render(report: dict) -> str:
         width = res.get("width_s")
         out += ["## Timeline", "", f"One cell is the maximum over {max(1, len(res.get('t') or []) // SPARK_WIDTH)}"
                 f" point(s) of {span(width) if width else '?'}; phases: "
-                + ", ".join(f"{phase_mark(p)}={p}" for p in dict.fromkeys(p["phase"] for p in phases)), ""]
+                + ", ".join(f"{text(phase_mark(p))}={text(p)}" for p in dict.fromkeys(p["phase"] for p in phases)), ""]
         rows = []
         label_w = max(len(f"{g['title']} {lbl}") for g in groups for lbl, _ in g["lines"])
         for g in groups:
@@ -133,14 +171,15 @@ def render(report: dict) -> str:
             rows.append(f"{'phase'.ljust(label_w)}  {strip}")
         t = groups[0]["t"]
         if t:
-            rows.append(f"{''.ljust(label_w)}  {clock(t[0]).ljust(SPARK_WIDTH - len(clock(t[-1])))}{clock(t[-1])}")
+            rows.append(f"{''.ljust(label_w)}  {time_axis(t, min(len(t), SPARK_WIDTH))}")
         out += _fence(rows) + [""]
     peaks = (report.get("resources") or {}).get("peaks") or {}
     if peaks.get("gpu_mem") or peaks.get("rss"):
         by_value: dict[str, list[str]] = {}
         for g, v in sorted((peaks.get("gpu_mem") or {}).items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0):
             by_value.setdefault(fmt_value(v, "bytes"), []).append(g)
-        parts = [f"GPU{gs[0]} {v}" if len(gs) == 1 else f"GPU{','.join(gs)} {v} each" for v, gs in by_value.items()]
+        parts = [f"GPU{text(gs[0])} {v}" if len(gs) == 1 else f"GPU{text(','.join(gs))} {v} each"
+                 for v, gs in by_value.items()]
         if peaks.get("rss"):
             parts.append(f"RSS {fmt_value(peaks['rss'], 'bytes')}")
         out += ["Peaks: " + ", ".join(parts), ""]
@@ -149,13 +188,15 @@ def render(report: dict) -> str:
     if lines:
         out += ["## The lines that matter", ""]
         for item in lines:
-            out.append(f"**{text(item['label'])}** — line {item['line']:,}")
-            body = [f"{'>' if c['key'] else ' '}{c['line']:>8} | {c['text']}" for c in item["context"]]
+            out.append(f"**{text(item['label'])}** — line {'?' if item['line'] is None else format(item['line'], ',')}")
+            body = [f"{'>' if c['key'] else ' '}{'' if c['line'] is None else c['line']:>8} | {terminal_text(c['text'])}"
+                    for c in item["context"]]
             out += _fence(body or ["(not in the log on disk)"]) + [""]
     last = report.get("last_lines") or []
     if last:
         out += ["## Last lines", ""]
-        out += _fence([f" {(format(x['line'], '>8') if x.get('line') else '        ')} | {x['text']}" for x in last]) + [""]
+        out += _fence([f" {(format(x['line'], '>8') if x.get('line') else '        ')} | {terminal_text(x['text'])}"
+                       for x in last]) + [""]
 
     hist = report.get("history")
     if hist and hist.get("earlier_runs"):
