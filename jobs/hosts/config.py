@@ -87,11 +87,12 @@ def load_hosts(path: Optional[Path] = None) -> dict[str, HostSpec]:
 
     Errors are one line, located like jobs.toml's: `FILE:LINE:COL: message`.
     """
-    from gpudeck.jobs.spec import SpecError, _Locator, _toml_error
     path = hosts_file() if path is None else path
     hosts = {LOCAL: HostSpec(LOCAL)}
     if not path.exists():
         return hosts
+    # The spec's locator, only when there is a file to read: `status` without hosts.toml stays light.
+    from gpudeck.jobs.spec import SpecError, _Locator, _toml_error
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
