@@ -1,0 +1,388 @@
+"""`gpudeck stacks` on real gpudeck jobs of several Python processes, deadlocked in the ways the verdicts name.
+
+Each job is started with the real CLI, dumped with the real py-spy (from the test extra), and the
+assertions are on the grouped frames and the verdict, never on py-spy's own text.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpudeck.jobs import procs, stacks
+from gpudeck.jobs.runs import latest_run
+
+from runsupport import PY, cli, cli_env, wait_for, write_jobs
+
+pytestmark = pytest.mark.skipif(stacks.find_py_spy() is None or stacks.ptrace_refusal() is not None,
+                                reason="py-spy missing or ptrace not permitted here")
+
+BARRIER = """
+import multiprocessing as mp, time
+
+def party(barrier):
+    barrier.wait()                      # the fourth party never comes
+
+if __name__ == "__main__":
+    barrier = mp.Barrier(4)
+    children = [mp.Process(target=party, args=(barrier,)) for _ in range(2)]
+    for child in children:
+        child.start()
+    print("parties started", flush=True)
+    party(barrier)
+"""
+
+SOCKET = """
+import multiprocessing as mp, socket
+
+def client(port):
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.recv(1024)                 # the peer never writes
+
+if __name__ == "__main__":
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    children = [mp.Process(target=client, args=(port,)) for _ in range(2)]
+    for child in children:
+        child.start()
+    peers = [server.accept()[0] for _ in children]
+    print("accepted", len(peers), flush=True)
+    for child in children:
+        child.join()
+"""
+
+LOCK = """
+import multiprocessing as mp, threading, time
+
+def holder(lock):
+    lock.acquire()
+    time.sleep(3600)                    # holds the lock forever
+
+def worker():
+    lock = threading.Lock()
+    threading.Thread(target=holder, args=(lock,), name="holder", daemon=True).start()
+    time.sleep(0.2)
+    lock.acquire()                      # never granted
+
+if __name__ == "__main__":
+    children = [mp.Process(target=worker) for _ in range(2)]
+    for child in children:
+        child.start()
+    print("workers started", flush=True)
+    for child in children:
+        child.join()
+"""
+
+BUSY = """
+import multiprocessing as mp
+
+def spin():
+    n = 0
+    while True:
+        n += 1
+
+if __name__ == "__main__":
+    children = [mp.Process(target=spin) for _ in range(2)]
+    for child in children:
+        child.start()
+    print("spinning", flush=True)
+    for child in children:
+        child.join()
+"""
+
+SUBPROCESS = """
+import subprocess, sys
+
+def build():
+    subprocess.run(["sleep", "3600"])   # a child that never ends
+
+if __name__ == "__main__":
+    print("building", flush=True)
+    build()
+"""
+
+HELPERS = """
+import concurrent.futures, threading, time
+
+def main():
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+    pool.submit(time.sleep, 0.01).result()      # a worker now idles on its queue
+    done = threading.Event()
+    done.wait()                                 # the main thread waits for nothing
+
+if __name__ == "__main__":
+    print("main waiting", flush=True)
+    main()
+"""
+
+GLOO = """
+import os, torch, torch.distributed as dist, torch.multiprocessing as mp
+
+def rank(r, world, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=r, world_size=world)
+    if r == world - 1:
+        import time
+        time.sleep(3600)                # the last rank never joins the collective
+    dist.all_reduce(torch.ones(4))
+
+if __name__ == "__main__":
+    import socket
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+    mp.spawn(rank, args=(3, port), nprocs=3)
+"""
+
+
+def start(tmp_path: Path, name: str, script: str) -> tuple[Path, dict, str]:
+    path = tmp_path / f"{name}.py"
+    path.write_text(script)
+    jobs = write_jobs(tmp_path / "jobs.toml", {name: {"cmd": [PY, str(path)]}})
+    env = cli_env(tmp_path / "state")
+    started = cli(["--jobs", str(jobs), "start", name], env)
+    assert started.returncode == 0, started.stderr
+    return jobs, env, started.stdout.decode().strip()
+
+
+def stacks_json(jobs: Path, env: dict, name: str, *extra: str) -> dict:
+    out = cli(["--jobs", str(jobs), "stacks", name, "--json", *extra], env, timeout=90)
+    assert out.returncode in (0, 1), out.stderr
+    return json.loads(out.stdout) if out.returncode == 0 else {}
+
+
+def dump_until(jobs: Path, env: dict, name: str, ready, what: str, timeout: float = 60.0) -> dict:
+    """Dump until the job has reached the wait the test is about (its processes start at their own pace)."""
+    seen: list[dict] = []
+
+    def attempt():
+        data = stacks_json(jobs, env, name)
+        seen[:] = [data]
+        return data if data and ready(data) else None
+    try:
+        return wait_for(attempt, timeout=timeout, what=what, interval=0.3)
+    except AssertionError:
+        raise AssertionError(f"{what}: last verdict {seen[0].get('verdict') if seen else None!r}") from None
+
+
+def main_groups(data: dict) -> list[dict]:
+    return [g for g in data["groups"] if not g["helper"]]
+
+
+def names(group: dict) -> list[str]:
+    return [f["name"] for f in group["frames"]]
+
+
+def test_barrier_whose_fourth_party_never_comes(tmp_path, state):
+    jobs, env, run_id = start(tmp_path, "barrier", BARRIER)
+    data = dump_until(jobs, env, "barrier", lambda d: len(d["processes"]) == 3 and all(
+        p["wait"]["kind"] == "barrier" for p in d["processes"]), "3 processes in the barrier")
+    assert data["verdict"].startswith("3 of 3 processes waiting on a multiprocessing.Barrier at barrier.py:5 (party)")
+    groups = main_groups(data)
+    # The two children share one stack; the parent reached the same wait by another path.
+    assert sorted(len(g["pids"]) for g in groups) == [1, 2]
+    for g in groups:
+        assert names(g)[:4] == ["Condition.wait", "Condition.wait_for", "Barrier._wait", "Barrier.wait"]
+        assert "party" in names(g)
+    run = latest_run("barrier")
+    assert {p["pid"] for p in data["processes"]} <= {st.pid for st in procs.tagged(run.run_id)}
+
+
+def test_socket_recv_on_a_peer_that_never_writes(tmp_path, state):
+    jobs, env, _ = start(tmp_path, "sock", SOCKET)
+    data = dump_until(jobs, env, "sock", lambda d: sum(
+        p["wait"]["kind"] == "socket" for p in d["processes"]) == 2, "2 clients in recv")
+    assert data["verdict"].startswith("2 of 3 processes blocked on a socket (recv) at sock.py:6 (client)")
+    (clients,) = [g for g in main_groups(data) if g["wait"]["kind"] == "socket"]
+    assert len(clients["pids"]) == 2 and clients["threads"] == 2
+    assert names(clients)[0] == "client"
+    assert "1 waiting for child processes to exit (Process.join)" in data["verdict"]
+
+
+def test_threading_lock_held_forever(tmp_path, state):
+    jobs, env, _ = start(tmp_path, "locked", LOCK)
+    data = dump_until(jobs, env, "locked", lambda d: sum(
+        p["wait"]["kind"] == "lock" for p in d["processes"]) == 2, "2 workers blocked on the lock")
+    assert data["verdict"].startswith("2 of 3 processes blocked on a lock (Lock.acquire) at locked.py:12 (worker)")
+    groups = main_groups(data)
+    (blocked,) = [g for g in groups if g["wait"]["kind"] == "lock"]
+    assert names(blocked)[0] == "worker" and len(blocked["pids"]) == 2
+    # The holder threads are folded into one entry too: 2 threads in 2 processes, sleeping.
+    (holders,) = [g for g in groups if "holder" in g["thread_names"]]
+    assert len(holders["pids"]) == 2 and holders["wait"]["kind"] == "sleep"
+
+
+def test_busy_loop_is_spinning_in_python(tmp_path, state):
+    jobs, env, _ = start(tmp_path, "busy", BUSY)
+    data = dump_until(jobs, env, "busy", lambda d: sum(
+        p["wait"]["kind"] == "spinning" for p in d["processes"]) == 2, "2 spinning children")
+    assert data["verdict"].startswith("2 of 3 processes spinning in Python at busy.py:")
+    assert "(spin)" in data["verdict"]
+    (spinners,) = [g for g in data["groups"] if g["wait"]["kind"] == "spinning"] or [None]
+    if spinners is None:          # the two loops were sampled on different lines: one group each
+        spinners = [g for g in data["groups"] if g["wait"]["kind"] == "spinning"]
+        assert sum(len(g["pids"]) for g in spinners) == 2
+    else:
+        assert names(spinners)[0] == "spin"
+
+
+def test_subprocess_wait_and_the_non_python_child_is_named(tmp_path, state):
+    jobs, env, _ = start(tmp_path, "build", SUBPROCESS)
+    data = dump_until(jobs, env, "build", lambda d: d["processes"] and d["processes"][0]["wait"]["kind"]
+                      == "subprocess", "the parent waiting on its child")
+    assert data["verdict"].startswith("1 of 1 process waiting for a subprocess (subprocess.run) at build.py:5 (build)")
+    assert [s["reason"] for s in data["skipped"]] == ["not a Python process (sleep)"]
+    text = cli(["--jobs", str(jobs), "stacks", "build"], env, timeout=90)
+    assert text.returncode == 0
+    lines = text.stdout.decode().splitlines()
+    assert lines[0].startswith("verdict: 1 of 1 process waiting for a subprocess (subprocess.run)")
+    assert any(line.startswith("skipped pid ") and "not a Python process (sleep)" in line for line in lines)
+
+
+def test_idle_helper_threads_fold_below_the_main_thread(tmp_path, state):
+    jobs, env, _ = start(tmp_path, "helpers", HELPERS)
+    data = dump_until(jobs, env, "helpers", lambda d: any(g["helper"] for g in d["groups"]), "an idle pool worker")
+    assert data["verdict"] == "1 of 1 process blocked on a lock (threading.Event.wait) at helpers.py:8 (main)"
+    assert [g["helper"] for g in data["groups"]] == sorted(g["helper"] for g in data["groups"])
+    (helper,) = [g for g in data["groups"] if g["helper"]]
+    assert "_worker" in names(helper)
+    text = cli(["--jobs", str(jobs), "stacks", "helpers"], env, timeout=90).stdout.decode()
+    assert "idle helper threads (1, folded):" in text
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch (CPU) is not installed")
+def test_gloo_all_reduce_whose_last_rank_never_joins(tmp_path, state):
+    jobs, env, _ = start(tmp_path, "gloo", GLOO)
+    data = dump_until(jobs, env, "gloo", lambda d: sum(
+        p["wait"]["kind"] == "collective" for p in d["processes"]) == 2, "2 ranks in all_reduce", timeout=180)
+    assert "2 of " in data["verdict"] and "in a collective (torch.distributed.all_reduce)" in data["verdict"]
+
+
+def test_a_process_outside_the_run_is_never_touched(tmp_path, state):
+    stranger = subprocess.Popen([PY, "-c", "import time; time.sleep(600)"])
+    try:
+        jobs, env, _ = start(tmp_path, "build", SUBPROCESS)
+        data = dump_until(jobs, env, "build", lambda d: d["processes"], "the job's process")
+        seen = {p["pid"] for p in data["processes"]} | {s["pid"] for s in data["skipped"]}
+        assert stranger.pid not in seen and seen
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_a_job_that_is_not_running_is_one_line_and_exit_1(tmp_path, state):
+    jobs = write_jobs(tmp_path / "jobs.toml", {"quick": {"cmd": [PY, "-c", "pass"]}})
+    env = cli_env(tmp_path / "state")
+    out = cli(["--jobs", str(jobs), "stacks", "quick"], env)
+    assert out.returncode == 1
+    assert out.stderr.decode().strip() == "gpudeck: quick was never started by gpudeck: no process to dump"
+
+
+# -- refusals: one line, never a hang -------------------------------------------------------
+
+def fake_py_spy(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "py-spy"
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def sleeper() -> subprocess.Popen:
+    return subprocess.Popen([PY, "-c", "import time; time.sleep(600)"])
+
+
+def test_no_py_spy_is_one_line_how_to_get_it_and_exit_2(tmp_path, state, monkeypatch, capsys):
+    from gpudeck.console import cli as cli_module
+    child = sleeper()
+    try:
+        jobs, env, _ = start(tmp_path, "build", SUBPROCESS)
+        wait_for(lambda: latest_run("build").job_id(), what="the job's pid")
+        monkeypatch.setattr(sys, "executable", str(tmp_path / "nowhere" / "python"))
+        monkeypatch.setenv("PATH", str(tmp_path))
+        assert stacks.find_py_spy() is None
+        assert cli_module.main(["--jobs", str(jobs), "stacks", "build"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == f"gpudeck: {stacks.INSTALL_HINT}"
+        with pytest.raises(stacks.StacksUnavailable, match="pip install py-spy"):
+            stacks.dump([procs.identity(child.pid)])
+    finally:
+        child.kill()
+        child.wait()
+
+
+@pytest.mark.parametrize("scope, caps, words", [
+    (3, 1 << 19, "kernel.yama.ptrace_scope = 3"),
+    (2, 0, "ptrace_scope = 2 (only CAP_SYS_PTRACE may trace) and this process lacks CAP_SYS_PTRACE"),
+    (1, 0, "ptrace_scope = 1 (only a process's ancestors may trace it)"),
+])
+def test_ptrace_refusals_name_which_and_why(scope, caps, words):
+    assert words in stacks.ptrace_refusal(scope=scope, caps=caps)
+
+
+@pytest.mark.parametrize("scope, caps", [(None, 0), (0, 0), (1, 1 << 19), (2, 1 << 19)])
+def test_ptrace_allowed(scope, caps):
+    assert stacks.ptrace_refusal(scope=scope, caps=caps) is None
+
+
+def test_ptrace_scope_and_caps_are_read_from_proc(tmp_path):
+    (tmp_path / "scope").write_text("2\n")
+    (tmp_path / "status").write_text("Name:\tx\nCapEff:\t0000000000080000\n")
+    assert stacks.ptrace_scope(tmp_path / "scope") == 2
+    assert stacks.effective_caps(tmp_path / "status") == 1 << 19
+    assert stacks.ptrace_scope(tmp_path / "missing") is None
+
+
+def test_another_users_process_is_refused_without_cap_sys_ptrace():
+    import os
+    foreign = next((int(p) for p in os.listdir("/proc") if p.isdigit()
+                    and os.stat(f"/proc/{p}").st_uid != os.geteuid()), None)
+    if foreign is None:
+        pytest.skip("no process of another user on this machine")
+    assert "belongs to uid" in stacks.process_refusal(foreign, caps=0)
+    assert stacks.process_refusal(foreign, caps=1 << 19) is None
+    assert stacks.process_refusal(os.getpid(), caps=0) is None
+
+
+def test_a_wedged_py_spy_is_bounded_by_the_call_timeout(tmp_path, monkeypatch):
+    monkeypatch.setattr(stacks, "CALL_TIMEOUT_S", 1.0)
+    child = sleeper()
+    try:
+        t0 = time.monotonic()
+        result = stacks.dump([procs.identity(child.pid)], py_spy=fake_py_spy(tmp_path, "exec sleep 30"))
+        assert time.monotonic() - t0 < 8
+        assert [s.reason for s in result.skipped] == ["py-spy did not answer within 1s"]
+        assert result.verdict.startswith("no Python process could be dumped (1 skipped")
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_process_that_exits_mid_dump_is_skipped_and_said(tmp_path):
+    child = sleeper()
+    try:
+        ident = procs.identity(child.pid)
+        wait_for(lambda: stacks.is_python(child.pid), what="the interpreter to start")
+        # This py-spy ends the process it was pointed at, then fails as py-spy does for a vanished pid.
+        spy = fake_py_spy(tmp_path, 'kill -9 "$3"; sleep 0.2; echo "Error: Failed to open process" >&2; exit 1')
+        result = stacks.dump([ident], py_spy=spy)
+        assert [(s.pid, s.reason) for s in result.skipped] == [(child.pid, "exited during the dump")]
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_permission_denied_from_py_spy_reads_as_ptrace_not_permitted(tmp_path):
+    child = sleeper()
+    try:
+        wait_for(lambda: stacks.is_python(child.pid), what="the interpreter to start")
+        spy = fake_py_spy(tmp_path, 'echo "Permission Denied: Try running again with elevated permissions" >&2; exit 1')
+        result = stacks.dump([procs.identity(child.pid)], py_spy=spy)
+        assert result.skipped[0].reason.startswith("ptrace not permitted: Permission Denied")
+    finally:
+        child.kill()
+        child.wait()
