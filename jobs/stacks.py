@@ -24,7 +24,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from gpudeck.jobs.procs import PROC, ProcessId, cmdline, is_alive, read_stat
 
@@ -251,11 +251,19 @@ class StackDump:
     groups: list[StackGroup] = field(default_factory=list)
     verdict: str = ""
 
-    def to_jsonable(self) -> dict:
+    def to_jsonable(self, *, frames: bool = True) -> dict:
+        """Everything; with frames=False each thread names its group instead of repeating its frames
+        (what a stored dump keeps: the groups carry the frames once)."""
+        processes = [p.to_jsonable() for p in self.processes]
+        if not frames:
+            index = {(g.helper, _frame_key(g.frames)): i for i, g in enumerate(self.groups)}
+            for proc, data in zip(self.processes, processes):
+                for thread, tdata in zip(proc.threads, data["threads"]):
+                    tdata.pop("frames")
+                    tdata["group"] = index.get((thread.helper, _frame_key(thread.frames)))
         return {"job": self.job, "run_id": self.run_id, "taken_at": round(self.taken_at, 3), "native": self.native,
                 "py_spy": self.py_spy, "duration_s": round(self.duration_s, 3), "verdict": self.verdict,
-                "groups": [g.to_jsonable() for g in self.groups],
-                "processes": [p.to_jsonable() for p in self.processes],
+                "groups": [g.to_jsonable() for g in self.groups], "processes": processes,
                 "skipped": [s.to_jsonable() for s in self.skipped]}
 
 
@@ -563,23 +571,37 @@ def _frames(raw_frames: Any) -> tuple[tuple[Frame, ...], int]:
     return tuple(frames[:MAX_FRAMES]), max(0, len(frames) - MAX_FRAMES)
 
 
-def _run_py_spy(binary: str, pid: int, native: bool, timeout: float) -> tuple[Optional[list], str]:
+def _run_py_spy(binary: str, pid: int, native: bool, timeout: float,
+                on_spawn: Optional[Callable[[int], None]] = None) -> tuple[Optional[list], str]:
     argv = [binary, "dump", "--pid", str(pid), "--json"] + (["--native"] if native else [])
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None, f"py-spy did not answer within {timeout:g}s"
+        # Its own session: inside a runner, py-spy is a child of the runner, and `on_spawn` records it
+        # as not part of the job (its CPU must not read as the stalled job's sign of life).
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 start_new_session=on_spawn is not None, close_fds=True)
     except OSError as exc:
         return None, f"py-spy could not run: {exc}"
-    if done.returncode == 0:
+    if on_spawn is not None:
         try:
-            data = json.loads(done.stdout)
-        except ValueError:
-            return None, "py-spy printed no JSON"
-        return (data if isinstance(data, list) else None), ""
-    text = done.stderr.decode("utf-8", "replace")
+            on_spawn(child.pid)
+        except Exception:       # noqa: BLE001 - a lost record costs the bookkeeping, never the dump
+            pass
+    try:
+        out, err = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()            # the kernel detaches a dead tracer's tracees: the job goes on
+        child.communicate()
+        return None, f"py-spy did not answer within {timeout:g}s"
+    # stdout first: a runner reaps every child (it is a subreaper), so the exit status may read 0 or be lost.
+    try:
+        data = json.loads(out) if out.strip() else None
+    except ValueError:
+        data = None
+    if isinstance(data, list):
+        return data, ""
+    text = err.decode("utf-8", "replace")
     first = next((line.strip() for line in text.splitlines() if line.strip() and not line.startswith(" ")), "")
-    return None, (first[:300] or f"py-spy exited with status {done.returncode}")
+    return None, (first[:300] or f"py-spy printed no stack (status {child.returncode})")
 
 
 def _permission_text(error: str) -> bool:
@@ -587,13 +609,13 @@ def _permission_text(error: str) -> bool:
     return "permission" in lowered or "operation not permitted" in lowered or "eperm" in lowered
 
 
-def _sample_process(binary: str, proc: ProcessId, native: bool, interval: float,
-                    deadline: float) -> tuple[Optional[ProcessStacks], Optional[str]]:
+def _sample_process(binary: str, proc: ProcessId, native: bool, interval: float, deadline: float,
+                    on_spawn: Optional[Callable[[int], None]] = None) -> tuple[Optional[ProcessStacks], Optional[str]]:
     """Two dumps of one process `interval` apart -> its threads (None + why when it cannot be dumped)."""
     timeout = max(1.0, min(CALL_TIMEOUT_S, deadline - time.monotonic()))
     if not is_alive(proc.pid, proc.start):
         return None, "exited before the dump"
-    first, error = _run_py_spy(binary, proc.pid, native, timeout)
+    first, error = _run_py_spy(binary, proc.pid, native, timeout, on_spawn)
     if first is None:
         if not is_alive(proc.pid, proc.start):
             return None, "exited during the dump"
@@ -608,7 +630,8 @@ def _sample_process(binary: str, proc: ProcessId, native: bool, interval: float,
     time.sleep(max(0.0, min(interval, deadline - time.monotonic())))
     second = None
     if time.monotonic() < deadline and is_alive(proc.pid, proc.start):
-        second, _ = _run_py_spy(binary, proc.pid, native, max(1.0, min(CALL_TIMEOUT_S, deadline - time.monotonic())))
+        second, _ = _run_py_spy(binary, proc.pid, native, max(1.0, min(CALL_TIMEOUT_S, deadline - time.monotonic())),
+                                on_spawn)
     if not is_alive(proc.pid, proc.start):
         return None, "exited during the dump"
     before = {}
@@ -657,7 +680,7 @@ def _process_wait(threads: Sequence[ThreadStack]) -> Optional[Wait]:
 
 def dump(processes: Iterable[ProcessId], *, native: bool = False, py_spy: Optional[str] = None,
          interval: float = SAMPLE_INTERVAL_S, deadline_s: float = DUMP_DEADLINE_S,
-         job: str = "", run_id: str = "") -> StackDump:
+         job: str = "", run_id: str = "", on_spawn: Optional[Callable[[int], None]] = None) -> StackDump:
     """Dump every Python process of `processes` (start-time checked), group the stacks, say the verdict.
 
     Raises StacksUnavailable when no process can be dumped from here at all.
@@ -690,7 +713,8 @@ def dump(processes: Iterable[ProcessId], *, native: bool = False, py_spy: Option
         todo.append(proc)
     if todo:
         with concurrent.futures.ThreadPoolExecutor(max_workers=min(PARALLEL, len(todo))) as pool:
-            futures = {pool.submit(_sample_process, binary, proc, native, interval, deadline): proc for proc in todo}
+            futures = {pool.submit(_sample_process, binary, proc, native, interval, deadline, on_spawn): proc
+                       for proc in todo}
             for future, proc in futures.items():
                 try:
                     stacks, why = future.result(timeout=max(0.1, deadline - time.monotonic() + 2 * CALL_TIMEOUT_S))

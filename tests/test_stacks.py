@@ -386,3 +386,97 @@ def test_permission_denied_from_py_spy_reads_as_ptrace_not_permitted(tmp_path):
     finally:
         child.kill()
         child.wait()
+
+
+# -- the runner dumps by itself when a stall is raised ----------------------------------------
+
+QUIET_TWICE = """
+import multiprocessing as mp, os, sys, time
+
+def party(barrier):
+    barrier.wait()
+
+if __name__ == "__main__":
+    flag = sys.argv[1]
+    barrier = mp.Barrier(3)
+    children = [mp.Process(target=party, args=(barrier,)) for _ in range(2)]
+    for child in children:
+        child.start()
+    print("quiet now", flush=True)
+    while not os.path.exists(flag):
+        time.sleep(0.2)
+    print("woke up once", flush=True)      # the log grows: the stall clears, then comes back
+    while True:
+        time.sleep(0.2)
+"""
+
+
+def stall_job(tmp_path: Path, dump: bool = True) -> tuple[Path, dict, Path, Path]:
+    script = tmp_path / "quiet.py"
+    script.write_text(QUIET_TWICE)
+    flag, hook = tmp_path / "wake", tmp_path / "hook.env"
+    keys = {"cmd": [PY, str(script), str(flag)], "stall_after": "2s",
+            "on_alert": f"env | grep ^GPUDECK_ALERT_ | sort >> {hook}.tmp; mv {hook}.tmp {hook}"}
+    jobs = write_jobs(tmp_path / "jobs.toml", {"quiet": keys})
+    if not dump:
+        jobs.write_text(jobs.read_text() + "dump_on_stall = false\n")
+    env = cli_env(tmp_path / "state")
+    assert cli(["--jobs", str(jobs), "start", "quiet"], env).returncode == 0
+    return jobs, env, flag, hook
+
+
+def events(run, name: str) -> list[dict]:
+    return [e for e in run.events() if e.get("event") == name]
+
+
+def test_a_stall_takes_one_dump_by_itself_and_every_face_carries_its_verdict(tmp_path, state):
+    jobs, env, flag, hook = stall_job(tmp_path)
+    run = latest_run("quiet")
+    [dumped] = wait_for(lambda: events(run, "StacksDumped"), timeout=90, what="the runner's dump on the stall")
+    verdict = dumped["verdict"]
+    assert verdict.startswith("2 of 3 processes waiting on a multiprocessing.Barrier at quiet.py:5 (party)")
+    assert "1 sleeping (time.sleep) at quiet.py:" in verdict
+    # The files: a grouped JSON (frames once, in its groups) and the text a person reads.
+    stored = json.loads((run.path / dumped["path"]).read_text())
+    assert stored["verdict"] == verdict and stored["run_id"] == run.run_id
+    assert all("frames" not in t for p in stored["processes"] for t in p["threads"])
+    assert (run.path / dumped["path"]).with_suffix(".txt").read_text().startswith(f"verdict: {verdict}\n")
+    # on_alert went out once, after the dump, with the verdict.
+    hook_env = dict(line.split("=", 1) for line in wait_for(lambda: hook.exists() and hook.read_text(),
+                                                              what="on_alert").splitlines())
+    assert hook_env["GPUDECK_ALERT_STACKS"] == verdict
+    assert hook_env["GPUDECK_ALERT_MESSAGE"].endswith(f" — stacks: {verdict}")
+    assert hook_env["GPUDECK_ALERT_STACKS_FILE"] == str(run.path / dumped["path"])
+    assert dumped["on_alert_pid"] > 0
+    # `gpudeck jobs` (from health.json) carries it too.
+    def listed():
+        entry = [j for j in json.loads(cli(["--jobs", str(jobs), "jobs", "--json"], env).stdout)["jobs"]
+                 if j["name"] == "quiet"][0]
+        return [a for a in entry["alerts"] if a["code"] == "stalled" and "stacks" in a]
+    [alert] = wait_for(listed, what="the verdict in gpudeck jobs")
+    assert alert["message"].endswith(f" — stacks: {verdict}") and alert["stacks"]["path"] == dumped["path"]
+    # py-spy ran in its own session, recorded as not the job's: its CPU did not clear the stall.
+    assert not events(run, "AlertCleared") and len(events(run, "AlertRaised")) == 1
+
+
+def test_a_stall_that_clears_and_comes_back_dumps_again(tmp_path, state):
+    jobs, env, flag, hook = stall_job(tmp_path)
+    run = latest_run("quiet")
+    wait_for(lambda: events(run, "StacksDumped"), timeout=90, what="the first dump")
+    flag.touch()
+    wait_for(lambda: events(run, "AlertCleared"), timeout=30, what="the stall to clear")
+    second = wait_for(lambda: len(events(run, "StacksDumped")) == 2 and events(run, "StacksDumped"),
+                      timeout=90, what="the second dump")
+    assert second[0]["since"] != second[1]["since"]
+    assert len(list((run.path / "stacks").glob("*.json"))) == 2
+    assert second[1]["verdict"].startswith("2 of 3 processes waiting on a multiprocessing.Barrier")
+
+
+def test_dump_on_stall_false_turns_it_off(tmp_path, state):
+    jobs, env, flag, hook = stall_job(tmp_path, dump=False)
+    run = latest_run("quiet")
+    [raised] = wait_for(lambda: events(run, "AlertRaised"), timeout=90, what="the stall")
+    hook_env = dict(line.split("=", 1) for line in wait_for(lambda: hook.exists() and hook.read_text(),
+                                                              what="on_alert").splitlines())
+    assert "GPUDECK_ALERT_STACKS" not in hook_env and raised["on_alert_pid"] > 0
+    assert not (run.path / "stacks").exists() and not events(run, "StacksDumped")
