@@ -480,3 +480,52 @@ def test_dump_on_stall_false_turns_it_off(tmp_path, state):
                                                               what="on_alert").splitlines())
     assert "GPUDECK_ALERT_STACKS" not in hook_env and raised["on_alert_pid"] > 0
     assert not (run.path / "stacks").exists() and not events(run, "StacksDumped")
+
+
+# -- key D in the jobs view ------------------------------------------------------------------
+
+EVIL_NAMES = """
+import threading, time
+
+def stuck(lock):
+    lock.acquire()
+
+if __name__ == "__main__":
+    lock = threading.Lock()
+    lock.acquire()
+    # A thread name is the job's text: markup and an escape sequence must reach the screen inert.
+    worker = threading.Thread(target=stuck, args=(lock,), name="[bold red]evil[/] \\x1b]52;c;U0VDUkVU\\x07")
+    worker.start()
+    print("stuck", flush=True)
+    worker.join()
+"""
+
+
+def test_key_d_shows_the_grouped_dump_with_its_verdict_and_inert_text(tmp_path, state):
+    from runsupport import pilot_test, pilot_wait_for
+    from gpudeck.console.app import make_app
+    from gpudeck.console.screens.jobs import JobsScreen
+    from gpudeck.console.screens.stacks import StacksScreen
+    from gpudeck.jobs.telemetry.sampler import make_sampler
+    from textual.widgets import Static
+
+    jobs, env, _ = start(tmp_path, "evil", EVIL_NAMES)
+    dump_until(jobs, env, "evil", lambda d: any(p["wait"]["kind"] == "lock" for p in d["processes"]), "the lock wait")
+
+    @pilot_test
+    async def drive() -> None:
+        app = make_app(sampler=make_sampler(demo=True), start_sampling=False, refresh=0.3, jobs_file=str(jobs))
+        async with app.run_test(size=(140, 45)) as pilot:
+            await pilot.press("2")
+            screen = await pilot_wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen, "jobs")
+            await pilot_wait_for(pilot, lambda: screen.refreshes >= 1 and screen.selected_job is not None, "rows")
+            await pilot.press("D")
+            modal = await pilot_wait_for(pilot, lambda: isinstance(app.screen, StacksScreen) and app.screen, "modal")
+            await pilot_wait_for(pilot, lambda: modal.done, "the dump", timeout=60)
+            assert modal.verdict == "1 of 1 process blocked on a lock (Lock.acquire) at evil.py:5 (stuck)"
+            assert "[bold red]evil[/]" in modal.text and "\x1b" not in modal.text and "U0VDUkVU" not in modal.text
+            body = modal.query_one("#stacks-body", Static)
+            assert "[bold red]evil[/]" in str(body.render())        # shown as written, not parsed as markup
+            await pilot.press("escape")
+            await pilot_wait_for(pilot, lambda: app.screen is screen, "back to the jobs view")
+    drive()
