@@ -215,6 +215,12 @@ def test_threading_lock_held_forever(tmp_path, state):
     # The holder threads are folded into one entry too: 2 threads in 2 processes, sleeping.
     (holders,) = [g for g in groups if "holder" in g["thread_names"]]
     assert len(holders["pids"]) == 2 and holders["wait"]["kind"] == "sleep"
+    # With C frames the same wait is named from the interpreter's own lock function.
+    native = stacks_json(jobs, env, "locked", "--native")
+    assert native["native"] and native["verdict"].startswith(
+        "2 of 3 processes blocked on a lock (threading.Lock.acquire) at locked.py:12 (worker)")
+    (blocked,) = [g for g in main_groups(native) if g["wait"]["kind"] == "lock"]
+    assert blocked["wait"]["source"] == "native" and any(f["native"] for f in blocked["frames"])
 
 
 def test_busy_loop_is_spinning_in_python(tmp_path, state):
@@ -457,6 +463,15 @@ def test_a_stall_takes_one_dump_by_itself_and_every_face_carries_its_verdict(tmp
     assert alert["message"].endswith(f" — stacks: {verdict}") and alert["stacks"]["path"] == dumped["path"]
     # py-spy ran in its own session, recorded as not the job's: its CPU did not clear the stall.
     assert not events(run, "AlertCleared") and len(events(run, "AlertRaised")) == 1
+    # The post-mortem puts the dump on the timeline and its verdict on the stall, in every format.
+    pm = json.loads(cli(["postmortem", "quiet", "--format", "json"], env).stdout)
+    [entry] = pm["stacks"]
+    assert entry["verdict"] == verdict and entry["path"] == dumped["path"] and entry["at_s"] >= 0
+    assert [s.get("stacks") for s in pm["stalls"]] == [verdict]
+    md = cli(["postmortem", "quiet", "--format", "md"], env).stdout.decode()
+    assert "## Stack dumps" in md and "on **stalled**: 2 of 3 processes waiting on a multiprocessing.Barrier" in md
+    page = cli(["postmortem", "quiet", "--format", "html"], env).stdout.decode()
+    assert '<ul id="stack-dumps">' in page and "2 of 3 processes waiting on a multiprocessing.Barrier" in page
 
 
 def test_a_stall_that_clears_and_comes_back_dumps_again(tmp_path, state):
