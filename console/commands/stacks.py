@@ -20,10 +20,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("job", metavar="JOB")
     p.add_argument("--native", action="store_true", help="include C/C++ frames (py-spy --native)")
     p.add_argument("--json", action="store_true", help="print the grouped dump as JSON")
-    p.set_defaults(handler=run_stacks)
+    p.set_defaults(handler=run_stacks, remote_ok=True)
 
 
 def run_stacks(args: argparse.Namespace) -> int:
+    from gpudeck.console.commands._host import Remote, remote_spec
+    spec = remote_spec(args)
+    if spec is not None:
+        # py-spy runs on the box, by its agent, on the box's own process tree.
+        with Remote(spec) as remote:
+            reply = remote.call("stacks", {"job": args.job, "native": args.native})
+        if reply.get("refused"):
+            raise CliError(str(reply["refused"]), code=int(reply.get("code") or 1))
+        if args.json:
+            print(strictjson.dumps({**reply["dump"], "host": spec.name}, indent=1))
+        else:
+            for line in reply["lines"]:
+                print(line)
+        return 0 if reply["dump"].get("processes") else 1
     from gpudeck.jobs.stacks import StacksUnavailable, render_lines
     from gpudeck.jobs.supervisor import SupervisorError
     sup = supervisor(args)
