@@ -356,7 +356,7 @@ HELPER_PATTERNS = (
     r"tqdm/_monitor\.py$", r"concurrent/futures/(thread|process)\.py$", r"multiprocessing/(queues|pool|"
     r"resource_sharer|managers|resource_tracker)\.py$", r"logging/handlers\.py$", r"watchdog",
     r"torch/utils/data/_utils/pin_memory\.py$", r"wandb/", r"sentry_sdk/", r"pydevd", r"IPython/",
-    r"prometheus_client/", r"zmq/", r"torch/_inductor/compile_worker", r"threading\.py:Timer\.run$",
+    r"prometheus_client/", r"zmq/", r"torch/_inductor/compile_worker",
 )
 HELPER_THREAD_NAMES = re.compile(r"(tqdm|TMonitor|watchdog|ThreadPoolExecutor|QueueFeederThread|"
                                  r"pin_memory|Timer|heartbeat|asyncio_\d+)", re.IGNORECASE)
@@ -438,8 +438,9 @@ def _python_wait(frames: Sequence[Frame]) -> Optional[Wait]:
             if re.search(path_re, path) and re.search(fn_re, frame.name):
                 wait = Wait(kind, label.format(fn=frame.name, short=_short_fn(frame.name)), frame,
                             _caller(frames, index), "python")
-                # The same kind further out is the API the job called (Event.wait over Condition.wait).
-                key = (RANK[kind], -py_index)
+                # The same kind further out is the API the job called (Event.wait over Condition.wait);
+                # a collective is named by torch's own frame, innermost, not by an engine's wrapper.
+                key = (RANK[kind], py_index if kind == "collective" else -py_index)
                 if best is None or key < best[:2]:
                     best = (key[0], key[1], wait)
                 break
@@ -541,17 +542,26 @@ def explain(thread: ThreadStack) -> Wait:
     return Wait("idle", top.label() if top else "no Python frames", top, _caller(frames, 0), "sampling")
 
 
+# The stdlib's waiting wrappers: a helper is recognised by the first frame outside them.
+_WAIT_WRAPPERS = re.compile(r"/(threading|queue|selectors)\.py$|multiprocessing/(connection|synchronize)\.py$")
+# Waits a helper idles in; a pool worker blocked on a socket inside a task is not idle.
+_IDLE_KINDS = ("lock", "queue", "sleep", "select", "join", "idle", "future", "pipe")
+
+
 def _is_helper(thread: ThreadStack, wait: Wait) -> bool:
-    if thread.main or thread.active:
+    """An idle helper thread (tqdm monitor, executor worker on its queue, queue feeder, watchdog)."""
+    if thread.main or thread.active or wait.kind not in _IDLE_KINDS:
         return False
-    if wait.kind == "join":
+    if wait.kind == "join" or HELPER_THREAD_NAMES.search(thread.name or ""):
         return True
-    if HELPER_THREAD_NAMES.search(thread.name or ""):
+    frames = thread.python_frames()
+    if any(_path(f).endswith("threading.py") and f.name == "Timer.run" for f in frames):
         return True
-    for frame in thread.python_frames():
-        target = f"{_path(frame)}:{frame.name}"
-        if any(re.search(p, target) or re.search(p, _path(frame)) for p in HELPER_PATTERNS):
-            return True
+    for frame in frames:
+        path = _path(frame)
+        if _WAIT_WRAPPERS.search(path):
+            continue
+        return any(re.search(p, path) for p in HELPER_PATTERNS)
     return False
 
 
@@ -634,6 +644,14 @@ def _sample_process(binary: str, proc: ProcessId, native: bool, interval: float,
                                 on_spawn)
     if not is_alive(proc.pid, proc.start):
         return None, "exited during the dump"
+    return build_process(proc, (cmdline(proc.pid) or "?")[:300], first, second, kernel), None
+
+
+def build_process(proc: ProcessId, command: str, first: list, second: Optional[list],
+                  kernel: Optional[dict] = None) -> ProcessStacks:
+    """One process from py-spy's JSON (two samples; `second` None if only one was taken): threads
+    with their wait and helper flag, and the wait that explains the process. Pure: no I/O."""
+    kernel = kernel or {}
     before = {}
     for raw in first:
         if isinstance(raw, dict):
@@ -659,9 +677,8 @@ def _sample_process(binary: str, proc: ProcessId, native: bool, interval: float,
         wait = explain(thread)
         threads.append(_replace(thread, wait=wait, helper=_is_helper(thread, wait)))
     threads.sort(key=lambda t: (not t.main, t.helper, t.name))
-    process = ProcessStacks(pid=proc.pid, start=proc.start, command=(cmdline(proc.pid) or "?")[:300],
-                            threads=tuple(threads), wait=_process_wait(threads))
-    return process, None
+    return ProcessStacks(pid=proc.pid, start=proc.start, command=command, threads=tuple(threads),
+                         wait=_process_wait(threads))
 
 
 def _replace(thread: ThreadStack, **changes: Any) -> ThreadStack:
@@ -724,6 +741,12 @@ def dump(processes: Iterable[ProcessId], *, native: bool = False, py_spy: Option
                     result.processes.append(stacks)
                 else:
                     result.skipped.append(Skipped(proc.pid, (cmdline(proc.pid) or "?")[:300], why or "not dumped"))
+    if not result.processes and result.skipped and all(s.reason.startswith("ptrace not permitted")
+                                                       for s in result.skipped):
+        caps = effective_caps()
+        hint = ("" if caps is not None and caps >> CAP_SYS_PTRACE & 1
+                else "; this process lacks CAP_SYS_PTRACE (in a container: --cap-add SYS_PTRACE)")
+        raise StacksUnavailable(f"{result.skipped[0].reason} (pid {result.skipped[0].pid}){hint}")
     result.processes.sort(key=lambda p: p.pid)
     result.skipped.sort(key=lambda s: s.pid)
     result.duration_s = time.monotonic() - started

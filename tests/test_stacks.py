@@ -387,8 +387,11 @@ def test_permission_denied_from_py_spy_reads_as_ptrace_not_permitted(tmp_path):
     try:
         wait_for(lambda: stacks.is_python(child.pid), what="the interpreter to start")
         spy = fake_py_spy(tmp_path, 'echo "Permission Denied: Try running again with elevated permissions" >&2; exit 1')
-        result = stacks.dump([procs.identity(child.pid)], py_spy=spy)
-        assert result.skipped[0].reason.startswith("ptrace not permitted: Permission Denied")
+        # Every process refused: the whole dump is refused in one line (exit 2 in the CLI), saying why.
+        with pytest.raises(stacks.StacksUnavailable) as refused:
+            stacks.dump([procs.identity(child.pid)], py_spy=spy)
+        assert str(refused.value).startswith(f"ptrace not permitted: Permission Denied: Try running again "
+                                             f"with elevated permissions (pid {child.pid})")
     finally:
         child.kill()
         child.wait()
@@ -544,3 +547,81 @@ def test_key_d_shows_the_grouped_dump_with_its_verdict_and_inert_text(tmp_path, 
             await pilot.press("escape")
             await pilot_wait_for(pilot, lambda: app.screen is screen, "back to the jobs view")
     drive()
+
+
+# -- the verdict rules on py-spy's own JSON shape (for what this machine cannot run: torch, CUDA, HTTP) ----
+
+def frame(name: str, path: str, line: int, native: bool = False) -> dict:
+    return {"name": name, "filename": path, "short_filename": path.rsplit("/", 1)[-1], "line": line,
+            "module": path if native else None}
+
+
+def thread(tid: int, frames: list[dict], name: str = "MainThread", active: bool = False) -> dict:
+    return {"thread_id": tid, "os_thread_id": tid, "thread_name": name, "active": active, "frames": frames}
+
+
+SITE = "/venv/lib/python3.11/site-packages"
+LIB = "/usr/lib/python3.11"
+
+
+def rank(pid: int, extra: list[dict] = ()) -> stacks.ProcessStacks:
+    main = thread(pid, [frame("all_reduce", f"{SITE}/torch/distributed/distributed_c10d.py", 2501),
+                        frame("wrapper", f"{SITE}/torch/distributed/c10d_logger.py", 83),
+                        frame("all_reduce", f"{SITE}/vllm/distributed/parallel_state.py", 412),
+                        frame("main", "/work/serve.py", 9)])
+    raw = [main, *extra]
+    return stacks.build_process(procs.ProcessId(pid, 1), "python serve.py", raw, raw)
+
+
+def verdict_of(processes: list) -> tuple[str, list]:
+    result = stacks.StackDump(taken_at=0.0, native=False, processes=processes)
+    result.groups = stacks.group(processes)
+    return stacks.verdict(result), result.groups
+
+
+def test_eight_ranks_in_one_all_reduce_fold_into_one_group_and_one_verdict():
+    tqdm = thread(7, [frame("Condition.wait", f"{LIB}/threading.py", 331), frame("Event.wait", f"{LIB}/threading.py", 629),
+                      frame("TMonitor.run", f"{SITE}/tqdm/_monitor.py", 60)], name="Thread-1")
+    text, groups = verdict_of([rank(100 + i, [dict(tqdm, thread_id=1000 + i, os_thread_id=1000 + i)])
+                               for i in range(8)])
+    assert text == ("8 of 8 processes in a collective (torch.distributed.all_reduce) at serve.py:9 (main)")
+    assert [(len(g.pids), g.threads, g.helper) for g in groups] == [(8, 8, False), (8, 8, True)]
+    assert groups[0].chain(3) == ("all_reduce (distributed_c10d.py:2501) ← wrapper (c10d_logger.py:83) ← "
+                                  "all_reduce (parallel_state.py:412) ← …")
+
+
+def test_a_native_nccl_frame_and_a_cuda_synchronize_are_named():
+    nccl = stacks.build_process(procs.ProcessId(5, 1), "x", [thread(5, [
+        frame("ncclGroupEnd", "/lib/libnccl.so.2", 0, native=True), frame("step", "/work/train.py", 40)])], None)
+    assert (nccl.wait.kind, nccl.wait.label, nccl.wait.source) == ("collective", "NCCL", "native")
+    sync = stacks.build_process(procs.ProcessId(6, 1), "x", [thread(6, [
+        frame("synchronize", f"{SITE}/torch/cuda/__init__.py", 985), frame("step", "/work/train.py", 41)])], None)
+    assert sync.wait.phrase() == "in a CUDA synchronize (torch.cuda.synchronize)"
+    assert (sync.wait.caller.file, sync.wait.caller.line) == ("train.py", 41)
+
+
+def test_an_http_read_a_queue_get_and_a_popen_wait():
+    http = stacks.build_process(procs.ProcessId(7, 1), "x", [thread(7, [
+        frame("SocketIO.readinto", f"{LIB}/socket.py", 706),
+        frame("HTTPResponse._read_status", f"{LIB}/http/client.py", 279),
+        frame("HTTPResponse.begin", f"{LIB}/http/client.py", 318), frame("fetch", "/work/get.py", 3)])], None)
+    assert http.wait.kind == "socket" and http.wait.label == "http.client HTTPResponse.begin"
+    queue_get = stacks.build_process(procs.ProcessId(8, 1), "x", [thread(8, [
+        frame("Condition.wait", f"{LIB}/threading.py", 327), frame("Queue.get", f"{LIB}/queue.py", 171),
+        frame("consume", "/work/q.py", 7)])], None)
+    assert queue_get.wait.phrase() == "waiting on a queue (queue.Queue.get)"
+    popen = stacks.build_process(procs.ProcessId(9, 1), "x", [thread(9, [
+        frame("Popen._try_wait", f"{LIB}/subprocess.py", 1959), frame("Popen._wait", f"{LIB}/subprocess.py", 2017),
+        frame("Popen.wait", f"{LIB}/subprocess.py", 1264), frame("build", "/work/b.py", 5)])], None)
+    assert popen.wait.phrase() == "waiting for a subprocess (Popen.wait)"
+
+
+def test_a_pool_worker_blocked_on_a_socket_is_not_an_idle_helper():
+    worker = thread(11, [frame("SocketIO.readinto", f"{LIB}/socket.py", 706),
+                         frame("_worker", f"{LIB}/concurrent/futures/thread.py", 83)], name="ThreadPoolExecutor-0_0")
+    idle = thread(12, [frame("_worker", f"{LIB}/concurrent/futures/thread.py", 81)], name="ThreadPoolExecutor-0_1")
+    proc = stacks.build_process(procs.ProcessId(10, 1), "x", [thread(10, [frame("main", "/work/m.py", 3)]), worker, idle],
+                                None)
+    helpers = {t.tid: t.helper for t in proc.threads}
+    assert helpers == {10: False, 11: False, 12: True}
+    assert proc.wait.kind == "socket"
