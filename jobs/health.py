@@ -376,7 +376,8 @@ class HealthMonitor:
         for alert in update.raised:
             if self._start_dump(alert, now):
                 # on_alert waits for the dump's verdict (StacksDumped records its pid).
-                self._record_event({"t": round(now, 3), "event": "AlertRaised", **alert.to_json(), "stacks": "dumping"})
+                self._record_event({"t": round(now, 3), "event": "AlertRaised", **alert.to_json(),
+                                    "stacks_pending": True})
                 continue
             pid = self._fire(alert)
             self._record_event({"t": round(now, 3), "event": "AlertRaised", **alert.to_json(),
