@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import linecache
 import os
 import platform
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -332,7 +332,7 @@ SOURCE_RULES: tuple[tuple[str, str, str], ...] = (
     ("lock", "Lock.acquire", r"\.acquire\s*\("),
     ("lock", "threading.Lock (with)", r"^\s*with\s+\w*(lock|mutex)\w*\s*:"),
     ("socket", "{m}", r"\.(recv_into|recvfrom|recvmsg|recv|accept|connect|sendall)\s*\("),
-    ("subprocess", "{m}", r"\b(os\.waitpid|os\.wait|\.communicate|\.wait)\s*\("),
+    ("subprocess", "{m}", r"\b(os\.waitpid|os\.wait|os\.waitid|\.communicate)\s*\("),
     ("select", "select", r"\b(select\.select|select\.poll|\.poll|epoll)\s*\("),
     ("sleep", "time.sleep", r"\b(time\.)?sleep\s*\("),
     ("pipe", "os.read", r"\bos\.read\s*\("),
@@ -413,15 +413,28 @@ def _caller(frames: Sequence[Frame], index: int) -> Optional[Frame]:
 
 
 def _source_line(frame: Frame) -> str:
+    """The frame's current source line, read afresh (no linecache: the runner lives for days and files change)."""
     path = frame.path
     if not path or not frame.line or path.startswith("<"):
         return ""
     try:
-        if os.path.getsize(path) > 4 * 1024 * 1024:
-            return ""
+        # A regular file of sane size only: a frame's path is the job's word, and /dev/zero never ends.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return ""
-    return linecache.getline(path, frame.line).strip()[:400]
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > 4 * 1024 * 1024:
+            return ""
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            for number, raw in enumerate(fh, 1):
+                if number == frame.line:
+                    return raw.decode("utf-8", "replace").strip()[:400]
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    return ""
 
 
 def _python_wait(frames: Sequence[Frame]) -> Optional[Wait]:
@@ -532,14 +545,14 @@ def explain(thread: ThreadStack) -> Wait:
     py = [f for f in frames if not f.native]
     top = py[0] if py else (frames[0] if frames else None)
     if thread.spinning:
-        return Wait("spinning", top.label() if top else "?", top, _caller(frames, 0), "sampling")
+        return Wait("spinning", top.name if top else "?", top, _caller(frames, 0), "sampling")
     wait = _python_wait(frames)
     if wait is None and thread.active:
-        return Wait("running", top.label() if top else "?", top, _caller(frames, 0), "sampling")
+        return Wait("running", top.name if top else "?", top, _caller(frames, 0), "sampling")
     wait = wait or _native_wait(frames) or _source_wait(frames) or _kernel_wait(thread.kernel, frames)
     if wait is not None:
         return wait
-    return Wait("idle", top.label() if top else "no Python frames", top, _caller(frames, 0), "sampling")
+    return Wait("idle", top.name if top else "no Python frames", top, _caller(frames, 0), "sampling")
 
 
 # The stdlib's waiting wrappers: a helper is recognised by the first frame outside them.
@@ -778,9 +791,22 @@ def group(processes: Sequence[ProcessStacks]) -> list[StackGroup]:
     return groups
 
 
-def _where(wait: Wait) -> str:
+def _where(waits: Sequence[Wait]) -> str:
+    """ at busy.py:6 (spin)"; the lines of every process when they differ (a loop sampled at two lines)."""
+    at = [w.caller or w.frame for w in waits if (w.caller or w.frame) is not None]
+    if not at:
+        return ""
+    lines = sorted({f.line for f in at if f.line})
+    line = ":" + ",".join(map(str, lines[:3])) + (",…" if len(lines) > 3 else "") if lines else ""
+    return f" at {at[0].file}{line} ({at[0].name})"
+
+
+def _share_key(wait: Optional[Wait]) -> tuple:
+    # The same wait in the same function of the same file is one share, whatever line each process is at.
+    if wait is None:
+        return ("idle",)
     at = wait.caller or wait.frame
-    return f" at {at.where()} ({at.name})" if at is not None else ""
+    return (wait.kind, wait.label, at.path if at else "", at.name if at else "")
 
 
 def verdict(result: StackDump) -> str:
@@ -792,15 +818,13 @@ def verdict(result: StackDump) -> str:
         return "no live Python process in the run"
     shares: dict[tuple, list[ProcessStacks]] = {}
     for proc in result.processes:
-        w = proc.wait
-        key = (w.kind, w.label, (w.caller or w.frame).where() if (w and (w.caller or w.frame)) else "") if w else ("idle",)
-        shares.setdefault(key, []).append(proc)
+        shares.setdefault(_share_key(proc.wait), []).append(proc)
     ordered = sorted(shares.values(), key=lambda ps: (-len(ps), RANK.get(ps[0].wait.kind if ps[0].wait else "idle", 99)))
     parts = []
     noun = "process" if total == 1 else "processes"
     for i, procs in enumerate(ordered[:3]):
         wait = procs[0].wait
-        text = (wait.phrase() + _where(wait)) if wait else "no Python stack"
+        text = (wait.phrase() + _where([p.wait for p in procs if p.wait])) if wait else "no Python stack"
         parts.append(f"{len(procs)} of {total} {noun} {text}" if i == 0 else f"{len(procs)} {text}")
     if len(ordered) > 3:
         parts.append(f"{sum(len(p) for p in ordered[3:])} other")
