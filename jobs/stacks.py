@@ -801,6 +801,9 @@ def _where(waits: Sequence[Wait]) -> str:
     return f" at {at[0].file}{line} ({at[0].name})"
 
 
+_ON_CHILDREN = ("subprocess", "join")
+
+
 def _share_key(wait: Optional[Wait]) -> tuple:
     # The same wait in the same function of the same file is one share, whatever line each process is at.
     if wait is None:
@@ -819,7 +822,9 @@ def verdict(result: StackDump) -> str:
     shares: dict[tuple, list[ProcessStacks]] = {}
     for proc in result.processes:
         shares.setdefault(_share_key(proc.wait), []).append(proc)
-    ordered = sorted(shares.values(), key=lambda ps: (-len(ps), RANK.get(ps[0].wait.kind if ps[0].wait else "idle", 99)))
+    # Among equal shares, a process waiting on its children comes after the children's own wait: that is the cause.
+    ordered = sorted(shares.values(), key=lambda ps: (-len(ps), bool(ps[0].wait and ps[0].wait.kind in _ON_CHILDREN),
+                                                      RANK.get(ps[0].wait.kind if ps[0].wait else "idle", 99)))
     parts = []
     noun = "process" if total == 1 else "processes"
     for i, procs in enumerate(ordered[:3]):

@@ -267,6 +267,30 @@ def test_gloo_all_reduce_whose_last_rank_never_joins(tmp_path, state):
     assert "2 of " in data["verdict"] and "in a collective (torch.distributed.all_reduce)" in data["verdict"]
 
 
+ESCAPEE = """
+import subprocess, sys
+
+CHILD = "import threading\\nlock = threading.Lock()\\nlock.acquire()\\nprint('escaped', flush=True)\\nlock.acquire()\\n"
+
+if __name__ == "__main__":
+    # The child leaves the job's session and process group, as a daemonising server does.
+    child = subprocess.Popen([sys.executable, "-c", CHILD], start_new_session=True)
+    child.wait()
+"""
+
+
+def test_a_process_that_left_the_group_is_dumped_like_stop_finds_it(tmp_path, state):
+    jobs, env, run_id = start(tmp_path, "escapee", ESCAPEE)
+    data = dump_until(jobs, env, "escapee", lambda d: len(d["processes"]) == 2 and any(
+        p["wait"]["kind"] == "lock" for p in d["processes"]), "the escapee blocked on its lock")
+    meta = latest_run("escapee").meta()
+    [escaped] = [p for p in data["processes"] if p["wait"]["kind"] == "lock"]
+    assert procs.read_stat(escaped["pid"]).pgrp != meta["pgid"]
+    # `python -c` has no source to read: the kernel names the wait (a futex); the parent's wait comes second.
+    assert data["verdict"] == ("1 of 2 processes blocked on a lock (a futex) at <string>:5 (<module>); "
+                               "1 waiting for a subprocess (Popen.wait) at escapee.py:9 (<module>)")
+
+
 def test_a_process_outside_the_run_is_never_touched(tmp_path, state):
     stranger = subprocess.Popen([PY, "-c", "import time; time.sleep(600)"])
     try:
