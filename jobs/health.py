@@ -33,6 +33,8 @@ STACKS_DIR = "stacks"
 DUMP_WAIT_S = 45.0
 # A stored dump larger than this keeps its groups and verdict but not the per-process detail.
 MAX_STORED_DUMP_BYTES = 2 * 1024 * 1024
+# A stall that flaps all night dumps at most this many times per run.
+MAX_DUMPS_PER_RUN = 20
 
 # Without health.json (an older runner, a crashed monitor) `jobs --json` analyzes
 # only the tail of the log: the phase and the failure are near the end.
@@ -159,7 +161,6 @@ class StallDump:
         self.verdict: Optional[str] = None
         self.path: Optional[str] = None             # relative to the run dir
         self.error: Optional[str] = None
-        self.fired = False
         self.done = False
         self._monitor = monitor
         self._procs = procs
@@ -172,8 +173,8 @@ class StallDump:
         try:
             result = stacks.dump(self._procs, job=self._monitor.job, run_id=self._monitor.run_id,
                                  on_spawn=self._monitor.note_helper)
-            self.path = self._monitor.store_dump(result, self._now)
             self.verdict = result.verdict
+            self.path = self._monitor.store_dump(result, self._now)
         except stacks.StacksUnavailable as exc:
             self.error = str(exc)
         except Exception as exc:        # noqa: BLE001 - a failed dump costs the dump, never the runner
@@ -218,6 +219,7 @@ class HealthMonitor:
         self.progress_at: Optional[float] = None     # when the progress last moved (ETA only while it does)
         self._pids: list[int] = []                   # the run's processes in the last sample
         self._dumps: list[StallDump] = []            # dumps whose alert has not gone out yet
+        self._dumps_taken = 0
         self.stacks: dict[tuple, dict] = {}          # (code, since) -> {"verdict", "path"} of its episode's dump
 
     @classmethod
@@ -410,9 +412,12 @@ class HealthMonitor:
             return False                # a shell loop, a build: nothing py-spy can read
         why = None if stacks.find_py_spy() else stacks.INSTALL_HINT
         why = why or stacks.ptrace_refusal()
+        if not why and self._dumps_taken >= MAX_DUMPS_PER_RUN:
+            why = f"this run already took {MAX_DUMPS_PER_RUN} stack dumps"
         if why:
             self._record_event({"t": round(now, 3), "event": "StacksUnavailable", "code": alert.code, "reason": why})
             return False
+        self._dumps_taken += 1
         self._dumps.append(StallDump(self, alert, procs, now))
         return True
 
