@@ -635,6 +635,8 @@ def _permission_text(error: str) -> bool:
 def _sample_process(binary: str, proc: ProcessId, native: bool, interval: float, deadline: float,
                     on_spawn: Optional[Callable[[int], None]] = None) -> tuple[Optional[ProcessStacks], Optional[str]]:
     """Two dumps of one process `interval` apart -> its threads (None + why when it cannot be dumped)."""
+    if time.monotonic() >= deadline:
+        return None, "not dumped: the whole dump's deadline had passed"
     timeout = max(1.0, min(CALL_TIMEOUT_S, deadline - time.monotonic()))
     if not is_alive(proc.pid, proc.start):
         return None, "exited before the dump"

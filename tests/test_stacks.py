@@ -390,6 +390,25 @@ def test_a_wedged_py_spy_is_bounded_by_the_call_timeout(tmp_path, monkeypatch):
         child.wait()
 
 
+def test_the_whole_dump_has_a_deadline_however_many_processes(tmp_path, monkeypatch):
+    monkeypatch.setattr(stacks, "CALL_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(stacks, "PARALLEL", 1)
+    children = [sleeper() for _ in range(4)]
+    try:
+        for child in children:
+            wait_for(lambda: stacks.is_python(child.pid), what="the interpreters to start")
+        t0 = time.monotonic()
+        result = stacks.dump([procs.identity(c.pid) for c in children], py_spy=fake_py_spy(tmp_path, "exec sleep 30"),
+                             deadline_s=1.5)
+        assert time.monotonic() - t0 < 6
+        reasons = [s.reason for s in result.skipped]
+        assert len(reasons) == 4 and "not dumped: the whole dump's deadline had passed" in reasons
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+
+
 def test_a_process_that_exits_mid_dump_is_skipped_and_said(tmp_path):
     child = sleeper()
     try:
