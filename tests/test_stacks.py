@@ -367,13 +367,18 @@ def test_ptrace_scope_and_caps_are_read_from_proc(tmp_path):
 
 def test_another_users_process_is_refused_without_cap_sys_ptrace():
     import os
-    foreign = next((int(p) for p in os.listdir("/proc") if p.isdigit()
-                    and os.stat(f"/proc/{p}").st_uid != os.geteuid()), None)
-    if foreign is None:
-        pytest.skip("no process of another user on this machine")
-    assert "belongs to uid" in stacks.process_refusal(foreign, caps=0)
-    assert stacks.process_refusal(foreign, caps=1 << 19) is None
-    assert stacks.process_refusal(os.getpid(), caps=0) is None
+    if os.geteuid() != 0:
+        pytest.skip("needs root to start a process as another user")
+    foreign = subprocess.Popen(["sleep", "600"], user=65534)
+    try:
+        wait_for(lambda: os.stat(f"/proc/{foreign.pid}").st_uid == 65534, what="the process to run as uid 65534")
+        assert stacks.process_refusal(foreign.pid, caps=0) == (
+            "belongs to uid 65534, not to you (uid 0), and this process lacks CAP_SYS_PTRACE")
+        assert stacks.process_refusal(foreign.pid, caps=1 << 19) is None
+        assert stacks.process_refusal(os.getpid(), caps=0) is None
+    finally:
+        foreign.kill()
+        foreign.wait()
 
 
 def test_a_wedged_py_spy_is_bounded_by_the_call_timeout(tmp_path, monkeypatch):
