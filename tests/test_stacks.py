@@ -671,3 +671,26 @@ def test_a_pool_worker_blocked_on_a_socket_is_not_an_idle_helper():
     helpers = {t.tid: t.helper for t in proc.threads}
     assert helpers == {10: False, 11: False, 12: True}
     assert proc.wait.kind == "socket"
+
+
+def test_the_jobs_view_banner_carries_the_stall_dumps_verdict(tmp_path, state):
+    from runsupport import pilot_test, pilot_wait_for
+    from gpudeck.console.app import make_app
+    from gpudeck.console.screens.jobs import JobsScreen
+    from gpudeck.jobs.telemetry.sampler import make_sampler
+    from textual.widgets import Static
+
+    jobs, env, flag, hook = stall_job(tmp_path)
+    run = latest_run("quiet")
+    [dumped] = wait_for(lambda: events(run, "StacksDumped"), timeout=90, what="the runner's dump on the stall")
+
+    @pilot_test
+    async def drive() -> None:
+        app = make_app(sampler=make_sampler(demo=True), start_sampling=False, refresh=0.3, jobs_file=str(jobs))
+        async with app.run_test(size=(200, 40)) as pilot:
+            await pilot.press("2")
+            screen = await pilot_wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen, "jobs")
+            banner = screen.query_one("#jobs-banner", Static)
+            await pilot_wait_for(pilot, lambda: "— stacks: 2 of 3 processes waiting on a multiprocessing.Barrier"
+                                 in str(banner.render()), "the verdict in the banner", detail=lambda: str(banner.render()))
+    drive()
