@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
@@ -25,6 +26,16 @@ ON_ALERT_TIMEOUT_S = 120.0
 # The monitor reads at most this much new log per tick, so one tick stays short
 # even when a job floods its log; the rest is read on the next ticks.
 MAX_LOG_READ_PER_TICK = 8 * 1024 * 1024
+# The alerts that take a stack dump of the job when raised (dump_on_stall), once per episode.
+DUMP_ON = ("stalled", "nccl_hang")
+STACKS_DIR = "stacks"
+# on_alert waits at most this long for the dump's verdict, then goes out without it.
+DUMP_WAIT_S = 45.0
+# A stored dump larger than this keeps its groups and verdict but not the per-process detail.
+MAX_STORED_DUMP_BYTES = 2 * 1024 * 1024
+# A stall that flaps all night dumps at most this many times per run.
+MAX_DUMPS_PER_RUN = 20
+
 # Without health.json (an older runner, a crashed monitor) `jobs --json` analyzes
 # only the tail of the log: the phase and the failure are near the end.
 FALLBACK_TAIL_BYTES = 4 * 1024 * 1024
@@ -130,6 +141,43 @@ class TreeRates:
         return cpu_pct, read_bps
 
 
+class StallDump:
+    """One stack dump of a stalled run, taken in a thread so the runner never blocks on py-spy.
+
+    The thread only writes the run dir's stacks/ files and its own result fields; the
+    monitor reads them on a later tick (`done`), fires the alert's on_alert with the verdict
+    and records the event: all state the monitor owns stays on the runner's thread.
+    """
+
+    def __init__(self, monitor: "HealthMonitor", alert: Any, procs: list, now: float) -> None:
+        self.alert = alert
+        self.key = (alert.code, alert.since)
+        self.deadline = time.monotonic() + DUMP_WAIT_S
+        self.verdict: Optional[str] = None
+        self.path: Optional[str] = None             # relative to the run dir
+        self.error: Optional[str] = None
+        self.done = False
+        self._monitor = monitor
+        self._procs = procs
+        self._now = now
+        self.thread = threading.Thread(target=self._run, name="gpudeck-stall-dump", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        from gpudeck.jobs import stacks
+        try:
+            result = stacks.dump(self._procs, job=self._monitor.job, run_id=self._monitor.run_id,
+                                 on_spawn=self._monitor.note_helper)
+            self.verdict = result.verdict
+            self.path = self._monitor.store_dump(result, self._now)
+        except stacks.StacksUnavailable as exc:
+            self.error = str(exc)
+        except Exception as exc:        # noqa: BLE001 - a failed dump costs the dump, never the runner
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.done = True
+
+
 class HealthMonitor:
     """Judges one run each tick and publishes what it finds; everything it knows is also on disk.
 
@@ -140,7 +188,8 @@ class HealthMonitor:
 
     def __init__(self, run_dir: Path, *, job: str = "", run_id: str = "", kind: Optional[str] = None,
                  port: Optional[int] = None, stall_after: Optional[float] = None,
-                 on_alert: Optional[str] = None, clock: Callable[[], float] = time.time,
+                 on_alert: Optional[str] = None, dump_on_stall: bool = False,
+                 clock: Callable[[], float] = time.time,
                  analyzer: Any = None, meminfo: Callable[[], tuple[Optional[int], Optional[int]]] = read_meminfo,
                  listening: Callable[[int], Optional[bool]] = port_listening) -> None:
         self.run_dir = Path(run_dir)
@@ -149,6 +198,7 @@ class HealthMonitor:
         self.kind = kind or "stage"
         self.port = port
         self.on_alert = on_alert
+        self.dump_on_stall = dump_on_stall
         self.clock = clock
         self.analyzer = analyzer if analyzer is not None else make_analyzer()
         self.meminfo = meminfo
@@ -162,6 +212,10 @@ class HealthMonitor:
         self._children: list[subprocess.Popen] = []
         self._progress_key: Any = None
         self.progress_at: Optional[float] = None     # when the progress last moved (ETA only while it does)
+        self._pids: list[int] = []                   # the run's processes in the last sample
+        self._dumps: list[StallDump] = []            # dumps whose alert has not gone out yet
+        self._dumps_taken = 0
+        self.stacks: dict[tuple, dict] = {}          # (code, since) -> {"verdict", "path"} of its episode's dump
 
     @classmethod
     def for_run(cls, run_dir: Path, meta: Optional[Mapping[str, Any]] = None, **overrides: Any) -> "HealthMonitor":
@@ -181,7 +235,7 @@ class HealthMonitor:
             value = spec.get(name)
             return meta.get(name) if value is None else value
 
-        port, stall_after = setting("port"), setting("stall_after")
+        port, stall_after, dump = setting("port"), setting("stall_after"), setting("dump_on_stall")
         settings: dict[str, Any] = dict(
             job=str(meta.get("job") or run_dir.parent.name),
             run_id=str(meta.get("run_id") or run_dir.name),
@@ -190,6 +244,7 @@ class HealthMonitor:
             stall_after=float(stall_after) if isinstance(stall_after, (int, float)) else None,
             # the job's own command, else the file-wide default the supervisor recorded
             on_alert=setting("on_alert") or meta.get("on_alert_default"),
+            dump_on_stall=dump if isinstance(dump, bool) else True,
         )
         settings.update(overrides)
         return cls(run_dir, **settings)
@@ -237,6 +292,9 @@ class HealthMonitor:
 
     def _tick(self, sample: Mapping[str, Any], alive: bool, now: float) -> HealthUpdate:
         self._reap()
+        pids = sample.get("pids")
+        self._pids = [p for p in pids if isinstance(p, int) and not isinstance(p, bool)] if isinstance(pids, list) else []
+        self._settle_dumps(now)
         grew = self._read_new_log(now)
         self.analysis = self._analyze()
         self._note_progress(now)
@@ -280,6 +338,7 @@ class HealthMonitor:
                          failure=self.analysis.get("failure"))
             update = self.rules.end(end)
             self.ended = True
+            self._settle_dumps(now, final=True)
             self._publish(update, now)
             return update
         except Exception as exc:
@@ -304,14 +363,19 @@ class HealthMonitor:
             "progress_at": round(self.progress_at, 3) if self.progress_at is not None else None,
             "failure": a.get("failure"), "serving": a.get("serving"), "warnings": a.get("warnings") or [],
             "ready_line": a.get("ready_line"),
-            "alerts": [al.to_json() for al in self.rules.active],
-            "history": [al.to_json() for al in self.rules.history],
+            "alerts": [self.alert_json(al) for al in self.rules.active],
+            "history": [self.alert_json(al) for al in self.rules.history],
             "log_offset": self.log_offset, "error": self.last_error,
         }
 
     def _publish(self, update: HealthUpdate, now: float) -> None:
         # Each record on its own: one that cannot be written (a full disk) loses only itself.
         for alert in update.raised:
+            if self._start_dump(alert, now):
+                # on_alert waits for the dump's verdict (StacksDumped records its pid).
+                self._record_event({"t": round(now, 3), "event": "AlertRaised", **alert.to_json(),
+                                    "stacks_pending": True})
+                continue
             pid = self._fire(alert)
             self._record_event({"t": round(now, 3), "event": "AlertRaised", **alert.to_json(),
                                 **({"on_alert_pid": pid} if pid else {})})
@@ -320,24 +384,96 @@ class HealthMonitor:
                                 "since": alert.since, "cleared": alert.cleared})
         write_json_atomic(self.run_dir / HEALTH, self.health_record(now))
 
+    # -- the stack dump on a stall ------------------------------------------------
+
+    def alert_json(self, alert: Any) -> dict:
+        """An alert as published, with its episode's stack-dump verdict where one was taken."""
+        data = alert.to_json()
+        dumped = self.stacks.get((alert.code, alert.since))
+        if dumped:
+            data["stacks"] = dict(dumped)
+            data["message"] = f"{data['message']} — stacks: {dumped['verdict']}"
+        return data
+
+    def _start_dump(self, alert: Any, now: float) -> bool:
+        """Start this episode's dump in a thread; False (the alert goes out at once) when none can be taken."""
+        if not self.dump_on_stall or alert.code not in DUMP_ON or (alert.code, alert.since) in self.stacks:
+            return False
+        from gpudeck.jobs import stacks
+        from gpudeck.jobs.procs import identity
+        procs = [ident for ident in (identity(pid) for pid in self._pids[:stacks.MAX_PROCESSES * 2])
+                 if ident is not None and stacks.is_python(ident.pid)]
+        if not procs:
+            return False                # a shell loop, a build: nothing py-spy can read
+        why = None if stacks.find_py_spy() else stacks.INSTALL_HINT
+        why = why or stacks.ptrace_refusal()
+        if not why and self._dumps_taken >= MAX_DUMPS_PER_RUN:
+            why = f"this run already took {MAX_DUMPS_PER_RUN} stack dumps"
+        if why:
+            self._record_event({"t": round(now, 3), "event": "StacksUnavailable", "code": alert.code, "reason": why})
+            return False
+        self._dumps_taken += 1
+        self._dumps.append(StallDump(self, alert, procs, now))
+        return True
+
+    def _settle_dumps(self, now: float, final: bool = False) -> None:
+        """Dumps that finished (or ran out of time): their verdict joins the alert, then on_alert goes out."""
+        for dump in list(self._dumps):
+            if not (dump.done or final or time.monotonic() >= dump.deadline):
+                continue
+            if dump.done and dump.verdict is not None:
+                self.stacks[dump.key] = {"verdict": dump.verdict, "path": dump.path}
+            alert = dump.alert
+            if dump.verdict is not None:
+                alert = dataclasses.replace(alert, message=f"{alert.message} — stacks: {dump.verdict}")
+            pid = self._fire(alert, stacks=dump)
+            self._record_event({"t": round(now, 3), "event": "StacksDumped" if dump.verdict else "StacksFailed",
+                                "code": dump.alert.code, "since": dump.alert.since, "verdict": dump.verdict,
+                                "path": dump.path, "error": dump.error if dump.done else
+                                f"no verdict within {DUMP_WAIT_S:g}s", **({"on_alert_pid": pid} if pid else {})})
+            self._dumps.remove(dump)
+
+    def note_helper(self, pid: int) -> None:
+        """A process the monitor started in its own session (py-spy): recorded so it is never the job's."""
+        from gpudeck.jobs.procs import identity
+        ident = identity(pid)
+        append_event(self.run_dir / HOOKS, {"pid": pid, "start": ident.start if ident else None,
+                                            "t": round(time.time(), 3), "code": "stacks"})
+
+    def store_dump(self, result: Any, now: float) -> Optional[str]:
+        """stacks/<time>.json and .txt in the run dir; the path of the .json relative to the run dir."""
+        from gpudeck.jobs.runs import ensure_private_dir
+        from gpudeck.jobs.stacks import render_lines
+        folder = ensure_private_dir(self.run_dir / STACKS_DIR)
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)) + f"-{int(now * 1000) % 1000:03d}"
+        data = result.to_jsonable(frames=False)
+        if len(strictjson.dumps(data)) > MAX_STORED_DUMP_BYTES:
+            data["processes"], data["truncated"] = [], True
+        write_json_atomic(folder / f"{stamp}.json", data)
+        text = "\n".join(render_lines(result)) + "\n"
+        fd = open_private(folder / f"{stamp}.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        with open(fd, "w", encoding="utf-8") as fh:
+            fh.write(text[:MAX_STORED_DUMP_BYTES])
+        return f"{STACKS_DIR}/{stamp}.json"
+
     def _record_event(self, record: dict) -> None:
         try:
             append_event(self.run_dir / "events.jsonl", record)
         except OSError as exc:
             self.last_error = f"events.jsonl: {exc}"
 
-    def _fire(self, alert) -> Optional[int]:
+    def _fire(self, alert, stacks: Optional[StallDump] = None) -> Optional[int]:
         """Run on_alert outside the run (gpudeck.jobs.alert_hook: own session, a deadline) with the alert in
         GPUDECK_ALERT_*; output to on_alert.log. Never raises: a hook that cannot start costs the hook only."""
         if not self.on_alert:
             return None
         try:
-            return self._launch_hook(alert)
+            return self._launch_hook(alert, stacks)
         except Exception as exc:
             self.last_error = f"on_alert: {type(exc).__name__}: {exc}"
             return None
 
-    def _launch_hook(self, alert) -> Optional[int]:
+    def _launch_hook(self, alert, stacks: Optional[StallDump] = None) -> Optional[int]:
         from gpudeck.jobs.logs.sanitize import terminal_text
         fields = {
             "GPUDECK_ALERT_CODE": alert.code,
@@ -348,6 +484,8 @@ class HealthMonitor:
             "GPUDECK_ALERT_SEVERITY": alert.severity,
             "GPUDECK_ALERT_CAUSE": alert.cause,
             "GPUDECK_ALERT_HINT": alert.hint,
+            "GPUDECK_ALERT_STACKS": stacks.verdict if stacks else None,
+            "GPUDECK_ALERT_STACKS_FILE": str(self.run_dir / stacks.path) if stacks and stacks.path else None,
         }
         env = {k: v for k, v in os.environ.items() if "\0" not in v}
         # The alert's text came from the job's log and goes on to a desktop notification, a chat,

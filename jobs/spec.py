@@ -60,6 +60,7 @@ class JobSpec:
     stop_signal: str = "TERM"                   # without the SIG prefix
     stop_timeout: float = 30.0                  # seconds
     stall_after: Optional[float] = None         # seconds; None -> a default per kind and phase
+    dump_on_stall: bool = True                  # a stall alert takes one py-spy stack dump (stacks/ in the run dir)
     log_keep: int = 20                          # runs of this job kept on disk
     engine: Optional[str] = None                # "vllm" | "sglang"
     python: Optional[str] = None                # interpreter of the engine's environment
@@ -519,7 +520,7 @@ TOP_LEVEL_KEYS = ("jobs", "vars", "on_alert", "alerts")
 ALERTS_KEYS = ("on_alert",)
 JOB_KEYS = (
     "cmd", "cwd", "env", "kind", "gpus", "port", "needs", "done_when", "stop_signal",
-    "stop_timeout", "stall_after", "log_keep", "engine", "python", "model",
+    "stop_timeout", "stall_after", "dump_on_stall", "log_keep", "engine", "python", "model",
     "health_path", "metrics_path", "on_alert", "description",
     "backend", *SLURM_KEYS,
 )
@@ -873,6 +874,10 @@ class _Validator:
                     needs.append(dep)
                     seen.add(dep)
             return tuple(needs)
+        if key == "dump_on_stall":
+            if not isinstance(value, bool):
+                raise _Invalid(f"dump_on_stall must be true or false, got {_type_name(value)}", where)
+            return value
         if key == "stop_signal":
             if not isinstance(value, str):
                 raise _Invalid(f"stop_signal must be a signal name like \"TERM\", got {_type_name(value)}", where)

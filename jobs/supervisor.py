@@ -688,6 +688,24 @@ class Supervisor:
         return [self._describe(st.pid, mem_by_pid, owned=True)
                 for st in sorted(run_processes(run), key=lambda st: st.pid)]
 
+    def stacks(self, name: str, *, native: bool = False) -> Any:
+        """A grouped stack dump (gpudeck.jobs.stacks.StackDump) of every Python process of the job's latest
+        live run: the same proven tree `stop` finds, escapees included, and nothing else.
+
+        Raises SupervisorError when there is no live run, stacks.StacksUnavailable when nothing can be dumped here.
+        """
+        from gpudeck.jobs import stacks
+        run = self.latest(name)
+        if run is None:
+            raise SupervisorError(f"{name} was never started by gpudeck: no process to dump")
+        if run.meta().get("backend") == "slurm":
+            raise SupervisorError(f"{name} runs under Slurm: its processes are on its node; run "
+                                  f"`gpudeck stacks {name}` there")
+        procs = run_processes(run)
+        if not procs:
+            raise SupervisorError(f"{name} is not running (run {run.run_id} {run.state().state}): no process to dump")
+        return stacks.dump([st.identity for st in procs], native=native, job=name, run_id=run.run_id)
+
     def restart(self, name: str) -> tuple[StopReport, str]:
         report = self.stop(name)
         return report, self.start(name)

@@ -74,6 +74,8 @@ MALFORMED = [
     pytest.param('[jobs.a]\ncmd = "x"\nstall_after = "0s"\n', 3, 15, "stall_after must be longer than zero",
                  id="stall-zero"),
     pytest.param('[jobs.a]\ncmd = "x"\nstall_after = nan\n', 3, 15, "bad duration", id="duration-nan"),
+    pytest.param('[jobs.a]\ncmd = "x"\ndump_on_stall = "no"\n', 3, 17, "dump_on_stall must be true or false, got a string",
+                 id="dump-on-stall-string"),
     pytest.param('[jobs.a]\ncmd = "x"\nstop_signal = "SIGSTOP"\n', 3, 15, "stop_signal must be one of", id="signal"),
     pytest.param('[jobs.a]\ncmd = "x"\nkind = "trainer"\n', 3, 8, "(did you mean 'train'?)", id="kind"),
     pytest.param('[jobs.a]\ncmd = "x"\nengine = "vllm"\nkind = "train"\n', 4, 8, "its kind is 'engine', not 'train'",
@@ -196,6 +198,7 @@ needs = "serve"
 stop_signal = "sigint"
 stop_timeout = "1h30m"
 stall_after = 90
+dump_on_stall = false
 env = { MAX_JOBS = 20, HOME_DIR = "${models}" }
 ''')
     jobs_file = load_jobs(path)
@@ -210,6 +213,7 @@ env = { MAX_JOBS = 20, HOME_DIR = "${models}" }
     assert prep.done_when == str(tmp_path / "work" / "out" / ".done")
     assert prep.needs == ("serve",)
     assert (prep.stop_signal, prep.stop_timeout, prep.stall_after) == ("INT", 5400.0, 90.0)
+    assert serve.dump_on_stall is True and prep.dump_on_stall is False
     assert prep.env == {"MAX_JOBS": "20", "HOME_DIR": "/m"}
     assert jobs_file.vars == {"models": "/m", "kimi": "/m/kimi"}
 

@@ -19,6 +19,7 @@ from gpudeck.console.compositor import DeckScreen
 
 from gpudeck.console.format import safe_text
 from gpudeck.console.screens.confirm import ConfirmScreen
+from gpudeck.console.screens.stacks import StacksScreen
 from gpudeck.console.widgets.border_titles import set_border_titles
 from gpudeck.console.widgets.box_header_panel import BoxHeaderPanel
 from gpudeck.console.widgets.engine_panel import EnginePanel
@@ -220,6 +221,9 @@ class JobsScreen(DeckScreen):
         Binding("p", "pivot", "Pivot", id="jobs.pivot", tooltip="stop the running engines, start this one"),
         Binding("escape", "close_log", "Close log", show=False, id="jobs.log.close"),
         Binding("R", "replay_selected", "Replay", id="jobs.replay", tooltip="play the selected job's latest run"),
+        # Not in the footer (its snapshot stays as it is); `?` lists it.
+        Binding("D", "stack_dump", "Stacks", show=False, id="jobs.stacks",
+                tooltip="py-spy stack dump of the selected job's processes, grouped, with a verdict"),
         # The player's keys: only while the view shows a replay (check_action hides them otherwise).
         Binding("space", "replay_pause", "Play/pause", id="jobs.replay.pause"),
         Binding("plus,equals_sign", "replay_faster", "Faster", key_display="+", id="jobs.replay.faster"),
@@ -234,7 +238,7 @@ class JobsScreen(DeckScreen):
     ]
     REPLAY_ACTIONS = {"replay_pause", "replay_faster", "replay_slower", "replay_seek", "replay_next",
                       "replay_previous", "replay_next_alert"}
-    LIVE_ACTIONS = {"start_job", "stop_job", "restart_job", "pivot"}
+    LIVE_ACTIONS = {"start_job", "stop_job", "restart_job", "pivot", "stack_dump"}
     DEMO_REFUSAL = "demo: actions are off (these are recorded runs; nothing here starts or stops)"
 
     def __init__(
@@ -580,6 +584,14 @@ class JobsScreen(DeckScreen):
             self._say(f"{name}: an action is already in progress", severity="warning", timeout=3)
             return None
         return name
+
+    def action_stack_dump(self) -> None:
+        """Where the selected job's processes wait: the dump runs in the modal's worker thread."""
+        name = self._selected_name()
+        if name is None:
+            return
+        supervisor = self.supervisor
+        self.app.push_screen(StacksScreen(name, lambda: supervisor.stacks(name)))
 
     def action_start_job(self) -> None:
         name = self._selected_idle_name()

@@ -430,6 +430,7 @@ def build_run(run_dir: Path, state_dir: Optional[Path] = None) -> dict:
     report["silences"] = _silences(run_dir / "times", started, end_for_phases)
     report["context"] = _context(meta, events, row, state_dir)
     report["events"] = _notable_events(events, started)
+    report["stacks"] = stack_dumps(events, report["stalls"], started)
 
     # Resource and serving timelines.
     timeline, peaks = None, None
@@ -861,3 +862,24 @@ def verdict(report: dict) -> str:
     if state == "log":
         return f"log ends in phase {o.get('final_phase') or 'unknown'}; no failure in it"
     return f"finished OK{when or ''}" + (f" (exit {o.get('exit_code')})" if o.get("exit_code") not in (None, 0) else "")
+
+
+# -- the stack dumps a stall took by itself (gpudeck.jobs.health: StacksDumped / StacksFailed events) ----
+
+def stack_dumps(events: list[dict], stalls: list[dict], started: Optional[float]) -> list[dict]:
+    """Each dump on the run's timeline; the stall it was taken for gets its verdict (`stacks`)."""
+    dumps = []
+    for ev in events:
+        if ev.get("event") not in ("StacksDumped", "StacksFailed"):
+            continue
+        t = number(ev.get("t"))
+        entry = {"t": t, "at_s": round(t - started, 3) if t is not None and started is not None else None,
+                 "code": ev.get("code"), "since": number(ev.get("since")),
+                 "verdict": ev.get("verdict") if isinstance(ev.get("verdict"), str) else None,
+                 "path": ev.get("path") if isinstance(ev.get("path"), str) else None,
+                 "error": ev.get("error") if isinstance(ev.get("error"), str) else None}
+        dumps.append(entry)
+        for stall in stalls:
+            if entry["verdict"] and stall.get("code") == entry["code"] and stall.get("start") == entry["since"]:
+                stall["stacks"] = entry["verdict"]
+    return dumps

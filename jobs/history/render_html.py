@@ -69,6 +69,7 @@ def render(report: dict) -> str:
     parts.append(_facts(src, o))
     parts.append(_phases(report))
     parts.append(_alerts(report))
+    parts.append(stack_dumps_html(report))
     parts.append(_context(report))
     parts.append(_charts(report))
     parts.append(_lines(report))
@@ -235,6 +236,7 @@ def _svg(report: dict, group: dict, t_max: float) -> str:
         x0, x1 = x(s["start_s"]), x(s["start_s"] + s["duration_s"])
         parts.append(f'<rect x="{x0:.1f}" y="{PAD_T}" width="{max(1.0, x1 - x0):.1f}" height="{plot_h}" '
                      f'fill="url(#hatch)"><title>{esc(s["code"])}</title></rect>')
+    parts += stack_dump_marks(report, x, plot_h)
     # axes: baseline, top value, time ticks
     parts.append(f'<line x1="{PAD_L}" y1="{PAD_T + plot_h}" x2="{w - PAD_R}" y2="{PAD_T + plot_h}" stroke="#999"/>')
     parts.append(f'<line x1="{PAD_L}" y1="{PAD_T}" x2="{PAD_L}" y2="{PAD_T + plot_h}" stroke="#999"/>')
@@ -312,3 +314,29 @@ def _history(report: dict) -> str:
         return "<h2>Against earlier runs</h2><p class=\"muted\">No earlier run of this job in the index.</p>"
     items = history_items(hist)
     return "<h2>Against earlier runs</h2><ul>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>"
+
+
+def stack_dumps_html(report: dict) -> str:
+    """Where the stalled run waited: each stack dump it took, with its verdict."""
+    dumps = report.get("stacks") or []
+    if not dumps:
+        return ""
+    items = []
+    for d in dumps:
+        what = esc(d.get("verdict")) if d.get("verdict") else f"no verdict: {esc(d.get('error') or '?')}"
+        where = f" <code>{esc(d['path'])}</code>" if d.get("path") else ""
+        items.append(f"<li>{clock(d.get('at_s'))} on <b>{esc(d.get('code'))}</b>: {what}{where}</li>")
+    return '<h2>Stack dumps</h2><ul id="stack-dumps">' + "".join(items) + "</ul>"
+
+
+def stack_dump_marks(report: dict, x: Any, plot_h: float) -> list[str]:
+    """A dashed line on each chart where a stack dump was taken, its verdict as the tooltip."""
+    marks = []
+    for d in report.get("stacks") or []:
+        if d.get("at_s") is None:
+            continue
+        at = x(d["at_s"])
+        marks.append(f'<line x1="{at:.1f}" y1="{PAD_T}" x2="{at:.1f}" y2="{PAD_T + plot_h}" stroke="#b00" '
+                     f'stroke-dasharray="3,2" class="stack-dump"><title>stacks: {esc(d.get("verdict") or d.get("error"))}'
+                     f'</title></line>')
+    return marks

@@ -123,6 +123,8 @@ def render(report: dict) -> str:
             out.append(f"- log silent from {clock(s.get('start_s'))} for {span(s['duration_s'])}")
         out.append("")
 
+    out += stack_dumps_md(report)
+
     ctx = report.get("context") or {}
     if ctx:
         out += ["## Context", ""]
@@ -209,3 +211,15 @@ def render(report: dict) -> str:
         out += ["## What this report could not see", ""] + [f"- {text(m)}" for m in missing] + [""]
     return "\n".join(out).rstrip() + "\n"
 
+
+def stack_dumps_md(report: dict) -> list[str]:
+    """Where the stalled run waited: each stack dump it took, with its verdict."""
+    dumps = report.get("stacks") or []
+    if not dumps:
+        return []
+    out = ["## Stack dumps", ""]
+    for d in dumps:
+        what = text(d.get("verdict")) if d.get("verdict") else f"no verdict: {text(d.get('error') or '?')}"
+        where = f" (`{terminal_text(d['path'], 200).replace('`', chr(39))}`)" if d.get("path") else ""
+        out.append(f"- {clock(d.get('at_s'))} on **{text(d.get('code'))}**: {what}{where}")
+    return out + [""]

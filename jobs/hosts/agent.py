@@ -365,6 +365,23 @@ class Agent:
             raise RequestError(str(exc)) from None
         return {"report": report.to_jsonable(), "lines": notes + report.lines(), "clean": report.clean}
 
+    def op_stacks(self, params: dict) -> dict:
+        """`gpudeck stacks JOB`: the grouped py-spy dump of the job's live run, taken on this host.
+
+        A refusal (no py-spy here, ptrace not permitted, the job not running) is a result, not an
+        error: the CLI keeps its local exit codes (2 and 1) for it."""
+        from gpudeck.jobs.stacks import StacksUnavailable, render_lines
+        from gpudeck.jobs.supervisor import SupervisorError
+        sup = self._supervisor()
+        self._known(sup, params["job"])
+        try:
+            result = sup.stacks(params["job"], native=bool(params.get("native")))
+        except StacksUnavailable as exc:
+            return {"refused": f"{exc} (on {socket.gethostname()})", "code": 2}
+        except SupervisorError as exc:
+            return {"refused": str(exc), "code": 1}
+        return {"dump": result.to_jsonable(), "lines": render_lines(result)}
+
     def op_run(self, params: dict) -> dict:
         """`gpudeck run JOB`: a detached pipeline of JOB after its needs, on this host."""
         from gpudeck.jobs.pipeline import PipelineError, start_pipeline
