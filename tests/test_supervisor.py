@@ -55,8 +55,11 @@ def test_stop_of_a_term_ignoring_job_with_setsid_grandchildren_leaves_no_process
     run = latest_run("stubborn")
     # Both escapees are up: three sleeps/bashes beyond the main shell.
     wait_for(lambda: sum(1 for st in run_processes(run) if st.comm == "sleep") >= 3, what="the whole tree")
-    before = [st.identity for st in run_processes(run)]
-    assert {p.pid for p in sup.processes("stubborn")} == {p.pid for p in before}
+    # The confirmation names the tree stop will find. The job's shell forks a `sleep` every 0.2 s, so
+    # the two listings are compared taken back to back, again until one pair agrees.
+    before = wait_for(lambda: (ids := [st.identity for st in run_processes(run)])
+                      and {p.pid for p in sup.processes("stubborn")} == {i.pid for i in ids} and ids,
+                      what="the confirmation's processes equal to the run's tree")
     sessions = {procs.read_stat(p.pid).session for p in before if procs.read_stat(p.pid)}
     assert len(sessions) >= 3, "the test job must really have processes outside its session"
     report = sup.stop("stubborn")

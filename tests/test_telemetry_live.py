@@ -284,7 +284,8 @@ def test_proc_stat_facts_equal_psutils_for_a_busy_child():
             sum(range(10000))
         mine = table.info(child.pid)
         their_cpu, their_rss = theirs.cpu_percent(None), theirs.memory_info().rss
-        assert mine.known and mine.cpu_percent is not None and their_cpu > 20
+        # > 5: the child is busy (a loaded 2-core CI box gave it 17 %); the comparison below is the test.
+        assert mine.known and mine.cpu_percent is not None and their_cpu > 5
         # A busy loop, in user and system time: both near one core; jiffies and the few µs between
         # the calls differ.
         assert abs(mine.cpu_percent - their_cpu) <= 15
