@@ -140,7 +140,7 @@ class HealthMonitor:
 
     def __init__(self, run_dir: Path, *, job: str = "", run_id: str = "", kind: Optional[str] = None,
                  port: Optional[int] = None, stall_after: Optional[float] = None,
-                 on_alert: Optional[str] = None, clock: Callable[[], float] = time.time,
+                 on_alert: Optional[str] = None, notify: Optional[list] = None, clock: Callable[[], float] = time.time,
                  analyzer: Any = None, meminfo: Callable[[], tuple[Optional[int], Optional[int]]] = read_meminfo,
                  listening: Callable[[int], Optional[bool]] = port_listening) -> None:
         self.run_dir = Path(run_dir)
@@ -149,6 +149,7 @@ class HealthMonitor:
         self.kind = kind or "stage"
         self.port = port
         self.on_alert = on_alert
+        self.notify = [t for t in notify or () if isinstance(t, Mapping)]   # webhook targets (gpudeck.jobs.notify)
         self.clock = clock
         self.analyzer = analyzer if analyzer is not None else make_analyzer()
         self.meminfo = meminfo
@@ -190,6 +191,8 @@ class HealthMonitor:
             stall_after=float(stall_after) if isinstance(stall_after, (int, float)) else None,
             # the job's own command, else the file-wide default the supervisor recorded
             on_alert=setting("on_alert") or meta.get("on_alert_default"),
+            # resolved by the supervisor at start: the jobs file's [notify.*] and the user's config.toml ones
+            notify=meta.get("notify") if isinstance(meta.get("notify"), list) else None,
         )
         settings.update(overrides)
         return cls(run_dir, **settings)
@@ -313,8 +316,10 @@ class HealthMonitor:
         # Each record on its own: one that cannot be written (a full disk) loses only itself.
         for alert in update.raised:
             pid = self._fire(alert)
+            notify_pid = self._notify(alert, now)
             self._record_event({"t": round(now, 3), "event": "AlertRaised", **alert.to_json(),
-                                **({"on_alert_pid": pid} if pid else {})})
+                                **({"on_alert_pid": pid} if pid else {}),
+                                **({"notify_pid": notify_pid} if notify_pid else {})})
         for alert in update.cleared:
             self._record_event({"t": round(now, 3), "event": "AlertCleared", "code": alert.code,
                                 "since": alert.since, "cleared": alert.cleared})
@@ -376,6 +381,21 @@ class HealthMonitor:
         ident = identity(child.pid)
         append_event(self.run_dir / HOOKS, {"pid": child.pid, "start": ident.start if ident else None,
                                             "t": round(time.time(), 3), "code": alert.code})
+        self._children.append(child)
+        return child.pid
+
+    def _notify(self, alert, now: float) -> Optional[int]:
+        """Deliver the alert to the webhook targets in a detached child (gpudeck.jobs.notify); never waits, never raises."""
+        if not self.notify:
+            return None
+        try:
+            from gpudeck.jobs import notify
+            child = notify.launch(self.run_dir, {**alert.to_json(), "t": round(now, 3)}, self.notify)
+        except Exception as exc:
+            self.last_error = f"notify: {type(exc).__name__}: {exc}"
+            return None
+        if child is None:
+            return None
         self._children.append(child)
         return child.pid
 
