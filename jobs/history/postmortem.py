@@ -337,7 +337,8 @@ def build(target: str, state_dir: Optional[Path] = None) -> dict:
 def _empty(kind: str) -> dict:
     return {"version": REPORT_VERSION, "source": {"kind": kind}, "verdict": "", "outcome": {}, "failure": None,
             "analysis": {}, "phases": [], "stalls": [], "silences": [], "alerts": [], "context": {},
-            "resources": None, "serving": None, "lines": [], "last_lines": [], "history": None, "missing": []}
+            "resources": None, "serving": None, "lines": [], "last_lines": [], "history": None, "missing": [],
+            "notifications": []}
 
 
 def build_run(run_dir: Path, state_dir: Optional[Path] = None) -> dict:
@@ -430,6 +431,9 @@ def build_run(run_dir: Path, state_dir: Optional[Path] = None) -> dict:
     report["silences"] = _silences(run_dir / "times", started, end_for_phases)
     report["context"] = _context(meta, events, row, state_dir)
     report["events"] = _notable_events(events, started)
+    # Webhook deliveries and their failures (gpudeck.jobs.notify), each attempt with its status or error.
+    from gpudeck.jobs.notify import deliveries
+    report["notifications"] = deliveries(events, started)
 
     # Resource and serving timelines.
     timeline, peaks = None, None

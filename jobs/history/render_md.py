@@ -31,6 +31,16 @@ def _fence(lines: list[str]) -> list[str]:
     return [fence + "text", *lines, fence]
 
 
+def _notifications(report: dict) -> list[str]:
+    from gpudeck.jobs.notify import describe
+    rows = report.get("notifications") or []
+    if not rows:
+        return []
+    return (["## Notifications", ""]
+            + [f"- {clock(r['at_s']) if r.get('at_s') is not None else '?'} {text(describe(r), 600)}" for r in rows]
+            + [""])
+
+
 def render(report: dict) -> str:
     src = report.get("source") or {}
     o = report.get("outcome") or {}
@@ -85,6 +95,7 @@ def render(report: dict) -> str:
             out.append(f"- log silent from {clock(s.get('start_s'))} for {span(s['duration_s'])}")
         out.append("")
 
+    out += _notifications(report)
     ctx = report.get("context") or {}
     if ctx:
         out += ["## Context", ""]
