@@ -126,3 +126,18 @@ def test_check_prints_the_targets_redacted_and_config_errors(tmp_path, monkeypat
     cfg.write_text('[notify.chat]\nurl = "https://chat.example/h"\nretries = 99\n')
     done = cli(["--jobs", str(jobs), "check"], env, text=True)
     assert done.returncode == 1 and done.stdout.strip() == f"{cfg}:3:11: retries must be 0..5, got 99"
+
+
+def test_the_readme_and_jobs_toml_doc_notify_examples_load(tmp_path):
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text().split("## Notifications\n", 1)[1]
+    doc = (root / "docs" / "JOBS_TOML.md").read_text().split("## Notifications: `[notify.NAME]`\n", 1)[1]
+    for text in (readme, doc):
+        block = re.search(r"```toml\n(.*?)```", text, flags=re.S).group(1)
+        path = tmp_path / "jobs.toml"
+        path.write_text(block)
+        jf = load_jobs(path)
+        assert jf.notify["team"]["format"] == "slack" and jf.notify["phone"]["format"] == "ntfy"
+        assert jf.notify["phone"]["retries"] == 2 and jf.notify["phone"]["timeout_s"] == 5
