@@ -133,10 +133,10 @@ def post(url: str, data: bytes, headers: Mapping[str, str], timeout: float) -> t
     except urllib.error.URLError as exc:
         reason = exc.reason
         if isinstance(reason, (socket.timeout, TimeoutError)):
-            return None, f"no answer within {timeout:g} s"
+            return None, f"no answer within {round(timeout, 1):g} s"
         return None, scrub(str(reason), url)
     except (socket.timeout, TimeoutError):
-        return None, f"no answer within {timeout:g} s"
+        return None, f"no answer within {round(timeout, 1):g} s"
     except Exception as exc:  # noqa: BLE001 - a reset, a bad status line: recorded, never raised
         return None, scrub(f"{type(exc).__name__}: {exc}", url)
 
@@ -177,12 +177,18 @@ def deliver(target: Mapping[str, Any], alert: Mapping[str, Any], host: str, reco
 def deliver_all(targets: Iterable[Mapping[str, Any]], alert: Mapping[str, Any], host: str, record: Record,
                 **kwargs: Any) -> dict[str, Optional[bool]]:
     """Every target that wants this alert, each in its own thread; {name: delivered (None: cut off)}."""
-    chosen = [t for t in targets if isinstance(t, Mapping) and wants(dict(t), str(alert.get("code")))]
+    chosen = [t for t in (_usable(t) for t in targets) if t is not None and wants(t, str(alert.get("code")))]
     results: dict[str, Optional[bool]] = {str(t.get("name")): None for t in chosen}
     threads = []
     for target in chosen:
         def work(target: Mapping[str, Any] = target) -> None:
-            results[str(target.get("name"))] = deliver(target, alert, host, record, **kwargs)
+            try:
+                results[str(target.get("name"))] = deliver(target, alert, host, record, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - a bug here still leaves a record, never a silent loss
+                results[str(target.get("name"))] = False
+                record({"event": "NotifyFailed", "target": target.get("name"), "url": redact_url(target.get("url")),
+                        "format": target.get("format"), "code": alert.get("code"), "final": True,
+                        "error": scrub(f"{type(exc).__name__}: {exc}", str(target.get("url")))})
         thread = threading.Thread(target=work, name=f"notify-{target.get('name')}", daemon=True)
         thread.start()
         threads.append((target, thread))
@@ -196,6 +202,25 @@ def deliver_all(targets: Iterable[Mapping[str, Any]], alert: Mapping[str, Any], 
     return results
 
 
+def _usable(target: Any) -> Optional[dict]:
+    """A target as meta.json holds it, with its numbers clamped: a hand-edited one cannot stall or crash delivery."""
+    if not isinstance(target, Mapping) or not isinstance(target.get("url"), str):
+        return None
+    from gpudeck.jobs.notify_targets import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, MAX_RETRIES, MAX_TIMEOUT_S
+    out = dict(target)
+    try:
+        out["timeout_s"] = min(MAX_TIMEOUT_S, max(0.1, float(out.get("timeout_s", DEFAULT_TIMEOUT_S))))
+    except (TypeError, ValueError):
+        out["timeout_s"] = DEFAULT_TIMEOUT_S
+    try:
+        out["retries"] = min(MAX_RETRIES, max(0, int(out.get("retries", DEFAULT_RETRIES))))
+    except (TypeError, ValueError):
+        out["retries"] = DEFAULT_RETRIES
+    if not isinstance(out.get("on"), list):
+        out["on"] = []
+    return out
+
+
 # -- the run's side ------------------------------------------------------------------
 
 def launch(run_dir: Path, alert: Mapping[str, Any], targets: list) -> Optional[subprocess.Popen]:
@@ -206,7 +231,9 @@ def launch(run_dir: Path, alert: Mapping[str, Any], targets: list) -> Optional[s
         return None
     run_dir = Path(run_dir)
     env = {k: v for k, v in os.environ.items() if "\0" not in v and k != "GPUDECK_RUN_ID"}
-    env[ENV_ALERT] = json.dumps(dict(alert), default=str).replace("\0", "\\0")
+    # Bounded: one environment string over 128 KiB would make the exec fail (and the message is cut anyway).
+    small = {k: (v[:4000] if isinstance(v, str) else v) for k, v in dict(alert).items()}
+    env[ENV_ALERT] = json.dumps(small, default=str).replace("\0", "\\0")
     env[ENV_TARGETS] = json.dumps(chosen)
     try:
         out_fd = open_private(run_dir / NOTIFY_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT)

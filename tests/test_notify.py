@@ -160,3 +160,11 @@ def test_redact_url():
     assert redact_url("not a url") == "(a URL)"
     url = "https://example.com/hook/TOKEN?k=SECRET"
     assert "TOKEN" not in scrub(f"failed for {url}", url) and "SECRET" not in scrub("k=SECRET", url)
+
+
+def test_a_hand_edited_target_is_clamped_and_a_broken_one_skipped(receiver):
+    events: list[dict] = []
+    targets = [{"name": "odd", "url": receiver.url(), "timeout_s": "soon", "retries": 99, "on": "stalled"},
+               {"name": "nourl", "format": "json"}, "not a table"]
+    assert notify.deliver_all(targets, ALERT, "box", events.append) == {"odd": True}
+    assert events[0]["event"] == "NotifyDelivered" and events[0]["attempts"] == 6
