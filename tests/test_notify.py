@@ -168,3 +168,23 @@ def test_a_hand_edited_target_is_clamped_and_a_broken_one_skipped(receiver):
                {"name": "nourl", "format": "json"}, "not a table"]
     assert notify.deliver_all(targets, ALERT, "box", events.append) == {"odd": True}
     assert events[0]["event"] == "NotifyDelivered" and events[0]["attempts"] == 6
+
+
+def test_post_mortem_notifications_are_escaped_and_redacted():
+    from gpudeck.jobs.history import render_html, render_md
+    from gpudeck.jobs.history.postmortem import _empty
+    events = [{"t": 110.0, "event": "NotifyFailed", "target": "<script>x</script>", "format": "json",
+               "url": "https://hooks.example/T0K3N?k=SECRET", "code": "stalled", "attempt": 1, "attempts": 2,
+               "error": "[click](https://evil.example) | \x1b[2J<b>", "final": False, "retry_in_s": 1.0},
+              {"t": 112.0, "event": "NotifyDelivered", "target": "ops", "format": "slack",
+               "url": "https://hooks.example/…", "code": "stalled", "attempt": 2, "attempts": 2, "status": 200},
+              {"t": 113.0, "event": "AlertRaised", "code": "crashed"}]
+    rows = notify.deliveries(events, started=100.0)
+    assert [r["outcome"] for r in rows] == ["failed", "delivered"] and rows[0]["at_s"] == 10.0
+    assert rows[0]["url"] == "https://hooks.example/…"
+    report = {**_empty("run"), "notifications": rows}
+    md, page = render_md.render(report), render_html.render(report)
+    assert "<script>" not in page and "&lt;script&gt;" in page and "<b>" not in page and "\x1b" not in page
+    assert "\\[click\\]" in md and "\\<script\\>" in md and "\\|" in md and "\x1b" not in md
+    assert "delivered on attempt 2 of 2 (HTTP 200)" in md and "retrying in 1 s" in md
+    assert "T0K3N" not in md + page and "SECRET" not in md + page
