@@ -61,9 +61,11 @@ def scrub(text: str, url: str) -> str:
         parts = urlsplit(url)
     except ValueError:
         return text
-    for secret in (parts.path + ("?" + parts.query if parts.query else ""), parts.query, parts.password or ""):
-        if secret and secret not in ("/",) and len(secret) > 1:
-            text = text.replace(secret, "/…")
+    # longest first: the path with its query, then each alone (an error may quote either)
+    for secret in (parts.path + ("?" + parts.query if parts.query else ""), parts.path, parts.query,
+                   parts.password or ""):
+        if len(secret) > 1:
+            text = text.replace(secret, "…")
     return text
 
 
