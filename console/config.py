@@ -1,4 +1,7 @@
-"""The console's user settings file (~/.config/gpudeck/config.toml) and how CLI flags override it."""
+"""The console's user settings file (~/.config/gpudeck/config.toml) and how CLI flags override it.
+
+Its [notify.NAME] webhook tables belong to the core (gpudeck.jobs.spec.load_user_notify): runs read them, not the console.
+"""
 from __future__ import annotations
 
 import sys

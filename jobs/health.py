@@ -188,7 +188,7 @@ class HealthMonitor:
 
     def __init__(self, run_dir: Path, *, job: str = "", run_id: str = "", kind: Optional[str] = None,
                  port: Optional[int] = None, stall_after: Optional[float] = None,
-                 on_alert: Optional[str] = None, dump_on_stall: bool = False,
+                 on_alert: Optional[str] = None, dump_on_stall: bool = False, notify: Optional[list] = None,
                  clock: Callable[[], float] = time.time,
                  analyzer: Any = None, meminfo: Callable[[], tuple[Optional[int], Optional[int]]] = read_meminfo,
                  listening: Callable[[int], Optional[bool]] = port_listening) -> None:
@@ -199,6 +199,7 @@ class HealthMonitor:
         self.port = port
         self.on_alert = on_alert
         self.dump_on_stall = dump_on_stall
+        self.notify = [t for t in notify or () if isinstance(t, Mapping)]   # webhook targets (gpudeck.jobs.notify)
         self.clock = clock
         self.analyzer = analyzer if analyzer is not None else make_analyzer()
         self.meminfo = meminfo
@@ -245,6 +246,8 @@ class HealthMonitor:
             # the job's own command, else the file-wide default the supervisor recorded
             on_alert=setting("on_alert") or meta.get("on_alert_default"),
             dump_on_stall=dump if isinstance(dump, bool) else True,
+            # resolved by the supervisor at start: the jobs file's [notify.*] and the user's config.toml ones
+            notify=meta.get("notify") if isinstance(meta.get("notify"), list) else None,
         )
         settings.update(overrides)
         return cls(run_dir, **settings)
@@ -377,8 +380,10 @@ class HealthMonitor:
                                     "stacks_pending": True})
                 continue
             pid = self._fire(alert)
+            notify_pid = self._notify(alert, now)
             self._record_event({"t": round(now, 3), "event": "AlertRaised", **alert.to_json(),
-                                **({"on_alert_pid": pid} if pid else {})})
+                                **({"on_alert_pid": pid} if pid else {}),
+                                **({"notify_pid": notify_pid} if notify_pid else {})})
         for alert in update.cleared:
             self._record_event({"t": round(now, 3), "event": "AlertCleared", "code": alert.code,
                                 "since": alert.since, "cleared": alert.cleared})
@@ -427,10 +432,12 @@ class HealthMonitor:
             if dump.verdict is not None:
                 alert = dataclasses.replace(alert, message=f"{alert.message} — stacks: {dump.verdict}")
             pid = self._fire(alert, stacks=dump)
+            notify_pid = self._notify(alert, now)      # the webhooks get the verdict too
             self._record_event({"t": round(now, 3), "event": "StacksDumped" if dump.verdict else "StacksFailed",
                                 "code": dump.alert.code, "since": dump.alert.since, "verdict": dump.verdict,
                                 "path": dump.path, "error": dump.error if dump.done else
-                                f"no verdict within {DUMP_WAIT_S:g}s", **({"on_alert_pid": pid} if pid else {})})
+                                f"no verdict within {DUMP_WAIT_S:g}s", **({"on_alert_pid": pid} if pid else {}),
+                                **({"notify_pid": notify_pid} if notify_pid else {})})
             self._dumps.remove(dump)
 
     def note_helper(self, pid: int) -> None:
@@ -514,6 +521,21 @@ class HealthMonitor:
         ident = identity(child.pid)
         append_event(self.run_dir / HOOKS, {"pid": child.pid, "start": ident.start if ident else None,
                                             "t": round(time.time(), 3), "code": alert.code})
+        self._children.append(child)
+        return child.pid
+
+    def _notify(self, alert, now: float) -> Optional[int]:
+        """Deliver the alert to the webhook targets in a detached child (gpudeck.jobs.notify); never waits, never raises."""
+        if not self.notify:
+            return None
+        try:
+            from gpudeck.jobs import notify
+            child = notify.launch(self.run_dir, {**alert.to_json(), "t": round(now, 3)}, self.notify)
+        except Exception as exc:
+            self.last_error = f"notify: {type(exc).__name__}: {exc}"
+            return None
+        if child is None:
+            return None
         self._children.append(child)
         return child.pid
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from gpudeck.jobs import paths
+from gpudeck.jobs import notify_targets, paths
 
 try:  # Python 3.11+
     import tomllib
@@ -85,6 +85,7 @@ class JobsFile:
     jobs: dict[str, JobSpec]                    # in file order
     vars: dict[str, str] = field(default_factory=dict)
     on_alert: Optional[str] = None              # file-wide default for jobs without their own
+    notify: dict[str, dict] = field(default_factory=dict)   # [notify.NAME] webhook targets (notify_targets)
 
     def alert_command(self, job: str) -> Optional[str]:
         """The on_alert command for a job: its own, else the file-wide default."""
@@ -173,6 +174,41 @@ def load_jobs(path: Union[str, Path]) -> JobsFile:
 def check_jobs(path: Union[str, Path]) -> list[SpecError]:
     """Every problem found in a jobs file, in file order; empty when it is valid."""
     return _load(Path(path))[1]
+
+
+def load_user_notify(path: Union[str, Path, None] = None) -> tuple[dict[str, dict], list[SpecError]]:
+    """The [notify.NAME] tables of the user's config.toml (targets for every jobs file), with located errors.
+
+    A missing file has none; its other keys (theme…) belong to the console and are not read here.
+    """
+    path = Path(path) if path is not None else paths.config_dir() / "config.toml"
+    try:
+        with paths.open_regular(path) as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        return {}, []
+    except paths.NotARegularFile as exc:
+        return {}, [SpecError(path, None, None, f"cannot read: {exc.what}")]
+    except OSError as exc:
+        return {}, [SpecError(path, None, None, f"cannot read: {exc.strerror or exc}")]
+    if len(data) > MAX_FILE_BYTES:
+        return {}, [SpecError(path, 1, None, f"file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")]
+    text, error = _decode(path, data)
+    if error is not None:
+        return {}, [error]
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        return {}, [_toml_error(path, text, exc)]
+    except Exception as exc:  # noqa: BLE001 - nesting, a 5000-digit integer: still one located line
+        return {}, [SpecError(path, 1, None, f"invalid TOML: {_one_line(str(exc))}")]
+    if "notify" not in document:
+        return {}, []
+    validator = _Validator(path, text, document)
+    validator._no_nul(document["notify"], ("notify",))
+    targets = validator.notify(document["notify"])
+    errors = sorted(validator.errors, key=lambda e: (e.line or 0, e.col or 0))
+    return ({} if errors else targets), errors
 
 
 def pipeline_order(jobs_file: JobsFile, target: str) -> list[str]:
@@ -516,7 +552,7 @@ _SLURM_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+(?:,[A-Za-z0-9_.-]+)*")
 # Slurm's --time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
 _SLURM_TIME_RE = re.compile(r"\d+(?::\d{1,2}){0,2}|\d+-\d{1,2}(?::\d{1,2}){0,2}")
 
-TOP_LEVEL_KEYS = ("jobs", "vars", "on_alert", "alerts")
+TOP_LEVEL_KEYS = ("jobs", "vars", "on_alert", "alerts", "notify")
 ALERTS_KEYS = ("on_alert",)
 JOB_KEYS = (
     "cmd", "cwd", "env", "kind", "gpus", "port", "needs", "done_when", "stop_signal",
@@ -622,7 +658,14 @@ class _Validator:
                 if spec is not None:
                     jobs[name] = spec
             self._cycles(jobs_table)
-        return JobsFile(path=self.path, jobs=jobs, vars=dict(self.vars), on_alert=file_on_alert)
+        notify = self.notify(doc["notify"]) if "notify" in doc else {}
+        return JobsFile(path=self.path, jobs=jobs, vars=dict(self.vars), on_alert=file_on_alert, notify=notify)
+
+    def notify(self, table: Any) -> dict[str, dict]:
+        """[notify.NAME] tables, validated by gpudeck.jobs.notify_targets with this file's locations and vars."""
+        return notify_targets.validate(table, ("notify",), self.error,
+                                       lambda value, where: self._checked(lambda: self._string(value, where, True)),
+                                       source=str(self.path))
 
     def _file_on_alert(self) -> Optional[str]:
         doc = self.document

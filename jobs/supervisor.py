@@ -346,6 +346,8 @@ class Supervisor:
         env = {str(k): str(v) for k, v in spec.env.items()}
         env.update(visible_devices_env(spec.gpus))
         command: Any = spec.cmd if isinstance(spec.cmd, str) else list(spec.cmd)
+        from gpudeck.jobs.notify import run_targets
+        notify, notify_problem = run_targets(self.jobs_file)
         run.update_meta(
             job=name, run_id=run.run_id, kind=spec.kind, spec=spec_snapshot(spec),
             command=command, cwd=self.job_cwd(spec), env=env, host=_host(),
@@ -354,7 +356,11 @@ class Supervisor:
             stop_signal=spec.stop_signal, stop_timeout=spec.stop_timeout,
             port=spec.port, gpus=list(spec.gpus), pipeline=pipeline, backend=spec.backend,
             # resolved here (job's own, else the file-wide default): the runner fires it with no jobs.toml at hand
-            on_alert=self.jobs_file.alert_command(name))
+            on_alert=self.jobs_file.alert_command(name),
+            # webhook targets, resolved here like on_alert (meta.json is private to the user: URLs stay whole)
+            notify=notify)
+        if notify_problem:
+            run.add_event("NotifyConfigInvalid", error=notify_problem)
         # One launch per backend, the same run directory for both: every view reads it the same way.
         if spec.backend == "slurm":
             self._submit_slurm(run, spec, env, after or [])

@@ -50,6 +50,7 @@ def test_core_module_never_imports_textual_or_rich(module):
 # nothing but Python: no third-party import at all.
 STDLIB_ONLY = ["gpudeck.jobs.runner", "gpudeck.jobs.procs", "gpudeck.jobs.runs", "gpudeck.jobs.logs.analyze",
                "gpudeck.jobs.logs.sanitize", "gpudeck.jobs.stalls", "gpudeck.jobs.health", "gpudeck.jobs.pipeline",
+               "gpudeck.jobs.notify", "gpudeck.jobs.notify_targets",
                # the remote agent (shipped as a zipapp to boxes that may have nothing but Python)
                "gpudeck.jobs.hosts.agent", "gpudeck.jobs.hosts.protocol", "gpudeck.jobs.hosts.telemetry"]
 THIRD_PARTY = ("psutil", "pynvml", "prometheus_client", "asyncssh", "textual", "rich")

@@ -13,8 +13,9 @@ _NAMES_SHOWN = 12
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "check",
-        help="validate jobs.toml (syntax, keys, types, needs, cycles)",
-        description="Validate the jobs file. Prints each problem as FILE:LINE:COL: message and exits 1 "
+        help="validate jobs.toml (syntax, keys, types, needs, cycles, [notify.*] targets)",
+        description="Validate the jobs file and the [notify.*] tables of ~/.config/gpudeck/config.toml. "
+                    "Prints each problem as FILE:LINE:COL: message and exits 1 "
                     "if there is any; exits 2 if no jobs file is found.",
     )
     p.set_defaults(handler=run_check, remote_ok=True)
@@ -28,7 +29,7 @@ def run_check(args: argparse.Namespace) -> int:
             reply = remote.call("check")
         return _report(f"{spec.name}:{reply['path']}", reply["errors"], reply["jobs"])
     from gpudeck.jobs.paths import check_regular, find_jobs_file
-    from gpudeck.jobs.spec import SpecError, load_jobs
+    from gpudeck.jobs.spec import SpecError, load_jobs, load_user_notify
     path = find_jobs_file(getattr(args, "jobs_file", None))
     if path is None:
         raise CliError("no jobs file: pass --jobs FILE, set GPUDECK_JOBS, or create ./jobs.toml "
@@ -39,15 +40,19 @@ def run_check(args: argparse.Namespace) -> int:
         check_regular(path)             # a FIFO would block the read, /dev/zero never end it
     except OSError as exc:
         raise CliError(str(exc), code=2) from None
+    everyone, user_errors = load_user_notify()
     try:
         jobs_file = load_jobs(path)     # one read: the errors ride on the first one
     except SpecError as exc:
-        return _report(str(path), [str(e) for e in exc.errors], [])
-    return _report(str(path), [], list(jobs_file.jobs))
+        return _report(str(path), [str(e) for e in exc.errors] + [str(e) for e in user_errors], [])
+    if user_errors:
+        return _report(str(path), [str(e) for e in user_errors], [])
+    from gpudeck.jobs.notify_targets import merged
+    return _report(str(path), [], list(jobs_file.jobs), merged(jobs_file.notify, everyone))
 
 
-def _report(where: str, errors: list[str], names: list[str]) -> int:
-    """Every error, one per line, exit 1; or the job names, exit 0."""
+def _report(where: str, errors: list[str], names: list[str], targets: list[dict] = ()) -> int:
+    """Every error, one per line, exit 1; or the job names (and the webhook targets, URLs redacted), exit 0."""
     if errors:
         for error in errors:
             print(error)
@@ -57,4 +62,10 @@ def _report(where: str, errors: list[str], names: list[str]) -> int:
     if len(names) > _NAMES_SHOWN:
         shown += f", and {len(names) - _NAMES_SHOWN} more"
     print(f"{where}: {len(names)} job{'s' if len(names) != 1 else ''} OK ({shown})")
+    if targets:
+        from gpudeck.jobs.notify_targets import redact_url
+        for t in targets:
+            # A webhook URL is often its own token: only its scheme and host are ever printed.
+            print(f"notify {t['name']}: {t['format']} to {redact_url(t['url'])}, "
+                  f"on {', '.join(t['on']) if t.get('on') else 'every alert'} ({t.get('source') or '?'})")
     return 0

@@ -337,7 +337,8 @@ def build(target: str, state_dir: Optional[Path] = None) -> dict:
 def _empty(kind: str) -> dict:
     return {"version": REPORT_VERSION, "source": {"kind": kind}, "verdict": "", "outcome": {}, "failure": None,
             "analysis": {}, "phases": [], "stalls": [], "silences": [], "alerts": [], "context": {},
-            "resources": None, "serving": None, "lines": [], "last_lines": [], "history": None, "missing": []}
+            "resources": None, "serving": None, "lines": [], "last_lines": [], "history": None, "missing": [],
+            "notifications": []}
 
 
 def build_run(run_dir: Path, state_dir: Optional[Path] = None) -> dict:
@@ -431,6 +432,9 @@ def build_run(run_dir: Path, state_dir: Optional[Path] = None) -> dict:
     report["context"] = _context(meta, events, row, state_dir)
     report["events"] = _notable_events(events, started)
     report["stacks"] = stack_dumps(events, report["stalls"], started)
+    # Webhook deliveries and their failures (gpudeck.jobs.notify), each attempt with its status or error.
+    from gpudeck.jobs.notify import deliveries
+    report["notifications"] = deliveries(events, started)
 
     # Resource and serving timelines.
     timeline, peaks = None, None

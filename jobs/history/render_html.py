@@ -70,6 +70,7 @@ def render(report: dict) -> str:
     parts.append(_phases(report))
     parts.append(_alerts(report))
     parts.append(stack_dumps_html(report))
+    parts.append(_notifications(report))
     parts.append(_context(report))
     parts.append(_charts(report))
     parts.append(_lines(report))
@@ -147,6 +148,15 @@ def _alerts(report: dict) -> str:
     for s in silences:
         items.append(f"<li>log silent from {clock(s.get('start_s'))} for {span(s['duration_s'])}</li>")
     return "<h2>Stalls and alerts</h2><ul>" + "".join(items) + "</ul>"
+
+
+def _notifications(report: dict) -> str:
+    from gpudeck.jobs.notify import describe
+    rows = report.get("notifications") or []
+    if not rows:
+        return ""
+    return "<h2>Notifications</h2><ul>" + "".join(
+        f"<li>{clock(r['at_s']) if r.get('at_s') is not None else '?'} {esc(describe(r), 600)}</li>" for r in rows) + "</ul>"
 
 
 def _context(report: dict) -> str:

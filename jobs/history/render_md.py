@@ -63,6 +63,16 @@ def _fence(lines: list[str], info: str = "text") -> list[str]:
     return [fence + info, *lines, fence]
 
 
+def _notifications(report: dict) -> list[str]:
+    from gpudeck.jobs.notify import describe
+    rows = report.get("notifications") or []
+    if not rows:
+        return []
+    return (["## Notifications", ""]
+            + [f"- {clock(r['at_s']) if r.get('at_s') is not None else '?'} {text(describe(r), 600)}" for r in rows]
+            + [""])
+
+
 def render(report: dict) -> str:
     # Every field in the type it is formatted as, whoever built the report; every string escaped below.
     report = shape(report)
@@ -124,6 +134,7 @@ def render(report: dict) -> str:
         out.append("")
 
     out += stack_dumps_md(report)
+    out += _notifications(report)
 
     ctx = report.get("context") or {}
     if ctx:

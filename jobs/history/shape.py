@@ -52,7 +52,13 @@ SHAPE: dict = {
     "phases": [_ROW_PHASE],
     "alerts": [{"code": STR, "raised": NUM, "since": NUM, "cleared": NUM, "message": STR, "severity": STR,
                 "cause": STR, "hint": STR, "at_s": NUM}],
-    "stalls": [{"code": STR, "start_s": NUM, "duration_s": NUM, "cleared": BOOL, "message": STR}],
+    "stalls": [{"code": STR, "start_s": NUM, "duration_s": NUM, "cleared": BOOL, "message": STR, "stacks": STR}],
+    # Stack dumps the run took (jobs/stacks.py), each at its moment, with its verdict or why none.
+    "stacks": [{"t": NUM, "at_s": NUM, "code": STR, "since": NUM, "verdict": STR, "path": STR, "error": STR}],
+    # Webhook deliveries and failures (jobs/notify.py), one row an attempt.
+    "notifications": [{"outcome": STR, "t": NUM, "at_s": NUM, "target": STR, "format": STR, "code": STR,
+                       "attempt": INT, "attempts": INT, "status": INT, "error": STR, "final": BOOL,
+                       "retry_in_s": NUM, "took_s": NUM, "url": STR}],
     "silences": [{"start_s": NUM, "duration_s": NUM}],
     "context": {"pipeline": {"id": STR, "target": STR, "state": STR, "stages": [STR]}, "pivot": STR,
                 "pivot_steps": [STR], "stopped_by": STR},

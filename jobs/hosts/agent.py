@@ -158,15 +158,17 @@ class Agent:
     def op_check(self, params: dict) -> dict:
         """`gpudeck check` on this host's jobs file: every located error, or the job names."""
         from gpudeck.jobs.paths import find_jobs_file
-        from gpudeck.jobs.spec import SpecError, load_jobs
+        from gpudeck.jobs.spec import SpecError, load_jobs, load_user_notify
         path = find_jobs_file(self.jobs_file)
         if path is None or not path.exists():
             self._supervisor()                     # raises the one-line reason
+        # this box's config.toml [notify.*]: the runs started here deliver with them
+        user_errors = [str(e) for e in load_user_notify()[1]]
         try:
             names = list(load_jobs(path).jobs)     # one read: the errors ride on the first one
         except SpecError as exc:
-            return {"path": str(path), "errors": [str(e) for e in exc.errors], "jobs": []}
-        return {"path": str(path), "errors": [], "jobs": names}
+            return {"path": str(path), "errors": [str(e) for e in exc.errors] + user_errors, "jobs": []}
+        return {"path": str(path), "errors": user_errors, "jobs": [] if user_errors else names}
 
     def op_doctor(self, params: dict) -> dict:
         """`gpudeck doctor [JOB]` on this box: driver, free GPUs, the job's interpreter, port, disk, build RAM."""
