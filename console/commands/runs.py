@@ -47,13 +47,15 @@ def _age(text: Optional[str], flag: str) -> Optional[float]:
 def open_index(sync: bool = True):
     import sqlite3
 
-    from gpudeck.jobs.history.index import RunIndex
+    from gpudeck.jobs.history.index import IndexUnavailable, RunIndex
     index = RunIndex()
     try:
         if sync:
             index.sync()
         else:
             index.open()
+    except IndexUnavailable as exc:          # locked, disk full, a symlink: its message names the file
+        raise CliError(str(exc)) from None
     except sqlite3.Error as exc:
         raise CliError(f"run index {index.path}: {exc}") from None
     if index.rebuilt_reason:
