@@ -173,12 +173,7 @@ class HealthMonitor:
         """Settings from the run's meta.json (what the supervisor recorded of the spec)."""
         run_dir = Path(run_dir)
         if meta is None:
-            try:
-                meta = json.loads((run_dir / "meta.json").read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                meta = {}
-            if not isinstance(meta, Mapping):
-                meta = {}
+            meta = strictjson.load_object(run_dir / "meta.json", shape=strictjson.timed) or {}
         spec = meta.get("spec") if isinstance(meta.get("spec"), Mapping) else {}
 
         def setting(name: str) -> Any:
@@ -412,12 +407,9 @@ def _signal_number(name: str) -> Optional[int]:
 
 # -- readers (jobs --json, the console) ------------------------------------------
 
-def read_health(run_dir: Path) -> Optional[dict]:
-    try:
-        data = strictjson.loads((Path(run_dir) / HEALTH).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+def read_health(run_dir: Path, notes: Optional[list] = None) -> Optional[dict]:
+    """health.json through the strict, bounded loader (a bad one: None, and a note in `notes`)."""
+    return strictjson.load_object(Path(run_dir) / HEALTH, notes=notes, shape=strictjson.timed)
 
 
 def analyze_tail(run_dir: Path, tail_bytes: int = FALLBACK_TAIL_BYTES) -> dict:
@@ -425,7 +417,7 @@ def analyze_tail(run_dir: Path, tail_bytes: int = FALLBACK_TAIL_BYTES) -> dict:
     analyzer = make_analyzer()
     path = Path(run_dir) / "output.log"
     try:
-        with open(path, "rb") as fh:
+        with strictjson.open_run_binary(path) as fh:      # never a FIFO or /dev/zero behind a symlink
             size = fh.seek(0, os.SEEK_END)
             fh.seek(max(0, size - tail_bytes))
             if size > tail_bytes:
@@ -435,7 +427,7 @@ def analyze_tail(run_dir: Path, tail_bytes: int = FALLBACK_TAIL_BYTES) -> dict:
                 if not chunk:
                     break
                 analyzer.feed(chunk)
-    except OSError:
+    except (OSError, ValueError):
         return {}
     finish = getattr(analyzer, "finish", None)
     if callable(finish):
@@ -465,10 +457,7 @@ def job_health(run_dir: Optional[Path]) -> dict:
                 "failure": typed("failure", dict), "serving": typed("serving", dict)}
     analysis = analyze_tail(run_dir)
     alerts: list[dict] = []
-    try:
-        record = json.loads((Path(run_dir) / "exit.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        record = None
+    record = strictjson.load_object(Path(run_dir) / "exit.json", shape=strictjson.timed)
     if isinstance(record, dict):
         # The run ended with no monitor: judge its exit the way the monitor would have.
         rules = HealthRules(job=Path(run_dir).parent.name, run_id=Path(run_dir).name)

@@ -87,8 +87,10 @@ def db_path(state_dir: Optional[Path] = None) -> Path:
 
 # --------------------------------------------------------------------------- reading one run's files
 
-# A run's files are read as the runs module reads them: a non-finite number an older runner
-# wrote (Infinity, NaN) reads as null, so no index row or report can carry one into strict JSON.
+# A run's files are read as the runs module reads them, through the strict, bounded loader
+# (strictjson): a non-finite number an older runner wrote (Infinity, NaN) reads as null, so no
+# index row or report can carry one into strict JSON; a file nested 100,000 deep, a 2 GB one, a
+# symlink or a FIFO costs its run a note (detail.notes), never the index or the other runs.
 read_json = runs.read_json
 read_jsonl = runs.read_jsonl
 
@@ -166,12 +168,13 @@ def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
     from gpudeck.jobs.history.recorder import read_summary
     run_dir = Path(run_dir)
     now = time.time() if now is None else now
-    meta = read_json(run_dir / "meta.json") or {}
-    exit_record = read_json(run_dir / "exit.json")
-    health = read_json(run_dir / "health.json") or {}
-    summary = read_summary(run_dir) or {}
+    notes: list[str] = []
+    meta = read_json(run_dir / "meta.json", notes) or {}
+    exit_record = read_json(run_dir / "exit.json", notes)
+    health = read_json(run_dir / "health.json", notes) or {}
+    summary = read_summary(run_dir, notes) or {}
     events_path = run_dir / "events.jsonl"
-    events = read_jsonl(events_path)
+    events = read_jsonl(events_path, notes)
     analysis = summary.get("analysis") if isinstance(summary.get("analysis"), dict) else {}
     if not analysis:
         analysis = health
@@ -239,7 +242,7 @@ def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
         "alerts": alerts_raised,
         "pipeline": _text(meta.get("pipeline")),
         "pivot": pivot_context,
-        "detail": {},
+        "detail": {"notes": [f"run {run_id}: {n}" for n in notes]} if notes else {},
         "final": 1 if exit_record is not None else 0,
         "events_size": file_size(events_path),
         "indexed_at": now,
@@ -271,6 +274,17 @@ def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
             "final": 1 if p_end is not None else 0, "events_size": row["events_size"], "indexed_at": now,
         })
     return rows
+
+
+def unreadable_row(kind: str, path: Path, now: float, why: str) -> dict:
+    """The row of a run directory whose files could not be summarized: its name, where, and why."""
+    path = Path(path)
+    return {**{name: None for name in COLUMN_NAMES},
+            "key": f"{kind}/{path.parent.name}/{path.name}", "kind": kind, "job": path.parent.name,
+            "run_id": path.name, "path": str(path), "state": "unreadable", "failed": 0,
+            "failure_message": why[:300], "phases": {}, "peak_gpu_mem": {}, "alerts": [], "gpus": [],
+            "detail": {"notes": [f"run {path.name}: unreadable: {why[:300]}"]}, "final": 0,
+            "events_size": 0, "indexed_at": now}
 
 
 def _lost_or_signal_cause(state: str, sig: Optional[str], exit_record: Optional[dict]) -> Optional[str]:
@@ -307,9 +321,10 @@ def _run_state(run_dir: Path, meta: dict, exit_record: Optional[dict], events: l
 
 def summarize_pipeline(pipe_dir: Path, now: Optional[float] = None) -> dict:
     now = time.time() if now is None else now
-    meta = read_json(pipe_dir / "meta.json") or {}
-    result = read_json(pipe_dir / "result.json")
-    events = read_jsonl(pipe_dir / "events.jsonl")
+    notes: list[str] = []
+    meta = read_json(pipe_dir / "meta.json", notes) or {}
+    result = read_json(pipe_dir / "result.json", notes)
+    events = read_jsonl(pipe_dir / "events.jsonl", notes)
     stages = [s for s in meta.get("stages") or [] if isinstance(s, str)]
     stage_runs = {}
     for ev in events:
@@ -351,7 +366,8 @@ def summarize_pipeline(pipe_dir: Path, now: Optional[float] = None) -> dict:
         ("lost" if state == "lost" else None),
         "failure_message": _text((result or {}).get("error")),
         "phases": {}, "peak_gpu_mem": {}, "alerts": [], "gpus": [],
-        "detail": {"stages": [stage_runs.get(s, {"stage": s, "status": "pending"}) for s in stages]},
+        "detail": {"stages": [stage_runs.get(s, {"stage": s, "status": "pending"}) for s in stages],
+                   **({"notes": [f"pipeline {pipe_dir.name}: {n}" for n in notes]} if notes else {})},
         "final": 1 if result is not None else 0, "events_size": file_size(pipe_dir / "events.jsonl"),
         "indexed_at": now,
     }
@@ -780,8 +796,10 @@ class RunIndex:
     def _summarize(kind: str, path: Path, now: float) -> list[dict]:
         try:
             return summarize_run(path, now) if kind == "job" else [summarize_pipeline(path, now)]
-        except (OSError, ValueError, TypeError, KeyError, AttributeError):
-            return []                 # a run dir being created or deleted right now: next sync
+        except Exception as exc:
+            # A run dir being created or deleted right now, or one no reader can make sense of: it
+            # is listed with what went wrong (re-read next sync: final 0), and the other runs are not held up.
+            return [unreadable_row(kind, path, now, f"{type(exc).__name__}: {exc}")]
 
     @_guarded
     def mark_deleted(self, keys: list[str]) -> None:
