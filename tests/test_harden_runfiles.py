@@ -446,3 +446,24 @@ def test_the_real_caps_hold_on_sparse_2_gib_files(recorded, tmp_path):
     assert f"run {runs['trainer'].name}: summary.json unreadable: larger than 64 MiB" in notes, notes
     assert "meta.json unreadable: larger than 16 MiB" in report["missing"], report["missing"]
     assert {r["run_id"] for r in rows} >= {p.name for p in runs.values()}
+
+
+def test_the_cli_lists_every_run_and_names_the_bad_file(recorded, tmp_path):
+    # The case: one run dir with deeply nested JSON broke `runs` and `--reindex` for every job.
+    from runsupport import cli, cli_env
+    state, runs = _copy(recorded, tmp_path)
+    victim = runs["fine"]
+    (victim / "summary.json").write_bytes(DEEP)
+    env = cli_env(state)
+    for args in (["runs"], ["runs", "--reindex"], ["runs"], ["postmortem", victim.name]):
+        out = cli(args, env)
+        assert out.returncode == 0 and b"Traceback" not in out.stderr, (args, out.stderr)
+    listed = cli(["runs"], env)
+    for path in runs.values():
+        assert path.name in listed.stdout.decode()
+    assert f"gpudeck: run {victim.name}: summary.json unreadable: nesting deeper than 64\n" in listed.stderr.decode()
+    rows = json.loads(cli(["runs", "--json"], env).stdout)["runs"]
+    [row] = [r for r in rows if r["run_id"] == victim.name]
+    assert row["detail"]["notes"] == [f"run {victim.name}: summary.json unreadable: nesting deeper than 64"]
+    report = cli(["postmortem", victim.name], env).stdout.decode()
+    assert "summary.json unreadable: nesting deeper than 64" in report

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
-from gpudeck.jobs import paths, runs
+from gpudeck.jobs import paths, runs, strictjson
 
 DB_NAME = "history.sqlite3"
 SCHEMA_VERSION = 2
@@ -398,7 +398,8 @@ def decode_row(values: Iterable[Any], names: Iterable[str] = COLUMN_NAMES,
         if isinstance(value, str):
             empty = _EMPTY_JSON.get(value)
             try:
-                row[name] = empty() if empty is not None else json.loads(value)
+                # strictjson.parse: a tampered database's column nested 100,000 deep is None, not a RecursionError.
+                row[name] = empty() if empty is not None else strictjson.parse(value)
             except ValueError:
                 row[name] = None
     if "failed" in row:
