@@ -278,3 +278,34 @@ def test_an_index_with_the_right_version_but_other_tables_is_rebuilt(tmp_path, s
         kept = index.kept_as
     assert _asides(state) == [kept.name]
     assert _run_ids(state) == sorted(d.name for d in dirs)        # and stays sound
+
+
+def _malform(state: Path) -> None:
+    # Pages past the first three overwritten with junk: the header and schema read fine, the rows do not.
+    with open(db_path(state), "r+b") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        for page in range(3, size // 4096):
+            fh.seek(page * 4096)
+            fh.write(b"\xa5" * 4096)
+
+
+@pytest.mark.parametrize("how", ["sync", "rebuild"])
+def test_a_file_found_malformed_after_open_is_proven_then_replaced(tmp_path, how):
+    state = tmp_path / "state"
+    dirs = [_fake_run(state, "train", n, command="python train.py " + "--flag " * 200) for n in range(60)]
+    with RunIndex(state) as index:
+        index.sync()
+    _malform(state)
+    probe = sqlite3.connect(str(db_path(state)))
+    try:                                           # broken, as SQLite itself says
+        assert probe.execute("PRAGMA quick_check").fetchone()[0] != "ok"
+    except sqlite3.DatabaseError as exc:
+        assert "malformed" in str(exc)
+    finally:
+        probe.close()
+    with RunIndex(state) as index:
+        index.sync() if how == "sync" else index.rebuild()
+        assert "malformed" in index.rebuilt_reason, index.rebuilt_reason
+        assert sorted(r["run_id"] for r in index.query()) == sorted(d.name for d in dirs)
+        kept = index.kept_as
+    assert _asides(state) == [kept.name]

@@ -731,8 +731,30 @@ class RunIndex:
                         except OSError:
                             continue
 
+    def _recovered(self, exc: sqlite3.DatabaseError) -> bool:
+        """After an error past open(): True when the file was proven corrupt and has been replaced."""
+        if isinstance(exc, IndexUnavailable) or _code(exc) != _SQLITE_CORRUPT:
+            return False
+        if self._conn is not None and self._conn.in_transaction:
+            return False                   # rebuild() calls sync() in its transaction: it recovers itself
+        if not _proven_corrupt(exc, self.path):
+            return False
+        self.close()
+        self._replace(exc)
+        return True
+
     @_guarded
     def sync(self, now: Optional[float] = None) -> int:
+        """Index what changed on disk since the last call (see _sync); a file found malformed on the
+        way (quick_check agrees) is replaced and the sync done again on the new one."""
+        try:
+            return self._sync(now)
+        except sqlite3.DatabaseError as exc:
+            if not self._recovered(exc):
+                raise
+        return self._sync(now)
+
+    def _sync(self, now: Optional[float] = None) -> int:
         """Index what changed on disk since the last call; returns how many rows were (re)written.
 
         Job directories whose mtime is unchanged are not listed; live runs, and runs that ended
@@ -823,10 +845,15 @@ class RunIndex:
         runner indexing its run, a second --reindex, which waits for this one's lock).
         """
         conn = self.open()
-        with _transaction(conn):
-            conn.execute("DELETE FROM runs")
-            conn.execute("DELETE FROM dirs")
-            return self.sync()
+        try:
+            with _transaction(conn):
+                conn.execute("DELETE FROM runs")
+                conn.execute("DELETE FROM dirs")
+                return self._sync()
+        except sqlite3.DatabaseError as exc:
+            if not self._recovered(exc):   # rolled back by now: a malformed file is replaced, then filled
+                raise
+        return self._sync()
 
     # -- queries ------------------------------------------------------------------
     @_guarded
