@@ -558,8 +558,14 @@ class RunIndex:
                                        " refusing to use it (remove it; the index is rebuilt from the run directories)")
         from gpudeck.jobs.runs import open_private
         try:
-            # Created 0600 before SQLite opens it: its -wal and -shm files take the same mode.
-            fd = open_private(self.path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK)
+            try:
+                # Created 0600 before SQLite opens it: its -wal and -shm files take the same mode.
+                fd = open_private(self.path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK)
+            except OSError as exc:
+                if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                    raise
+                # A read-only file or filesystem: still checked, and SQLite may read it (queries work).
+                fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise IndexUnavailable(f"index {self.path} is a symlink: refusing to write through it "
@@ -572,7 +578,7 @@ class RunIndex:
                 raise IndexUnavailable(f"index {self.path} is not a regular file: refusing to use it")
             if st.st_uid != os.geteuid():
                 raise IndexUnavailable(f"index {self.path} is owned by uid {st.st_uid}, not by you: refusing to use it")
-            if st.st_mode & 0o777 != 0o600:
+            if st.st_mode & 0o077:
                 os.fchmod(fd, 0o600)     # an index an older gpudeck rebuilt 0644
                 for suffix in ("-wal", "-shm"):
                     try:
