@@ -443,7 +443,8 @@ def job_health(run_dir: Optional[Path]) -> dict:
     """{phase, progress, alerts} for a job's latest run: health.json if the runner wrote one, else the log's tail."""
     if run_dir is None:
         return {"phase": None, "progress": None, "alerts": []}
-    health = read_health(run_dir)
+    notes: list[str] = []            # run files there but unreadable (strictjson's words), for `jobs --json`
+    health = read_health(run_dir, notes)
     if health is not None:
         # Typed as the faces expect them: a hand-edited or version-skewed health.json
         # loses the odd field instead of crashing `gpudeck jobs` and the console.
@@ -457,7 +458,7 @@ def job_health(run_dir: Optional[Path]) -> dict:
                 "failure": typed("failure", dict), "serving": typed("serving", dict)}
     analysis = analyze_tail(run_dir)
     alerts: list[dict] = []
-    record = strictjson.load_object(Path(run_dir) / "exit.json", shape=strictjson.timed)
+    record = strictjson.load_object(Path(run_dir) / "exit.json", notes=notes, shape=strictjson.timed)
     if isinstance(record, dict):
         # The run ended with no monitor: judge its exit the way the monitor would have.
         rules = HealthRules(job=Path(run_dir).parent.name, run_id=Path(run_dir).name)
@@ -469,6 +470,9 @@ def job_health(run_dir: Optional[Path]) -> dict:
                          signal=signal if isinstance(signal, int) else None,
                          stopped=bool(record.get("stopped_by_request")), failure=analysis.get("failure")))
         alerts = [a.to_json() for a in rules.active]
-    return {"phase": analysis.get("phase"), "progress": analysis.get("progress"), "alerts": alerts,
-            "failure": analysis.get("failure"), "serving": analysis.get("serving")}
+    out = {"phase": analysis.get("phase"), "progress": analysis.get("progress"), "alerts": alerts,
+           "failure": analysis.get("failure"), "serving": analysis.get("serving")}
+    if notes:
+        out["notes"] = [f"run {Path(run_dir).name}: {n}" for n in notes]
+    return out
 

@@ -422,6 +422,9 @@ def test_a_tampered_run_file_costs_its_run_a_note_never_a_reader(recorded, tmp_p
         assert any(n.startswith(f"run {runs[victim].name}: ") for n in row["detail"]["notes"])
         report = results["postmortem json"][victim]
         assert any(f"{name} unreadable: {word}" in n for n in report["missing"]), report["missing"]
+        if name == "health.json" and victim == "trainer":       # the latest run of its job: the jobs view
+            [job] = [j for j in results["jobs view"]["payload"]["jobs"] if j["name"] == victim]
+            assert any(f"health.json unreadable: {word}" in n for n in job.get("notes") or []), job
 
 
 NOTED = {"deep nesting": "nesting deeper than 64", "huge file": "larger than", "fifo": "not a regular file",
