@@ -309,3 +309,33 @@ def test_a_file_found_malformed_after_open_is_proven_then_replaced(tmp_path, how
         assert sorted(r["run_id"] for r in index.query()) == sorted(d.name for d in dirs)
         kept = index.kept_as
     assert _asides(state) == [kept.name]
+
+
+_OPENER = textwrap.dedent("""
+    import os, sys, time
+    from gpudeck.jobs.history.index import RunIndex
+    while not os.path.exists(sys.argv[2]):
+        time.sleep(0.001)
+    with RunIndex(sys.argv[1]) as index:
+        index.sync()
+        print(len(index.query()), index.kept_as.name if index.kept_as else "-")
+""")
+
+
+def test_processes_that_find_the_same_broken_file_replace_it_once(tmp_path):
+    state = tmp_path / "state"
+    dirs = _indexed(state, runs=5)
+    for suffix in ("-wal", "-shm"):
+        Path(str(db_path(state)) + suffix).unlink(missing_ok=True)
+    db_path(state).write_bytes(b"not a database at all" * 200)
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([PY, "-c", _OPENER, str(state), str(go)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE) for _ in range(5)]
+    time.sleep(1.0)
+    go.touch()
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 5, [e for _, e in outs]
+    counts = [o.split()[0] for o, _ in outs]
+    kept = {o.split()[1] for o, _ in outs} - {b"-"}
+    assert counts == [str(len(dirs)).encode()] * 5
+    assert len(kept) == 1 and _asides(state) == [kept.pop().decode()]

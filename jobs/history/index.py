@@ -538,6 +538,7 @@ class RunIndex:
         self.busy_timeout_s = BUSY_TIMEOUT_MS / 1000 if busy_timeout_s is None else busy_timeout_s
         self.rebuilt_reason: Optional[str] = None      # set when open() had to rebuild the file
         self.kept_as: Optional[Path] = None            # where the replaced file was moved aside
+        self._ident: Optional[tuple[int, int]] = None  # (st_dev, st_ino) of the file last connected to
         self._conn: Optional[sqlite3.Connection] = None
 
     # -- opening ----------------------------------------------------------------
@@ -591,6 +592,9 @@ class RunIndex:
 
     def _connect(self) -> sqlite3.Connection:
         st = self._check_file()
+        # The file this connection reads: if it proves broken, only that file may be moved aside
+        # (another process may have put a sound new one in its place meanwhile).
+        self._ident = (st.st_dev, st.st_ino)
         conn = sqlite3.connect(str(self.path), timeout=self.busy_timeout_s, isolation_level=None)
         try:
             now = os.lstat(self.path)
@@ -642,10 +646,7 @@ class RunIndex:
     def _replace(self, exc: BaseException) -> None:
         """Move the broken file aside (kept, timestamped) and start a new one, one process at a time."""
         from gpudeck.jobs.runs import open_private
-        try:
-            broken = os.lstat(self.path)
-        except FileNotFoundError:
-            broken = None
+        broken = self._ident
         lock_fd = open_private(Path(str(self.path) + ".lock"), os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
@@ -653,8 +654,7 @@ class RunIndex:
                 current = os.lstat(self.path)
             except FileNotFoundError:
                 current = None
-            if broken is not None and current is not None and \
-                    (current.st_dev, current.st_ino) == (broken.st_dev, broken.st_ino):
+            if broken is not None and current is not None and (current.st_dev, current.st_ino) == broken:
                 self.kept_as = self._move_aside()
             # else: another process replaced it while we waited for the lock: its new file is used.
             self._conn = self._connect()
