@@ -16,7 +16,10 @@ The state dir is trusted only when it is provably the user's own: directories ar
 created 0700 and files 0600 whatever the umask (meta.json holds the job's env,
 tokens included), a state/run directory owned by someone else or writable by
 group/others is refused (UnsafeStateDir), and every write opens its file with
-O_NOFOLLOW so a planted symlink cannot redirect it.
+O_NOFOLLOW so a planted symlink cannot redirect it. Every read of a run's files goes
+through strictjson's bounded loader (read_json, read_jsonl, read_times): no symlink,
+FIFO or giant file is read, nesting and non-finite numbers are refused, and a bad
+file costs its run a note, never the reader.
 """
 from __future__ import annotations
 
