@@ -223,12 +223,7 @@ class HealthMonitor:
         """Settings from the run's meta.json (what the supervisor recorded of the spec)."""
         run_dir = Path(run_dir)
         if meta is None:
-            try:
-                meta = json.loads((run_dir / "meta.json").read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                meta = {}
-            if not isinstance(meta, Mapping):
-                meta = {}
+            meta = strictjson.load_object(run_dir / "meta.json", shape=strictjson.timed) or {}
         spec = meta.get("spec") if isinstance(meta.get("spec"), Mapping) else {}
 
         def setting(name: str) -> Any:
@@ -567,12 +562,9 @@ def _signal_number(name: str) -> Optional[int]:
 
 # -- readers (jobs --json, the console) ------------------------------------------
 
-def read_health(run_dir: Path) -> Optional[dict]:
-    try:
-        data = strictjson.loads((Path(run_dir) / HEALTH).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+def read_health(run_dir: Path, notes: Optional[list] = None) -> Optional[dict]:
+    """health.json through the strict, bounded loader (a bad one: None, and a note in `notes`)."""
+    return strictjson.load_object(Path(run_dir) / HEALTH, notes=notes, shape=strictjson.timed)
 
 
 def analyze_tail(run_dir: Path, tail_bytes: int = FALLBACK_TAIL_BYTES) -> dict:
@@ -580,7 +572,7 @@ def analyze_tail(run_dir: Path, tail_bytes: int = FALLBACK_TAIL_BYTES) -> dict:
     analyzer = make_analyzer()
     path = Path(run_dir) / "output.log"
     try:
-        with open(path, "rb") as fh:
+        with strictjson.open_run_binary(path) as fh:      # never a FIFO or /dev/zero behind a symlink
             size = fh.seek(0, os.SEEK_END)
             fh.seek(max(0, size - tail_bytes))
             if size > tail_bytes:
@@ -590,7 +582,7 @@ def analyze_tail(run_dir: Path, tail_bytes: int = FALLBACK_TAIL_BYTES) -> dict:
                 if not chunk:
                     break
                 analyzer.feed(chunk)
-    except OSError:
+    except (OSError, ValueError):
         return {}
     finish = getattr(analyzer, "finish", None)
     if callable(finish):
@@ -606,7 +598,8 @@ def job_health(run_dir: Optional[Path]) -> dict:
     """{phase, progress, alerts} for a job's latest run: health.json if the runner wrote one, else the log's tail."""
     if run_dir is None:
         return {"phase": None, "progress": None, "alerts": []}
-    health = read_health(run_dir)
+    notes: list[str] = []            # run files there but unreadable (strictjson's words), for `jobs --json`
+    health = read_health(run_dir, notes)
     if health is not None:
         # Typed as the faces expect them: a hand-edited or version-skewed health.json
         # loses the odd field instead of crashing `gpudeck jobs` and the console.
@@ -620,10 +613,7 @@ def job_health(run_dir: Optional[Path]) -> dict:
                 "failure": typed("failure", dict), "serving": typed("serving", dict)}
     analysis = analyze_tail(run_dir)
     alerts: list[dict] = []
-    try:
-        record = json.loads((Path(run_dir) / "exit.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        record = None
+    record = strictjson.load_object(Path(run_dir) / "exit.json", notes=notes, shape=strictjson.timed)
     if isinstance(record, dict):
         # The run ended with no monitor: judge its exit the way the monitor would have.
         rules = HealthRules(job=Path(run_dir).parent.name, run_id=Path(run_dir).name)
@@ -635,6 +625,9 @@ def job_health(run_dir: Optional[Path]) -> dict:
                          signal=signal if isinstance(signal, int) else None,
                          stopped=bool(record.get("stopped_by_request")), failure=analysis.get("failure")))
         alerts = [a.to_json() for a in rules.active]
-    return {"phase": analysis.get("phase"), "progress": analysis.get("progress"), "alerts": alerts,
-            "failure": analysis.get("failure"), "serving": analysis.get("serving")}
+    out = {"phase": analysis.get("phase"), "progress": analysis.get("progress"), "alerts": alerts,
+           "failure": analysis.get("failure"), "serving": analysis.get("serving")}
+    if notes:
+        out["notes"] = [f"run {Path(run_dir).name}: {n}" for n in notes]
+    return out
 

@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import bisect
 import copy
-import json
-import math
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from gpudeck.jobs.health import as_dict, make_analyzer, read_health
-from gpudeck.jobs.runs import EVENTS, EXIT, META, OUTPUT, SAMPLES, TIMES, read_json, read_jsonl
-from gpudeck.jobs.strictjson import number
+from gpudeck.jobs import strictjson
+from gpudeck.jobs.paths import open_regular
+from gpudeck.jobs.runs import EVENTS, EXIT, META, OUTPUT, SAMPLES, TIMES, read_json, read_jsonl, read_times
 
 # A checkpoint of the analyzer's state every this many log bytes: a seek back re-reads at most
 # this much (~70 ms at the analyzer's 55 MB/s on serving logs); a 1 GB log keeps ~256 small ones.
@@ -58,7 +57,9 @@ class ReplayError(Exception):
     """A path that is not a replayable run (one line for the faces)."""
 
 
-_number = number            # the one strict number rule (strictjson)
+def _number(value: Any) -> Optional[float]:
+    """A recorded unix time, or None: a tampered `1e308` or `-5` would overflow every clock and date."""
+    return strictjson.timestamp(value)
 
 
 @dataclass(frozen=True)
@@ -90,17 +91,19 @@ class Recording:
         self.path = Path(path)
         if not self.path.is_dir():
             raise ReplayError(f"{self.path}: no such run directory")
-        self.meta = read_json(self.path / META) or {}
+        # Files that are there but unreadable (tampered, torn, too deep): a note each, never a crash.
+        self.notes: list[str] = []
+        self.meta = read_json(self.path / META, self.notes) or {}
         if not self.meta and not (self.path / OUTPUT).exists():
             raise ReplayError(f"{self.path}: not a run directory (no meta.json, no output.log)")
         self.spec = self.meta.get("spec") if isinstance(self.meta.get("spec"), dict) else {}
         self.job = str(self.meta.get("job") or self.path.parent.name)
         self.run_id = str(self.meta.get("run_id") or self.path.name)
         self.log_path = self.path / OUTPUT
-        self.exit = read_json(self.path / EXIT)
-        self.health = read_health(self.path)
+        self.exit = read_json(self.path / EXIT, self.notes)
+        self.health = read_health(self.path, self.notes)
         self.simulated = bool(self.meta.get("simulated"))
-        self.events = sorted((e for e in read_jsonl(self.path / EVENTS) if _number(e.get("t")) is not None),
+        self.events = sorted((e for e in read_jsonl(self.path / EVENTS, self.notes) if _number(e.get("t")) is not None),
                              key=lambda e: e["t"])
         # samples.jsonl is the big file (a day of 1 s samples is ~30 MB of JSON): only its two ends are
         # read here; the samples themselves load on first use (sample_at), not to open a replay.
@@ -135,18 +138,8 @@ class Recording:
 
     def _load_points(self) -> None:
         """(time, offset) arrival points, from `times` (to the second) and the samples' log_bytes (to the ms)."""
-        raw: list[tuple[float, int]] = []
-        try:
-            with open(self.path / TIMES, "rb") as fh:
-                for line in fh:
-                    parts = line.split()
-                    if len(parts) == 2:
-                        try:
-                            raw.append((float(parts[1]), int(parts[0])))
-                        except ValueError:
-                            continue              # a torn last line of a killed runner
-        except OSError:
-            pass
+        # Through read_times: `100 inf`, a negative offset or a 400-digit one are skipped, never dated.
+        raw: list[tuple[float, int]] = [(t, off) for off, t in read_times(self.path / TIMES, self.notes)]
         if not raw:
             # No `times` file (an older or killed runner): the samples note the log's size each second too.
             for s in self.samples:
@@ -207,20 +200,17 @@ class Recording:
     def _sample_bounds(self) -> tuple[Optional[float], Optional[float]]:
         """The first and the last sample's time, read from the two ends of samples.jsonl."""
         try:
-            with open(self.path / SAMPLES, "rb") as fh:
-                head = fh.readline()
+            with strictjson.open_run_binary(self.path / SAMPLES) as fh:
+                head = fh.readline(strictjson.MAX_LINE_BYTES + 1)
                 size = fh.seek(0, 2)
                 fh.seek(max(0, size - 64 * 1024))
-                tail = fh.read().splitlines()
-        except OSError:
+                tail = fh.read(64 * 1024).splitlines()
+        except (OSError, ValueError):       # missing, or a symlink/FIFO (strictjson.Unreadable)
             return None, None
 
         def t_of(line: bytes) -> Optional[float]:
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                return None              # a torn line of a killed writer
-            return _number(obj.get("t")) if isinstance(obj, dict) else None
+            obj = strictjson.parse_line(line)         # None: torn, too deep, not an object
+            return _number(obj.get("t")) if obj is not None else None
         first = t_of(head)
         last = next((t for t in map(t_of, reversed(tail)) if t is not None), None)
         return first, last
@@ -230,8 +220,8 @@ class Recording:
         """Every resource sample, by time (read once, on first use)."""
         with self._samples_lock:
             if self._samples is None:
-                samples = sorted((s for s in read_jsonl(self.path / SAMPLES) if _number(s.get("t")) is not None),
-                                 key=lambda s: s["t"])
+                samples = sorted((s for s in read_jsonl(self.path / SAMPLES, self.notes)
+                                  if _number(s.get("t")) is not None), key=lambda s: s["t"])
                 self._sample_times = [float(s["t"]) for s in samples]
                 self._samples = samples
             return self._samples
@@ -320,7 +310,7 @@ class _AnalyzerTrack:
             self._restore(target)
         if target > self.offset:
             try:
-                fh = open(rec.log_path, "rb")
+                fh = open_regular(rec.log_path)      # never blocks on a FIFO, never reads /dev/zero
             except OSError:
                 fh = None
             if fh is not None:

@@ -16,7 +16,10 @@ The state dir is trusted only when it is provably the user's own: directories ar
 created 0700 and files 0600 whatever the umask (meta.json holds the job's env,
 tokens included), a state/run directory owned by someone else or writable by
 group/others is refused (UnsafeStateDir), and every write opens its file with
-O_NOFOLLOW so a planted symlink cannot redirect it.
+O_NOFOLLOW so a planted symlink cannot redirect it. Every read of a run's files goes
+through strictjson's bounded loader (read_json, read_jsonl, read_times): no symlink,
+FIFO or giant file is read, nesting and non-finite numbers are refused, and a bad
+file costs its run a note, never the reader.
 """
 from __future__ import annotations
 
@@ -167,13 +170,15 @@ def write_json_atomic(path: Path, data: Any) -> None:
         raise
 
 
-def read_json(path: Path) -> Optional[dict]:
-    try:
-        with open(path, "r", encoding="utf-8") as fh:
-            data = strictjson.loads(fh.read())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+def read_json(path: Path, notes: Optional[list] = None) -> Optional[dict]:
+    """A run's JSON file as a dict, or None (missing, or unreadable: then a note in `notes`).
+
+    Through the strict, bounded loader (strictjson.load_object): no symlink, FIFO or giant file is
+    read, no nesting past 64, no Infinity/NaN, no absurd time (top-level "*_at" keys); summary.json
+    has its own, larger cap.
+    """
+    cap = strictjson.MAX_SUMMARY_BYTES if Path(path).name == "summary.json" else strictjson.MAX_FILE_BYTES
+    return strictjson.load_object(path, max_bytes=cap, notes=notes, shape=strictjson.timed)
 
 
 def append_jsonl(path: Path, record: dict) -> None:
@@ -187,21 +192,49 @@ def append_jsonl(path: Path, record: dict) -> None:
         os.close(fd)
 
 
-def read_jsonl(path: Path) -> list[dict]:
+def read_jsonl(path: Path, notes: Optional[list] = None) -> list[dict]:
+    """A run's JSONL file (events, samples, hooks): its records, bad lines skipped (counted in `notes`).
+
+    A time ("t", "*_at") that is not a sane unix time reads as None (strictjson.timed): no reader dates 1e308.
+    """
+    return strictjson.load_jsonl(path, notes=notes, shape=strictjson.timed)
+
+
+MAX_TIMES_BYTES = 256 << 20            # `times`: ~20 bytes a second; 256 MiB is a year of one run
+
+
+def read_times(path: Path, notes: Optional[list] = None) -> list[tuple[int, float]]:
+    """The arrival points of `times` ("OFFSET UNIX_SECOND" lines) in file order: offsets that are
+    non-negative ints, times that are sane unix times (`100 inf`, `-1 5`, `1e999 7` are skipped)."""
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except OSError:
+        raw = strictjson.read_run_bytes(path, MAX_TIMES_BYTES)
+    except FileNotFoundError:
         return []
-    records = []
-    for line in raw.splitlines():
+    except strictjson.Unreadable as exc:
+        if notes is not None:
+            notes.append(str(exc))
+        return []
+    points: list[tuple[int, float]] = []
+    bad = 0
+    for line in raw.split(b"\n"):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 2 or len(parts[0]) > 20:
+            bad += 1
+            continue
         try:
-            obj = strictjson.loads(line)
+            offset, t = int(parts[0]), strictjson.timestamp(float(parts[1]))
         except ValueError:
-            continue            # a torn last line of a killed writer
-        if isinstance(obj, dict):
-            records.append(obj)
-    return records
+            bad += 1
+            continue
+        if t is None or not 0 <= offset < 2 ** 63:
+            bad += 1
+            continue
+        points.append((offset, t))
+    if bad > 1 and notes is not None:        # one bad line is the torn last one of a killed runner
+        notes.append(f"times: {bad} unreadable lines skipped")
+    return points
 
 
 def _timestamp(value: Any) -> Optional[float]:
@@ -421,22 +454,8 @@ class ArrivalIndex:
 
     @classmethod
     def load(cls, path: Path) -> "ArrivalIndex":
-        offsets: list[int] = []
-        stamps: list[float] = []
-        try:
-            with open(path, "rb") as fh:
-                for line in fh:
-                    parts = line.split()
-                    if len(parts) != 2:
-                        continue
-                    try:
-                        offsets.append(int(parts[0]))
-                        stamps.append(float(parts[1]))
-                    except ValueError:
-                        continue
-        except OSError:
-            pass
-        return cls(tuple(offsets), tuple(stamps))
+        points = read_times(path)
+        return cls(tuple(o for o, _ in points), tuple(t for _, t in points))
 
     def time_of(self, offset: int) -> Optional[float]:
         """When the byte at `offset` had arrived: the first entry whose offset is past it."""

@@ -87,7 +87,8 @@ def test_one_strict_number_rule_for_every_reader():
     from gpudeck.jobs.history import index, phases, recorder
     from gpudeck.jobs.telemetry import history
     from gpudeck.jobs.telemetry.gpu import nvidia_smi
-    assert replay._number is sj.number and history._num is sj.number and phases._num is sj.number
+    assert history._num is sj.number and phases._num is sj.number
+    assert replay._number(1e308) is None and replay._number(1.7e9) == sj.timestamp(1.7e9)   # times: stricter
     assert recorder._num is sj.number and view._num is sj.number
     assert index._int is sj.integer and view._int is sj.integer
     assert stalls._num is sj.first_number and health._num is sj.first_number

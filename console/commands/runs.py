@@ -47,13 +47,15 @@ def _age(text: Optional[str], flag: str) -> Optional[float]:
 def open_index(sync: bool = True):
     import sqlite3
 
-    from gpudeck.jobs.history.index import RunIndex
+    from gpudeck.jobs.history.index import IndexUnavailable, RunIndex
     index = RunIndex()
     try:
         if sync:
             index.sync()
         else:
             index.open()
+    except IndexUnavailable as exc:          # locked, disk full, a symlink: its message names the file
+        raise CliError(str(exc)) from None
     except sqlite3.Error as exc:
         raise CliError(f"run index {index.path}: {exc}") from None
     if index.rebuilt_reason:
@@ -127,6 +129,13 @@ def _print_rows(args: argparse.Namespace, rows: list) -> int:
         print("no runs" + (f" of {args.job}" if args.job else "") + (" that failed" if args.failed else ""))
         return 0
     sys.stdout.write(render_table(rows))
+    # A run file that could not be read cost its run a note ("run <id>: summary.json unreadable: ..."):
+    # said once, on stderr, so the table stays a table. --json carries them in each row's detail.
+    from gpudeck.jobs.logs.sanitize import terminal_text
+    for row in rows:
+        detail = row.get("detail") if isinstance(row.get("detail"), dict) else {}
+        for note in (detail.get("notes") or [])[:5]:
+            print(f"gpudeck: {terminal_text(str(note), 300)}", file=sys.stderr)
     return 0
 
 
@@ -181,8 +190,8 @@ def _why(row: dict) -> str:
 
 # What the table shows (the JSON has every column); fewer columns and no JSON to decode keep 10,000 rows fast.
 TABLE_COLUMNS = ("run_id", "job", "kind", "started_at", "duration_s", "state", "exit_code", "signal", "final_phase",
-                 "load_s", "phases", "peak_gpu_mem_max", "gpu_count", "failure_cause", "failure_line", "stopped_by", "pivot",
-                 "alerts", "host", "backend", "failed")
+                 "load_s", "phases", "peak_gpu_mem_max", "gpu_count", "failure_cause", "failure_line", "stopped_by",
+                 "pivot", "alerts", "host", "backend", "failed", "detail")
 
 
 def render_table(rows: list[dict], now: Optional[float] = None) -> str:

@@ -126,20 +126,17 @@ def engine_fields(spec, run) -> Optional[dict]:
     The previous scrape and the readiness scan position are kept in the run
     directory, so successive calls give counter rates and never rescan the log.
     """
-    import json
-
     from gpudeck.jobs.engines.metrics import _Baseline
     from gpudeck.jobs.engines.profiles import engine_settings
     settings = engine_settings(spec)
     if settings is None or run is None:
         return None
     path = Path(run.path) / ENGINE_STATE
-    try:
-        saved = json.loads(path.read_text())
-    except (OSError, ValueError):
-        saved = {}
+    from gpudeck.jobs import strictjson
+    saved = strictjson.load_object(path) or {}
     watcher = LogLineWatcher(run.log_path, settings.profile.ready_lines)
-    watcher.offset = int(saved.get("offset") or 0)
+    offset = saved.get("offset")
+    watcher.offset = offset if isinstance(offset, int) and not isinstance(offset, bool) and offset >= 0 else 0
     if saved.get("log_ready"):
         watcher.seen = settings.profile.ready_lines[0]
     state = check_readiness(settings, watcher)

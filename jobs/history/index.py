@@ -3,23 +3,30 @@
 Stdlib only (sqlite3): the runner indexes its own run at the end, and every reader
 (`gpudeck runs`, the console, `postmortem`) brings the index up to date lazily
 before it answers: new run directories are added, live ones re-read, deleted
-ones dropped. A missing, corrupt or older-schema database file is rebuilt.
+ones dropped. A missing file is created (0600, never through a symlink); only a file SQLite
+proves broken (not a database, malformed, another schema version or other tables) is replaced,
+the old one kept beside it with a timestamp. A lock is waited for (BUSY_TIMEOUT_MS) and then
+reported, a full disk is reported: neither is ever a reason to rebuild.
 A run on a remote host or under Slurm is still a run: `host` and `backend` say where.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
+import functools
 import json
 import os
 import re
 import shlex
-import shutil
 import sqlite3
+import stat
 import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
-from gpudeck.jobs import paths, runs
-from gpudeck.jobs.strictjson import integer
+from gpudeck.jobs import paths, runs, strictjson
+from gpudeck.jobs.strictjson import integer, number
 
 DB_NAME = "history.sqlite3"
 SCHEMA_VERSION = 2
@@ -82,16 +89,12 @@ def db_path(state_dir: Optional[Path] = None) -> Path:
 
 # --------------------------------------------------------------------------- reading one run's files
 
-# A run's files are read as the runs module reads them: a non-finite number an older runner
-# wrote (Infinity, NaN) reads as null, so no index row or report can carry one into strict JSON.
+# A run's files are read as the runs module reads them, through the strict, bounded loader
+# (strictjson): a non-finite number an older runner wrote (Infinity, NaN) reads as null, so no
+# index row or report can carry one into strict JSON; a file nested 100,000 deep, a 2 GB one, a
+# symlink or a FIFO costs its run a note (detail.notes), never the index or the other runs.
 read_json = runs.read_json
 read_jsonl = runs.read_jsonl
-
-
-def number(value: Any) -> Optional[float]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
 
 
 _int = integer              # the one strict number rule (strictjson): an int within 64 bits
@@ -165,12 +168,13 @@ def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
     from gpudeck.jobs.history.recorder import read_summary
     run_dir = Path(run_dir)
     now = time.time() if now is None else now
-    meta = read_json(run_dir / "meta.json") or {}
-    exit_record = read_json(run_dir / "exit.json")
-    health = read_json(run_dir / "health.json") or {}
-    summary = read_summary(run_dir) or {}
+    notes: list[str] = []
+    meta = read_json(run_dir / "meta.json", notes) or {}
+    exit_record = read_json(run_dir / "exit.json", notes)
+    health = read_json(run_dir / "health.json", notes) or {}
+    summary = read_summary(run_dir, notes) or {}
     events_path = run_dir / "events.jsonl"
-    events = read_jsonl(events_path)
+    events = read_jsonl(events_path, notes)
     analysis = summary.get("analysis") if isinstance(summary.get("analysis"), dict) else {}
     if not analysis:
         analysis = health
@@ -245,7 +249,7 @@ def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
         "alerts": alerts_raised,
         "pipeline": _text(meta.get("pipeline")),
         "pivot": pivot_context,
-        "detail": {},
+        "detail": {"notes": [f"run {run_id}: {n}" for n in notes]} if notes else {},
         "final": 1 if exit_record is not None else 0,
         "events_size": file_size(events_path),
         "indexed_at": now,
@@ -290,6 +294,17 @@ def rows_of(run_dirs: Iterable[Path], *, job: Optional[str] = None, failed: bool
     return rows
 
 
+def unreadable_row(kind: str, path: Path, now: float, why: str) -> dict:
+    """The row of a run directory whose files could not be summarized: its name, where, and why."""
+    path = Path(path)
+    return {**{name: None for name in COLUMN_NAMES},
+            "key": f"{kind}/{path.parent.name}/{path.name}", "kind": kind, "job": path.parent.name,
+            "run_id": path.name, "path": str(path), "state": "unreadable", "failed": 0,
+            "failure_message": why[:300], "phases": {}, "peak_gpu_mem": {}, "alerts": [], "gpus": [],
+            "detail": {"notes": [f"run {path.name}: unreadable: {why[:300]}"]}, "final": 0,
+            "events_size": 0, "indexed_at": now}
+
+
 def _lost_or_signal_cause(state: str, sig: Optional[str], exit_record: Optional[dict]) -> Optional[str]:
     if state == "lost":
         return "lost"
@@ -324,9 +339,10 @@ def _run_state(run_dir: Path, meta: dict, exit_record: Optional[dict], events: l
 
 def summarize_pipeline(pipe_dir: Path, now: Optional[float] = None) -> dict:
     now = time.time() if now is None else now
-    meta = read_json(pipe_dir / "meta.json") or {}
-    result = read_json(pipe_dir / "result.json")
-    events = read_jsonl(pipe_dir / "events.jsonl")
+    notes: list[str] = []
+    meta = read_json(pipe_dir / "meta.json", notes) or {}
+    result = read_json(pipe_dir / "result.json", notes)
+    events = read_jsonl(pipe_dir / "events.jsonl", notes)
     stages = [s for s in meta.get("stages") or [] if isinstance(s, str)]
     stage_runs = {}
     for ev in events:
@@ -368,7 +384,8 @@ def summarize_pipeline(pipe_dir: Path, now: Optional[float] = None) -> dict:
         ("lost" if state == "lost" else None),
         "failure_message": _text((result or {}).get("error")),
         "phases": {}, "peak_gpu_mem": {}, "alerts": [], "gpus": [],
-        "detail": {"stages": [stage_runs.get(s, {"stage": s, "status": "pending"}) for s in stages]},
+        "detail": {"stages": [stage_runs.get(s, {"stage": s, "status": "pending"}) for s in stages],
+                   **({"notes": [f"pipeline {pipe_dir.name}: {n}" for n in notes]} if notes else {})},
         "final": 1 if result is not None else 0, "events_size": file_size(pipe_dir / "events.jsonl"),
         "indexed_at": now,
     }
@@ -399,7 +416,8 @@ def decode_row(values: Iterable[Any], names: Iterable[str] = COLUMN_NAMES,
         if isinstance(value, str):
             empty = _EMPTY_JSON.get(value)
             try:
-                row[name] = empty() if empty is not None else json.loads(value)
+                # strictjson.parse: a tampered database's column nested 100,000 deep is None, not a RecursionError.
+                row[name] = empty() if empty is not None else strictjson.parse(value)
             except ValueError:
                 row[name] = None
     if "failed" in row:
@@ -409,80 +427,278 @@ def decode_row(values: Iterable[Any], names: Iterable[str] = COLUMN_NAMES,
     return row
 
 
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """BEGIN IMMEDIATE .. COMMIT, or nothing more inside one already open (`rebuild` wraps `sync` in one)."""
+    if conn.in_transaction:
+        yield
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        raise
+    conn.execute("COMMIT")
+
+
+class IndexUnavailable(sqlite3.Error):
+    """The index cannot be used right now and must not be rebuilt: locked, disk full, a symlink, not ours.
+    The message is one line (the file and why); the file is left as it is."""
+
+
+class IndexLocked(IndexUnavailable):
+    """Another process held the index's lock past the busy timeout."""
+
+
+# SQLite's primary result codes (the low byte of an extended code) that decide what open() does.
+_SQLITE_PERM, _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY, _SQLITE_IOERR = 3, 5, 6, 8, 10
+_SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_CANTOPEN, _SQLITE_NOTADB = 11, 13, 14, 26
+
+
+def _code(exc: BaseException) -> Optional[int]:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
+
+
+def _no_space(path: Path) -> bool:
+    """The filesystem of `path` has (about) no room left: SQLite says "disk I/O error" when growing
+    its -shm fails on a full disk, "database or disk is full" only when a write does."""
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 64 * 1024
+
+
+def _unavailable(exc: BaseException, path: Path, busy_s: float) -> Optional[IndexUnavailable]:
+    """The IndexUnavailable an sqlite3/OS error means, or None when it may mean a broken file."""
+    code = _code(exc)
+    text = str(exc)
+    if code in (_SQLITE_BUSY, _SQLITE_LOCKED) or (code is None and "locked" in text):
+        return IndexLocked(f"index {path} locked by another process (waited {busy_s:g} s)")
+    if (code == _SQLITE_FULL or (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT))
+            or (code is None and "disk is full" in text) or (code == _SQLITE_IOERR and _no_space(path))):
+        return IndexUnavailable(f"index {path}: the disk is full ({text}); nothing was rebuilt")
+    if code in (_SQLITE_PERM, _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_CANTOPEN) or isinstance(exc, OSError):
+        return IndexUnavailable(f"index {path}: {text}")
+    return None
+
+
+class SchemaMismatch(sqlite3.DatabaseError):
+    """A database whose tables or columns are not the index's: proven wrong, rebuilt from the run dirs."""
+
+
+# The tables and columns open() insists on: a file with the right user_version but other tables
+# is not the index ("no such table: dirs" on every `runs`), so it is rebuilt like a corrupt one.
+SCHEMA = {"runs": COLUMN_NAMES, "dirs": ("path", "mtime_ns")}
+
+
+def _check_schema(conn: sqlite3.Connection) -> None:
+    for table, wanted in SCHEMA.items():
+        have = tuple(row[1] for row in conn.execute(f"PRAGMA table_info({table})"))
+        if not have:
+            raise SchemaMismatch(f"no table {table}")
+        if set(have) != set(wanted):
+            missing = sorted(set(wanted) - set(have))
+            extra = sorted(set(have) - set(wanted))
+            raise SchemaMismatch(f"table {table} has other columns (missing {', '.join(missing) or '-'}; "
+                                 f"extra {', '.join(extra) or '-'})")
+
+
+def _proven_corrupt(exc: sqlite3.DatabaseError, path: Path) -> bool:
+    """True only when SQLite itself says the file is not (or no longer) a sound database of ours."""
+    if isinstance(exc, SchemaMismatch):
+        return True
+    code = _code(exc)
+    if code == _SQLITE_NOTADB:
+        return True                      # "file is not a database": nothing to check it with
+    if code != _SQLITE_CORRUPT:
+        return False
+    # "malformed": confirmed by quick_check on a fresh connection, read-only (it may fail in turn: proven).
+    try:
+        probe = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1)
+    except sqlite3.Error:
+        return True
+    try:
+        return probe.execute("PRAGMA quick_check").fetchone()[0] != "ok"
+    except sqlite3.DatabaseError as again:
+        return _code(again) in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+    finally:
+        probe.close()
+
+
+def _guarded(method):
+    """An index method whose lock wait, full disk or I/O error comes out as IndexUnavailable (one line)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except IndexUnavailable:
+            raise
+        except (sqlite3.Error, OSError) as exc:
+            mapped = _unavailable(exc, self.path, self.busy_timeout_s)
+            if mapped is None:
+                raise
+            raise mapped from exc
+    return wrapper
+
+
 class RunIndex:
     """The SQLite index of every run under one state dir."""
 
-    def __init__(self, state_dir: Optional[Path] = None) -> None:
+    def __init__(self, state_dir: Optional[Path] = None, busy_timeout_s: Optional[float] = None) -> None:
         self.state_dir = Path(state_dir) if state_dir is not None else paths.state_dir()
         self.path = db_path(self.state_dir)
+        self.busy_timeout_s = BUSY_TIMEOUT_MS / 1000 if busy_timeout_s is None else busy_timeout_s
         self.rebuilt_reason: Optional[str] = None      # set when open() had to rebuild the file
+        self.kept_as: Optional[Path] = None            # where the replaced file was moved aside
+        self._ident: Optional[tuple[int, int]] = None  # (st_dev, st_ino) of the file last connected to
         self._conn: Optional[sqlite3.Connection] = None
 
     # -- opening ----------------------------------------------------------------
-    def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version not in (0, SCHEMA_VERSION):
-            conn.close()
-            raise sqlite3.DatabaseError(f"schema version {version}, expected {SCHEMA_VERSION}")
-        if version == 0:
-            cols = ", ".join(f"{name} {kind}" for name, kind in COLUMNS)
-            conn.execute("BEGIN IMMEDIATE")
+    def _check_file(self) -> os.stat_result:
+        """The database file, created 0600 if missing, never through a symlink: its (lstat) identity.
+
+        SQLite opens files by name and follows links, so the file and its -wal/-shm are checked
+        here (O_NOFOLLOW, a regular file, ours, 0600) and the file SQLite opened is compared after.
+        """
+        for suffix in ("-wal", "-shm"):
+            side = Path(str(self.path) + suffix)
             try:
-                conn.execute(f"CREATE TABLE IF NOT EXISTS runs ({cols})")
-                conn.execute("CREATE INDEX IF NOT EXISTS runs_started ON runs(started_at)")
-                conn.execute("CREATE INDEX IF NOT EXISTS runs_job_started ON runs(job, started_at)")
-                conn.execute("CREATE INDEX IF NOT EXISTS runs_pending ON runs(final, ended_at)")
-                # A job directory's mtime changes when a run directory is created or deleted in it:
-                # an unchanged one with no live run needs no listing.
-                conn.execute("CREATE TABLE IF NOT EXISTS dirs (path TEXT PRIMARY KEY, mtime_ns INTEGER)")
-                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        # Touch the table: a file that is not a database (or a broken one) fails here, not later.
-        conn.execute("SELECT count(*) FROM runs WHERE key = ''").fetchone()
+                st = os.lstat(side)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                raise IndexUnavailable(f"index {side} is {'a symlink' if stat.S_ISLNK(st.st_mode) else 'not a regular file'}:"
+                                       " refusing to use it (remove it; the index is rebuilt from the run directories)")
+        from gpudeck.jobs.runs import open_private
+        try:
+            try:
+                # Created 0600 before SQLite opens it: its -wal and -shm files take the same mode.
+                fd = open_private(self.path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK)
+            except OSError as exc:
+                if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                    raise
+                # A read-only file or filesystem: still checked, and SQLite may read it (queries work).
+                fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise IndexUnavailable(f"index {self.path} is a symlink: refusing to write through it "
+                                       "(remove it; the index is rebuilt from the run directories)") from None
+            mapped = _unavailable(exc, self.path, self.busy_timeout_s)
+            raise (mapped or IndexUnavailable(f"index {self.path}: {exc.strerror or exc}")) from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise IndexUnavailable(f"index {self.path} is not a regular file: refusing to use it")
+            if st.st_uid != os.geteuid():
+                raise IndexUnavailable(f"index {self.path} is owned by uid {st.st_uid}, not by you: refusing to use it")
+            if st.st_mode & 0o077:
+                os.fchmod(fd, 0o600)     # an index an older gpudeck rebuilt 0644
+                for suffix in ("-wal", "-shm"):
+                    try:
+                        os.chmod(str(self.path) + suffix, 0o600, follow_symlinks=False)
+                    except (OSError, NotImplementedError):
+                        pass
+            return st
+        finally:
+            os.close(fd)
+
+    def _connect(self) -> sqlite3.Connection:
+        st = self._check_file()
+        # The file this connection reads: if it proves broken, only that file may be moved aside
+        # (another process may have put a sound new one in its place meanwhile).
+        self._ident = (st.st_dev, st.st_ino)
+        conn = sqlite3.connect(str(self.path), timeout=self.busy_timeout_s, isolation_level=None)
+        try:
+            now = os.lstat(self.path)
+            if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+                raise IndexUnavailable(f"index {self.path} was replaced while it was opened: refusing to use it")
+            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, SCHEMA_VERSION):
+                raise SchemaMismatch(f"schema version {version}, expected {SCHEMA_VERSION}")
+            if version == 0:
+                cols = ", ".join(f"{name} {kind}" for name, kind in COLUMNS)
+                with _transaction(conn):
+                    conn.execute(f"CREATE TABLE IF NOT EXISTS runs ({cols})")
+                    conn.execute("CREATE INDEX IF NOT EXISTS runs_started ON runs(started_at)")
+                    conn.execute("CREATE INDEX IF NOT EXISTS runs_job_started ON runs(job, started_at)")
+                    conn.execute("CREATE INDEX IF NOT EXISTS runs_pending ON runs(final, ended_at)")
+                    # A job directory's mtime changes when a run directory is created or deleted in it:
+                    # an unchanged one with no live run needs no listing.
+                    conn.execute("CREATE TABLE IF NOT EXISTS dirs (path TEXT PRIMARY KEY, mtime_ns INTEGER)")
+                    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            _check_schema(conn)
+            # Touch the table: a file that is not a database (or a broken one) fails here, not later.
+            conn.execute("SELECT count(*) FROM runs WHERE key = ''").fetchone()
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
+    @_guarded
     def open(self) -> sqlite3.Connection:
         if self._conn is not None:
             return self._conn
-        from gpudeck.jobs.runs import open_private, state_root
+        from gpudeck.jobs.runs import state_root
         state_root(self.state_dir)             # created 0700, refused if not ours
         try:
-            # Created 0600 before SQLite opens it: its -wal and -shm files take the same mode.
-            os.close(open_private(self.path, os.O_RDWR | os.O_CREAT))
-        except OSError:
-            pass                                # SQLite reports the real problem below
-        try:
             self._conn = self._connect()
+        except IndexUnavailable:
+            raise
         except sqlite3.DatabaseError as exc:
-            # Corrupt, truncated, not a database, or another schema: the run dirs are the truth,
-            # so move the file aside and rebuild from them.
-            self.rebuilt_reason = f"index {self.path} unusable ({exc}); rebuilt from the run directories"
-            self._discard_files(keep_copy=True)
-            self._conn = self._connect()
+            # Only a file SQLite proves broken (not a database, malformed, other tables) is replaced:
+            # a lock, a full disk or an I/O error is reported and the file left alone.
+            if _unavailable(exc, self.path, self.busy_timeout_s) is not None or not _proven_corrupt(exc, self.path):
+                raise
+            self._replace(exc)
         return self._conn
 
-    def _discard_files(self, keep_copy: bool) -> None:
-        for suffix in ("", "-wal", "-shm"):
-            p = Path(str(self.path) + suffix)
-            if not p.exists():
-                continue
-            if keep_copy and suffix == "":
-                try:
-                    shutil.move(str(p), str(p) + f".corrupt-{int(time.time())}")
-                    continue
-                except OSError:
-                    pass
+    def _replace(self, exc: BaseException) -> None:
+        """Move the broken file aside (kept, timestamped) and start a new one, one process at a time."""
+        from gpudeck.jobs.runs import open_private
+        broken = self._ident
+        lock_fd = open_private(Path(str(self.path) + ".lock"), os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
             try:
-                p.unlink()
-            except OSError:
-                pass
+                current = os.lstat(self.path)
+            except FileNotFoundError:
+                current = None
+            if broken is not None and current is not None and (current.st_dev, current.st_ino) == broken:
+                self.kept_as = self._move_aside()
+            # else: another process replaced it while we waited for the lock: its new file is used.
+            self._conn = self._connect()
+        finally:
+            os.close(lock_fd)
+        kept = f"; the old file is kept as {self.kept_as.name}" if self.kept_as else ""
+        self.rebuilt_reason = f"index {self.path} unusable ({exc}); rebuilt from the run directories{kept}"
+
+    def _move_aside(self) -> Path:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        aside = Path(f"{self.path}.corrupt-{stamp}")
+        n = 1
+        while os.path.lexists(aside):
+            aside = Path(f"{self.path}.corrupt-{stamp}.{n}")
+            n += 1
+        os.rename(self.path, aside)
+        # The WAL holds the file's last commits: it goes with it. The -shm is only a cache of the WAL.
+        try:
+            os.rename(f"{self.path}-wal", f"{aside}-wal")
+        except FileNotFoundError:
+            pass
+        try:
+            os.unlink(f"{self.path}-shm")
+        except FileNotFoundError:
+            pass
+        return aside
 
     def close(self) -> None:
         if self._conn is not None:
@@ -496,6 +712,7 @@ class RunIndex:
         self.close()
 
     # -- writing ----------------------------------------------------------------
+    @_guarded
     def upsert(self, rows: Iterable[dict], delete_keys: Iterable[str] = ()) -> None:
         conn = self.open()
         marks = ", ".join("?" for _ in COLUMN_NAMES)
@@ -503,20 +720,16 @@ class RunIndex:
         delete = [(k,) for k in delete_keys]
         if not encoded and not delete:
             return
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with _transaction(conn):
             if delete:
                 conn.executemany("DELETE FROM runs WHERE key = ?", delete)
             if encoded:
                 conn.executemany(f"INSERT OR REPLACE INTO runs ({', '.join(COLUMN_NAMES)}) VALUES ({marks})", encoded)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
 
     def index_run(self, run_dir: Path) -> None:
         self.upsert(summarize_run(Path(run_dir)))
 
+    @_guarded
     def remove_paths(self, dirs: Iterable[Path]) -> None:
         """Runs whose directories were deleted (prune), pivot rows they carried included: marked deleted."""
         conn = self.open()
@@ -542,7 +755,30 @@ class RunIndex:
                         except OSError:
                             continue
 
+    def _recovered(self, exc: sqlite3.DatabaseError) -> bool:
+        """After an error past open(): True when the file was proven corrupt and has been replaced."""
+        if isinstance(exc, IndexUnavailable) or _code(exc) != _SQLITE_CORRUPT:
+            return False
+        if self._conn is not None and self._conn.in_transaction:
+            return False                   # rebuild() calls sync() in its transaction: it recovers itself
+        if not _proven_corrupt(exc, self.path):
+            return False
+        self.close()
+        self._replace(exc)
+        return True
+
+    @_guarded
     def sync(self, now: Optional[float] = None) -> int:
+        """Index what changed on disk since the last call (see _sync); a file found malformed on the
+        way (quick_check agrees) is replaced and the sync done again on the new one."""
+        try:
+            return self._sync(now)
+        except sqlite3.DatabaseError as exc:
+            if not self._recovered(exc):
+                raise
+        return self._sync(now)
+
+    def _sync(self, now: Optional[float] = None) -> int:
         """Index what changed on disk since the last call; returns how many rows were (re)written.
 
         Job directories whose mtime is unchanged are not listed; live runs, and runs that ended
@@ -597,48 +833,54 @@ class RunIndex:
         self.upsert(rows)
         self.mark_deleted(gone)
         if changed or len(seen_dirs) != len(on_disk):
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with _transaction(conn):
                 conn.execute("DELETE FROM dirs")
                 conn.executemany("INSERT INTO dirs (path, mtime_ns) VALUES (?, ?)",
                                  [(path, mtime) for _, _, path, mtime in on_disk])
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
         return len(rows) + len(gone)
 
     @staticmethod
     def _summarize(kind: str, path: Path, now: float) -> list[dict]:
         try:
             return summarize_run(path, now) if kind == "job" else [summarize_pipeline(path, now)]
-        except (OSError, ValueError, TypeError, KeyError, AttributeError):
-            return []                 # a run dir being created or deleted right now: next sync
+        except Exception as exc:
+            # A run dir being created or deleted right now, or one no reader can make sense of: it
+            # is listed with what went wrong (re-read next sync: final 0), and the other runs are not held up.
+            return [unreadable_row(kind, path, now, f"{type(exc).__name__}: {exc}")]
 
+    @_guarded
     def mark_deleted(self, keys: list[str]) -> None:
         """Runs whose directories are gone keep their row, marked deleted: a post-mortem can still
         say what the index knew. Listings leave them out; --reindex forgets them."""
         if not keys:
             return
         conn = self.open()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with _transaction(conn):
             conn.executemany("UPDATE runs SET state = ?, final = 1 WHERE key = ?", [(DELETED, k) for k in keys])
             # Pivot rows live in the run directory that carried them.
             conn.executemany("UPDATE runs SET state = ?, final = 1 WHERE kind = 'pivot' AND path = "
                              "(SELECT path FROM runs WHERE key = ?)", [(DELETED, k) for k in keys])
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
 
+    @_guarded
     def rebuild(self) -> int:
-        """Drop the database and index every run directory again (`gpudeck runs --reindex`)."""
-        self.close()
-        self._discard_files(keep_copy=False)
-        return self.sync()
+        """Index every run directory again (`gpudeck runs --reindex`), in one transaction on the same file.
+
+        The file is never deleted or moved here: another process may have it open (a reader, a
+        runner indexing its run, a second --reindex, which waits for this one's lock).
+        """
+        conn = self.open()
+        try:
+            with _transaction(conn):
+                conn.execute("DELETE FROM runs")
+                conn.execute("DELETE FROM dirs")
+                return self._sync()
+        except sqlite3.DatabaseError as exc:
+            if not self._recovered(exc):   # rolled back by now: a malformed file is replaced, then filled
+                raise
+        return self._sync()
 
     # -- queries ------------------------------------------------------------------
+    @_guarded
     def query(self, *, job: Optional[str] = None, failed: bool = False, since: Optional[float] = None,
               kinds: Optional[Iterable[str]] = None, limit: Optional[int] = None,
               columns: Iterable[str] = COLUMN_NAMES, include_deleted: bool = False) -> list[dict]:
@@ -670,11 +912,13 @@ class RunIndex:
         json_cols = [c for c in cols if c in JSON_COLUMNS]
         return [decode_row(values, cols, json_cols) for values in conn.execute(sql, args)]
 
+    @_guarded
     def get(self, key: str) -> Optional[dict]:
         conn = self.open()
         values = conn.execute(f"SELECT {', '.join(COLUMN_NAMES)} FROM runs WHERE key = ?", (key,)).fetchone()
         return decode_row(values) if values else None
 
+    @_guarded
     def find(self, run_id: str) -> list[dict]:
         """Rows whose run id is `run_id`, or starts/ends with it (job runs first)."""
         conn = self.open()
@@ -699,6 +943,8 @@ def reindex(index: RunIndex) -> tuple[int, float]:
     started = time.perf_counter()
     try:
         count = index.rebuild()
+    except IndexUnavailable as exc:
+        raise ReindexFailed(str(exc)) from None
     except sqlite3.Error as exc:
         raise ReindexFailed(f"run index {index.path}: {exc}") from None
     return count, time.perf_counter() - started

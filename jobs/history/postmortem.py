@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from gpudeck.jobs.history.index import RunIndex, file_size, number, read_json, read_jsonl
+from gpudeck.jobs.paths import open_regular
 from gpudeck.jobs.history.phases import phase_rows
 from gpudeck.jobs.history.recorder import read_summary, timeline_from_samples
 
@@ -100,7 +101,7 @@ def read_lines(path: Path, wanted: Iterable[int], checkpoints: Optional[list] = 
     points.insert(0, (0, 0))
     out: dict[int, str] = {}
     try:
-        fh = open(path, "rb")
+        fh = open_regular(path)          # never blocks on a FIFO, never reads /dev/zero
     except OSError:
         return out
     with fh:
@@ -146,7 +147,7 @@ def read_lines(path: Path, wanted: Iterable[int], checkpoints: Optional[list] = 
 def _tail_lines(path: Path, count: int, total_lines: Optional[int]) -> list[dict]:
     """The last `count` lines of the log with their numbers (when the total is known)."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             size = fh.seek(0, os.SEEK_END)
             fh.seek(max(0, size - 64 * 1024))
             data = fh.read()
@@ -199,7 +200,7 @@ def replay_log(path: Path, arrival=None) -> dict:
     # 1/4000th of it, so the pass stays near the analyzer's own speed.
     size = file_size(Path(path))
     piece_size = 0 if size <= SMALL_LOG else max(64 * 1024, min(REPLAY_CHUNK, size // 4000))
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         while True:
             chunk = fh.readline() if piece_size == 0 else fh.read(piece_size)
             if not chunk:
@@ -234,7 +235,7 @@ def replay_log(path: Path, arrival=None) -> dict:
 
 def _last_byte(path: Path) -> bytes:
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             fh.seek(-1, os.SEEK_END)
             return fh.read(1)
     except OSError:
@@ -345,16 +346,18 @@ def build_run(run_dir: Path, state_dir: Optional[Path] = None) -> dict:
     run_dir = Path(run_dir)
     report = _empty("run")
     missing = report["missing"]
-    meta = read_json(run_dir / "meta.json")
+    notes: list[str] = []            # files that are there but unreadable (strictjson's words)
+    meta = read_json(run_dir / "meta.json", notes)
     if meta is None:
         missing.append("meta.json missing or unreadable: command, host and GPUs unknown")
         meta = {}
-    exit_record = read_json(run_dir / "exit.json")
-    health = read_json(run_dir / "health.json") or {}
-    events = read_jsonl(run_dir / "events.jsonl")
+    exit_record = read_json(run_dir / "exit.json", notes)
+    health = read_json(run_dir / "health.json", notes) or {}
+    events = read_jsonl(run_dir / "events.jsonl", notes)
     if not (run_dir / "events.jsonl").exists():
         missing.append("events.jsonl missing: no alerts or stop requests known")
-    summary = read_summary(run_dir)
+    summary = read_summary(run_dir, notes)
+    missing.extend(notes)
     log_path = run_dir / "output.log"
     log_size = file_size(log_path)
     from gpudeck.jobs.history.index import summarize_run
@@ -520,19 +523,8 @@ def _alerts(events: list[dict], health: dict, end: Optional[float], started: Opt
 
 def _silences(times_path: Path, started: Optional[float], end: Optional[float]) -> list[dict]:
     """Windows where the log did not grow for SILENCE_MIN_S or more, longest first."""
-    try:
-        with open(times_path, "rb") as fh:
-            raw = fh.read()
-    except OSError:
-        return []
-    stamps = []
-    for line in raw.split(b"\n"):
-        sp = line.find(b" ")
-        if sp > 0:
-            try:
-                stamps.append(float(line[sp + 1:]))
-            except ValueError:
-                continue
+    from gpudeck.jobs.runs import read_times
+    stamps = [t for _, t in read_times(times_path)]
     if started is not None:
         stamps.insert(0, started)
     if end is not None:
@@ -588,25 +580,25 @@ def _context(meta: dict, events: list[dict], row: dict, state_dir: Optional[Path
 
 
 def _timeline_from_samples_file(path: Path, missing: list[str]) -> tuple[Optional[dict], Optional[dict]]:
+    from gpudeck.jobs import strictjson
+    skipped: list[str] = []
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except OSError as exc:
-        missing.append(f"samples.jsonl unreadable: {exc.strerror or exc}")
+        lines = list(strictjson.iter_lines(path, skipped=skipped))
+    except (OSError, strictjson.Unreadable) as exc:
+        missing.append(str(exc) if isinstance(exc, strictjson.Unreadable)
+                       else f"samples.jsonl unreadable: {exc.strerror or exc}")
         return None, None
-    lines = raw.splitlines()
+    if skipped:
+        missing.append("samples.jsonl: " + ", ".join(skipped))
     step = max(1, len(lines) // MAX_SAMPLE_LINES_PARSED)
     if step > 1:
         missing.append(f"summary.json missing: the resource timeline reads every {step}th sample")
 
     def parsed():
         for line in lines[::step]:
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(obj, dict):
-                yield obj
+            obj = strictjson.parse_line(line)
+            if obj is not None:
+                yield strictjson.timed(obj)
     timeline, peaks = timeline_from_samples(parsed())
     if not timeline.get("t"):
         missing.append("samples.jsonl holds no samples")
@@ -731,7 +723,7 @@ def build_log(path: Path) -> dict:
     if times:
         tail = b""
         try:
-            with open(path, "rb") as fh:
+            with open_regular(path) as fh:
                 fh.seek(max(0, file_size(path) - 8192))
                 tail = fh.read()
         except OSError:

@@ -286,10 +286,8 @@ def timeline_from_samples(samples: Iterable[Mapping[str, Any]]) -> tuple[dict, d
     return data["timeline"], data["peaks"]
 
 
-def read_summary(run_dir: Path) -> Optional[dict]:
-    try:
-        with open(Path(run_dir) / SUMMARY, "r", encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and data.get("version") == SUMMARY_VERSION else None
+def read_summary(run_dir: Path, notes: Optional[list] = None) -> Optional[dict]:
+    """summary.json through the strict, bounded loader; None when missing, unreadable (a note) or of another version."""
+    from gpudeck.jobs.runs import read_json
+    data = read_json(Path(run_dir) / SUMMARY, notes)
+    return data if data is not None and data.get("version") == SUMMARY_VERSION else None
