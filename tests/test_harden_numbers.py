@@ -90,7 +90,7 @@ def test_one_strict_number_rule_for_every_reader():
     assert history._num is sj.number and phases._num is sj.number
     assert replay._number(1e308) is None and replay._number(1.7e9) == sj.timestamp(1.7e9)   # times: stricter
     assert recorder._num is sj.number and view._num is sj.number
-    assert index._int is sj.integer and view._int is sj.integer
+    assert index._int is sj.integer and view._int is sj.integer and index.number is sj.number
     assert stalls._num is sj.first_number and health._num is sj.first_number
     assert slurm._int is sj.parse_integer and profiles._int is sj.parse_integer
     assert nvidia_smi.smi_number is sj.parse_number
