@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 
 from gpudeck.jobs import __version__
+from gpudeck.jobs.strictjson import number
 from gpudeck.jobs.view import JobView, job_views
 
 # Every state a job can be in (supervisor.JobState.state): the one-hot state gauge has a series
@@ -345,10 +346,10 @@ def _job_families(fams: _Families, job: JobView, reading: Reading) -> None:
     if job.port is not None and job.port_open is not None:
         fams.gauge("gpudeck_job_port_open", "1 when the job's declared port is listening.",
                    JOB_LABELS + ("port",), base + (str(job.port),), 1.0 if job.port_open else 0.0)
-    serving = job.serving
-    if serving is not None and job.live:
+    serving = payload.get("serving")
+    if isinstance(serving, dict) and job.live:
         for name, attr, scale, doc in SERVING_FIELDS:
-            value = getattr(serving, attr)
+            value = number(serving.get(attr))       # the strict number rule: no Infinity, no 400-digit int
             if value is not None:
                 fams.gauge(name, doc, JOB_LABELS, base, value * scale)
 
