@@ -321,3 +321,32 @@ def test_a_real_prometheus_scrapes_the_phase_of_a_real_running_job(exporter_of_a
     assert running and running[0]["value"][1] == "1"
     up = wait_for(lambda: prom_query(base, 'up{job="gpudeck"}'), timeout=10, what="the target's up")
     assert up[0]["value"][1] == "1"
+    # Every query of the shipped Grafana dashboard is PromQL this Prometheus accepts.
+    for expr in dashboard_exprs():
+        url = f"{base}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            assert json.loads(reply.read())["status"] == "success", expr
+    table = prom_query(base, 'gpudeck_job_progress_ratio{job_name="trainer"}')
+    assert table and 0.0 < float(table[0]["value"][1]) < 1.0
+
+
+# ------------------------------------------------------------------------------- the Grafana dashboard
+
+DASHBOARD = REPO / "docs" / "grafana-gpudeck.json"
+
+
+def dashboard_exprs() -> list[str]:
+    data = json.loads(DASHBOARD.read_text())
+    return [t["expr"].replace("$host", ".*") for p in data["panels"] for t in p.get("targets", [])]
+
+
+def test_every_metric_the_dashboard_asks_for_is_served():
+    import re
+    served = set(samples(scrape_text(FixedCollector(reading([TRAIN, SERVE, HUNG, CRASHED, IDLE])))))
+    served |= {"gpudeck_exporter_collect_seconds"}
+    asked = {m for expr in dashboard_exprs() for m in re.findall(r"\b(gpudeck_[a-z_]+|DCGM_FI_[A-Z_]+)", expr)}
+    # the parser names an info family without its _info suffix
+    asked = {m[:-5] if m.endswith("_info") else m for m in asked}
+    assert asked and asked <= served, sorted(asked - served)
+    titles = {p["title"] for p in json.loads(DASHBOARD.read_text())["panels"]}
+    assert {"Stalled jobs", "Jobs: state, phase, progress, ETA", "GPU utilization", "GPU memory used"} <= titles
