@@ -215,6 +215,25 @@ def test_listen_addresses_and_the_loopback_rule(tmp_path, state):
     assert bad.returncode == 2 and b"ADDRESS:PORT" in bad.stderr
 
 
+def test_the_demo_command_serves_until_sigterm_and_exits_0(tmp_path, state):
+    proc = subprocess.Popen([PY, "-m", "gpudeck.console.cli", "--demo", "exporter", "--listen", "127.0.0.1:0"],
+                            cwd=REPO, env=cli_env(state), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert "SIMULATED" in line and "serving http://127.0.0.1:" in line, line
+        port = int(line.split("http://127.0.0.1:")[1].split("/")[0])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+            found = samples(reply.read().decode())
+        assert one(found, "gpudeck_exporter_info").labels["simulated"] == "true"
+        assert len(found["DCGM_FI_DEV_GPU_UTIL"]) == 8
+        assert "process_cpu_seconds" not in found         # its own registry: none of the default collectors
+        proc.terminate()
+        assert proc.wait(timeout=20) == 0
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        _stop(proc)
+
+
 # ------------------------------------------------------------------------------- a real Prometheus
 
 PROMETHEUS = "/usr/bin/prometheus"
