@@ -89,14 +89,24 @@ def run_exporter(args: argparse.Namespace) -> int:
     collector = core.GpudeckCollector(jobs, read, host=host_name, simulated=demo, gpu_source=label,
                                       jobs_reason=None if jobs is not None else where)
     registry = core.make_registry(collector)
+    gpu_note = label
+    if read is not None and not demo:
+        # One reading up front, so a box without a usable driver says why at once (scrapes show gpus_up 0).
+        try:
+            found, error = read()
+        except Exception as exc:          # noqa: BLE001 - the collector reports it per scrape too
+            found, error = (), str(exc)
+        if not found:
+            gpu_note = f"{label} unavailable ({error or 'no GPU reported'})"
     try:
         server, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
+        if close is not None:
+            close()
         raise CliError(f"cannot listen on {args.listen}: {exc.strerror or exc}", code=1) from None
     bound = server.server_address[1]
     shown = f"[{host}]" if ":" in host else host
-    print(f"gpudeck exporter: serving http://{shown}:{bound}/metrics — {where}; GPUs: {label}"
-          f"{' (SIMULATED)' if demo else ''}", flush=True)
+    print(f"gpudeck exporter: serving http://{shown}:{bound}/metrics — {where}; GPUs: {gpu_note}", flush=True)
     stop = threading.Event()
 
     def _stop(signum: int, frame: Optional[object]) -> None:
