@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional
 
-from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 
 from gpudeck.jobs import __version__
 from gpudeck.jobs.strictjson import number
@@ -102,6 +102,58 @@ class HealthCache:
             del self._cache[path]
 
 
+class AlertEventCounts:
+    """AlertRaised events of each run's events.jsonl, counted by code, reading only the bytes added since the last scrape.
+
+    events.jsonl only grows (the runner appends one line an event); a file that shrank or was
+    replaced (another inode) is counted again from its start. A partial last line waits for its newline.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[Path, tuple[int, int, dict[str, int]]] = {}     # run dir -> (inode, offset, counts)
+
+    def __call__(self, run_dir: Path) -> dict[str, int]:
+        import json
+
+        from gpudeck.jobs.runs import EVENTS
+        run_dir = Path(run_dir)
+        path = run_dir / EVENTS
+        try:
+            st = os.stat(path)
+        except OSError:
+            self._seen.pop(run_dir, None)
+            return {}
+        inode, offset, counts = self._seen.get(run_dir, (st.st_ino, 0, {}))
+        if inode != st.st_ino or st.st_size < offset:
+            inode, offset, counts = st.st_ino, 0, {}
+        if st.st_size > offset:
+            counts = dict(counts)
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(offset)
+                    chunk = fh.read(st.st_size - offset)
+            except OSError:
+                return counts
+            end = chunk.rfind(b"\n") + 1
+            for line in chunk[:end].splitlines():
+                if b"AlertRaised" not in line:
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(event, dict) and event.get("event") == "AlertRaised" and isinstance(event.get("code"), str):
+                    counts[event["code"]] = counts.get(event["code"], 0) + 1
+            offset += end
+        self._seen[run_dir] = (inode, offset, counts)
+        return counts
+
+    def forget_except(self, keep: Iterable[Path]) -> None:
+        keep = {Path(p) for p in keep}
+        for path in [p for p in self._seen if p not in keep]:
+            del self._seen[path]
+
+
 # ---------------------------------------------------------------------------------------- the sources
 
 class JobsFileSource:
@@ -111,6 +163,7 @@ class JobsFileSource:
         self.path = Path(path)
         self.state_dir = state_dir
         self.health = HealthCache()
+        self.alert_events = AlertEventCounts()
         self.error: Optional[str] = None
         self._key: Optional[tuple] = None
         self._supervisor: Any = None
@@ -136,8 +189,14 @@ class JobsFileSource:
         from gpudeck.jobs.payload import jobs_payload
         supervisor = self.supervisor()
         payload = jobs_payload(supervisor, health=self.health)
-        self.health.forget_except(run.path for name in supervisor.jobs_file.jobs
-                                  if (run := supervisor.latest(name)) is not None)
+        runs = {}
+        for job in payload["jobs"]:
+            run = supervisor.latest(job["name"]) if job.get("run_id") else None
+            if run is not None and run.run_id == job["run_id"]:
+                runs[job["name"]] = run.path
+                job["alerts_raised"] = self.alert_events(run.path)
+        self.health.forget_except(runs.values())
+        self.alert_events.forget_except(runs.values())
         return payload
 
 
@@ -155,7 +214,17 @@ class DemoJobsSource:
         t = self._clock()
         self.now = self.session.advance(t - self._last)
         self._last = t
-        return {"jobs": [dict(r.job) for r in self.session.frame().runs], "pipelines": []}
+        jobs = []
+        for run in self.session.frame().runs:
+            job = dict(run.job)
+            raised: dict[str, int] = {}
+            for mark in self.session.marks:       # the recording's AlertRaised events up to the position
+                if mark.kind == "alert" and mark.code and mark.job == job.get("name") and mark.t <= self.now:
+                    raised[mark.code] = raised.get(mark.code, 0) + 1
+            if job.get("run_id"):
+                job["alerts_raised"] = raised
+            jobs.append(job)
+        return {"jobs": jobs, "pipelines": []}
 
 
 def live_gpus() -> tuple[GpuReader, str, Callable[[], None]]:
@@ -256,6 +325,12 @@ class _Families:
             fam = self.made[name] = GaugeMetricFamily(name, doc, labels=list(labels) + list(self.const), unit=unit)
         fam.add_metric(list(values) + list(self.const.values()), value)
 
+    def counter(self, name: str, doc: str, labels: tuple[str, ...], values: tuple[str, ...], value: float) -> None:
+        fam = self.made.get(name)
+        if fam is None:
+            fam = self.made[name] = CounterMetricFamily(name, doc, labels=list(labels) + list(self.const))
+        fam.add_metric(list(values) + list(self.const.values()), value)
+
     def info(self, name: str, doc: str, labels: dict[str, str]) -> None:
         fam = self.made.get(name)
         if fam is None:
@@ -330,6 +405,12 @@ def _job_families(fams: _Families, job: JobView, reading: Reading) -> None:
     for code, count in sorted(codes.items()):
         fams.gauge("gpudeck_job_alerts", "Alerts raised on the job's latest run and still active, by code.",
                    JOB_LABELS + ("code",), base + (code,), float(count))
+    raised = payload.get("alerts_raised")
+    if isinstance(raised, dict):
+        for code, count in sorted(raised.items()):
+            if isinstance(code, str) and isinstance(count, int):
+                fams.counter("gpudeck_job_alerts_raised", "Alerts raised on the job's latest run so far, by code "
+                             "(resets when a new run starts).", JOB_LABELS + ("code",), base + (code,), float(count))
     if job.exit_code is not None:
         fams.gauge("gpudeck_job_exit_code", "Exit code of the job's last ended run.", JOB_LABELS, base,
                    float(job.exit_code))

@@ -369,3 +369,29 @@ def test_every_metric_the_dashboard_asks_for_is_served():
     assert asked and asked <= served, sorted(asked - served)
     titles = {p["title"] for p in json.loads(DASHBOARD.read_text())["panels"]}
     assert {"Stalled jobs", "Jobs: state, phase, progress, ETA", "GPU utilization", "GPU memory used"} <= titles
+
+
+def test_alerts_raised_are_counted_from_events_jsonl_reading_only_new_bytes(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    events = run / "events.jsonl"
+    def add(**event) -> None:
+        with open(events, "a") as fh:
+            fh.write(json.dumps(event) + "\n")
+    add(t=1, event="JobStarted")
+    add(t=2, event="AlertRaised", code="oom_risk")
+    add(t=3, event="AlertCleared", code="oom_risk")
+    counts = core.AlertEventCounts()
+    assert counts(run) == {"oom_risk": 1}
+    add(t=4, event="AlertRaised", code="oom_risk")
+    with open(events, "a") as fh:
+        fh.write('{"t": 5, "event": "AlertRaised", "code": "stal')          # half a line: not yet
+    assert counts(run) == {"oom_risk": 2}
+    with open(events, "a") as fh:
+        fh.write('led"}\n')
+    assert counts(run) == {"oom_risk": 2, "stalled": 1}
+    events.write_text(json.dumps({"t": 9, "event": "AlertRaised", "code": "crashed"}) + "\n")   # replaced
+    assert counts(run) == {"crashed": 1}
+    found = samples(scrape_text(FixedCollector(reading([dict(CRASHED, alerts_raised={"crashed": 1, "oom_risk": 3})]))))
+    assert found["gpudeck_job_alerts_raised"][0].name == "gpudeck_job_alerts_raised_total"
+    assert one(found, "gpudeck_job_alerts_raised", job_name="build", code="oom_risk").value == 3.0
