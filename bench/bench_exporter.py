@@ -1,6 +1,6 @@
 """Benchmark: one `gpudeck exporter` scrape of a box with 50 jobs, over HTTP, median and p95 over N scrapes.
 
-    python bench/bench_exporter.py [--jobs 50] [--live 10] [--scrapes 50] [--log-mb 2] [--dir /tmp/gpudeck-bench-exporter]
+    python bench/bench_exporter.py [--jobs 50] [--live 10] [--scrapes 50] [--log-mb 2] [--dir DIR] [--profile]
 
 The run directories are real ones, made the way the tests make them: a jobs.toml of `--jobs`
 jobs started through the Supervisor (each job's own runner writes meta.json, output.log,
@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scrapes", type=int, default=50)
     ap.add_argument("--log-mb", type=float, default=2.0)
     ap.add_argument("--dir", default="/tmp/gpudeck-bench-exporter")
+    ap.add_argument("--profile", action="store_true", help="also print where 20 warm in-process scrapes spend their time")
     args = ap.parse_args(argv)
     base = Path(args.dir)
     shutil.rmtree(base, ignore_errors=True)
@@ -140,6 +141,15 @@ def main(argv: list[str] | None = None) -> int:
               f"CPU median {statistics.median(cpus) * 1000:.1f} ms; "
               f"{(source.health.reads - reads0) / args.scrapes:.1f} run dirs re-read a scrape")
 
+        if args.profile:
+            import cProfile
+            import pstats
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(20):
+                generate_latest(registry)
+            prof.disable()
+            pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
         from gpudeck.jobs.payload import jobs_payload
         plain = []
         for _ in range(5):

@@ -189,12 +189,17 @@ class JobsFileSource:
         from gpudeck.jobs.payload import jobs_payload
         supervisor = self.supervisor()
         payload = jobs_payload(supervisor, health=self.health)
+        from gpudeck.jobs.runs import job_dir
         runs = {}
         for job in payload["jobs"]:
-            run = supervisor.latest(job["name"]) if job.get("run_id") else None
-            if run is not None and run.run_id == job["run_id"]:
-                runs[job["name"]] = run.path
-                job["alerts_raised"] = self.alert_events(run.path)
+            if job.get("run_id"):
+                # The run the payload just found (and checked to be ours) with latest(): not listed again.
+                try:
+                    path = job_dir(job["name"], supervisor.state_dir) / job["run_id"]
+                except ValueError:
+                    continue
+                runs[job["name"]] = path
+                job["alerts_raised"] = self.alert_events(path)
         self.health.forget_except(runs.values())
         self.alert_events.forget_except(runs.values())
         return payload
