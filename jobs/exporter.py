@@ -463,6 +463,16 @@ class GpudeckCollector:
         self.last_duration_s: Optional[float] = None
         self.scrapes = 0
 
+    def warm(self) -> None:
+        """Read the jobs once before serving: the first read of every run (log-only ones analyse a 4 MiB
+        tail) is paid at start, not by a scrape that Prometheus times out after 10 s."""
+        with self._lock:
+            if self.jobs is not None:
+                try:
+                    self.jobs()
+                except Exception:           # noqa: BLE001 - the first scrape reports it
+                    pass
+
     def describe(self) -> list[Metric]:
         return []                   # registering must not scrape: the families are only known per scrape
 

@@ -89,6 +89,7 @@ def run_exporter(args: argparse.Namespace) -> int:
     collector = core.GpudeckCollector(jobs, read, host=host_name, simulated=demo, gpu_source=label,
                                       jobs_reason=None if jobs is not None else where)
     registry = core.make_registry(collector)
+    collector.warm()
     gpu_note = label
     if read is not None and not demo:
         # One reading up front, so a box without a usable driver says why at once (scrapes show gpus_up 0).
