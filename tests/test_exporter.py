@@ -395,3 +395,22 @@ def test_alerts_raised_are_counted_from_events_jsonl_reading_only_new_bytes(tmp_
     found = samples(scrape_text(FixedCollector(reading([dict(CRASHED, alerts_raised={"crashed": 1, "oom_risk": 3})]))))
     assert found["gpudeck_job_alerts_raised"][0].name == "gpudeck_job_alerts_raised_total"
     assert one(found, "gpudeck_job_alerts_raised", job_name="build", code="oom_risk").value == 3.0
+
+
+def test_the_jobs_file_is_reread_when_it_changes_and_a_broken_edit_keeps_the_last_good_one(tmp_path, state):
+    path = write_jobs(tmp_path / "jobs.toml", {"a": {"cmd": "true"}})
+    source = core.JobsFileSource(path)
+    collector = core.GpudeckCollector(source, None, host="box1")
+    found = samples(scrape_text(collector))
+    assert {s.labels["job_name"] for s in found["gpudeck_job_state"]} == {"a"}
+    assert one(found, "gpudeck_job_state", job_name="a", state="idle").value == 1.0
+    time.sleep(0.01)                        # a new mtime even on a coarse clock
+    write_jobs(path, {"a": {"cmd": "true"}, "b": {"cmd": "sleep 1"}})
+    found = samples(scrape_text(collector))
+    assert {s.labels["job_name"] for s in found["gpudeck_job_state"]} == {"a", "b"}
+    assert one(found, "gpudeck_exporter_jobs_up").value == 1.0
+    path.write_text("[jobs.a]\ncmd = \n")
+    found = samples(scrape_text(collector))
+    assert {s.labels["job_name"] for s in found["gpudeck_job_state"]} == {"a", "b"}
+    assert one(found, "gpudeck_exporter_jobs_up").value == 0.0
+    assert "gpudeck_exporter_gpus_up" not in found          # --no-gpus: not even the up gauge
