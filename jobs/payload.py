@@ -2,21 +2,26 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from gpudeck.jobs.pipeline_records import Pipeline, list_pipelines
 from gpudeck.jobs.supervisor import JobState, Supervisor
 
 
-def jobs_payload(supervisor: Supervisor) -> dict:
+HealthReader = Callable[[Optional[Path]], dict]
+
+
+def jobs_payload(supervisor: Supervisor, *, health: Optional[HealthReader] = None) -> dict:
     """The `jobs --json` document: {"jobs": [...], "pipelines": [...]}.
 
     Later features (phase, progress, alerts, serving) add keys to each job dict here.
+    `health` reads a run directory's health fields (default `health.job_health`); a caller
+    polling often (the exporter) passes a cached one so unchanged runs are not read again.
     """
     jobs = []
     for state in supervisor.job_states():
         data = state.to_jsonable()
-        data.update(_health_fields(supervisor, state))
+        data.update(_health_fields(supervisor, state, health))
         if state.live:
             _engine_fields(supervisor, state, data)
         jobs.append(data)
@@ -59,11 +64,12 @@ def _engine_fields(supervisor: Supervisor, state: JobState, data: dict) -> None:
                 "since": None, "job": state.name, "run_id": state.run_id})
 
 
-def _health_fields(supervisor: Supervisor, state: JobState) -> dict:
+def _health_fields(supervisor: Supervisor, state: JobState, health: Optional[HealthReader] = None) -> dict:
     """phase, progress, alerts (and failure, serving) of the job's latest run, from its health.json."""
-    from gpudeck.jobs.health import job_health
+    if health is None:
+        from gpudeck.jobs.health import job_health as health
     run = supervisor.latest(state.name) if state.run_id else None
     try:
-        return job_health(run.path if run is not None else None)
+        return health(run.path if run is not None else None)
     except Exception as exc:      # a corrupt run dir must not hide the job
         return {"phase": None, "progress": None, "alerts": [], "health_error": str(exc)}

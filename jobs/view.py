@@ -305,6 +305,12 @@ class JobView:
         phase = self.phase if self.phase and not (compact and measured and self.phase == self.state_text()) else ""
         return fit_progress((phase, label, numbers), width) or EMPTY
 
+    def eta_s(self, now: Optional[float] = None) -> Optional[float]:
+        """The ETA a face may show: the progress's, only while the run is live and its progress moves."""
+        if not self.live or self.progress is None or self._stuck_for(now) is not None:
+            return None
+        return self.progress.eta_s
+
     def _stuck_for(self, now: Optional[float]) -> Optional[float]:
         """Seconds since the progress last moved, when that is long enough to distrust an ETA (or a stall alert says so)."""
         if not self.live or self.progress is None:
