@@ -239,3 +239,21 @@ def test_a_readonly_agent_refuses_every_mutating_op_whatever_it_is_sent(state, t
         proc.wait(timeout=30)
     time.sleep(0.2)
     assert not marker.exists() and not (state / "runs").exists()
+
+
+def test_the_box_can_make_its_agent_read_only_on_its_own(state, tmp_path) -> None:
+    """GPUDECK_READONLY=1 in the agent's environment on the box: read-only whatever the laptop asked for."""
+    import os
+    proc = subprocess.Popen([sys.executable, "-m", "gpudeck.jobs.hosts.agent", "--jobs",
+                             str(jobs_file(tmp_path, tmp_path / "acted")), "--state-dir", str(state)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
+                            env={**os.environ, "GPUDECK_READONLY": "1"})
+    try:
+        assert json.loads(proc.stdout.readline())["readonly"] is True
+        proc.stdin.write(encode({"id": 1, "op": "start", "params": {"job": "toucher"}}))
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["error"].startswith("read-only")
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    assert not (state / "runs").exists()
