@@ -84,6 +84,8 @@ def detail_text(summary: dict, status: Optional[dict], jobs: Optional[dict], age
     if agent:
         out.append(f"  agent {safe_text(str(agent.get('via')))} on Python {safe_text(str(agent.get('python')))}",
                    style="dim")
+        if agent.get("readonly") is True:
+            out.append("  READ-ONLY", style="bold")
     out.append("\n")
     if summary.get("error"):
         out.append(safe_text(summary["error"], 400) + "\n", style="red")

@@ -78,3 +78,47 @@ def test_readonly_flag_reaches_the_box_read_only_too(lab, tmp_path):
     assert refused.returncode == 2 and refused.stderr.startswith("gpudeck: stop: read-only: --readonly")
     listed = gd(lab, "--readonly", "--host", "box", "jobs", "--json")
     assert listed.returncode == 0, listed.stderr
+    # The link that read-only invocation used is an agent that enforces it; a plain one is not.
+    for flags, readonly in ((["--readonly"], True), ([], False)):
+        status = gd(lab, *flags, "--host", "box", "status", "--json")
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["agent"]["readonly"] is readonly
+
+
+def test_readonly_console_hosts_view_over_ssh_offers_nothing_and_its_links_refuse(lab, monkeypatch):
+    """gpudeck --readonly, hosts view: every box's link is a read-only agent; s / x are off; even a call
+    straight on the fleet (as a changed console would make) is refused on the box."""
+    import asyncio
+
+    from runsupport import pilot_wait_for
+    for key, value in lab.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    from gpudeck.console.app import make_app
+    from gpudeck.console.screens.confirm import ConfirmScreen
+
+    async def scenario():
+        app = make_app(demo=True, refresh=0.5, jobs_file=str(lab.work / "jobs.toml"), readonly="--readonly")
+        async with app.run_test(size=(140, 40)) as pilot:
+            await pilot.press("4")
+            screen = app.screen
+            await pilot_wait_for(pilot, lambda: (app.hosts_feed.latest or {}).get("box", {}).get("summary", {})
+                                 .get("link") == "LIVE" and app.hosts_feed.latest["box"].get("jobs"),
+                                 "box LIVE with its jobs", 60)
+            assert app.hosts_feed.latest["box"]["agent"]["readonly"] is True
+            screen.select("box")
+            await pilot_wait_for(pilot, lambda: screen.selected == "box", "box's tab", 10)
+            await pilot.pause(0.2)
+            assert "READ-ONLY" in str(screen.query_one("#host-detail").render())
+            offered = {b.binding.action for b in screen.active_bindings.values()}
+            assert not offered & {"start_job", "stop_job"}, offered
+            await pilot.press("s", "x")
+            await pilot.pause(0.3)
+            assert not isinstance(app.screen, ConfirmScreen)
+            future = app.hosts_feed.fleet.call("box", "start", {"job": "sleeper"}, timeout=30, retry=False)
+            with pytest.raises(Exception, match="read-only: this host's agent refuses start"):
+                await asyncio.wrap_future(future)
+        app.hosts_feed.close()
+
+    asyncio.run(scenario())
+    assert not (lab.state_dir("box") / "runs").exists()
