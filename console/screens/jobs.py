@@ -318,8 +318,9 @@ class JobsScreen(DeckScreen):
 
     @property
     def supervisor(self) -> Any:
-        """What start/stop/pivot act through; None while no jobs file is loaded, for a replay, and in a demo."""
-        if self.actions_off:
+        """What start/stop/pivot act through (read-only reads through it too); None while no jobs file is
+        loaded, for a replay, and in a demo."""
+        if self.demo:
             return None
         return self.feed.supervisor
 
@@ -330,9 +331,11 @@ class JobsScreen(DeckScreen):
 
     def _acting(self) -> Any:
         """The supervisor a worker acts through, or an error that says why there is none."""
+        if self.actions_off:                  # read-only still reads through the supervisor; it never acts
+            raise RuntimeError(refusal(self.app))
         supervisor = self.supervisor
         if supervisor is None:
-            raise RuntimeError(refusal(self.app) if self.actions_off else "read-only: these jobs are not live here")
+            raise RuntimeError("read-only: these jobs are not live here")
         return supervisor
 
     def on_resize(self, event: events.Resize) -> None:
