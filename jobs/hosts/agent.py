@@ -70,8 +70,9 @@ class Agent:
                 "hostname": socket.gethostname(), "state_dir": str(self._state_dir()),
                 "jobs_file": self.jobs_file, "readonly": self.readonly}
 
-    def refuses(self, op: str, params: dict) -> bool:
-        return self.readonly and (op in MUTATING_OPS or (op == "runs_prune" and bool(params.get("yes"))))
+    def refuses(self, op: str, params: Any) -> bool:
+        prune_deletes = op == "runs_prune" and (not isinstance(params, dict) or bool(params.get("yes")))
+        return self.readonly and (op in MUTATING_OPS or prune_deletes)
 
     def serve(self, lines: Any) -> None:
         self.send(self.hello())
@@ -99,13 +100,13 @@ class Agent:
         if method is None:
             self.send({"id": rid, "ok": False, "error": f"unknown request {op!r}"})
             return
-        params = request.get("params") if isinstance(request.get("params"), dict) else {}
+        params = request.get("params") or {}
         if self.refuses(op, params):
             self.send({"id": rid, "ok": False, "error": f"read-only: this host's agent refuses {op} "
                                                         "(it was started read-only; nothing was done)"})
             return
         try:
-            result = method(request.get("params") or {})
+            result = method(params)
         except RequestError as exc:
             self.send({"id": rid, "ok": False, "error": str(exc)})
         except Exception as exc:  # noqa: BLE001 - one failed request must not end the agent
