@@ -74,6 +74,7 @@ class GpuDeckApp(App[int]):
     MODES = {mode: screen for mode, _, _, screen in VIEWS}
     jobs_file: Optional[str] = None        # --jobs FILE; the jobs view resolves it like the CLI does
     demo_replay = False                    # --demo: the jobs view replays the bundled SIMULATED runs
+    readonly: Optional[str] = None         # what made the console watch-only (--readonly…); None: it may act
     DEFAULT_MODE = VIEWS[0][0]
 
     def __init__(
@@ -188,6 +189,10 @@ class GpuDeckApp(App[int]):
                 except HostConfigError as exc:
                     self.notify(safe_text(str(exc), 400), severity="error", timeout=10, markup=False)
                     specs = []
+            if self.readonly:
+                import dataclasses
+                # Every host is reached through an agent started read-only: it refuses to act on its own.
+                specs = [dataclasses.replace(spec, readonly=True) for spec in specs]
             self._hosts_feed = HostsFeed(self, specs, max(0.5, float(self.refresh_s or 1.0)))
         return self._hosts_feed
 
@@ -214,6 +219,9 @@ class GpuDeckApp(App[int]):
             self.notify("SIMULATED box. Press 2: the jobs view replays four recorded runs — an engine loading, "
                         "a relaunch that crashes, a build heading for OOM, a deadlocked engine.",
                         title="gpudeck --demo", timeout=12, markup=False)
+        if self.readonly and not self.demo_replay:
+            self.notify(f"read-only ({self.readonly}): nothing here starts, stops, restarts or pivots a job",
+                        title="gpudeck --readonly", timeout=8, markup=False)
         if self.initial_host:
             self.switch_mode("hosts")
 
@@ -342,6 +350,7 @@ def make_app(
     start_sampling: bool = True,
     jobs_file: Optional[str] = None,
     demo_replay: bool = False,
+    readonly: Optional[str] = None,
 ) -> GpuDeckApp:
     """The app factory that `gpudeck` and the tests share (no sampler given: build the real or demo one)."""
     if sampler is None:
@@ -354,6 +363,7 @@ def make_app(
                      history=history, start_sampling=start_sampling)
     app.jobs_file = jobs_file
     app.demo_replay = demo_replay
+    app.readonly = readonly
     return app
 
 
@@ -372,6 +382,8 @@ def run_console(args: argparse.Namespace) -> int:
     """`gpudeck` with no subcommand: open the console on this box (or the simulated one with --demo)."""
     config = load_console_config()
     theme = resolve_theme(getattr(args, "theme", None), config.theme)
+    from gpudeck.console.readonly import readonly_source
+    readonly = readonly_source(args)
     refresh = float(getattr(args, "refresh", 1.0) or 1.0)
     if not 0.05 <= refresh <= 3600:
         raise CliError(f"--refresh must be between 0.05 and 3600 seconds, got {refresh:g}", code=2)
@@ -379,7 +391,8 @@ def run_console(args: argparse.Namespace) -> int:
     sampler = make_sampler(demo=bool(getattr(args, "demo", False)))
     try:
         app = make_app(sampler=sampler, theme=theme, refresh=refresh,
-                       jobs_file=getattr(args, "jobs_file", None), demo_replay=bool(getattr(args, "demo", False)))
+                       jobs_file=getattr(args, "jobs_file", None), demo_replay=bool(getattr(args, "demo", False)),
+                       readonly=readonly)
         from gpudeck.console.commands._host import host_spec
         spec = host_spec(args)          # --host / $GPUDECK_HOST: a bad name is one line before the app opens
         if not spec.local:

@@ -29,6 +29,9 @@ def _with_global_options(parser: argparse.ArgumentParser, version: bool = True) 
                         help="run on this host from ~/.config/gpudeck/hosts.toml (else $GPUDECK_HOST, else local)")
     parser.add_argument("--refresh", metavar="SECONDS", type=float, default=1.0,
                         help="console sampling interval (default 1s)")
+    parser.add_argument("--readonly", action="store_true",
+                        help="watch only: no key or command starts, stops, restarts, pivots or runs a job, and "
+                             "remote agents refuse to (also $GPUDECK_READONLY=1, readonly = true in config.toml)")
     return parser
 
 
@@ -146,6 +149,15 @@ def _dispatch(args: argparse.Namespace) -> int:
         if args.command is None:
             from gpudeck.console.app import run_console
             return run_console(args)
+        mutates = getattr(args, "mutates", False)
+        if callable(mutates):
+            mutates = mutates(args)
+        if mutates:
+            # Refused before anything is read or reached: the command's own name, one line, exit 2.
+            from gpudeck.console.commands._host import host_spec
+            from gpudeck.console.readonly import refuse_mutation
+            refuse_mutation(args)
+            refuse_mutation(args, host_spec(args))
         if not getattr(args, "remote_ok", False):
             from gpudeck.console.commands._host import remote_spec
             spec = remote_spec(args)

@@ -22,6 +22,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 @dataclass(frozen=True)
 class ConsoleConfig:
     theme: Optional[str] = None
+    readonly: bool = False          # as --readonly: watch only, every acting key and command refused
 
 
 def config_path() -> Path:
@@ -44,4 +45,7 @@ def load_console_config(path: Path | None = None) -> ConsoleConfig:
     theme = data.get("theme")
     if theme is not None and not isinstance(theme, str):
         raise CliError(f"{path}: theme must be a string, got {type(theme).__name__}")
-    return ConsoleConfig(theme=theme)
+    readonly = data.get("readonly", False)
+    if not isinstance(readonly, bool):
+        raise CliError(f"{path}: readonly must be true or false, got {type(readonly).__name__}")
+    return ConsoleConfig(theme=theme, readonly=readonly)

@@ -81,3 +81,121 @@ class Browser:
 @pytest.fixture(scope="session")
 def browser() -> Browser:
     return Browser(ensure_chromium())
+
+
+# -- a live page driven through the DevTools protocol (the `gpudeck web` tests) ------------------------
+
+# xterm.js draws with WebGL when it can, which headless Chromium without a GPU paints black in a
+# screenshot and which leaves no text in the DOM. Refusing WebGL contexts before the page's scripts run
+# makes xterm.js fall back to its DOM renderer: the screen is then `.xterm-rows` text, and paints.
+NO_WEBGL = ('const getContext = HTMLCanvasElement.prototype.getContext;'
+            'HTMLCanvasElement.prototype.getContext = function (kind, ...rest) {'
+            '  return String(kind).startsWith("webgl") ? null : getContext.call(this, kind, ...rest); };')
+
+
+class DevToolsPage:
+    """One Chromium tab over its DevTools websocket (aiohttp's client): call, evaluate, press keys, screenshot."""
+
+    def __init__(self, ws) -> None:
+        self.ws = ws
+        self._ids = 0
+
+    async def call(self, method: str, **params):
+        self._ids += 1
+        rid = self._ids
+        await self.ws.send_json({"id": rid, "method": method, "params": params})
+        while True:
+            message = await self.ws.receive_json(timeout=60)
+            if message.get("id") == rid:
+                if "error" in message:
+                    raise RuntimeError(f"{method}: {message['error']}")
+                return message.get("result", {})
+
+    async def evaluate(self, expression: str):
+        result = await self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        return result.get("result", {}).get("value")
+
+    async def press(self, key: str) -> None:
+        """A printable key, as a person types it into the focused element."""
+        code = f"Digit{key}" if key.isdigit() else f"Key{key.upper()}"
+        common = {"key": key, "code": code, "windowsVirtualKeyCode": ord(key.upper())}
+        await self.call("Input.dispatchKeyEvent", type="keyDown", text=key, **common)
+        await self.call("Input.dispatchKeyEvent", type="keyUp", **common)
+
+    async def screenshot(self) -> bytes:
+        import base64
+        return base64.b64decode((await self.call("Page.captureScreenshot", format="png"))["data"])
+
+
+class DevToolsBrowser:
+    """Headless Chromium with --remote-debugging-port=0 (the port it picked is read from its profile)."""
+
+    def __init__(self, binary: str, width: int = 1280, height: int = 800) -> None:
+        import time
+        self.profile = tempfile.TemporaryDirectory(prefix="gpudeck-chromium-")
+        self.proc = subprocess.Popen([binary, *FLAGS, f"--user-data-dir={self.profile.name}",
+                                      "--remote-debugging-port=0", f"--window-size={width},{height}", "about:blank"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        active = Path(self.profile.name) / "DevToolsActivePort"
+        deadline = time.monotonic() + 60
+        while not (active.exists() and "\n" in active.read_text()):
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.close()
+                raise RuntimeError("chromium did not open its DevTools port")
+            time.sleep(0.05)
+        self.port = int(active.read_text().split()[0])
+
+    async def page_ws_url(self, session) -> str:
+        targets = await (await session.get(f"http://127.0.0.1:{self.port}/json/list")).json()
+        return next(t for t in targets if t["type"] == "page")["webSocketDebuggerUrl"]
+
+    def close(self) -> None:
+        import signal
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        self.profile.cleanup()
+
+
+def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
+    """(width, height, rows of RGB(A) bytes) of an 8-bit RGB or RGBA PNG: enough to look at a screenshot."""
+    import struct
+    import zlib
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, chunks, header = 8, [], None
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            chunks.append(body)
+        pos += 12 + length
+    width, height, depth, colour = header[:4]
+    assert depth == 8 and colour in (2, 6), f"PNG depth {depth} colour type {colour}"
+    bpp = 3 if colour == 2 else 4
+    raw = zlib.decompress(b"".join(chunks))
+    stride = width * bpp
+    rows, previous = [], bytearray(stride)
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            left = line[i - bpp] if i >= bpp else 0
+            up, corner = previous[i], previous[i - bpp] if i >= bpp else 0
+            if kind == 1:
+                line[i] = (line[i] + left) & 255
+            elif kind == 2:
+                line[i] = (line[i] + up) & 255
+            elif kind == 3:
+                line[i] = (line[i] + (left + up) // 2) & 255
+            elif kind == 4:
+                p = left + up - corner
+                pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
+                line[i] = (line[i] + (left if pa <= pb and pa <= pc else up if pb <= pc else corner)) & 255
+        rows.append(bytes(line))
+        previous = line
+    return width, height, rows

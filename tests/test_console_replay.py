@@ -417,7 +417,7 @@ async def test_demo_never_reaches_the_supervisor_whatever_is_pressed(state, tmp_
         assert all(job.payload.get("simulated") for job in screen.jobs)
         assert "SIMULATED" in header_text(screen)
         assert "SIMULATED REPLAY" in str(screen.query_one(ReplayBar).render())
-        assert any("demo: actions are off" in n.message for n in app._notifications)
+        assert any("actions off: demo" in n.message for n in app._notifications)
 
 
 @pilot_test
@@ -452,7 +452,7 @@ async def test_demo_hosts_view_reaches_no_real_host(state, tmp_path, monkeypatch
         assert not offered & {"start_job", "stop_job"}, offered
         await pilot.press("s", "x")
         await pilot.pause(0.1)
-        assert any("demo: actions are off" in n.message for n in app._notifications)
+        assert any("actions off: demo" in n.message for n in app._notifications)
 
 
 @pilot_test

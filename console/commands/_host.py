@@ -11,9 +11,16 @@ def host_spec(args: argparse.Namespace) -> Any:
     """The HostSpec of --host / $GPUDECK_HOST (local when neither is given)."""
     from gpudeck.jobs.hosts.config import HostConfigError, resolve_host
     try:
-        return resolve_host(getattr(args, "host", None))
+        spec = resolve_host(getattr(args, "host", None))
     except HostConfigError as exc:
         raise CliError(str(exc), code=2) from None
+    if not spec.local and not spec.readonly:
+        from gpudeck.console.readonly import readonly_source
+        if readonly_source(args) is not None:
+            import dataclasses
+            # A read-only invocation reaches the box through an agent that refuses to act.
+            spec = dataclasses.replace(spec, readonly=True)
+    return spec
 
 
 def remote_spec(args: argparse.Namespace) -> Optional[Any]:

@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu-deadline", type=float, default=None, metavar="SECONDS",
                    help="how long GPU memory may take to be released (default 60)")
     p.add_argument("--json", action="store_true", help="print the plan and result as JSON (needs --yes)")
-    p.set_defaults(handler=run_pivot, remote_ok=True)
+    p.set_defaults(handler=run_pivot, remote_ok=True, mutates=True)
 
 
 def _confirmed(args: argparse.Namespace, lines: list[str]) -> bool:

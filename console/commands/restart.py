@@ -13,7 +13,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Stop JOB as `gpudeck stop` does, then start a new run and print its id. "
                                    "Refuses to start if something of the old run remains.")
     p.add_argument("job", metavar="JOB")
-    p.set_defaults(handler=run_restart, remote_ok=True)
+    p.set_defaults(handler=run_restart, remote_ok=True, mutates=True)
 
 
 def run_restart(args: argparse.Namespace) -> int:

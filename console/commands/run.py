@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "open. --wait follows it and exits 0 on success, 1 naming the failed stage.")
     p.add_argument("job", metavar="JOB")
     p.add_argument("--wait", action="store_true", help="follow the pipeline to its end and exit with its result")
-    p.set_defaults(handler=run_pipeline, remote_ok=True)
+    p.set_defaults(handler=run_pipeline, remote_ok=True, mutates=True)
 
 
 def describe_event(ev: dict) -> str | None:

@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--keep", type=int, metavar="N", help="with --prune: keep the newest N runs of each job")
     p.add_argument("--older", metavar="AGE", help="with --prune: only runs started more than AGE ago (e.g. 30d)")
     p.add_argument("--yes", action="store_true", help="with --prune: delete without asking")
-    p.set_defaults(handler=run_runs, remote_ok=True)
+    p.set_defaults(handler=run_runs, remote_ok=True, mutates=lambda args: args.prune)
 
 
 def _age(text: Optional[str], flag: str) -> Optional[float]:

@@ -12,7 +12,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Start JOB under its own runner and print the run id. Returns at once; "
                                    "the job keeps running after gpudeck exits.")
     p.add_argument("job", metavar="JOB")
-    p.set_defaults(handler=run_start, remote_ok=True)
+    p.set_defaults(handler=run_start, remote_ok=True, mutates=True)
 
 
 def run_start(args: argparse.Namespace) -> int:

@@ -122,7 +122,7 @@ def _remote_status(args: argparse.Namespace, spec) -> int:
             payload = unpack_status(remote.call("status", params)["full"])
         hello = remote.agent_info()
     payload["host_name"] = spec.name
-    payload["agent"] = {key: hello.get(key) for key in ("via", "version", "python", "hostname", "pid")}
+    payload["agent"] = {key: hello.get(key) for key in ("via", "version", "python", "hostname", "pid", "readonly")}
     if args.json:
         sys.stdout.write(strictjson.dumps(payload, indent=2))
         sys.stdout.write("\n")

@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                    help="grace period before SIGKILL (default: the job's stop_timeout)")
     p.add_argument("--json", action="store_true", help="print the stop report as JSON")
-    p.set_defaults(handler=run_stop, remote_ok=True)
+    p.set_defaults(handler=run_stop, remote_ok=True, mutates=True)
 
 
 def print_report(report, as_json: bool) -> int:

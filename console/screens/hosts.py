@@ -18,6 +18,7 @@ from textual.widgets import Footer, Static, Tab, Tabs
 from gpudeck.console.compositor import DeckScreen
 
 from gpudeck.console.format import human_age, safe_text
+from gpudeck.console.readonly import actions_off, refusal
 from gpudeck.console.screens.confirm import ConfirmScreen
 from gpudeck.console.widgets.rows_table import Cell, Column, RowsTable
 
@@ -83,6 +84,8 @@ def detail_text(summary: dict, status: Optional[dict], jobs: Optional[dict], age
     if agent:
         out.append(f"  agent {safe_text(str(agent.get('via')))} on Python {safe_text(str(agent.get('python')))}",
                    style="dim")
+        if agent.get("readonly") is True:
+            out.append("  READ-ONLY", style="bold")
     out.append("\n")
     if summary.get("error"):
         out.append(safe_text(summary["error"], 400) + "\n", style="red")
@@ -131,8 +134,9 @@ class HostsScreen(DeckScreen):
         Binding("k", "pick_job(-1)", "Prev job", id="hosts.job.prev"),
         Binding("s", "start_job", "Start", id="hosts.job.start"),
         Binding("x", "stop_job", "Stop", id="hosts.job.stop"),
-        # In --demo s and x say why they do nothing (check_action hides the real ones there).
-        Binding("s,x", "demo_refused", "", show=False, id="hosts.demo.refused"),
+        # With actions off (--demo, --readonly, a readonly host's tab) s and x say why they do nothing
+        # (check_action hides the real ones then).
+        Binding("s,x", "actions_refused", "", show=False, id="hosts.actions.refused"),
     ]
 
     def __init__(self, **kwargs: Any) -> None:
@@ -186,6 +190,7 @@ class HostsScreen(DeckScreen):
         self.set_class(not overview, "-detail")
         if not overview:
             self._draw_detail()
+        self.refresh_bindings()           # a readonly host's tab offers no s / x
 
     def _draw_detail(self) -> None:
         host = getattr(self, "_hosts", {}).get(self.selected)
@@ -197,8 +202,9 @@ class HostsScreen(DeckScreen):
                                self._tails.get(self.selected))
             job = self._picked_job()
             if job is not None and self.selected != "local":
+                keys = "j/k choose · actions off" if self._actions_off() else "j/k choose · s start · x stop"
                 text.append(f"\nselected: {safe_text(job['name'], 80)} ({safe_text(str(job.get('state')), 32)})  "
-                            "j/k choose · s start · x stop\n", style="bold")
+                            f"{keys}\n", style="bold")
             widget.update(text)
             self._ask_tails(self.selected, host.get("jobs"))
         self.renders += 1
@@ -244,16 +250,26 @@ class HostsScreen(DeckScreen):
         tabs.action_previous_tab() if delta < 0 else tabs.action_next_tab()
 
     # -- acting on a remote host's jobs (through the fleet: never on the UI thread) -----------
+    def _actions_off(self) -> Optional[str]:
+        """Why s / x do nothing on the shown tab (the console's demo / read-only, or the host's own), else None."""
+        off = actions_off(self.app)
+        if off is not None:
+            return refusal(self.app, "a demo reaches no real host")
+        feed = getattr(self.app, "hosts_feed", None)
+        spec = next((s for s in getattr(feed, "specs", None) or [] if s.name == self.selected), None)
+        if spec is not None and spec.readonly:
+            return safe_text(f"actions off: read-only (host {spec.name} has readonly = true in hosts.toml)", 300)
+        return None
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        demo = bool(getattr(self.app, "demo_replay", False))
         if action in ("start_job", "stop_job"):
-            return not demo
-        if action == "demo_refused":
-            return demo
+            return self._actions_off() is None
+        if action == "actions_refused":
+            return self._actions_off() is not None
         return True
 
-    def action_demo_refused(self) -> None:
-        self.notify("demo: actions are off (a demo reaches no real host)", severity="warning", timeout=3)
+    def action_actions_refused(self) -> None:
+        self.notify(self._actions_off() or "actions off", severity="warning", timeout=3, markup=False)
 
     def _jobs_of(self, name: str) -> list[dict]:
         host = getattr(self, "_hosts", {}).get(name) or {}
@@ -276,8 +292,8 @@ class HostsScreen(DeckScreen):
         self._draw_detail()
 
     def _remote_target(self) -> Optional[tuple[Any, str, dict]]:
-        if getattr(self.app, "demo_replay", False):
-            self.action_demo_refused()
+        if self._actions_off() is not None:       # no confirmation opens, no request is sent
+            self.action_actions_refused()
             return None
         fleet = getattr(getattr(self.app, "hosts_feed", None), "fleet", None)
         if self.selected in (OVERVIEW, "local"):

@@ -18,6 +18,7 @@ from textual.widgets import DataTable, Footer, Static
 from gpudeck.console.compositor import DeckScreen
 
 from gpudeck.console.format import safe_text
+from gpudeck.console.readonly import actions_off, refusal
 from gpudeck.console.screens.confirm import ConfirmScreen
 from gpudeck.console.screens.stacks import StacksScreen
 from gpudeck.console.widgets.border_titles import set_border_titles
@@ -233,13 +234,15 @@ class JobsScreen(DeckScreen):
         Binding("n", "replay_next", "Next event", id="jobs.replay.next"),
         Binding("N", "replay_previous", "Prev event", show=False, id="jobs.replay.previous"),
         Binding("a", "replay_next_alert", "Next alert", show=False, id="jobs.replay.alert"),
-        # In --demo the acting keys say why they do nothing (check_action hides the real ones there).
-        Binding("s,x,r,p", "demo_refused", "", show=False, id="jobs.demo.refused"),
+        # With actions off (--demo, --readonly) the acting keys say why they do nothing (check_action
+        # hides the real ones then).
+        Binding("s,x,r,p", "actions_refused", "", show=False, id="jobs.actions.refused"),
     ]
     REPLAY_ACTIONS = {"replay_pause", "replay_faster", "replay_slower", "replay_seek", "replay_next",
                       "replay_previous", "replay_next_alert"}
-    LIVE_ACTIONS = {"start_job", "stop_job", "restart_job", "pivot", "stack_dump"}
-    DEMO_REFUSAL = "demo: actions are off (these are recorded runs; nothing here starts or stops)"
+    LIVE_ACTIONS = {"start_job", "stop_job", "restart_job", "pivot"}
+    # Reading where a live job waits (py-spy) is no action on it: offered read-only too, never in a replay.
+    READ_ACTIONS = {"stack_dump"}
 
     def __init__(
         self,
@@ -323,16 +326,24 @@ class JobsScreen(DeckScreen):
 
     @property
     def supervisor(self) -> Any:
-        """What start/stop/pivot act through; None while no jobs file is loaded, for a replay, and in a demo."""
+        """What start/stop/pivot act through (read-only reads through it too); None while no jobs file is
+        loaded, for a replay, and in a demo."""
         if self.demo:
             return None
         return self.feed.supervisor
 
+    @property
+    def actions_off(self) -> Optional[str]:
+        """"demo" or "read-only": the view acts on no job (keys hidden, each says why), else None."""
+        return actions_off(self.app)
+
     def _acting(self) -> Any:
         """The supervisor a worker acts through, or an error that says why there is none."""
+        if self.actions_off:                  # read-only still reads through the supervisor; it never acts
+            raise RuntimeError(refusal(self.app))
         supervisor = self.supervisor
         if supervisor is None:
-            raise RuntimeError(self.DEMO_REFUSAL if self.demo else "read-only: these jobs are not live here")
+            raise RuntimeError("read-only: these jobs are not live here")
         return supervisor
 
     def on_resize(self, event: events.Resize) -> None:
@@ -502,13 +513,15 @@ class JobsScreen(DeckScreen):
         if action in self.REPLAY_ACTIONS:
             return self._replay_source() is not None
         if action in self.LIVE_ACTIONS:
-            return self.replay is None and not self.demo
-        if action == "demo_refused":
-            return self.demo
+            return self.replay is None and not self.actions_off
+        if action in self.READ_ACTIONS:
+            return self.replay is None and not getattr(self.app, "demo_replay", False)
+        if action == "actions_refused":
+            return self.actions_off is not None
         return True
 
-    def action_demo_refused(self) -> None:
-        self._say(self.DEMO_REFUSAL, severity="warning", timeout=3)
+    def action_actions_refused(self) -> None:
+        self._say(refusal(self.app), severity="warning", timeout=3)
 
     def _replay_source(self) -> Any:
         source = getattr(self.feed, "source", None)
@@ -567,8 +580,8 @@ class JobsScreen(DeckScreen):
 
     # -- actions -------------------------------------------------------------------------------------
     def _selected_name(self) -> Optional[str]:
-        if self.demo:
-            self.action_demo_refused()
+        if self.actions_off:
+            self.action_actions_refused()
             return None
         if self.supervisor is None:
             self._say(self.reason or ("read-only: these jobs are not live here" if self.jobs else "no jobs loaded"),
@@ -634,6 +647,9 @@ class JobsScreen(DeckScreen):
     @on(StopPlanned)
     def _stop_planned(self, message: StopPlanned) -> None:
         plan, restart = message.plan, message.restart
+        if self.actions_off:              # no confirmation opens while actions are off
+            self.action_actions_refused()
+            return
         if not plan.processes:
             if restart:
                 # Nothing to destroy: a restart of a job that is not running is a start.
@@ -710,6 +726,9 @@ class JobsScreen(DeckScreen):
     def _pivot_planned(self, message: PivotPlanned) -> None:
         if message.error:
             self._say(f"pivot to {message.target}: {message.error}", severity="error", timeout=8)
+            return
+        if self.actions_off:              # no confirmation opens while actions are off
+            self.action_actions_refused()
             return
 
         def answered(yes: bool | None) -> None:

@@ -27,6 +27,9 @@ MAX_LOG_CHUNK = 256 * 1024
 # Ops that change the box finish even if the connection dies under them: a stop
 # cut between SIGTERM and SIGKILL would leave half a job.
 _ACTIONS = frozenset({"start", "stop", "restart", "pivot", "runs_prune"})
+# What an agent started --readonly refuses, whoever asks on its connection: every op that starts,
+# signals or deletes (pivot_plan and pivot_ready only read; runs_prune deletes only with `yes`).
+MUTATING_OPS = frozenset({"start", "stop", "restart", "pivot", "run"})
 
 
 class RequestError(Exception):
@@ -35,8 +38,9 @@ class RequestError(Exception):
 
 class Agent:
     def __init__(self, out: Any, *, jobs_file: Optional[str], state_dir: Optional[str], simulated: bool,
-                 via: str) -> None:
+                 via: str, readonly: bool = False) -> None:
         self._out = out
+        self.readonly = readonly            # fixed for the agent's life: no request turns it off
         self._out_lock = threading.Lock()
         self.jobs_file = jobs_file
         self.state_dir = Path(os.path.expanduser(state_dir)).absolute() if state_dir else None
@@ -64,7 +68,11 @@ class Agent:
         return {"hello": HELLO, "protocol": PROTOCOL, "version": __version__, "via": self.via,
                 "python": ".".join(map(str, sys.version_info[:3])), "pid": os.getpid(),
                 "hostname": socket.gethostname(), "state_dir": str(self._state_dir()),
-                "jobs_file": self.jobs_file}
+                "jobs_file": self.jobs_file, "readonly": self.readonly}
+
+    def refuses(self, op: str, params: Any) -> bool:
+        prune_deletes = op == "runs_prune" and (not isinstance(params, dict) or bool(params.get("yes")))
+        return self.readonly and (op in MUTATING_OPS or prune_deletes)
 
     def serve(self, lines: Any) -> None:
         self.send(self.hello())
@@ -92,8 +100,13 @@ class Agent:
         if method is None:
             self.send({"id": rid, "ok": False, "error": f"unknown request {op!r}"})
             return
+        params = request.get("params") or {}
+        if self.refuses(op, params):
+            self.send({"id": rid, "ok": False, "error": f"read-only: this host's agent refuses {op} "
+                                                        "(it was started read-only; nothing was done)"})
+            return
         try:
-            result = method(request.get("params") or {})
+            result = method(params)
         except RequestError as exc:
             self.send({"id": rid, "ok": False, "error": str(exc)})
         except Exception as exc:  # noqa: BLE001 - one failed request must not end the agent
@@ -506,7 +519,10 @@ def main(argv: Optional[list[str]] = None, via: str = "installed") -> int:
     parser.add_argument("--jobs", default=None)
     parser.add_argument("--state-dir", default=None)
     parser.add_argument("--simulated", action="store_true")
+    parser.add_argument("--readonly", action="store_true", help="refuse every op that changes the box")
     args = parser.parse_args(argv)
+    # The box's own say too: GPUDECK_READONLY=1 in the agent's environment makes it watch-only.
+    readonly = args.readonly or os.environ.get("GPUDECK_READONLY", "").strip().lower() not in ("", "0", "false", "no", "off")
     if args.state_dir:
         # Every core default (run index, post-mortem lookups) follows this host's state dir.
         os.environ["GPUDECK_STATE_DIR"] = str(Path(os.path.expanduser(args.state_dir)).absolute())
@@ -515,7 +531,8 @@ def main(argv: Optional[list[str]] = None, via: str = "installed") -> int:
     proto = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    agent = Agent(proto, jobs_file=args.jobs, state_dir=args.state_dir, simulated=args.simulated, via=via)
+    agent = Agent(proto, jobs_file=args.jobs, state_dir=args.state_dir, simulated=args.simulated, via=via,
+                  readonly=readonly)
     try:
         agent.serve(sys.stdin.buffer)
     except KeyboardInterrupt:

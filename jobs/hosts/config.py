@@ -24,7 +24,7 @@ KEEPALIVE_COUNT = 3
 CONNECT_TIMEOUT_S = 10.0
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _KEYS = {"ssh", "jobs", "python", "state_dir", "simulated", "keepalive_s", "keepalive_count",
-         "connect_timeout_s", "agent"}
+         "connect_timeout_s", "agent", "readonly"}
 
 
 class HostConfigError(Exception):
@@ -43,6 +43,9 @@ class HostSpec:
     keepalive_count: int = KEEPALIVE_COUNT
     connect_timeout_s: float = CONNECT_TIMEOUT_S
     agent: str = "auto"                     # auto: installed gpudeck if it speaks our protocol, else the zipapp
+    # Watch only: the agent is started with --readonly and refuses every op that changes the box,
+    # whatever a client sends it on that connection; the console offers no acting key for the host.
+    readonly: bool = False
 
     @property
     def local(self) -> bool:
@@ -128,7 +131,7 @@ def load_hosts(path: Optional[Path] = None) -> dict[str, HostSpec]:
         kwargs = {}
         for key, kind in (("jobs", str), ("python", str), ("state_dir", str), ("simulated", bool),
                           ("keepalive_s", (int, float)), ("keepalive_count", int),
-                          ("connect_timeout_s", (int, float)), ("agent", str)):
+                          ("connect_timeout_s", (int, float)), ("agent", str), ("readonly", bool)):
             if key in entry:
                 value = entry[key]
                 if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):

@@ -317,7 +317,7 @@ REPORT = Obj({
 
 HELLO = Obj({"hello": NAME, "protocol": Int(0, 10 ** 6), "version": _opt(NAME), "via": _opt(NAME),
              "python": _opt(NAME), "pid": _opt(PID), "hostname": _opt(NAME), "state_dir": _opt(TEXT),
-             "jobs_file": _opt(TEXT)})
+             "jobs_file": _opt(TEXT), "readonly": _opt(Bool)})
 
 # Logs come in chunks of at most 256 KiB (agent.MAX_LOG_CHUNK): base64 is 4/3 of that.
 LOGS = Obj({"run_id": NAME, "offset": Int(0, 2 ** 62), "next_offset": Int(0, 2 ** 62),

@@ -254,6 +254,8 @@ def _agent_command(spec: HostSpec, zip_name: str) -> str:
         args += ["--state-dir", spec.state_dir]
     if spec.simulated:
         args.append("--simulated")
+    if spec.readonly:
+        args.append("--readonly")
     return f"exec {python} -c {shlex.quote(_BOOT)} {' '.join(shlex.quote(a) for a in args)}"
 
 
@@ -295,6 +297,12 @@ class AgentChannel:
                     except BadReply as exc:
                         process.close()
                         raise HostError(str(exc)) from None
+                    if spec.readonly and hello.get("readonly") is not True:
+                        # An agent that did not take --readonly (an old installed gpudeck) would act:
+                        # a read-only host is watched through an agent that refuses, or not at all.
+                        process.close()
+                        raise HostError(f"{spec.name}: the agent there does not enforce read-only "
+                                        f"(agent {hello.get('version')}); not connecting to a readonly host")
                 if hello.get("hello") != HELLO:
                     err = b""
                     try:

@@ -1,0 +1,200 @@
+"""`gpudeck web`: the console served through textual-serve, driven in a real headless Chromium."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from browsersupport import NO_WEBGL, DevToolsBrowser, DevToolsPage, browser, png_pixels  # noqa: F401
+from runsupport import free_port
+
+pytest.importorskip("textual_serve", reason="textual-serve is not installed (pip install -e '.[web]')")
+aiohttp = pytest.importorskip("aiohttp")
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+class Served:
+    """`gpudeck ... web --listen ADDR` in its own process group: the URL it printed, stopped at the end."""
+
+    def __init__(self, tmp_path: Path, *args: str, listen: str) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUDECK_")}
+        env.update(XDG_CONFIG_HOME=str(tmp_path / "config"), GPUDECK_STATE_DIR=str(tmp_path / "state"))
+        self.proc = subprocess.Popen([sys.executable, "-m", "gpudeck", *args, "web", "--listen", listen],
+                                     cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, start_new_session=True)
+        self.lines = [self.proc.stdout.readline() for _ in range(2)]
+        assert self.lines[0].startswith("gpudeck web: http://"), self.lines
+        self.url = self.lines[0].split()[2]
+        self.port = int(listen.rsplit(":", 1)[1])
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/nothing", timeout=2)
+            except urllib.error.HTTPError:
+                break                               # it answers
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError(f"gpudeck web did not listen: {self.lines}")
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+
+
+def status(url: str, headers: dict | None = None) -> int:
+    try:
+        return urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=10).status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+async def screen_text(page: DevToolsPage) -> str:
+    return await page.evaluate("(document.querySelector('.xterm-rows') || {}).innerText || ''") or ""
+
+
+async def wait_text(page: DevToolsPage, wanted: list[str], what: str, timeout: float = 90) -> str:
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        text = await screen_text(page)
+        if all(w in text for w in wanted):
+            return text
+        await asyncio.sleep(0.25)
+    raise AssertionError(f"{what}: {wanted} not on the page after {timeout:g}s; it shows:\n{text[-3000:]}")
+
+
+def test_the_console_in_chromium_renders_the_dashboard_and_takes_keys(browser, tmp_path) -> None:
+    served = Served(tmp_path, "--demo", listen=f"127.0.0.1:{free_port()}")
+    chromium = DevToolsBrowser(browser.binary, width=1000, height=640)
+    try:
+        assert served.url == f"http://127.0.0.1:{served.port}/" and "read-only" in served.lines[0]
+        assert f"ssh -L {served.port}:127.0.0.1:{served.port}" in served.lines[1]
+
+        async def drive() -> tuple[str, str, bytes]:
+            async with aiohttp.ClientSession() as session:
+                async with session.ws_connect(await chromium.page_ws_url(session), max_msg_size=0) as ws:
+                    page = DevToolsPage(ws)
+                    await page.call("Page.enable")
+                    await page.call("Page.addScriptToEvaluateOnNewDocument", source=NO_WEBGL)
+                    await page.call("Page.navigate", url=served.url)
+                    dashboard = await wait_text(page, ["GPUs (8)", "SIMULATED", "H200", "2 Jobs"], "the dashboard")
+                    await asyncio.sleep(0.5)                 # the frame painted, not only in the DOM
+                    shot = await page.screenshot()
+                    await page.evaluate("document.querySelector('.xterm-helper-textarea').focus()")
+                    await page.press("2")
+                    jobs = await wait_text(page, ["SIMULATED REPLAY", "vllm-k2", "sglang-k2"], "the jobs view after 2")
+                    await page.press("s")                    # refused: a notice, nothing started
+                    jobs = await wait_text(page, ["actions off"], "the refusal of s")
+                    return dashboard, jobs, shot
+
+        dashboard, jobs, shot = asyncio.run(drive())
+    finally:
+        chromium.close()
+        served.stop()
+    assert "SIMULATED" in dashboard and "listening ports" in dashboard
+    assert "vllm-k2" in jobs and "Start" not in jobs.splitlines()[-1]     # the footer offers no Start
+    assert not (tmp_path / "state" / "runs").exists()
+    # The screenshot is the dashboard, painted: many colours, the SIMULATED labels' and memory bars' amber.
+    width, height, rows = png_pixels(shot)
+    (tmp_path / "dashboard.png").write_bytes(shot)
+    assert width == 1000 and height > 300, (width, height)
+    bpp = len(rows[0]) // width
+    colours = {row[x:x + 3] for row in rows[::4] for x in range(0, len(row), bpp * 2)}
+    assert len(colours) > 40, f"a near-blank screenshot ({len(colours)} colours)"
+    lit = sum(1 for row in rows[::4] for x in range(0, len(row), bpp * 2) if sum(row[x:x + 3]) > 200)
+    assert lit > 0.03 * (height // 4) * (width // 2), "the screenshot is mostly dark: nothing was painted"
+    amber = sum(1 for row in rows for x in range(0, len(row), bpp)
+                if row[x] > 180 and 100 < row[x + 1] < 200 and row[x + 2] < 130)
+    assert amber > 500, f"no SIMULATED amber in the screenshot ({amber} pixels)"
+
+
+def test_beyond_localhost_a_token_is_needed_and_foreign_pages_are_refused(tmp_path) -> None:
+    served = Served(tmp_path, "--demo", listen=f"0.0.0.0:{free_port()}")
+    try:
+        token_url = served.url
+        token = token_url.rstrip("/").rsplit("/", 1)[1]
+        assert len(token) >= 24 and "token included" in served.lines[1]
+        base = f"http://127.0.0.1:{served.port}"
+        assert status(f"{base}/") == 403 and status(f"{base}/ws") == 403 and status(f"{base}/static/js/textual.js") == 403
+        assert status(f"{base}/{token[:-1]}x/") == 403
+        assert status(f"{base}/{token}/") == 200 and status(f"{base}/{token}/static/js/textual.js") == 200
+        page = urllib.request.urlopen(f"{base}/{token}/", timeout=10).read().decode()
+        assert f"ws://127.0.0.1:{served.port}/{token}/ws" in page
+
+        async def websocket(path: str, origin: str | None) -> str:
+            async with aiohttp.ClientSession() as session:
+                try:
+                    async with session.ws_connect(f"ws://127.0.0.1:{served.port}{path}?width=80&height=24",
+                                                  headers={"Origin": origin} if origin else {}) as ws:
+                        await ws.close()
+                        return "open"
+                except aiohttp.WSServerHandshakeError as exc:
+                    return str(exc.status)
+
+        assert asyncio.run(websocket(f"/{token}/ws", f"http://127.0.0.1:{served.port}")) == "open"
+        assert asyncio.run(websocket(f"/{token}/ws", "https://evil.example")) == "403"
+        assert asyncio.run(websocket("/ws", None)) == "403"
+    finally:
+        served.stop()
+
+
+def test_localhost_refuses_other_host_names_and_foreign_websockets(tmp_path) -> None:
+    served = Served(tmp_path, "--demo", listen=f"127.0.0.1:{free_port()}")
+    try:
+        base = f"http://127.0.0.1:{served.port}"
+        assert status(f"{base}/") == 200
+        assert status(f"{base}/", {"Host": f"localhost:{served.port}"}) == 200
+        assert status(f"{base}/", {"Host": f"rebound.example:{served.port}"}) == 403     # DNS rebinding
+        assert status(f"{base}/ws", {"Origin": "https://evil.example", "Connection": "Upgrade",
+                                     "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+                                     "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}) == 403
+    finally:
+        served.stop()
+
+
+def test_served_command_is_read_only_unless_actions_are_allowed(tmp_path, monkeypatch) -> None:
+    import argparse
+
+    from gpudeck.console.commands.web import parse_listen, served_command
+    from gpudeck.console.errors import CliError
+    args = argparse.Namespace(demo=False, jobs_file="jobs.toml", theme=None, host="box", refresh=2.0)
+    ro = served_command(args, readonly=True)
+    assert ro.startswith(f"{sys.executable} -m gpudeck --readonly ") and "--host box --refresh 2" in ro
+    assert str(Path("jobs.toml").absolute()) in ro
+    assert "--readonly" not in served_command(args, readonly=False)
+    assert parse_listen("[::1]:8765") == ("::1", 8765) and parse_listen("0.0.0.0:80") == ("0.0.0.0", 80)
+    for bad in ("8765", "host:", "host:0", "host:70000", ":8765"):
+        with pytest.raises(CliError) as info:
+            parse_listen(bad)
+        assert info.value.code == 2
+    # --allow-actions under a read-only setting stays read-only, and says so.
+    from gpudeck.console.cli import main
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.setenv("GPUDECK_READONLY", "1")
+    import gpudeck.console.commands.web as web
+
+    class NoServe:
+        def __init__(self, command, *a, **kw):
+            NoServe.command = command
+
+        def serve(self):
+            pass
+    monkeypatch.setattr(web, "make_server", lambda command, *a, **kw: NoServe(command))
+    assert main(["web", "--allow-actions"]) == 0
+    assert " --readonly" in NoServe.command
