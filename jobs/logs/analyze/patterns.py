@@ -172,19 +172,34 @@ _PREFIX = re.compile(
     r"|(?:#\d+\s)?(?P<ts5>\d+\.\d+)(?=\s\S)"                                                  # buildkit 25.88
     r")\s?")
 _LEVEL_OF = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "FATAL"}
+# What a wrapper puts before a whole record (outermost, before any prefix above): nobody can list
+# them all, so the shapes are generic. An IDE/CMake runner's `[build] `, kubectl's `[pod/x/c] ` and
+# `pod/x-7f9 `, docker compose's `web-1  | ` (or a pasted `  | `), a viewer's line number `[1830] `,
+# `  12 | `, `12: `. One space after it goes with it: the record's own indentation stays (tracebacks).
+FOREIGN_PREFIX = re.compile(
+    r"\s*(?:\[(?:[A-Za-z][\w.\-/ ]{0,40}|\d{1,7})\]"
+    r"|(?:[\w.\-]{1,63}\s*)?\|"
+    r"|pod/[\w.\-]+(?:/[\w.\-]+)?(?=\s)"
+    r"|\d{1,7}(?:\s*\||:(?=\s)|\t))[ \t]?")
 
 
 def strip_prefixes(text: str) -> tuple[str, Optional[str], Optional[tuple[str, str]]]:
-    """(message, level, raw timestamp) with worker/rank/time/logger prefixes removed.
+    """(message, level, raw timestamp) with wrapper/worker/rank/time/logger prefixes removed.
 
     The timestamp stays raw ((kind, text)); ts_seconds parses it only where a rate needs it.
     """
     level: Optional[str] = None
     ts: Optional[tuple[str, str]] = None
+    outer = True                  # a wrapper's prefix comes before every prefix of the record's own
     for _ in range(6):
         m = _PREFIX.match(text)
         if m is None or m.end() == 0:
-            break
+            f = FOREIGN_PREFIX.match(text) if outer else None
+            if f is None or f.end() == 0:
+                break
+            text = text[f.end():]
+            continue
+        outer = False
         g = m.groupdict()
         lvl = g["lvl1"] or g["lvl2"] or g["lvl3"] or g["lvl4"] or g["lvl5"]
         if lvl:
@@ -201,10 +216,17 @@ def prefix_ts_span(text: str) -> Optional[tuple[str, int, int]]:
     """Where strip_prefixes(text) finds its timestamp: (kind, start, end) in text, or None."""
     ts: Optional[tuple[str, int, int]] = None
     at = 0
+    outer = True
     for _ in range(6):
         m = _PREFIX.match(text)
         if m is None or m.end() == 0:
-            break
+            f = FOREIGN_PREFIX.match(text) if outer else None
+            if f is None or f.end() == 0:
+                break
+            at += f.end()
+            text = text[f.end():]
+            continue
+        outer = False
         for key in ("ts1", "ts4", "ts3", "ts2", "ts5"):
             if m.group(key):
                 ts = (key, at + m.start(key), at + m.end(key))
@@ -451,6 +473,9 @@ def engine_signals(text: str, body: str) -> tuple[Optional[str], Optional[str], 
     `text` is the record with its prefixes, `body` without; a name's first word is its engine.
     """
     lead = text.lstrip()
+    f = FOREIGN_PREFIX.match(lead)
+    if f is not None and f.end() and not _PREFIX.match(lead):
+        lead = lead[f.end():]          # a wrapper's prefix (`web-1  | `) is no part of the record
     m = ENGINE_STRONG.search(lead) or ENGINE_STRONG.search(body)
     strong = m.lastgroup if m is not None else None
     m = ENGINE_PATH.search(lead)

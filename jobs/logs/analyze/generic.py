@@ -1,0 +1,109 @@
+"""The generic layer: what a log says that no signature of the table knows, read by shape.
+
+- a Python traceback's final exception, classified by its type (``exception_cause``);
+- a non-zero exit of a build tool (ninja, cmake, make, nvcc, pip's build) as a Python
+  ``CalledProcessError`` or a launcher's "exit status" (``BUILD_TOOL_EXIT``);
+- watchdog / timeout families, read as a hang or an NCCL failure by what they name
+  (``WATCHDOG``, ``watchdog_cause``);
+- labelled counters anywhere in a line: ``[N/M]``, ``label N/M`` (``counter``);
+- numbers, strictly: a whole token, finite (``strict_number``): ``1e5`` is 100000, never "1",
+  and ``1e400`` is rejected, never infinity.
+
+Exit codes and signals (``-9``, ``137``, ``Killed``) are read by the HOST_OOM row of the table
+(their hint says to check dmesg).
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Optional, Union
+
+from .cause import Spec
+
+# --------------------------------------------------------------------------- exceptions by type
+
+# A final exception's type (its last dotted part) -> (cause, rank, hint key). Types not here are
+# a plain `exception`. Subclasses named by convention (…OutOfMemoryError) are matched by suffix.
+EXCEPTION_TYPES: dict[str, tuple[str, int, str]] = {
+    "ImportError": ("import_error", Spec.SPECIFIC, "import_error"),
+    "ModuleNotFoundError": ("import_error", Spec.SPECIFIC, "import_error"),
+    "SyntaxError": ("syntax_error", Spec.SPECIFIC, "syntax_error"),
+    "IndentationError": ("syntax_error", Spec.SPECIFIC, "syntax_error"),
+    "TabError": ("syntax_error", Spec.SPECIFIC, "syntax_error"),
+    "OutOfMemoryError": ("cuda_oom", Spec.SPECIFIC, "cuda_oom"),
+    "MemoryError": ("host_oom", Spec.SPECIFIC, "host_oom"),
+    "CalledProcessError": ("exception", Spec.EXCEPTION, "exception"),   # a build tool's: BUILD_TOOL_EXIT
+    "KeyboardInterrupt": ("exception", Spec.EXCEPTION, "exception_interrupt"),
+    "DistBackendError": ("nccl", Spec.SPECIFIC, "nccl"),
+}
+
+
+def exception_cause(etype: str) -> tuple[str, int, str]:
+    """(cause, rank, hint key) of a traceback's final exception line, by the exception's type."""
+    name = etype.rsplit(".", 1)[-1]
+    hit = EXCEPTION_TYPES.get(name)
+    if hit is not None:
+        return hit
+    return ("exception", Spec.EXCEPTION, "exception")
+
+
+# --------------------------------------------------------------------------- build tools' exits
+
+_BUILD_TOOLS = r"(?:ninja|cmake|make|gmake|nvcc|pip|setup\.py|bdist_wheel|build_ext|meson|bazel)"
+# subprocess's "Command '['ninja', '-v']' returned non-zero exit status 1." and the like, with the tool
+# named in the command's first words; "-9"/"137" (SIGKILL) are read by HOST_OOM first.
+BUILD_TOOL_EXIT = re.compile(
+    r"CalledProcessError: Command '?\[?['\"]?(?:[^'\"\s]*/)?(?:python\d?(?:\.\d+)?['\"]?,? ['\"]?)?"
+    + _BUILD_TOOLS + r"\b[^\n]{0,300}?(?:returned )?non-zero exit status"
+    r"|^" + _BUILD_TOOLS + r"(?: --build)?[^\n]{0,200}\b(?:failed with exit code|exited with (?:code|status)) [1-9]")
+
+
+# --------------------------------------------------------------------------- watchdogs and timeouts
+
+# A watchdog that fired, in any engine's words ("Scheduler watchdog timeout (…)", "watchdog timed out",
+# "timeout … watchdog"): what it names says which cause.
+WATCHDOG = re.compile(r"\b[Ww]atchdog\b[^\n]{0,80}?\b(?:timeout|timed out|time out|expired)"
+                      r"|\b(?:[Tt]imeout|[Tt]imed out)\b[^\n]{0,60}?\b[Ww]atchdog\b")
+_NAMES_COLLECTIVE = re.compile(r"NCCL|[Cc]ollective|ProcessGroup|c10d|all_?reduce|ALLREDUCE|all_?gather|SeqNum")
+
+
+def watchdog_cause(body: str) -> Optional[str]:
+    """`nccl` for a watchdog timeout that names a collective, `hang` for an engine's own watchdog, None for none."""
+    if WATCHDOG.search(body) is None:
+        return None
+    return "nccl" if _NAMES_COLLECTIVE.search(body) else "hang"
+
+
+# --------------------------------------------------------------------------- counters and numbers
+
+# A number as one whole token: digits, an optional fraction, an optional exponent. Used with
+# strict_number: the token must end here (no letter or digit glued on), else it is no number.
+NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+_STRICT = re.compile(NUMBER + r"\Z")
+# A labelled counter anywhere in a line: "[47/230]", "step 12/500", "shard 3 / 8".
+COUNTER = re.compile(r"\[\s*(?P<bn>\d+)\s*/\s*(?P<bN>\d+)\s*\]"
+                     r"|(?P<label>[A-Za-z][\w \-]{0,40}?)[\s:=#]+(?P<n>\d+)\s*/\s*(?P<N>\d+)(?![\w.])")
+
+
+def strict_number(token: str) -> Optional[Union[int, float]]:
+    """The token as a number when the whole token is one and it is finite; else None."""
+    token = token.strip()
+    if not _STRICT.match(token):
+        return None
+    try:
+        value = float(token)
+    except ValueError:
+        return None
+    if not math.isfinite(value):
+        return None
+    return int(value) if value.is_integer() and abs(value) < 2 ** 63 else value
+
+
+def counter(text: str) -> Optional[tuple[str, int, int]]:
+    """(label, done, total) of the first labelled counter anywhere in text, or None."""
+    m = COUNTER.search(text)
+    if m is None:
+        return None
+    if m.group("bn") is not None:
+        return ("", int(m.group("bn")), int(m.group("bN")))
+    return (m.group("label").strip(), int(m.group("n")), int(m.group("N")))
