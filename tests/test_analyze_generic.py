@@ -116,3 +116,20 @@ def test_strict_numbers(token: str, value) -> None:
                                         ("no counter 1.5/2 here", None)])
 def test_counter_anywhere_in_a_line(text: str, want) -> None:
     assert generic.counter(text) == want
+
+
+@pytest.mark.parametrize("line,want", [(b"step 29/1e5 loss 1.2\n", (29, 100000)),
+                                        (b"step 29/1e400 loss 1.2\n", (29, None)),
+                                        (b"step 29/100x loss 1.2\n", (29, None))])
+def test_step_totals_are_whole_tokens(line: bytes, want) -> None:
+    r = analyze_bytes(line)
+    assert r.progress is not None and (r.progress.done, r.progress.total) == want
+
+
+def test_a_serving_number_in_scientific_notation_is_rejected_not_truncated() -> None:
+    r = analyze_bytes(b"INFO 01-02 10:00:00 [loggers.py:1] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+                      b"Avg generation throughput: 1e400 tokens/s, Running: 1 reqs, Waiting: 0 reqs\n")
+    assert r.serving is None or r.serving.gen_tokens_per_s is None
+    r = analyze_bytes(b"[2026-01-02 10:00:00 TP0] Decode batch, #running-req: 3, #token: 10, token usage: 1e-2, "
+                      b"gen throughput (token/s): 12.5, #queue-req: 0\n")
+    assert r.serving is not None and r.serving.kv_cache_pct is None and r.serving.gen_tokens_per_s == 12.5

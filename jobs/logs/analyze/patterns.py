@@ -301,7 +301,9 @@ TQDM_TIMES = re.compile(r"^\s*(?P<el>[\d:]+)\s*<\s*(?P<rem>[\d:]+|\?)")
 TQDM_RATE = re.compile(r"(?P<v>\d+(?:\.\d+)?|\?)\s*(?P<u>[kKMGT]?)(?P<a>[A-Za-z]*)/(?P<b>[A-Za-z]+)")
 NINJA = re.compile(r"^\[(\d+)/(\d+)\]\s")
 MAKE = re.compile(r"^\[\s*(\d{1,3})%\]\s")
-STEP = re.compile(r"\b(?:global[_ ])?(?:step|Step|STEP|iter|Iter|iteration|Iteration)\b\s*[:=#]?\s*\[?\s*(\d+)\s*(?:/\s*(\d+))?")
+# n/N with N a whole token ("29/1e5" is 29 of 100000, never 29 of 1; "1e400" is no finite total).
+STEP = re.compile(r"\b(?:global[_ ])?(?:step|Step|STEP|iter|Iter|iteration|Iteration)\b\s*[:=#]?\s*\[?\s*(\d+)"
+                  r"(?![\w.])\s*(?:/\s*(\d+(?:[eE]\+?\d+)?)(?![\w.]))?")
 EPOCH = re.compile(r"\b(?:epoch|Epoch|EPOCH)\b\s*[:=#]?\s*\[?\s*(\d+(?:\.\d+)?)\s*(?:/\s*(\d+))?")
 LOSS_DICT = re.compile(r"""^\{['"](?:loss|train_loss|eval_loss)['"]\s*:.*['"]epoch['"]\s*:\s*([\d.]+)"""
                        r"""(?:.*['"](?:global_)?step['"]\s*:\s*(\d+))?""")
@@ -327,7 +329,9 @@ def num(value: float) -> Number:
 
 # --------------------------------------------------------------------------- serving stats lines
 
-_F = r"([-+]?\d+(?:\.\d+)?)"
+# A number is a whole token (issue harden-17): "1e400" or "12abc" is no number, never its first digits.
+# Engines print these fields in fixed point, so a token with an exponent rejects the field (or the line).
+_F = r"([-+]?\d+(?:\.\d+)?)(?![\w.])"
 # vLLM: "Engine 000: Avg prompt throughput: …" (V1) and "Avg prompt throughput: …" (V0) alike.
 _VLLM_STATS = re.compile(
     r"Avg prompt throughput:\s*" + _F + r"[^,]*,\s*Avg generation throughput:\s*" + _F +
