@@ -133,3 +133,16 @@ def test_a_serving_number_in_scientific_notation_is_rejected_not_truncated() -> 
     r = analyze_bytes(b"[2026-01-02 10:00:00 TP0] Decode batch, #running-req: 3, #token: 10, token usage: 1e-2, "
                       b"gen throughput (token/s): 12.5, #queue-req: 0\n")
     assert r.serving is not None and r.serving.kv_cache_pct is None and r.serving.gen_tokens_per_s == 12.5
+
+
+@pytest.mark.parametrize("line,want", [
+    (b"rank0: Loading checkpoint shard [3/8] from /models/x\n", ("loading", 3, 8)),
+    (b"worker-2 capture cuda graph [12/52] bs=64\n", ("capturing", 12, 52)),
+    (b"GET /v1/models [12/52] 200 OK\n", None),
+])
+def test_a_labelled_bracket_counter_anywhere_in_a_line(line: bytes, want) -> None:
+    r = analyze_bytes(line)
+    if want is None:
+        assert r.progress is None
+    else:
+        assert r.progress is not None and (r.phase, r.progress.done, r.progress.total) == want

@@ -85,6 +85,22 @@ COUNTER = re.compile(r"\[\s*(?P<bn>\d+)\s*/\s*(?P<bN>\d+)\s*\]"
                      r"|(?P<label>[A-Za-z][\w \-]{0,40}?)[\s:=#]+(?P<n>\d+)\s*/\s*(?P<N>\d+)(?![\w.])")
 
 
+# "[N/M]" after a label, anywhere in a line ("Loading shard [3/8]", "rank0 capture [12/52]"): what
+# State reads when no signature read the line's progress and the label names a phase (label_phase).
+LABELLED_BRACKET = re.compile(r"(?P<label>[A-Za-z][\w .:\-]{0,60}?)\s*\[\s*(?P<n>\d+)\s*/\s*(?P<N>\d+)\s*\]")
+
+
+def labelled_bracket(body: str) -> Optional["re.Match[str]"]:
+    """The first label-then-[N/M] counter of a body whose label names a phase, or None."""
+    if "/" not in body or "[" not in body:
+        return None
+    from .patterns import label_phase
+    for m in LABELLED_BRACKET.finditer(body):
+        if label_phase(m.group("label")) is not None:
+            return m
+    return None
+
+
 def strict_number(token: str) -> Optional[Union[int, float]]:
     """The token as a number when the whole token is one and it is finite; else None."""
     token = token.strip()

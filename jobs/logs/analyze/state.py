@@ -11,6 +11,7 @@ from .model import (ALL_FAMILIES, F, Failure, KeyLine, LogAnalysis, LogWarning, 
                     Progress, RECOVERY_ADVANCES, S, SERVING_KEYS, SPEC_MIN_ACCEPT_LEN, SPEC_MIN_ACCEPT_RATE,
                     SPEC_WINDOW, STALL_REPEATS, ServingNumbers, W)
 from .cause import Spec, is_warning
+from .generic import labelled_bracket
 from .signatures import Context, classify as classify_failure
 from .patterns import (PORT_IN_USE, ANSI, BAD_ARGS, BUILD_SPECIFIC, BUILD_UMBRELLA, CODE_INDENT, CRASH, CUDA_ERR, CUDA_OOM,
                        ENGINE_UMBRELLA, ENGINE_WEAK, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HANG, HINTS, HOST_OOM,
@@ -479,6 +480,12 @@ class State:
                 self._set_progress("bar", "building", "build", float(m.group(1)), 100.0, None, None, line, ts,
                                    sig="make [n%]")
                 return
+        m = labelled_bracket(body)
+        if m is not None:                    # the generic layer: a labelled [N/M] anywhere in the line
+            label = m.group("label").strip().rstrip(":").strip()
+            self._set_progress("bar", label_phase(label) or "unknown", label, float(m.group("n")),
+                               float(m.group("N")), None, None, line, ts, sig="labelled [n/N]")
+            return
         if c == "{":
             m = LOSS_DICT.match(body)
             if m:

@@ -14,6 +14,7 @@ from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, FAMILY, FRAME, JIT, K
                        TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, clock, engine_signals,
                        families_in, label_phase, parse_serving_stats_line, prefilter_in, prefix_ts_span,
                        serving_stats_spans, strip_prefixes, ts_seconds)
+from .generic import labelled_bracket
 from .state import (ONLY_NVRM, ONLY_STALL, PG_LOSS, PG_MAKE, PG_NINJA, PG_STEP, Spec, State, bar_label)
 
 
@@ -110,6 +111,8 @@ def _progress_kind(body: str, ts: Optional[tuple[str, str]]) -> int:
     c = body[0]
     if c == "[" and (NINJA.match(body) or MAKE.match(body)):
         return K_BUILD if ts is None else K_OTHER        # a timestamp feeds a rate: every line counts
+    if labelled_bracket(body) is not None:
+        return K_OTHER
     if c == "{" and (LOSS_DICT.match(body) or TRAIN_END.match(body)):
         return K_OTHER
     if "Num" in body or "optimization" in body:
@@ -445,6 +448,8 @@ def progress_plan(body: str) -> Optional[tuple]:
         m = MAKE.match(body)
         if m:
             return (PG_MAKE, m.span(1))
+    if labelled_bracket(body) is not None:
+        return None                                   # read in full (State._progress_record)
     if c == "{":
         m = LOSS_DICT.match(body)
         if m:
