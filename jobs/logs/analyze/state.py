@@ -12,13 +12,13 @@ from .model import (ALL_FAMILIES, F, Failure, KeyLine, LogAnalysis, LogWarning, 
                     SPEC_WINDOW, STALL_REPEATS, ServingNumbers, W)
 from .cause import Spec, is_warning
 from .generic import labelled_bracket
-from .signatures import Context, classify as classify_failure
+from .signatures import ENGINE_WEAK, MARKERS, Context, classify as classify_failure, engine_signals
 from .patterns import (PORT_IN_USE, ANSI, BAD_ARGS, BUILD_SPECIFIC, BUILD_UMBRELLA, CODE_INDENT, CRASH, CUDA_ERR, CUDA_OOM,
-                       ENGINE_UMBRELLA, ENGINE_WEAK, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HANG, HINTS, HOST_OOM,
-                       IMPORT, JIT, KV_PRESSURE, LOSS_DICT, MAKE, MARKERS, NCCL, NINJA, NODE_OOM,
+                       ENGINE_UMBRELLA, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HANG, HINTS, HOST_OOM,
+                       IMPORT, JIT, KV_PRESSURE, LOSS_DICT, MAKE, NCCL, NINJA, NODE_OOM,
                        NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, SLURM_END, SLURM_OOM, STALL_NOTICE,
                        STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID, XID_APP, XID_NOISE,
-                       clock, engine_signals, is_build_tool, label_phase, num, parse_serving_stats_line, read_stats,
+                       clock, is_build_tool, label_phase, num, parse_serving_stats_line, read_stats,
                        SERIES_LABELS, series_label, strip_prefixes, ts_seconds)
 
 

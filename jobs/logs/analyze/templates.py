@@ -10,11 +10,11 @@ from typing import Optional, Union
 
 from .model import ALL_FAMILIES, F, Family, GIANT_SEGMENT, M, P, S, SERVING_KEYS, W
 from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, FAMILY, FRAME, JIT, KV_PRESSURE, LOSS_DICT, MAKE,
-                       MARKERS, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STALL_NOTICE, STEP,
-                       TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, clock, engine_signals,
-                       families_in, label_phase, parse_serving_stats_line, prefilter_in, prefix_ts_span,
+                       NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STALL_NOTICE, STEP,
+                       TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, clock, families_in, label_phase, parse_serving_stats_line, prefilter_in, prefix_ts_span,
                        serving_stats_spans, strip_prefixes, ts_seconds)
 from .generic import labelled_bracket
+from .signatures import MARKERS, engine_signals
 from .state import (ONLY_NVRM, ONLY_STALL, PG_LOSS, PG_MAKE, PG_NINJA, PG_STEP, Spec, State, bar_label)
 
 
