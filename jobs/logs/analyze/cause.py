@@ -15,7 +15,10 @@ The rule, in order:
    run, the ones after it are its consequences (a dead worker, then the NCCL timeout of
    the ranks waiting on it).
 4. An envelope defers to the error inside it: when no candidate outranks it, the first
-   ERROR line above it names the line (its cause stays the envelope's).
+   ERROR line above it names the line (its cause stays the envelope's). A traceback's
+   header is an envelope of its final line: an envelope that ends the traceback (a build
+   tool's CalledProcessError: a setup.py or ``cmake --build`` wrapping ninja) replaces it,
+   while an envelope printed before the traceback (``ninja: build stopped``) stays first.
 5. Progress past a logged error (``RECOVERY_ADVANCES`` updates) or serving proves the job
    carried on: the candidates so far are dropped (an ``error_recovered`` warning remains).
 

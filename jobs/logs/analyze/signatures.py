@@ -54,6 +54,7 @@ class Signature:
     hint: str = ""             # failure rows: the HINTS key when verdict is None
     verdict: Optional[Callable[[str, "re.Match[str]", Context], Verdict]] = None
     reads: str = ""            # what the analyzer reads from `example` alone (tests); default: decides
+    ends_traceback: bool = False   # an envelope that is a traceback's final line: it replaces the traceback's header
     test: Optional[Callable[[str, Context], Any]] = None   # instead of pattern.search(body)
 
     def match(self, body: str, ctx: Context) -> Any:
@@ -229,7 +230,7 @@ FAILURES: tuple[Signature, ...] = (
     Signature("BUILD_TOOL_EXIT", "cause", generic.BUILD_TOOL_EXIT, "build_failed", 85,
               "subprocess / setup.py / torch cpp_extension driving ninja, cmake, make, nvcc, pip",
               "subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1.",
-              EXCEPTION, "build_failed"),
+              UMBRELLA, "build_failed", ends_traceback=True),
     Signature("BUILD_UMBRELLA", "cause", BUILD_UMBRELLA, "build_failed", 80,
               "ninja, make, pip >= 23 (box-drawing envelope), setuptools",
               "  \u00d7 Building wheel for vllm (pyproject.toml) did not run successfully.", UMBRELLA),
@@ -246,6 +247,7 @@ FAILURES: tuple[Signature, ...] = (
               "ERROR 07-01 13:54:43 [serving_chat.py:120] request handling broke", ERROR_LEVEL, "exception_umbrella", test=_error_level),
 )
 _ORDERED = tuple(sorted(FAILURES, key=lambda s: -s.priority))
+ENDS_TRACEBACK = frozenset(s.id for s in FAILURES if s.ends_traceback)
 
 
 def classify(body: str, ctx: Context) -> Optional[tuple[int, str, str, str]]:

@@ -12,7 +12,7 @@ from .model import (ALL_FAMILIES, F, Failure, KeyLine, LogAnalysis, LogWarning, 
                     SPEC_WINDOW, STALL_REPEATS, ServingNumbers, W)
 from .cause import Spec, is_warning
 from .generic import labelled_bracket
-from .signatures import ENGINE_WEAK, MARKERS, Context, classify as classify_failure, engine_signals
+from .signatures import ENDS_TRACEBACK, ENGINE_WEAK, MARKERS, Context, classify as classify_failure, engine_signals
 from .patterns import (PORT_IN_USE, ANSI, BAD_ARGS, BUILD_SPECIFIC, BUILD_UMBRELLA, CODE_INDENT, CRASH, CUDA_ERR, CUDA_OOM,
                        ENGINE_UMBRELLA, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HANG, HINTS, HOST_OOM,
                        IMPORT, JIT, KV_PRESSURE, LOSS_DICT, MAKE, NCCL, NINJA, NODE_OOM,
@@ -36,6 +36,10 @@ class _Candidate:
     message: str
     hint_key: str
     sig: str = ""      # the signature that matched (named for `decided_by`)
+
+
+def _is_traceback_header(cand: _Candidate) -> bool:
+    return "Traceback (most recent call last)" in cand.message
 
 
 # --------------------------------------------------------------------------- the state machine
@@ -714,7 +718,8 @@ class State:
         if spec >= _EXCEPTION:
             return False
         if spec == _UMBRELLA:
-            return self.first_low is not None and self.progress_at_failure is not None
+            return (self.first_low is not None and self.progress_at_failure is not None
+                    and not _is_traceback_header(self.first_low))
         return self.first_weak is not None
 
     def _candidate(self, cand: _Candidate) -> None:
@@ -726,8 +731,8 @@ class State:
                     or (cand.hint_key == "slurm_oom" and self.best.cause == "host_oom")):
                 self.best = cand
         elif cand.spec == _UMBRELLA:
-            if self.first_low is None:
-                self.first_low = cand
+            if self.first_low is None or (cand.sig in ENDS_TRACEBACK and _is_traceback_header(self.first_low)):
+                self.first_low = cand       # (cause.py rule 4: the envelope that ends a traceback names it)
         elif self.first_weak is None:
             self.first_weak = cand
         if cand.spec >= _UMBRELLA and self.progress_at_failure is None:
