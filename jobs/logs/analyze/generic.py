@@ -51,19 +51,20 @@ def exception_cause(etype: str) -> tuple[str, int, str]:
 
 _BUILD_TOOLS = r"(?:ninja|cmake|make|gmake|nvcc|pip|setup\.py|bdist_wheel|build_ext|meson|bazel)"
 # subprocess's "Command '['ninja', '-v']' returned non-zero exit status 1." and the like, with the tool
-# named in the command's first words; "-9"/"137" (SIGKILL) are read by HOST_OOM first.
+# named in the command's first words; "-9"/"137" (SIGKILL) are read by HOST_OOM first. (Unbounded
+# repeats: a record is one line, and bounded ones cost hyperscan seconds to compile.)
 BUILD_TOOL_EXIT = re.compile(
     r"CalledProcessError: Command '?\[?['\"]?(?:[^'\"\s]*/)?(?:python\d?(?:\.\d+)?['\"]?,? ['\"]?)?"
-    + _BUILD_TOOLS + r"\b[^\n]{0,300}?(?:returned )?non-zero exit status"
-    r"|^" + _BUILD_TOOLS + r"(?: --build)?[^\n]{0,200}\b(?:failed with exit code|exited with (?:code|status)) [1-9]")
+    + _BUILD_TOOLS + r"\b.*?non-zero exit status"
+    r"|^" + _BUILD_TOOLS + r"(?: --build)?.*\b(?:failed with exit code|exited with (?:code|status)) [1-9]")
 
 
 # --------------------------------------------------------------------------- watchdogs and timeouts
 
 # A watchdog that fired, in any engine's words ("Scheduler watchdog timeout (…)", "watchdog timed out",
 # "timeout … watchdog"): what it names says which cause.
-WATCHDOG = re.compile(r"\b[Ww]atchdog\b[^\n]{0,80}?\b(?:timeout|timed out|time out|expired)"
-                      r"|\b(?:[Tt]imeout|[Tt]imed out)\b[^\n]{0,60}?\b[Ww]atchdog\b")
+WATCHDOG = re.compile(r"\b[Ww]atchdog\b.*?\b(?:timeout|timed out|time out|expired)"
+                      r"|\b(?:[Tt]imeout|[Tt]imed out)\b.*?\b[Ww]atchdog\b")
 _NAMES_COLLECTIVE = re.compile(r"NCCL|[Cc]ollective|ProcessGroup|c10d|all_?reduce|ALLREDUCE|all_?gather|SeqNum")
 
 

@@ -18,6 +18,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 from . import generic
 from .cause import Spec
+from .matcher import Matcher
 from .patterns import (_PREFIX, BAD_ARGS, BUILD_SPECIFIC, BUILD_UMBRELLA, CRASH, CUDA_ERR, CUDA_OOM, ENGINE_UMBRELLA,
                        EPOCH, EXC_LINE, FOREIGN_PREFIX, GPU_FAULT, HANG, HOST_OOM, IMPORT, JIT, KV_PRESSURE,
                        LOSS_DICT, MAKE, NCCL, NINJA, NODE_OOM, NUM_EPOCHS, OOM_RISK, PORT_IN_USE, STALL_NOTICE, STEP,
@@ -250,9 +251,20 @@ _ORDERED = tuple(sorted(FAILURES, key=lambda s: -s.priority))
 ENDS_TRACEBACK = frozenset(s.id for s in FAILURES if s.ends_traceback)
 
 
+MATCHER = Matcher(_ORDERED)
+
+
+def use_backend(backend: Optional[str]) -> None:
+    """Rebuild the failure rows' matcher on one backend (matcher.BACKENDS; None: the best installed)."""
+    global MATCHER
+    MATCHER = Matcher(_ORDERED, backend)
+
+
 def classify(body: str, ctx: Context) -> Optional[tuple[int, str, str, str]]:
     """(rank, cause, hint key, signature id) of the first row, by priority, that decides this line."""
-    for sig in _ORDERED:
+    rows = MATCHER.rows
+    for i in MATCHER.candidates(body):
+        sig = rows[i]
         m = sig.match(body, ctx)
         if m is None:
             continue

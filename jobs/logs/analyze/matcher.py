@@ -1,0 +1,69 @@
+"""The table's multi-pattern matcher: which rows can match a record, found in one pass in C.
+
+Backends, same answers (each candidate row still confirms with its own Python pattern, so a
+backend only decides which rows are worth asking):
+- ``hyperscan`` (optional: the PyPI wheel, imported if it installs): every row's pattern in one
+  database, compiled in prefilter mode (a superset of the row's matches: hyperscan has no
+  lookarounds) on first use (~0.1 s, not at import); one scan names the rows. Its classes are
+  ASCII's (Unicode ones cost seconds to compile), so a record that is not printable ASCII asks
+  every row: there Python's \\w, \\s, \\d may match what hyperscan's do not;
+- ``re`` (stdlib, always there): one combined alternation of every row's pattern as a gate: a
+  record it does not match asks no row; one it matches asks every row, as before.
+Rows without a pattern (a level, a custom test) are always asked.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Optional, Sequence
+
+try:                                  # optional: the logs package is stdlib-only without it
+    import hyperscan as _hs           # type: ignore[import-not-found]
+except ImportError:                   # pragma: no cover - depends on the machine
+    _hs = None
+
+BACKENDS = ("hyperscan", "re") if _hs is not None else ("re",)
+_NAMED = re.compile(r"\(\?P<\w+>")
+
+
+class Matcher:
+    """Rows (in the order given) that can match a record; `backend` is "hyperscan" or "re"."""
+
+    def __init__(self, rows: Sequence[Any], backend: Optional[str] = None) -> None:
+        self.rows = tuple(rows)
+        self.backend = backend or BACKENDS[0]
+        self.always = tuple(i for i, r in enumerate(self.rows) if r.pattern is None or r.test is not None)
+        indexed = [(i, r.pattern.pattern) for i, r in enumerate(self.rows) if i not in self.always]
+        self._indexed = indexed
+        self._db: Any = None
+        self._gate: Optional[re.Pattern] = None
+        if self.backend == "hyperscan":
+            if _hs is None:
+                raise RuntimeError("hyperscan is not installed")
+        else:
+            self._gate = re.compile("|".join(f"(?:{_NAMED.sub('(?:', p)})" for _, p in indexed))
+        self._everything = tuple(range(len(self.rows)))
+
+    def _compile(self) -> Any:
+        flags = _hs.HS_FLAG_PREFILTER | _hs.HS_FLAG_SINGLEMATCH
+        db = _hs.Database()
+        db.compile(expressions=[p.encode() for _, p in self._indexed], ids=[i for i, _ in self._indexed],
+                   elements=len(self._indexed), flags=[flags] * len(self._indexed))
+        self._db = db
+        return db
+
+    def candidates(self, body: str) -> tuple[int, ...]:
+        """Indexes (ascending) of the rows worth asking about `body`."""
+        if self._gate is None:
+            if not (body.isascii() and body.isprintable()):
+                return self._everything
+            hits = set(self.always)
+            (self._db or self._compile()).scan(body.encode("ascii"), match_event_handler=_collect, context=hits)
+            return tuple(sorted(hits))
+        if self._gate.search(body) is None:
+            return self.always
+        return self._everything
+
+
+def _collect(row: int, start: int, end: int, flags: int, hits: set) -> Optional[bool]:
+    hits.add(row)
+    return None
