@@ -14,6 +14,7 @@ Rows without a pattern (a level, a custom test) are always asked.
 from __future__ import annotations
 
 import re
+import threading
 from typing import Any, Optional, Sequence
 
 try:                                  # optional: the logs package is stdlib-only without it
@@ -34,6 +35,7 @@ class Matcher:
         self.always = tuple(i for i, r in enumerate(self.rows) if r.pattern is None or r.test is not None)
         indexed = [(i, r.pattern.pattern) for i, r in enumerate(self.rows) if i not in self.always]
         self._indexed = indexed
+        self._lock = threading.Lock()
         self._db: Any = None
         self._gate: Optional[re.Pattern] = None
         if self.backend == "hyperscan":
@@ -57,7 +59,8 @@ class Matcher:
             if not (body.isascii() and body.isprintable()):
                 return self._everything
             hits = set(self.always)
-            (self._db or self._compile()).scan(body.encode("ascii"), match_event_handler=_collect, context=hits)
+            with self._lock:                  # one database, one scratch: scans from two threads take turns
+                (self._db or self._compile()).scan(body.encode("ascii"), match_event_handler=_collect, context=hits)
             return tuple(sorted(hits))
         if self._gate.search(body) is None:
             return self.always
