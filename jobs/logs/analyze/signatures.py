@@ -276,9 +276,30 @@ def classify(body: str, ctx: Context) -> Optional[tuple[int, str, str, str]]:
 
 # --------------------------------------------------------------------------- the readers' rows
 
+class _Lazy:
+    """A row's pattern compiled on first use: the readers' rows are compiled into combined patterns
+    (MARKERS, ENGINE_STRONG...) at import; their own compiles serve only tests and the doc."""
+    __slots__ = ("pattern", "_rx")
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self._rx: Optional[re.Pattern] = None
+
+    def _compiled(self) -> re.Pattern:
+        if self._rx is None:
+            self._rx = re.compile(self.pattern)
+        return self._rx
+
+    def search(self, *args: Any) -> Optional["re.Match[str]"]:
+        return self._compiled().search(*args)
+
+    def match(self, *args: Any) -> Optional["re.Match[str]"]:
+        return self._compiled().match(*args)
+
+
 def _row(id: str, field: str, pattern: Any, decides: str, priority: int, releases: str, example: str,
          reads: str = "") -> Signature:
-    rx = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern)
+    rx = pattern if isinstance(pattern, re.Pattern) else _Lazy(pattern)
     return Signature(id, field, rx, decides, priority, releases, example, reads=reads)
 
 
@@ -435,7 +456,7 @@ PROGRESS: tuple[Signature, ...] = (
     _row("epoch n/N", "progress", EPOCH, "training n/N", 26, "custom loops, fairseq", "Epoch 2/10 loss 1.1", "2/10"),
     _row("HF loss dict 'epoch'", "progress", LOSS_DICT, "epoch of `Num Epochs`", 25, "HF Trainer",
          "{'loss': 1.2, 'grad_norm': 1.0, 'learning_rate': 1e-05, 'epoch': 0.59}", "0.59/None"),
-    _row("trainer banners", "progress", re.compile(NUM_EPOCHS.pattern + "|" + TOTAL_STEPS.pattern), "totals", 24,
+    _row("trainer banners", "progress", NUM_EPOCHS.pattern + "|" + TOTAL_STEPS.pattern, "totals", 24,
          "HF Trainer", "  Total optimization steps = 564", ""),
     _row("labelled [n/N]", "progress", generic.LABELLED_BRACKET, "n/N; phase from the label", 23,
          "any: the generic layer, a [N/M] after a label that names a phase",
