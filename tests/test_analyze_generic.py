@@ -146,3 +146,10 @@ def test_a_labelled_bracket_counter_anywhere_in_a_line(line: bytes, want) -> Non
         assert r.progress is None
     else:
         assert r.progress is not None and (r.phase, r.progress.done, r.progress.total) == want
+
+
+@pytest.mark.parametrize("line", [b"exec: worker: signal: killed", b"supervisor: worker 3 received SIGKILL",
+                                   b"Process exited with exit code 137", b"Killed"])
+def test_a_sigkill_in_any_words_is_host_oom_with_dmesg(line: bytes) -> None:
+    r = analyze_bytes(line + b"\n")
+    assert r.failure is not None and r.failure.cause == "host_oom" and "dmesg" in r.failure.hint

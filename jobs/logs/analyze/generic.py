@@ -59,6 +59,13 @@ BUILD_TOOL_EXIT = re.compile(
     r"|^" + _BUILD_TOOLS + r"(?: --build)?.*\b(?:failed with exit code|exited with (?:code|status)) [1-9]")
 
 
+# --------------------------------------------------------------------------- signals
+
+# A process killed by SIGKILL in words no HOST_OOM spelling has (Go's os/exec "signal: killed", a
+# supervisor's "received SIGKILL"): almost always the OOM killer. No digits: a template reads it too.
+SIGKILLED = re.compile(r"\bsignal: killed\b|\breceived SIGKILL\b|\bSIGKILL received\b|\bwas SIGKILLed\b")
+
+
 # --------------------------------------------------------------------------- watchdogs and timeouts
 
 # A watchdog that fired, in any engine's words ("Scheduler watchdog timeout (…)", "watchdog timed out",

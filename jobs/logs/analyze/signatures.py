@@ -205,6 +205,8 @@ FAILURES: tuple[Signature, ...] = (
               test=_cuda_oom_test),
     Signature("HOST_OOM", "cause", HOST_OOM, "host_oom", 170, "Linux OOM killer, gcc, torch elastic, docker",
               "c++: fatal error: Killed signal terminated program cc1plus", SPECIFIC, verdict=_host_oom),
+    Signature("SIGKILLED", "cause", generic.SIGKILLED, "host_oom", 165, "Go os/exec, supervisors, launchers",
+              "worker 3: signal: killed", SPECIFIC, "host_oom"),
     Signature("OUT_OF_MEMORY", "cause", re.compile("out of memory"), "cuda_oom", 160, "any",
               "RuntimeError: out of memory", SPECIFIC, verdict=_plain_oom),
     Signature("CUDA_ERR", "cause", CUDA_ERR, "cuda_error", 150, "torch, CUDA runtime (all)",
