@@ -50,6 +50,8 @@ EXPECTATIONS: dict[str, dict[str, Any]] = {
     "33": {"phase": "capturing", "failure": None, "progress": (0, 17)},
     "37": {"engine": "vllm", "phase": "failed", "cause": "bad_arguments", "line": 8},
     "38": {"phase": "failed", "cause": "gpu_fault", "line": (3, 5)},
+    # 39: a py-spy dump of a stalled EngineCore: no error is logged (the stall is the telemetry's to see)
+    "39": {"engine": "vllm", "phase": "starting", "failure": None},
     "40": {"engine": "sglang", "phase": "failed", "cause": "exception", "line": 3, "progress": (8, 28)},
     "42": {"engine": "vllm", "phase": "ready", "failure": None,
            "serving": {"running": (1, 1), "spec_accept_len": (2.63, 2.66), "spec_accept_rate": (0.32, 0.34),
