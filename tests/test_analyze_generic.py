@@ -153,3 +153,17 @@ def test_a_labelled_bracket_counter_anywhere_in_a_line(line: bytes, want) -> Non
 def test_a_sigkill_in_any_words_is_host_oom_with_dmesg(line: bytes) -> None:
     r = analyze_bytes(line + b"\n")
     assert r.failure is not None and r.failure.cause == "host_oom" and "dmesg" in r.failure.hint
+
+
+@pytest.mark.parametrize("line,want", [
+    (b"rank0: Loading checkpoint 3/8 from /models/x\n", ("loading", 3, 8)),
+    (b"Loading at 2026/12/05\n", None),                  # a date
+    (b"Loading weights took 1.5/2 s\n", None),            # no whole-token count
+    (b"Loading x 9/8\n", None),                          # past its total: no count
+])
+def test_a_labelled_plain_counter(line: bytes, want) -> None:
+    r = analyze_bytes(line)
+    if want is None:
+        assert r.progress is None
+    else:
+        assert r.progress is not None and (r.phase, r.progress.done, r.progress.total) == want

@@ -109,6 +109,29 @@ def labelled_bracket(body: str) -> Optional["re.Match[str]"]:
     return None
 
 
+# "label N/M" with N/M a whole token ("Loading checkpoint 3/8", "captured 12/52 graphs"): read where
+# no step/epoch/iteration word is in the line (those are STEP/EPOCH's) and the label names a phase.
+# Not a date ("2026/12/01"), nor "1.5/2", nor a path.
+LABELLED_COUNT = re.compile(r"(?P<label>[A-Za-z][\w .:\-]{0,60}?)\s+(?P<n>\d+)/(?P<N>\d+)(?![\w./%])")
+
+
+def labelled_count(body: str) -> Optional["re.Match[str]"]:
+    """The first "label N/M" of a body whose label names a phase, or None. By shape only (the
+    template scanner asks it of digit-normalised bodies): is_count() judges the numbers."""
+    if "/" not in body:
+        return None
+    from .patterns import label_phase
+    for m in LABELLED_COUNT.finditer(body):
+        if label_phase(m.group("label")):
+            return m
+    return None
+
+
+def is_count(done: float, total: float) -> bool:
+    """done/total reads as a count (a position in a known total), not a ratio or a date."""
+    return 0 < total and done <= total
+
+
 def strict_number(token: str) -> Optional[Union[int, float]]:
     """The token as a number when the whole token is one and it is finite; else None."""
     token = token.strip()

@@ -463,6 +463,9 @@ PROGRESS: tuple[Signature, ...] = (
     _row("labelled [n/N]", "progress", generic.LABELLED_BRACKET, "n/N; phase from the label", 23,
          "any: the generic layer, a [N/M] after a label that names a phase",
          "rank0: Loading checkpoint shard [3/8] from /models/x", "3/8"),
+    _row("labelled n/N", "progress", generic.LABELLED_COUNT, "n/N; phase from the label", 22,
+         "any: the generic layer, `label N/M` (a whole token, N <= M) in a line with no step/epoch word",
+         "rank0: Loading checkpoint 3/8 from /models/x", "3/8"),
 )
 SERVING: tuple[Signature, ...] = (
     _row("vllm_stats", "serving", _VLLM_STATS, "prompt/gen tokens/s, running, waiting, kv_cache_pct", 20,

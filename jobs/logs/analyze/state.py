@@ -11,7 +11,7 @@ from .model import (ALL_FAMILIES, F, Failure, KeyLine, LogAnalysis, LogWarning, 
                     Progress, RECOVERY_ADVANCES, S, SERVING_KEYS, SPEC_MIN_ACCEPT_LEN, SPEC_MIN_ACCEPT_RATE,
                     SPEC_WINDOW, STALL_REPEATS, ServingNumbers, W)
 from .cause import Spec, is_warning
-from .generic import labelled_bracket
+from .generic import is_count, labelled_bracket, labelled_count
 from .signatures import ENDS_TRACEBACK, ENGINE_WEAK, MARKERS, Context, classify as classify_failure, engine_signals
 from .patterns import (PORT_IN_USE, ANSI, BAD_ARGS, BUILD_SPECIFIC, BUILD_UMBRELLA, CODE_INDENT, CRASH, CUDA_ERR, CUDA_OOM,
                        ENGINE_UMBRELLA, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HANG, HINTS, HOST_OOM,
@@ -521,6 +521,11 @@ class State:
             return
         low_hit = ("tep" in body or "TEP" in body or "ter" in body or "poch" in body or "POCH" in body)
         if not low_hit:
+            m = labelled_count(body)
+            if m is not None and is_count(float(m.group("n")), float(m.group("N"))):
+                label = m.group("label").strip().rstrip(":").strip()     # the generic layer: "label N/M"
+                self._set_progress("bar", label_phase(label) or "unknown", label, float(m.group("n")),
+                                   float(m.group("N")), None, None, line, ts, sig="labelled n/N")
             return
         sm = STEP.search(body)
         em = EPOCH.search(body)

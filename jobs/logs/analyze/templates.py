@@ -13,7 +13,7 @@ from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, FAMILY, FRAME, JIT, K
                        NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STALL_NOTICE, STEP,
                        TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, clock, families_in, label_phase, parse_serving_stats_line, prefilter_in, prefix_ts_span,
                        serving_stats_spans, strip_prefixes, ts_seconds)
-from .generic import labelled_bracket
+from .generic import labelled_bracket, labelled_count
 from .signatures import MARKERS, engine_signals
 from .state import (ONLY_NVRM, ONLY_STALL, PG_LOSS, PG_MAKE, PG_NINJA, PG_STEP, Spec, State, bar_label)
 
@@ -118,7 +118,7 @@ def _progress_kind(body: str, ts: Optional[tuple[str, str]]) -> int:
     if "Num" in body or "optimization" in body:
         return K_OTHER if (NUM_EPOCHS.search(body) or TOTAL_STEPS.search(body)) else K_INERT
     if not ("tep" in body or "TEP" in body or "ter" in body or "poch" in body or "POCH" in body):
-        return K_INERT
+        return K_OTHER if labelled_count(body) is not None else K_INERT
     return K_OTHER if (STEP.search(body) or EPOCH.search(body)) else K_INERT
 
 
@@ -459,7 +459,7 @@ def progress_plan(body: str) -> Optional[tuple]:
     if "Num" in body or "optimization" in body:
         return None
     if not ("tep" in body or "TEP" in body or "ter" in body or "poch" in body or "POCH" in body):
-        return (PG_STEP, None, None, False)
+        return None if labelled_count(body) is not None else (PG_STEP, None, None, False)
     sm, em = STEP.search(body), EPOCH.search(body)
     step = (sm.span(1), sm.span(2) if sm.group(2) else None) if sm else None
     epoch = (em.span(1), em.span(2) if em.group(2) else None) if em else None
