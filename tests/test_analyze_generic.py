@@ -167,3 +167,14 @@ def test_a_labelled_plain_counter(line: bytes, want) -> None:
         assert r.progress is None
     else:
         assert r.progress is not None and (r.phase, r.progress.done, r.progress.total) == want
+
+
+@pytest.mark.parametrize("line,cause", [
+    ("TimeoutError: Timed out waiting for the engine core to start", "hang"),
+    ("TimeoutError: all_reduce did not finish within 600 s", "nccl"),
+    ("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.", "nccl"),
+])
+def test_a_timeout_exception_is_read_by_what_it_names(line: str, cause: str) -> None:
+    r = analyze_bytes(b"Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+                      + line.encode() + b"\n")
+    assert r.failure is not None and (r.failure.cause, r.failure.line) == (cause, 3), r.failure

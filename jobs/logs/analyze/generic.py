@@ -35,7 +35,17 @@ EXCEPTION_TYPES: dict[str, tuple[str, int, str]] = {
     "CalledProcessError": ("exception", Spec.EXCEPTION, "exception"),   # a build tool's: BUILD_TOOL_EXIT
     "KeyboardInterrupt": ("exception", Spec.EXCEPTION, "exception_interrupt"),
     "DistBackendError": ("nccl", Spec.SPECIFIC, "nccl"),
+    "DistStoreError": ("nccl", Spec.SPECIFIC, "nccl"),          # c10d rendezvous: the ranks never met
+    "TimeoutError": ("hang", Spec.EXCEPTION, "hang_timeout"),    # nccl when it names a collective
 }
+
+
+def exception_cause_of(etype: str, body: str) -> tuple[str, int, str]:
+    """exception_cause(), with a timeout read by what it names (a collective: nccl; else a hang)."""
+    cause = exception_cause(etype)
+    if cause[0] == "hang" and _NAMES_COLLECTIVE.search(body):
+        return ("nccl", cause[1], "nccl_timeout")
+    return cause
 
 
 def exception_cause(etype: str) -> tuple[str, int, str]:

@@ -566,6 +566,8 @@ HINTS = {
                        "that is not preempted",
     "hang": "the engine's own watchdog found a batch stuck — usually a collective deadlock or a very slow JIT "
             "compile; try --disable-custom-all-reduce, or raise --watchdog-timeout only if it was compiling",
+    "hang_timeout": "a wait timed out — what it waited on is stuck or too slow (a deadlock, a stuck rank, a slow "
+                    "load or compile): stack-dump it (py-spy dump) before raising the timeout",
     "gpu_fault": "GPU hardware/driver fault (Xid) — the GPU needs a reset or the node a reboot; not a software bug",
     "exception": "uncaught Python exception — read the traceback that ends at this line",
     "exception_umbrella": "a process of the job died — its own error is printed above (or in its own log); "

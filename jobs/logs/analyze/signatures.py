@@ -173,7 +173,7 @@ def _crash(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
 
 
 def _exception(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
-    cause, rank, key = generic.exception_cause(m.group("type"))
+    cause, rank, key = generic.exception_cause_of(m.group("type"), body)
     if cause == "exception" and ctx.building:
         return (EXCEPTION, "build_failed", "build_failed")
     return (rank, cause, key)
