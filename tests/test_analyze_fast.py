@@ -127,6 +127,7 @@ MAKERS = [
         f"x.py:{_n(r)}: UserWarning: Failed to initialize NumPy: No module named 'numpy'",
         f"rank0: Loading checkpoint shard [{r.randint(0, 8)}/8]",
         f"rank0: Loading checkpoint {r.randint(0, 12)}/{r.choice([0, 8, 10])} from /m",
+        f">>> [{r.randint(1, 230)}/230] Building CUDA object k{_n(r)}.o",
         f"step {r.randint(1, 99)}/1e{r.randint(2, 400)} loss 1.{r.randint(0, 9)}",
         f"Engine 000: Avg prompt throughput: 1e{r.randint(1, 400)} tokens/s, Avg generation throughput: 2.0 tokens/s",
         f"      CMake Error at CMakeLists.txt:{_n(r)} (find_package):"]),

@@ -178,3 +178,10 @@ def test_a_timeout_exception_is_read_by_what_it_names(line: str, cause: str) -> 
     r = analyze_bytes(b"Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
                       + line.encode() + b"\n")
     assert r.failure is not None and (r.failure.cause, r.failure.line) == (cause, 3), r.failure
+
+
+@pytest.mark.parametrize("line", [b">>> [47/230] Building CUDA object k.cu.o", b"12:00:01 build | [47/230] /usr/bin/nvcc -c k.cu",
+                                   b"(step 3) [47/230] Linking CXX shared library _C.so"])
+def test_a_build_step_behind_a_prefix_nobody_listed(line: bytes) -> None:
+    r = analyze_bytes(line + b"\n")
+    assert r.phase == "building" and r.progress is not None and (r.progress.done, r.progress.total) == (47, 230)

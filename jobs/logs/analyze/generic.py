@@ -108,14 +108,38 @@ COUNTER = re.compile(r"\[\s*(?P<bn>\d+)\s*/\s*(?P<bN>\d+)\s*\]"
 LABELLED_BRACKET = re.compile(r"(?P<label>[A-Za-z][\w .:\-]{0,60}?)\s*\[\s*(?P<n>\d+)\s*/\s*(?P<N>\d+)\s*\]")
 
 
-def labelled_bracket(body: str) -> Optional["re.Match[str]"]:
-    """The first label-then-[N/M] counter of a body whose label names a phase, or None."""
+# ninja's "[N/M] what" after a prefix nobody listed (">>> [47/230] Building CUDA object …"): the
+# words after the counter name it.
+BUILD_STEP_ANYWHERE = re.compile(r"\[(?P<n>\d+)/(?P<N>\d+)\]\s+(?P<label>\S[^\n]{0,80})")
+_BUILD_WORDS = re.compile(r"^(?:Building|Linking|Compiling|Generating|Installing)\b|\b(?:nvcc|c\+\+|g\+\+|gcc|clang"
+                          r"|cicc|ptxas|ld|ar|cmake|ninja)\b")
+
+
+class _Named:
+    """A counter match with its label given (the words before it, or for a build step the step's words)."""
+    __slots__ = ("m", "label", "phase")
+
+    def __init__(self, m: "re.Match[str]", label: str, phase: Optional[str]) -> None:
+        self.m, self.label, self.phase = m, label, phase
+
+    def group(self, name: str) -> str:
+        return self.label if name == "label" else self.m.group(name)
+
+
+def labelled_bracket(body: str) -> Optional[_Named]:
+    """The first [N/M] counter of a body whose label names a phase — the words before it, or
+    (a build step) the words after it — or None. By shape only (templates ask it too)."""
     if "/" not in body or "[" not in body:
         return None
     from .patterns import label_phase
     for m in LABELLED_BRACKET.finditer(body):
-        if label_phase(m.group("label")) is not None:
-            return m
+        label = m.group("label").strip().rstrip(":").strip()
+        phase = label_phase(label)
+        if phase is not None:
+            return _Named(m, label, phase)
+    m = BUILD_STEP_ANYWHERE.search(body)
+    if m is not None and _BUILD_WORDS.search(m.group("label")):
+        return _Named(m, "build", "building")
     return None
 
 

@@ -486,8 +486,7 @@ class State:
                 return
         m = labelled_bracket(body)
         if m is not None:                    # the generic layer: a labelled [N/M] anywhere in the line
-            label = m.group("label").strip().rstrip(":").strip()
-            self._set_progress("bar", label_phase(label) or "unknown", label, float(m.group("n")),
+            self._set_progress("bar", m.phase or "unknown", m.label, float(m.group("n")),
                                float(m.group("N")), None, None, line, ts, sig="labelled [n/N]")
             return
         if c == "{":
