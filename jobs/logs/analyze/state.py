@@ -4,7 +4,6 @@ from __future__ import annotations
 import re
 from collections import deque
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Optional
 
 from .model import (ALL_FAMILIES, F, Failure, KeyLine, LogAnalysis, LogWarning, M, MAX_MESSAGE, Number, P,
@@ -12,17 +11,12 @@ from .model import (ALL_FAMILIES, F, Failure, KeyLine, LogAnalysis, LogWarning, 
                     SPEC_WINDOW, STALL_REPEATS, ServingNumbers, W)
 from .cause import Spec, is_warning
 from .generic import is_count, labelled_bracket, labelled_count
+from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, FRAME, GPU_FAULT, HINTS, JIT, KV_PRESSURE, LOSS_DICT,
+                       MAKE, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SERIES_LABELS, SIZE, SLURM_END,
+                       SLURM_OOM, STALL_NOTICE, STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID,
+                       XID_APP, XID_NOISE, clock, label_phase, num, parse_serving_stats_line, read_stats,
+                       series_label, strip_prefixes, ts_seconds)
 from .signatures import ENDS_TRACEBACK, ENGINE_WEAK, MARKERS, Context, classify as classify_failure, engine_signals
-from .patterns import (PORT_IN_USE, ANSI, BAD_ARGS, BUILD_SPECIFIC, BUILD_UMBRELLA, CODE_INDENT, CRASH, CUDA_ERR, CUDA_OOM,
-                       ENGINE_UMBRELLA, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HANG, HINTS, HOST_OOM,
-                       IMPORT, JIT, KV_PRESSURE, LOSS_DICT, MAKE, NCCL, NINJA, NODE_OOM,
-                       NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, SLURM_END, SLURM_OOM, STALL_NOTICE,
-                       STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID, XID_APP, XID_NOISE,
-                       clock, is_build_tool, label_phase, num, parse_serving_stats_line, read_stats,
-                       SERIES_LABELS, series_label, strip_prefixes, ts_seconds)
-
-
-
 
 # Spec.EXCEPTION and Spec.UMBRELLA as plain ints (an IntEnum member read through its class costs ~60 ns).
 _EXCEPTION, _UMBRELLA = int(Spec.EXCEPTION), int(Spec.UMBRELLA)
@@ -745,7 +739,6 @@ class State:
 
     def _classify(self, body: str, level: Optional[str], line: int) -> Optional[_Candidate]:
         msg = body[:MAX_MESSAGE]
-        building = self.phase == "building"
 
         if "slurmstepd" in body or body.startswith("***"):
             end = SLURM_END.search(body)
