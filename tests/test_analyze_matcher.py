@@ -79,8 +79,9 @@ def test_hyperscan_is_optional() -> None:
     assert out.returncode == 0, out.stderr
 
 
+@pytest.mark.skipif("hyperscan" not in matcher.BACKENDS, reason="hyperscan is not installed")
 def test_a_record_no_row_can_match_asks_only_the_rows_without_a_pattern() -> None:
-    for backend in matcher.BACKENDS:
-        m = matcher.Matcher(signatures._ORDERED, backend)
-        got = {m.rows[i].id for i in m.candidates("GET /v1/models HTTP/1.1 200 OK")}
-        assert got == {r.id for r in m.rows if r.pattern is None or r.test is not None}
+    m = matcher.Matcher(signatures._ORDERED, "hyperscan")
+    got = {m.rows[i].id for i in m.candidates("GET /v1/models HTTP/1.1 200 OK")}
+    assert got == {r.id for r in m.rows if r.pattern is None or r.test is not None}
+    assert len(m.candidates("GET /v1/models \u00e9 HTTP/1.1 200 OK")) == len(m.rows)   # not ASCII: every row
