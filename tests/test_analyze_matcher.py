@@ -85,3 +85,16 @@ def test_a_record_no_row_can_match_asks_only_the_rows_without_a_pattern() -> Non
     got = {m.rows[i].id for i in m.candidates("GET /v1/models HTTP/1.1 200 OK")}
     assert got == {r.id for r in m.rows if r.pattern is None or r.test is not None}
     assert len(m.candidates("GET /v1/models \u00e9 HTTP/1.1 200 OK")) == len(m.rows)   # not ASCII: every row
+
+
+@pytest.mark.skipif("hyperscan" not in matcher.BACKENDS, reason="hyperscan is not installed")
+def test_a_database_hyperscan_refuses_degrades_to_asking_every_row(monkeypatch) -> None:
+    m = matcher.Matcher(signatures._ORDERED, "hyperscan")
+
+    class Refusing:
+        def compile(self, **kwargs):
+            raise matcher._hs.ArchitectureError("no SSSE3")
+
+    monkeypatch.setattr(matcher._hs, "Database", Refusing)
+    assert m.candidates("RuntimeError: CUDA error: x") == tuple(range(len(m.rows)))
+    assert m.backend == "re"

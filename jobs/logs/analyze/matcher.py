@@ -43,9 +43,13 @@ class Matcher:
 
     def _compile(self) -> Any:
         flags = _hs.HS_FLAG_PREFILTER | _hs.HS_FLAG_SINGLEMATCH
-        db = _hs.Database()
-        db.compile(expressions=[p.encode() for _, p in self._indexed], ids=[i for i, _ in self._indexed],
-                   elements=len(self._indexed), flags=[flags] * len(self._indexed))
+        try:
+            db = _hs.Database()
+            db.compile(expressions=[p.encode() for _, p in self._indexed], ids=[i for i, _ in self._indexed],
+                       elements=len(self._indexed), flags=[flags] * len(self._indexed))
+        except Exception:                     # a CPU or a pattern hyperscan refuses: degrade, never crash
+            self.backend = "re"
+            return None
         self._db = db
         return db
 
@@ -55,7 +59,10 @@ class Matcher:
             return self._everything
         hits = set(self.always)
         with self._lock:                      # one database, one scratch: scans from two threads take turns
-            (self._db or self._compile()).scan(body.encode("ascii"), match_event_handler=_collect, context=hits)
+            db = self._db or self._compile()
+            if db is None:
+                return self._everything
+            db.scan(body.encode("ascii"), match_event_handler=_collect, context=hits)
         return tuple(sorted(hits))
 
 

@@ -41,8 +41,11 @@ def _database() -> Any:
     if _db is None:
         literals = sorted({lit for lit, _ in _RARE_ANCHORS + _COMMON_ANCHORS})
         anchors = b"|".join([re.escape(lit) for lit in literals] + [_NINJA_ANCHOR])
-        db = _hs.Database()
-        db.compile(expressions=[b"(?:" + anchors + rb")[^\n]*\n"], ids=[0], elements=1, flags=[0])
+        try:
+            db = _hs.Database()
+            db.compile(expressions=[b"(?:" + anchors + rb")[^\n]*\n"], ids=[0], elements=1, flags=[0])
+        except Exception:              # a CPU hyperscan refuses: no compaction (degrade, never crash)
+            db = False
         _db = db
     return _db
 
@@ -66,7 +69,10 @@ def compact(buf: bytes, end: int, begin: int = 0) -> Optional[bytes]:
     view = buf[begin:end] if begin or end < len(buf) else buf
     try:
         with _lock:
-            _database().scan(view, match_event_handler=on_hit)
+            db = _database()
+            if db is False:
+                return None
+            db.scan(view, match_event_handler=on_hit)
     except _hs.ScanTerminated:
         return None
     if len(ends) > cap:
