@@ -1,11 +1,14 @@
 """The signature table: one row per signature (id, pattern, the field it decides, priority, releases, example).
 
 Adding a signature is adding a row. The failure rows (``FAILURES``) are what State reads a
-record's cause with: rows are tried highest ``priority`` first and the first row whose
-pattern is found in the record's body (and whose ``verdict`` accepts it) decides the line;
-the row's ``rank`` says how strongly that line names the run's cause (cause.py's rule).
-The other rows (``READERS``) document the readers of the other fields (engine, phase,
-progress, serving numbers, warnings) with the pattern each uses. Every row carries one
+record's cause with: they compile to one multi-pattern matcher (matcher.py: hyperscan where
+it installs) that names the rows worth asking; those are tried highest ``priority`` first and
+the first whose pattern is found in the record's body (and whose ``verdict`` accepts it)
+decides the line; the row's ``rank`` says how strongly that line names the run's cause
+(cause.py's rule). The engine rows (``ENGINES``) and phase rows (``PHASES``) compile to the
+patterns State reads engines and phase markers with (ENGINE_STRONG/PATH/WEAK, MARKERS). The
+record-prefix, progress, serving and warning rows document the readers of patterns.py and
+generic.py with the pattern each uses. Every row carries one
 example line; tests/test_analyze_table.py reads each example through the analyzer and
 checks the row's field comes out as the row says, and docs/LOG_SIGNATURES.md is generated
 from this table (``python docs/make_log_signatures.py``; a test checks the checked-in copy).
