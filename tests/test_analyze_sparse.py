@@ -114,3 +114,13 @@ def test_compaction_forced_on_the_property_tests_logs(seed: int, monkeypatch) ->
     r = random.Random(seed)
     cuts = sorted(r.randrange(len(data) + 1) for _ in range(r.choice([0, 3, 20])))
     assert _run(LogAnalyzer(), data, cuts) == _run(ReferenceAnalyzer(), data, cuts)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_compaction_before_the_engine_is_known_reads_the_same(seed: int) -> None:
+    """A log whose engine shows late (a wrapper's chatter first): compacted with the engine anchors in the set."""
+    r = random.Random(seed)
+    head = "\n".join(f"wrapper: attempt {i}: please wait for the server (GET /health -> 503)" for i in range(30000))
+    data = (head + "\n").encode() + _log(seed, 0.8)
+    cuts = [list(range(0, len(data), 256 * 1024)), []][seed % 2]
+    assert _run(LogAnalyzer(), data, cuts) == _run(ReferenceAnalyzer(), data, cuts)

@@ -132,8 +132,7 @@ class LogAnalyzer:
                     self._scan_templates(buf, skip)
                 else:                             # sparse.py: unanchored lines shrank to their newline
                     self._line = line + buf.count(b"\n", 0, skip)
-                    if small:
-                        self._scan_templates(small)
+                    self._scan_all(small)
             else:
                 self._scan(buf, end)
         rest = buf[end:]
@@ -195,18 +194,23 @@ class LogAnalyzer:
         if self._dense_backoff:
             self._dense_backoff -= 1
             return None
-        small = compact(buf, end, begin)
+        small = compact(buf, end, begin, self._state.engine_strong is not None)
         if small is None:
             self._dense_backoff = DENSE_BACKOFF
         return small
+
+    def _scan_all(self, data: bytes) -> None:
+        """_scan_templates over all of data, again from where the engine became known (if it did)."""
+        rest: Optional[bytes] = data or None
+        while rest:
+            rest = self._scan_templates(rest)
 
     def _scan(self, buf: bytes, end: int) -> None:
         """Examine (or prove irrelevant) every complete segment of buf[:end] (buf[end-1] is a separator)."""
         if self._state.engine_strong is not None:
             small = self._compact(buf, end)           # sparse.py: unanchored lines shrink to their newline
             if small is not None:
-                if small:
-                    self._scan_templates(small)
+                self._scan_all(small)
                 return
         rest: Optional[bytes] = buf
         if self._state.engine_strong is None and end > ENGINE_PROBE * 2:
@@ -218,12 +222,11 @@ class LogAnalyzer:
                 left = self._scan_templates(buf[:cut])
                 rest = b"".join((left, memoryview(buf)[cut:])) if left else buf[cut:]   # one copy
         while rest is not None:
-            if rest is not buf and self._state.engine_strong is not None:
+            if rest is not buf:               # after the engine probe, or the engine became known
                 nl = rest.rfind(b"\n")
-                small = self._compact(rest, max(nl, rest.rfind(b"\r", nl + 1)) + 1)   # the engine became known
+                small = self._compact(rest, max(nl, rest.rfind(b"\r", nl + 1)) + 1)
                 if small is not None:
-                    if small:
-                        self._scan_templates(small)
+                    self._scan_all(small)
                     return
             rest = self._scan_templates(rest)
 

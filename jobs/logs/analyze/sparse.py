@@ -9,8 +9,8 @@ changes, from the template scanner's C passes over every byte (translate, split,
 hyperscan's scan (GB/s) and a few C copies. A chunk where anchored lines are not rare is
 left whole (compacting it would cost more than it saves): the scan stops at the first
 ``len/DENSE_BYTES`` anchored lines, and the analyzer does not try again for the next
-``DENSE_BACKOFF`` chunks (a log's dense stretches are long). Only once the engine is known (its
-anchors are then out of the set).
+``DENSE_BACKOFF`` chunks (a log's dense stretches are long). Until the engine is known its
+anchors are in the set (then a vLLM log's every line has one: nothing is compacted).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import threading
 from typing import Any, Optional
 
 from .matcher import _hs
-from .patterns import _COMMON_ANCHORS, _NINJA_ANCHOR, _RARE_ANCHORS
+from .patterns import _COMMON_ANCHORS, _ENGINE_ANCHORS, _NINJA_ANCHOR, _RANK_ANCHOR, _RARE_ANCHORS
 
 MIN_BYTES = 64 * 1024      # smaller chunks: the template scanner alone is as cheap
 # Compact only when at most one line in this many bytes holds an anchor: a kept line costs
@@ -27,7 +27,7 @@ MIN_BYTES = 64 * 1024      # smaller chunks: the template scanner alone is as ch
 DENSE_BYTES = 2048
 DENSE_BACKOFF = 8
 
-_db: Any = None
+_dbs: dict[bool, Any] = {}        # engine known? -> database (False: hyperscan refused to compile it)
 _lock = threading.Lock()          # one database, one scratch: scans from two threads take turns
 
 
@@ -35,26 +35,28 @@ class _Dense(Exception):
     pass
 
 
-def _database() -> Any:
-    """One pattern: an anchor, then the rest of its physical line: one report per anchored line (at its end)."""
-    global _db
-    if _db is None:
-        literals = sorted({lit for lit, _ in _RARE_ANCHORS + _COMMON_ANCHORS})
-        anchors = b"|".join([re.escape(lit) for lit in literals] + [_NINJA_ANCHOR])
+def _database(engine_known: bool) -> Any:
+    """One pattern: an anchor, then the rest of its physical line: one report per anchored line (at its
+    end). Until the engine is known its anchors (and rank tags) are in the set, as in the prefilter's."""
+    db = _dbs.get(engine_known)
+    if db is None:
+        pairs = _RARE_ANCHORS + _COMMON_ANCHORS + ([] if engine_known else _ENGINE_ANCHORS)
+        specials = [_NINJA_ANCHOR] + ([] if engine_known else [_RANK_ANCHOR])
+        anchors = b"|".join([re.escape(lit) for lit in sorted({lit for lit, _ in pairs})] + specials)
         try:
             db = _hs.Database()
             db.compile(expressions=[b"(?:" + anchors + rb")[^\n]*\n"], ids=[0], elements=1, flags=[0])
         except Exception:              # a CPU hyperscan refuses: no compaction (degrade, never crash)
             db = False
-        _db = db
-    return _db
+        _dbs[engine_known] = db
+    return db
 
 
 def available() -> bool:
     return _hs is not None
 
 
-def compact(buf: bytes, end: int, begin: int = 0) -> Optional[bytes]:
+def compact(buf: bytes, end: int, begin: int = 0, engine_known: bool = True) -> Optional[bytes]:
     """buf[begin:end] (begun and ended by a separator) with its unanchored lines reduced to their
     newline, or None to scan it whole (no hyperscan, a small chunk, a dense one)."""
     if _hs is None or end - begin < MIN_BYTES:
@@ -69,7 +71,7 @@ def compact(buf: bytes, end: int, begin: int = 0) -> Optional[bytes]:
     view = buf[begin:end] if begin or end < len(buf) else buf
     try:
         with _lock:
-            db = _database()
+            db = _database(engine_known)
             if db is False:
                 return None
             db.scan(view, match_event_handler=on_hit)
