@@ -12,7 +12,8 @@ FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 
 # What a wrapper may put before every line: none, an IDE's CMake runner, docker compose, a pasted
 # compose line, kubectl --prefix (both shapes), a viewer's line numbers.
-WRAPPERS = ["", "[build] ", "web-1  | ", "  | ", "pod/vllm-7f9c ", "[pod/vllm-7f9c/main] ", "  12 | ", "[1830] "]
+WRAPPERS = ["", "[build] ", "web-1  | ", "  | ", "pod/vllm-7f9c ", "[pod/vllm-7f9c/main] ", "  12 | ", "[1830] ",
+            "Dec  1 10:00:01 gpu-box python3[4242]: "]
 
 # fixture -> (phase, cause, root-cause line, progress (done, total) or None, engine)
 FRESH = {

@@ -175,9 +175,11 @@ _LEVEL_OF = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "FATAL"}
 # What a wrapper puts before a whole record (outermost, before any prefix above): nobody can list
 # them all, so the shapes are generic. An IDE/CMake runner's `[build] `, kubectl's `[pod/x/c] ` and
 # `pod/x-7f9 `, docker compose's `web-1  | ` (or a pasted `  | `), a viewer's line number `[1830] `,
-# `  12 | `, `12: `. One space after it goes with it: the record's own indentation stays (tracebacks).
+# `  12 | `, `12: `, journald's `Dec  1 10:00:01 host unit[pid]: `. One space after it goes with it: the
+# record's own indentation stays (tracebacks).
 FOREIGN_PREFIX = re.compile(
-    r"\s*(?:\[(?:[A-Za-z][\w.\-/ ]{0,40}|\d{1,7})\]"
+    r"\s*(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.\-/@]+(?:\[\d+\])?:"      # journald / syslog
+    r"|\[(?:[A-Za-z][\w.\-/ ]{0,40}|\d{1,7})\]"
     r"|(?:[\w.\-]{1,63}\s*)?\|"
     r"|pod/[\w.\-]+(?:/[\w.\-]+)?(?=\s)"
     r"|\d{1,7}(?:\s*\||:(?=\s)|\t))[ \t]?")
