@@ -52,7 +52,8 @@ def test_every_fixture_is_checked_somewhere() -> None:
         "vllm_startup_ready_spec_bad.log", "sglang_startup_ready.log", "serving_recovered_error.log",
         "hf_trainer_cr_glued.log", "training_epoch_step_total.log", "sglang_kv_retract_v0_spec.log"}
     # tests/test_analyze_signatures.py reads the fixtures it names
-    signatures = (Path(__file__).parent / "test_analyze_signatures.py").read_text()
+    signatures = "".join((Path(__file__).parent / f).read_text()
+                         for f in ("test_analyze_signatures.py", "test_analyze_generic.py"))
     checked |= {p.name for p in FIXTURES.glob("*.log") if f'"{p.name}"' in signatures}
     assert {p.name for p in FIXTURES.glob("*.log")} == checked
 

@@ -117,6 +117,20 @@ MAKERS = [
     lambda r: "\r".join(f"Loading weights: {d * 100 // 4:3d}%|{'#' * d:4s}| {d}/4 [00:01<00:01, 1.00it/s]"
                         for d in r.choice([[1, 4, 2], [1, 2, 4], [4, 4], [0, 1, 2], [4, 0]]))
     + "\n" + "\r".join(_bar(r, "", 9) for _ in range(r.randint(1, 4))),
+    # the generic layer: wrappers' prefixes, watchdog families, build tools' exits, envelopes,
+    # labelled counters anywhere, numbers that are no whole token
+    lambda r: r.choice(["", "[build] ", "web-1  | ", "  | ", "pod/x-7f9 ", "[1830] "]) + r.choice([
+        f"[{r.randint(1, 230)}/230] Building CUDA object k{_n(r)}.o",
+        f"[2026-05-02 10:06:0{r.randint(0, 9)} PP1 TP1] Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)",
+        "subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status %d." % r.choice([1, 2, -9]),
+        "  \u00d7 Building wheel for vllm (pyproject.toml) did not run successfully.",
+        f"x.py:{_n(r)}: UserWarning: Failed to initialize NumPy: No module named 'numpy'",
+        f"rank0: Loading checkpoint shard [{r.randint(0, 8)}/8]",
+        f"rank0: Loading checkpoint {r.randint(0, 12)}/{r.choice([0, 8, 10])} from /m",
+        f">>> [{r.randint(1, 230)}/230] Building CUDA object k{_n(r)}.o",
+        f"step {r.randint(1, 99)}/1e{r.randint(2, 400)} loss 1.{r.randint(0, 9)}",
+        f"Engine 000: Avg prompt throughput: 1e{r.randint(1, 400)} tokens/s, Avg generation throughput: 2.0 tokens/s",
+        f"      CMake Error at CMakeLists.txt:{_n(r)} (find_package):"]),
 ]
 
 

@@ -2,7 +2,12 @@
 
 Stdlib only: the runner process runs this on live logs. The package's parts:
 - model: the vocabulary (phases, causes, handler families) and the result dataclasses;
-- patterns: every signature (byte anchors, record prefixes, progress/serving/engine/phase/failure patterns);
+- patterns: the byte anchors of the prefilter, record prefixes, progress/serving/failure patterns, hints;
+- signatures: the signature table (one row per signature: pattern, field, priority, releases, example);
+  engine and phase patterns are compiled from it, failures are classified by its rows;
+  docs/LOG_SIGNATURES.md is generated from it;
+- cause: the root-cause rule (which candidate line names why the run ended);
+- generic: what no row knows, read by shape (exceptions by type, build tools' exits, watchdogs, counters);
 - state: the state machine one examined log record updates;
 - templates: what any segment of one digit-normalised shape can do, learned once per shape;
 - scanner: LogAnalyzer, the incremental reader that examines only what can matter.

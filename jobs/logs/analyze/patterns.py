@@ -172,19 +172,36 @@ _PREFIX = re.compile(
     r"|(?:#\d+\s)?(?P<ts5>\d+\.\d+)(?=\s\S)"                                                  # buildkit 25.88
     r")\s?")
 _LEVEL_OF = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "FATAL"}
+# What a wrapper puts before a whole record (outermost, before any prefix above): nobody can list
+# them all, so the shapes are generic. An IDE/CMake runner's `[build] `, kubectl's `[pod/x/c] ` and
+# `pod/x-7f9 `, docker compose's `web-1  | ` (or a pasted `  | `), a viewer's line number `[1830] `,
+# `  12 | `, `12: `, journald's `Dec  1 10:00:01 host unit[pid]: `. One space after it goes with it: the
+# record's own indentation stays (tracebacks).
+FOREIGN_PREFIX = re.compile(
+    r"\s*(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.\-/@]+(?:\[\d+\])?:"      # journald / syslog
+    r"|\[(?:[A-Za-z][\w.\-/ ]{0,40}|\d{1,7})\]"
+    r"|(?:[\w.\-]{1,63}\s*)?\|"
+    r"|pod/[\w.\-]+(?:/[\w.\-]+)?(?=\s)"
+    r"|\d{1,7}(?:\s*\||:(?=\s)|\t))[ \t]?")
 
 
 def strip_prefixes(text: str) -> tuple[str, Optional[str], Optional[tuple[str, str]]]:
-    """(message, level, raw timestamp) with worker/rank/time/logger prefixes removed.
+    """(message, level, raw timestamp) with wrapper/worker/rank/time/logger prefixes removed.
 
     The timestamp stays raw ((kind, text)); ts_seconds parses it only where a rate needs it.
     """
     level: Optional[str] = None
     ts: Optional[tuple[str, str]] = None
+    outer = True                  # a wrapper's prefix comes before every prefix of the record's own
     for _ in range(6):
         m = _PREFIX.match(text)
         if m is None or m.end() == 0:
-            break
+            f = FOREIGN_PREFIX.match(text) if outer else None
+            if f is None or f.end() == 0:
+                break
+            text = text[f.end():]
+            continue
+        outer = False
         g = m.groupdict()
         lvl = g["lvl1"] or g["lvl2"] or g["lvl3"] or g["lvl4"] or g["lvl5"]
         if lvl:
@@ -201,10 +218,17 @@ def prefix_ts_span(text: str) -> Optional[tuple[str, int, int]]:
     """Where strip_prefixes(text) finds its timestamp: (kind, start, end) in text, or None."""
     ts: Optional[tuple[str, int, int]] = None
     at = 0
+    outer = True
     for _ in range(6):
         m = _PREFIX.match(text)
         if m is None or m.end() == 0:
-            break
+            f = FOREIGN_PREFIX.match(text) if outer else None
+            if f is None or f.end() == 0:
+                break
+            at += f.end()
+            text = text[f.end():]
+            continue
+        outer = False
         for key in ("ts1", "ts4", "ts3", "ts2", "ts5"):
             if m.group(key):
                 ts = (key, at + m.start(key), at + m.end(key))
@@ -279,7 +303,9 @@ TQDM_TIMES = re.compile(r"^\s*(?P<el>[\d:]+)\s*<\s*(?P<rem>[\d:]+|\?)")
 TQDM_RATE = re.compile(r"(?P<v>\d+(?:\.\d+)?|\?)\s*(?P<u>[kKMGT]?)(?P<a>[A-Za-z]*)/(?P<b>[A-Za-z]+)")
 NINJA = re.compile(r"^\[(\d+)/(\d+)\]\s")
 MAKE = re.compile(r"^\[\s*(\d{1,3})%\]\s")
-STEP = re.compile(r"\b(?:global[_ ])?(?:step|Step|STEP|iter|Iter|iteration|Iteration)\b\s*[:=#]?\s*\[?\s*(\d+)\s*(?:/\s*(\d+))?")
+# n/N with N a whole token ("29/1e5" is 29 of 100000, never 29 of 1; "1e400" is no finite total).
+STEP = re.compile(r"\b(?:global[_ ])?(?:step|Step|STEP|iter|Iter|iteration|Iteration)\b\s*[:=#]?\s*\[?\s*(\d+)"
+                  r"(?![\w.])\s*(?:/\s*(\d+(?:[eE]\+?\d+)?)(?![\w.]))?")
 EPOCH = re.compile(r"\b(?:epoch|Epoch|EPOCH)\b\s*[:=#]?\s*\[?\s*(\d+(?:\.\d+)?)\s*(?:/\s*(\d+))?")
 LOSS_DICT = re.compile(r"""^\{['"](?:loss|train_loss|eval_loss)['"]\s*:.*['"]epoch['"]\s*:\s*([\d.]+)"""
                        r"""(?:.*['"](?:global_)?step['"]\s*:\s*(\d+))?""")
@@ -305,7 +331,9 @@ def num(value: float) -> Number:
 
 # --------------------------------------------------------------------------- serving stats lines
 
-_F = r"([-+]?\d+(?:\.\d+)?)"
+# A number is a whole token (issue harden-17): "1e400" or "12abc" is no number, never its first digits.
+# Engines print these fields in fixed point, so a token with an exponent rejects the field (or the line).
+_F = r"([-+]?\d+(?:\.\d+)?)(?![\w.])"
 # vLLM: "Engine 000: Avg prompt throughput: …" (V1) and "Avg prompt throughput: …" (V0) alike.
 _VLLM_STATS = re.compile(
     r"Avg prompt throughput:\s*" + _F + r"[^,]*,\s*Avg generation throughput:\s*" + _F +
@@ -416,76 +444,7 @@ def serving_stats_spans(line: str) -> Optional[tuple[tuple[str, int, int, float,
     return tuple(out.values()) or None
 
 
-# --------------------------------------------------------------------------- engine signatures
-
-# Each signature is named "<engine>_<what>"; docs/LOG_SIGNATURES.md lists which releases print it.
-# vLLM prefixes every line of a child process with "({process name} pid={pid}) " (_add_prefix):
-# VllmWorkerProcess (0.4-0.6 multiproc_worker_utils), VllmWorker rank=N (V1 0.8-0.9), VllmWorker TPn
-# (0.10), Worker_TPn / Worker_PPn_TPn / Worker_DPn_TPn_EPn (0.11+), EngineCore_N / EngineCore_DPn,
-# APIServer; under Ray, the actor's "(RayWorkerWrapper pid=N, ip=…)". SGLang tags scheduler lines
-# "[time DPn PPn TPn EPn]" (the ranks only when that size > 1; their order changed across 2024-2026).
-_ENGINE_SIGNATURES = [
-    ("vllm_process_prefix", r"\((?:APIServer|EngineCore(?:_\w+)?|VllmWorker(?:Process|_\w+|(?: (?:rank=\d+|[A-Z]{2}\d+))+)?"
-                            r"|Worker(?:_[A-Z]{2}\d+)+|RayWorkerWrapper|VLLM::\w+) pid=\d+|^\(Worker pid=\d+\)"),
-    ("vllm_banner", r"Starting vLLM|vLLM API server|vLLM is using|Initializing a V\d LLM engine|usage: vllm|^vllm: error"
-                    r"|vllm serve|VLLM::|vllm_config|from vllm|vllm\.entrypoints"),
-    ("vllm_stats", r"Engine \d{3}:|Avg prompt throughput:|Speculative metrics: Draft acceptance rate"),
-    ("vllm_startup", r"Capturing CUDA graphs? (?:shapes|\()|Capturing cudagraphs for decoding|Model loading took"
-                     r"|Graph capturing finished in"),
-    ("sglang_rank_tag", r"\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?(?: [A-Z_]{2,7}\d+)* TP\d+(?: [A-Z_]{2,7}\d+)*\]"),
-    ("sglang_process", r"sglang::|sglang\.launch_server|sglang serve|\[Router \(Rust\)\]|sglang_router"),
-    ("sglang_stats", r"Decode batch[.,] #|Prefill batch[.,] #"),
-    ("sglang_startup", r"fired up and ready to roll|Capturing batches|Capture (?:piecewise )?cuda graph"
-                       r"|Load weight (?:begin|end)|KV Cache is allocated|Memory pool end"),
-]
-ENGINE_STRONG = re.compile("|".join(f"(?P<{name}>{rx})" for name, rx in _ENGINE_SIGNATURES))
-# Medium: a source path in a traceback, vLLM's logger header "LEVEL MM-DD HH:MM:SS [file.py:N]".
-ENGINE_PATH = re.compile(
-    r"(?P<vllm_source_path>/vllm/|\bvllm\._C\b)|(?P<sglang_source_path>/sglang/|/sgl_kernel/|\bsglang\.srt\b)"
-    r"|(?P<vllm_logger_header>^(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.\-]+\.py:\d+\])")
-
-
-def engine_signals(text: str, body: str) -> tuple[Optional[str], Optional[str], frozenset]:
-    """(strong signature name, medium signature name, weak hint keys) that one record carries.
-
-    `text` is the record with its prefixes, `body` without; a name's first word is its engine.
-    """
-    lead = text.lstrip()
-    m = ENGINE_STRONG.search(lead) or ENGINE_STRONG.search(body)
-    strong = m.lastgroup if m is not None else None
-    m = ENGINE_PATH.search(lead)
-    path = m.lastgroup if m is not None else None
-    weak = frozenset(engine + rx.pattern for rx, engine, _ in ENGINE_WEAK if rx.search(body))
-    return strong, path, weak
-
-
-# Weak hints, weighted: vLLM's shard-loader bar (SGLang reuses it), flashinfer JIT (SGLang's default backend).
-ENGINE_WEAK = [(re.compile(r"checkpoint shards:\s*\d+% Completed"), "vllm", 1),
-                (re.compile(r"flashinfer\.\s*jit"), "sglang", 2)]
-
-
-# --------------------------------------------------------------------------- phase markers
-
-MARKERS = re.compile(
-    r"(?P<loading>Load weight begin|Loading (?:model )?weights(?! took)|Starting to load model|Loading model from"
-    r"|Loading safetensors|Loading pt checkpoint)"
-    r"|(?P<loaded>Loading weights took|Model loading took|Load weight end|Loaded model weights)"
-    r"|(?P<compiling>Dynamo bytecode transform|Compiling a graph|torch\.compile(?! takes)|torch_compile_cache"
-    r"|Prebuilt kernels not found|Loading JIT ops|JIT compil|Compiling (?:kernel|module|model)"
-    r"|AUTOTUNE \w+\(|SingleProcess AUTOTUNE)"
-    r"|(?P<compiled>torch\.compile takes)"
-    r"|(?P<capturing>Capture cuda graph begin|Capturing CUDA graph|Capturing cudagraph|Capturing the model for CUDA graph"
-    r"|Capturing batches|Capture (?:piecewise )?cuda graph (?:bs|num tokens))"
-    r"|(?P<captured>Capture cuda graph end|Graph capturing finished)"
-    r"|(?P<starting>GPU KV cache size|Available KV cache memory|KV Cache is allocated|Memory pool end"
-    r"|Starting vLLM API server|Available routes are|Started server process|Waiting for application startup"
-    r"|Uvicorn running on|Initializing a V\d LLM engine|Server args|server_args=)"
-    r"|(?P<startup_complete>Application startup complete)"
-    r"|(?P<ready>fired up and ready to roll)"
-    r"|(?P<building>Building (?:CUDA|CXX|C) object|\*\*\* Configuring CMake|-- Configuring (?:done|incomplete)"
-    r"|-- The (?:C|CXX|CUDA) compiler identification|Building wheel|running build_ext|Emitting ninja build file"
-    r"|scikit-build-core|Linking (?:CUDA|CXX|C) (?:shared|static)|Building extension)"
-    r"|(?P<training>\*+ Running training \*+|^training \.\.\.\s*$)")
+# Engine signatures and phase markers are rows of the signature table (signatures.py), compiled there.
 
 
 # --------------------------------------------------------------------------- failure signatures
@@ -609,6 +568,8 @@ HINTS = {
                        "that is not preempted",
     "hang": "the engine's own watchdog found a batch stuck — usually a collective deadlock or a very slow JIT "
             "compile; try --disable-custom-all-reduce, or raise --watchdog-timeout only if it was compiling",
+    "hang_timeout": "a wait timed out — what it waited on is stuck or too slow (a deadlock, a stuck rank, a slow "
+                    "load or compile): stack-dump it (py-spy dump) before raising the timeout",
     "gpu_fault": "GPU hardware/driver fault (Xid) — the GPU needs a reset or the node a reboot; not a software bug",
     "exception": "uncaught Python exception — read the traceback that ends at this line",
     "exception_umbrella": "a process of the job died — its own error is printed above (or in its own log); "

@@ -11,6 +11,8 @@ from typing import Any, Optional, Union
 from .model import (GIANT_SEGMENT, HEAD_BYTES, LogAnalysis, READ_CHUNK, S, SPEC_WINDOW, TAIL_BYTES)
 from .patterns import (ANSI, SERIES_LABELS, SIZE, TQDM, families_in, parse_serving_stats_line, prefilter_in,
                        series_label, ts_seconds)
+from . import sparse as _sparse
+from .sparse import DENSE_BACKOFF, compact
 from .state import (_NAN, ONLY_NVRM, Spec, State)
 from .templates import (ALL_SERVING_BITS, FRAME_LINE, K_BAR, K_BAR_GLUED, K_BUILD, K_GIANT, K_INERT, K_OTHER, K_REFILTER,
                         K_SERVING, KV_WAITING_BITS, NORMALIZE, ONLY_FRAME, RUN_GROUPS, SKIP_GROUP, SPEC_BITS,
@@ -22,6 +24,7 @@ from .templates import (ALL_SERVING_BITS, FRAME_LINE, K_BAR, K_BAR_GLUED, K_BUIL
 SPLIT_FEED = 1 << 15
 # Until the engine is known, a feed's first this many bytes are scanned on their own (see _scan).
 ENGINE_PROBE = 1 << 16
+COMPACT = True       # sparse chunks go through sparse.compact first (where hyperscan is installed); tests turn it off
 # Marker kinds whose effect reads the segment's line (ready line, recovery): never folded.
 LINE_MARKERS = frozenset(("ready", "startup_complete"))
 # The fold of a stretch of phase markers as a graph (see State.marker_transition): (phase, load_done) ->
@@ -82,6 +85,7 @@ class LogAnalyzer:
         # A leading block of `#` lines is an annotation (an excerpt's `# source:` / `# expect:`
         # header), not output: its lines are counted but not read. None once the header is over.
         self._header: Optional[bytes] = b""
+        self._dense_backoff = 0          # chunks left before sparse.compact is tried again (see _compact)
 
     @property
     def line(self) -> int:
@@ -123,7 +127,12 @@ class LogAnalyzer:
         if end > skip:
             if skip:
                 self._line = line                 # the line of the feed's first segment: the tail's
-                self._scan_templates(buf, skip)
+                small = self._compact(buf, end, skip)
+                if small is None:
+                    self._scan_templates(buf, skip)
+                else:                             # sparse.py: unanchored lines shrank to their newline
+                    self._line = line + buf.count(b"\n", 0, skip)
+                    self._scan_all(small)
             else:
                 self._scan(buf, end)
         rest = buf[end:]
@@ -178,8 +187,31 @@ class LogAnalyzer:
             if m is not None:
                 self._state.examine(part, line, families_in(rx, part, m, len(part)))
 
+    def _compact(self, buf: bytes, end: int, begin: int = 0) -> Optional[bytes]:
+        """sparse.compact(buf, end, begin), not tried for a while after a dense chunk."""
+        if not COMPACT or end - begin < _sparse.MIN_BYTES or not _sparse.available():
+            return None
+        if self._dense_backoff:
+            self._dense_backoff -= 1
+            return None
+        small = compact(buf, end, begin, self._state.engine_strong is not None)
+        if small is None:
+            self._dense_backoff = DENSE_BACKOFF
+        return small
+
+    def _scan_all(self, data: bytes) -> None:
+        """_scan_templates over all of data, again from where the engine became known (if it did)."""
+        rest: Optional[bytes] = data or None
+        while rest:
+            rest = self._scan_templates(rest)
+
     def _scan(self, buf: bytes, end: int) -> None:
         """Examine (or prove irrelevant) every complete segment of buf[:end] (buf[end-1] is a separator)."""
+        if self._state.engine_strong is not None:
+            small = self._compact(buf, end)           # sparse.py: unanchored lines shrink to their newline
+            if small is not None:
+                self._scan_all(small)
+                return
         rest: Optional[bytes] = buf
         if self._state.engine_strong is None and end > ENGINE_PROBE * 2:
             # Most logs name their engine in the first lines, and a chunk scanned without the
@@ -190,6 +222,12 @@ class LogAnalyzer:
                 left = self._scan_templates(buf[:cut])
                 rest = b"".join((left, memoryview(buf)[cut:])) if left else buf[cut:]   # one copy
         while rest is not None:
+            if rest is not buf:               # after the engine probe, or the engine became known
+                nl = rest.rfind(b"\n")
+                small = self._compact(rest, max(nl, rest.rfind(b"\r", nl + 1)) + 1)
+                if small is not None:
+                    self._scan_all(small)
+                    return
             rest = self._scan_templates(rest)
 
     def _scan_templates(self, data: bytes, skip: int = 0) -> Optional[bytes]:

@@ -4,28 +4,19 @@ from __future__ import annotations
 import re
 from collections import deque
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Optional
 
 from .model import (ALL_FAMILIES, F, Failure, KeyLine, LogAnalysis, LogWarning, M, MAX_MESSAGE, Number, P,
                     Progress, RECOVERY_ADVANCES, S, SERVING_KEYS, SPEC_MIN_ACCEPT_LEN, SPEC_MIN_ACCEPT_RATE,
                     SPEC_WINDOW, STALL_REPEATS, ServingNumbers, W)
-from .patterns import (PORT_IN_USE, ANSI, BAD_ARGS, BUILD_SPECIFIC, BUILD_UMBRELLA, CODE_INDENT, CRASH, CUDA_ERR, CUDA_OOM,
-                       ENGINE_UMBRELLA, ENGINE_WEAK, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HANG, HINTS, HOST_OOM,
-                       IMPORT, JIT, KV_PRESSURE, LOSS_DICT, MAKE, MARKERS, NCCL, NINJA, NODE_OOM,
-                       NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, SLURM_END, SLURM_OOM, STALL_NOTICE,
-                       STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID, XID_APP, XID_NOISE,
-                       clock, engine_signals, is_build_tool, label_phase, num, parse_serving_stats_line, read_stats,
-                       SERIES_LABELS, series_label, strip_prefixes, ts_seconds)
-
-
-class Spec(IntEnum):
-    """How specific a failure candidate is: the most specific, earliest one is the root cause."""
-    ERROR_LEVEL = 0    # an ERROR-level line, no signature
-    UMBRELLA = 1       # "see above": a wrapper / launcher / traceback header
-    EXCEPTION = 2      # a Python exception line, a crash
-    SPECIFIC = 3       # a specific signature (CUDA OOM, NCCL, ...)
-
+from .cause import Spec, is_warning
+from .generic import is_count, labelled_bracket, labelled_count
+from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, FRAME, GPU_FAULT, HINTS, JIT, KV_PRESSURE, LOSS_DICT,
+                       MAKE, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SERIES_LABELS, SIZE, SLURM_END,
+                       SLURM_OOM, STALL_NOTICE, STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID,
+                       XID_APP, XID_NOISE, clock, label_phase, num, parse_serving_stats_line, read_stats,
+                       series_label, strip_prefixes, ts_seconds)
+from .signatures import ENDS_TRACEBACK, ENGINE_WEAK, MARKERS, Context, classify as classify_failure, engine_signals
 
 # Spec.EXCEPTION and Spec.UMBRELLA as plain ints (an IntEnum member read through its class costs ~60 ns).
 _EXCEPTION, _UMBRELLA = int(Spec.EXCEPTION), int(Spec.UMBRELLA)
@@ -39,6 +30,10 @@ class _Candidate:
     message: str
     hint_key: str
     sig: str = ""      # the signature that matched (named for `decided_by`)
+
+
+def _is_traceback_header(cand: _Candidate) -> bool:
+    return "Traceback (most recent call last)" in cand.message
 
 
 # --------------------------------------------------------------------------- the state machine
@@ -483,6 +478,11 @@ class State:
                 self._set_progress("bar", "building", "build", float(m.group(1)), 100.0, None, None, line, ts,
                                    sig="make [n%]")
                 return
+        m = labelled_bracket(body)
+        if m is not None:                    # the generic layer: a labelled [N/M] anywhere in the line
+            self._set_progress("bar", m.phase or "unknown", m.label, float(m.group("n")),
+                               float(m.group("N")), None, None, line, ts, sig="labelled [n/N]")
+            return
         if c == "{":
             m = LOSS_DICT.match(body)
             if m:
@@ -514,6 +514,11 @@ class State:
             return
         low_hit = ("tep" in body or "TEP" in body or "ter" in body or "poch" in body or "POCH" in body)
         if not low_hit:
+            m = labelled_count(body)
+            if m is not None and is_count(float(m.group("n")), float(m.group("N"))):
+                label = m.group("label").strip().rstrip(":").strip()     # the generic layer: "label N/M"
+                self._set_progress("bar", label_phase(label) or "unknown", label, float(m.group("n")),
+                                   float(m.group("N")), None, None, line, ts, sig="labelled n/N")
             return
         sm = STEP.search(body)
         em = EPOCH.search(body)
@@ -711,7 +716,8 @@ class State:
         if spec >= _EXCEPTION:
             return False
         if spec == _UMBRELLA:
-            return self.first_low is not None and self.progress_at_failure is not None
+            return (self.first_low is not None and self.progress_at_failure is not None
+                    and not _is_traceback_header(self.first_low))
         return self.first_weak is not None
 
     def _candidate(self, cand: _Candidate) -> None:
@@ -723,8 +729,8 @@ class State:
                     or (cand.hint_key == "slurm_oom" and self.best.cause == "host_oom")):
                 self.best = cand
         elif cand.spec == _UMBRELLA:
-            if self.first_low is None:
-                self.first_low = cand
+            if self.first_low is None or (cand.sig in ENDS_TRACEBACK and _is_traceback_header(self.first_low)):
+                self.first_low = cand       # (cause.py rule 4: the envelope that ends a traceback names it)
         elif self.first_weak is None:
             self.first_weak = cand
         if cand.spec >= _UMBRELLA and self.progress_at_failure is None:
@@ -733,7 +739,6 @@ class State:
 
     def _classify(self, body: str, level: Optional[str], line: int) -> Optional[_Candidate]:
         msg = body[:MAX_MESSAGE]
-        building = self.phase == "building"
 
         if "slurmstepd" in body or body.startswith("***"):
             end = SLURM_END.search(body)
@@ -769,93 +774,12 @@ class State:
                         break
                 return _Candidate(Spec.SPECIFIC, "gpu_fault", start, " ".join(reversed(parts))[:MAX_MESSAGE], "gpu_fault", sig="GPU_FAULT")
             return None
-        if GPU_FAULT.search(body):
-            return _Candidate(Spec.SPECIFIC, "gpu_fault", line, msg, "gpu_fault", sig="GPU_FAULT")
-        if NODE_OOM.search(body):
-            return _Candidate(Spec.SPECIFIC, "host_oom", line, msg, "host_oom_ray", sig="NODE_OOM")
-        if CUDA_OOM.search(body) or ("out of memory" in body and "CUDA" in body):
-            if "KV cache" in body and "out of memory" not in body:
-                key = "cuda_oom_kv"
-            elif "desired GPU memory utilization" in body or "unbalanced" in body:
-                key = "cuda_oom_occupied"
-            elif self.phase == "capturing" or "graph" in body.lower():
-                key = "cuda_oom_capture"
-            else:
-                key = "cuda_oom"
-            return _Candidate(Spec.SPECIFIC, "cuda_oom", line, msg, key, sig="CUDA_OOM")
-        if HOST_OOM.search(body):
-            if "ptxas" in body and "signal 9" not in body:
-                return _Candidate(Spec.SPECIFIC, "build_failed", line, msg, "build_segfault", sig="HOST_OOM")
-            if building or is_build_tool(body):
-                key = "host_oom_build"
-            elif "exitcode" in body or "SIGKILL" in body:
-                key = "host_oom_launcher"          # torch elastic reporting its worker's SIGKILL
-            else:
-                key = "host_oom"
-            return _Candidate(Spec.SPECIFIC, "host_oom", line, msg, key, sig="HOST_OOM")
-        if "out of memory" in body:
-            if building or "cc1plus" in body or "allocating" in body:
-                return _Candidate(Spec.SPECIFIC, "host_oom", line, msg, "host_oom_build", sig="out of memory")
-            return _Candidate(Spec.SPECIFIC, "cuda_oom", line, msg, "cuda_oom", sig="out of memory")
-        if CUDA_ERR.search(body):
-            if "no kernel image" in body:
-                key = "cuda_error_arch"
-            elif "peer access" in body or "PeerAccess" in body:
-                key = "cuda_error_p2p"
-            elif "Assertion" in body or "device-side assert" in body:
-                key = "cuda_error_assert"
-            else:
-                key = "cuda_error"
-            return _Candidate(Spec.SPECIFIC, "cuda_error", line, msg, key, sig="CUDA_ERR")
-        if NCCL.search(body):
-            key = "nccl_net" if "NET/" in body else "nccl_shm" if "/dev/shm" in body else "nccl"
-            if "timeout" in body.lower() or "timed out" in body:
-                key = "nccl_first" if "SeqNum=1," in body or "last completed NCCL work: 0" in body else "nccl_timeout"
-            return _Candidate(Spec.SPECIFIC, "nccl", line, msg, key, sig="NCCL")
-        if PORT_IN_USE.search(body):
-            return _Candidate(Spec.SPECIFIC, "exception", line, msg, "exception_port", sig="PORT_IN_USE")
-        if HANG.search(body):
-            return _Candidate(Spec.SPECIFIC, "hang", line, msg, "hang", sig="HANG")
-        exc = EXC_LINE.match(body)
-        if IMPORT.search(body) or (exc and exc.group("type").split(".")[-1] in ("ImportError", "ModuleNotFoundError")):
-            if exc and not (exc.group("msg") or "").strip():
-                return _Candidate(Spec.UMBRELLA, "import_error", line, msg, "import_error", sig="IMPORT")
-            key = "import_error_abi" if ("undefined symbol" in body or "GLIBC" in body) else "import_error"
-            return _Candidate(Spec.SPECIFIC, "import_error", line, msg, key, sig="IMPORT")
-        if "error:" in body or body.startswith("Error: "):
-            if BAD_ARGS.search(body) and (line - self.usage_line <= 60 or "unrecognized arguments" in body
-                                           or "arguments are required" in body or body.startswith("Error: ")):
-                return _Candidate(Spec.SPECIFIC, "bad_arguments", line, msg, "bad_arguments", sig="BAD_ARGS")
-        if BUILD_SPECIFIC.search(body):
-            key = "build_segfault" if "died due to signal" in body else "build_failed"
-            return _Candidate(Spec.SPECIFIC, "build_failed", line, msg, key, sig="BUILD_SPECIFIC")
-        if BUILD_UMBRELLA.search(body):
-            return _Candidate(Spec.UMBRELLA, "build_failed", line, msg, "build_failed", sig="BUILD_UMBRELLA")
-        if ENGINE_UMBRELLA.search(body):
-            if body.startswith("Traceback"):
-                key = "exception_traceback"
-            elif "Traceback" in body or "hit an exception" in body:
-                key = "exception_below"
-            else:
-                key = "exception_umbrella"
-            return _Candidate(Spec.UMBRELLA, "build_failed" if building else "exception", line, msg,
-                              "build_failed" if building else key, sig="ENGINE_UMBRELLA")
-        if CRASH.search(body):
-            key = "exception_bus_error" if body.startswith("Bus error") else "exception_crash"
-            return _Candidate(Spec.EXCEPTION, "build_failed" if building else "exception", line, msg,
-                              "build_failed" if building else key, sig="CRASH")
-        if exc is not None and level not in ("WARNING", "WARN"):
-            etype = exc.group("type").split(".")[-1]
-            if etype in ("SyntaxError", "IndentationError", "TabError"):
-                return _Candidate(Spec.SPECIFIC, "syntax_error", line, msg, "syntax_error", sig="EXC_LINE")
-            if etype == "KeyboardInterrupt":
-                return _Candidate(Spec.EXCEPTION, "exception", line, msg, "exception_interrupt", sig="EXC_LINE")
-            if building:
-                return _Candidate(Spec.EXCEPTION, "build_failed", line, msg, "build_failed", sig="EXC_LINE")
-            return _Candidate(Spec.EXCEPTION, "exception", line, msg, "exception", sig="EXC_LINE")
-        if level in ("ERROR", "CRITICAL", "FATAL"):
-            return _Candidate(Spec.ERROR_LEVEL, "exception", line, msg, "exception_umbrella", sig="ERROR level")
-        return None
+        if is_warning(body, level):
+            return None                   # a warning never names the cause (cause.py, rule 1)
+        hit = classify_failure(body, Context(self.phase, level, line - self.usage_line <= 60))
+        if hit is None:
+            return None
+        return _Candidate(Spec(hit[0]), hit[1], line, msg, hit[2], sig=hit[3])
 
     def _recovered(self, line: int) -> None:
         self.stall_notices.clear()

@@ -10,10 +10,11 @@ from typing import Optional, Union
 
 from .model import ALL_FAMILIES, F, Family, GIANT_SEGMENT, M, P, S, SERVING_KEYS, W
 from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, FAMILY, FRAME, JIT, KV_PRESSURE, LOSS_DICT, MAKE,
-                       MARKERS, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STALL_NOTICE, STEP,
-                       TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, clock, engine_signals,
-                       families_in, label_phase, parse_serving_stats_line, prefilter_in, prefix_ts_span,
+                       NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STALL_NOTICE, STEP,
+                       TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, clock, families_in, label_phase, parse_serving_stats_line, prefilter_in, prefix_ts_span,
                        serving_stats_spans, strip_prefixes, ts_seconds)
+from .generic import labelled_bracket, labelled_count
+from .signatures import MARKERS, engine_signals
 from .state import (ONLY_NVRM, ONLY_STALL, PG_LOSS, PG_MAKE, PG_NINJA, PG_STEP, Spec, State, bar_label)
 
 
@@ -110,12 +111,14 @@ def _progress_kind(body: str, ts: Optional[tuple[str, str]]) -> int:
     c = body[0]
     if c == "[" and (NINJA.match(body) or MAKE.match(body)):
         return K_BUILD if ts is None else K_OTHER        # a timestamp feeds a rate: every line counts
+    if labelled_bracket(body) is not None:
+        return K_OTHER
     if c == "{" and (LOSS_DICT.match(body) or TRAIN_END.match(body)):
         return K_OTHER
     if "Num" in body or "optimization" in body:
         return K_OTHER if (NUM_EPOCHS.search(body) or TOTAL_STEPS.search(body)) else K_INERT
     if not ("tep" in body or "TEP" in body or "ter" in body or "poch" in body or "POCH" in body):
-        return K_INERT
+        return K_OTHER if labelled_count(body) is not None else K_INERT
     return K_OTHER if (STEP.search(body) or EPOCH.search(body)) else K_INERT
 
 
@@ -445,6 +448,8 @@ def progress_plan(body: str) -> Optional[tuple]:
         m = MAKE.match(body)
         if m:
             return (PG_MAKE, m.span(1))
+    if labelled_bracket(body) is not None:
+        return None                                   # read in full (State._progress_record)
     if c == "{":
         m = LOSS_DICT.match(body)
         if m:
@@ -454,7 +459,7 @@ def progress_plan(body: str) -> Optional[tuple]:
     if "Num" in body or "optimization" in body:
         return None
     if not ("tep" in body or "TEP" in body or "ter" in body or "poch" in body or "POCH" in body):
-        return (PG_STEP, None, None, False)
+        return None if labelled_count(body) is not None else (PG_STEP, None, None, False)
     sm, em = STEP.search(body), EPOCH.search(body)
     step = (sm.span(1), sm.span(2) if sm.group(2) else None) if sm else None
     epoch = (em.span(1), em.span(2) if em.group(2) else None) if em else None

@@ -1,0 +1,59 @@
+"""The root-cause rule: which failure candidate of a log names why the run ended (ranks as data, one rule).
+
+The rule, in order:
+
+1. A warning never decides: a record logged at WARNING/INFO level, or a Python warning
+   (``UserWarning: …``, ``FutureWarning: …``), makes no candidate, whatever it names
+   (pip prints ``No module named 'numpy'`` as a torch UserWarning long before the
+   CMake error that fails the build).
+2. Each candidate line has a *rank* (``Rank``, the row's ``rank`` in signatures.FAILURES):
+   a specific signature (CUDA OOM, NCCL, a compiler error) > a Python exception or a
+   crash > a wrapper's *envelope* ("see above": pip's ``× … did not run successfully``,
+   torchrun's ChildFailedError, ``ninja: build stopped``, a traceback header) > a bare
+   ERROR-level line.
+3. The highest rank wins; among equals the earliest: the first specific error ended the
+   run, the ones after it are its consequences (a dead worker, then the NCCL timeout of
+   the ranks waiting on it).
+4. An envelope defers to the error inside it: when no candidate outranks it, the first
+   ERROR line above it names the line (its cause stays the envelope's). A traceback's
+   header is an envelope of its final line: an envelope that ends the traceback (a build
+   tool's CalledProcessError: a setup.py or ``cmake --build`` wrapping ninja) replaces it,
+   while an envelope printed before the traceback (``ninja: build stopped``) stays first.
+5. Progress past a logged error (``RECOVERY_ADVANCES`` updates) or serving proves the job
+   carried on: the candidates so far are dropped (an ``error_recovered`` warning remains).
+
+Which row decides one *line* that several rows match is the rows' ``priority`` (higher
+first), so the table, not the order of code, says that "CUDA error … NCCL watchdog"
+is a CUDA error.
+"""
+from __future__ import annotations
+
+import re
+from enum import IntEnum
+from typing import Optional
+
+
+class Spec(IntEnum):
+    """A candidate's rank: how specifically its line names the cause of the run's end."""
+    ERROR_LEVEL = 0    # an ERROR-level line, no signature
+    UMBRELLA = 1       # an envelope, "see above": a wrapper / launcher / traceback header
+    EXCEPTION = 2      # a Python exception line, a crash
+    SPECIFIC = 3       # a specific signature (CUDA OOM, NCCL, ...)
+
+
+# Levels whose records never make a candidate (rule 1).
+WARNING_LEVELS = ("INFO", "DEBUG", "NOTICE", "WARNING", "WARN")
+# A Python warning as `warnings` prints it: "path.py:276: UserWarning: …", "FutureWarning: …".
+PY_WARNING = re.compile(r"(?:^|[\s:])(?:[A-Z]\w*)?Warning: ")
+
+
+def is_warning(body: str, level: Optional[str]) -> bool:
+    """Rule 1: True if this record is a warning, which never names the cause."""
+    if level in WARNING_LEVELS:
+        return True
+    return "Warning: " in body and PY_WARNING.search(body) is not None
+
+
+def outranks(new_spec: int, held_spec: Optional[int]) -> bool:
+    """Rule 3: does a candidate of rank new_spec replace the held one (earliest of the highest rank)?"""
+    return held_spec is None or new_spec > held_spec

@@ -1,0 +1,190 @@
+"""The generic layer: what a log says that no signature of the table knows, read by shape.
+
+- a Python traceback's final exception, classified by its type (``exception_cause``);
+- a non-zero exit of a build tool (ninja, cmake, make, nvcc, pip's build) as a Python
+  ``CalledProcessError`` or a launcher's "exit status" (``BUILD_TOOL_EXIT``);
+- watchdog / timeout families, read as a hang or an NCCL failure by what they name
+  (``WATCHDOG``, ``watchdog_cause``);
+- labelled counters anywhere in a line: ``[N/M]``, ``label N/M`` (``counter``);
+- numbers, strictly: a whole token, finite (``strict_number``): ``1e5`` is 100000, never "1",
+  and ``1e400`` is rejected, never infinity.
+
+Exit codes and signals (``-9``, ``137``, ``Killed``) are read by the HOST_OOM row of the table
+(their hint says to check dmesg).
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Optional, Union
+
+from .cause import Spec
+
+# --------------------------------------------------------------------------- exceptions by type
+
+# A final exception's type (its last dotted part) -> (cause, rank, hint key). Types not here are
+# a plain `exception`. Subclasses named by convention (…OutOfMemoryError) are matched by suffix.
+EXCEPTION_TYPES: dict[str, tuple[str, int, str]] = {
+    "ImportError": ("import_error", Spec.SPECIFIC, "import_error"),
+    "ModuleNotFoundError": ("import_error", Spec.SPECIFIC, "import_error"),
+    "SyntaxError": ("syntax_error", Spec.SPECIFIC, "syntax_error"),
+    "IndentationError": ("syntax_error", Spec.SPECIFIC, "syntax_error"),
+    "TabError": ("syntax_error", Spec.SPECIFIC, "syntax_error"),
+    "OutOfMemoryError": ("cuda_oom", Spec.SPECIFIC, "cuda_oom"),
+    "MemoryError": ("host_oom", Spec.SPECIFIC, "host_oom"),
+    "CalledProcessError": ("exception", Spec.EXCEPTION, "exception"),   # a build tool's: BUILD_TOOL_EXIT
+    "KeyboardInterrupt": ("exception", Spec.EXCEPTION, "exception_interrupt"),
+    "DistBackendError": ("nccl", Spec.SPECIFIC, "nccl"),
+    "DistStoreError": ("nccl", Spec.SPECIFIC, "nccl"),          # c10d rendezvous: the ranks never met
+    "TimeoutError": ("hang", Spec.EXCEPTION, "hang_timeout"),    # nccl when it names a collective
+}
+
+
+def exception_cause_of(etype: str, body: str) -> tuple[str, int, str]:
+    """exception_cause(), with a timeout read by what it names (a collective: nccl; else a hang)."""
+    cause = exception_cause(etype)
+    if cause[0] == "hang" and _NAMES_COLLECTIVE.search(body):
+        return ("nccl", cause[1], "nccl_timeout")
+    return cause
+
+
+def exception_cause(etype: str) -> tuple[str, int, str]:
+    """(cause, rank, hint key) of a traceback's final exception line, by the exception's type."""
+    name = etype.rsplit(".", 1)[-1]
+    hit = EXCEPTION_TYPES.get(name)
+    if hit is not None:
+        return hit
+    return ("exception", Spec.EXCEPTION, "exception")
+
+
+# --------------------------------------------------------------------------- build tools' exits
+
+_BUILD_TOOLS = r"(?:ninja|cmake|make|gmake|nvcc|pip|setup\.py|bdist_wheel|build_ext|meson|bazel)"
+# subprocess's "Command '['ninja', '-v']' returned non-zero exit status 1." and the like, with the tool
+# named in the command's first words; "-9"/"137" (SIGKILL) are read by HOST_OOM first. (Unbounded
+# repeats: a record is one line, and bounded ones cost hyperscan seconds to compile.)
+BUILD_TOOL_EXIT = re.compile(
+    r"CalledProcessError: Command '?\[?['\"]?(?:[^'\"\s]*/)?(?:python\d?(?:\.\d+)?['\"]?,? ['\"]?)?"
+    + _BUILD_TOOLS + r"\b.*?non-zero exit status"
+    r"|^" + _BUILD_TOOLS + r"(?: --build)?.*\b(?:failed with exit code|exited with (?:code|status)) [1-9]")
+
+
+# --------------------------------------------------------------------------- signals
+
+# A process killed by SIGKILL in words no HOST_OOM spelling has (Go's os/exec "signal: killed", a
+# supervisor's "received SIGKILL"): almost always the OOM killer. No digits: a template reads it too.
+SIGKILLED = re.compile(r"\bsignal: killed\b|\breceived SIGKILL\b|\bSIGKILL received\b|\bwas SIGKILLed\b")
+
+
+# --------------------------------------------------------------------------- watchdogs and timeouts
+
+# A watchdog that fired, in any engine's words ("Scheduler watchdog timeout (…)", "watchdog timed out",
+# "timeout … watchdog"): what it names says which cause.
+WATCHDOG = re.compile(r"\b[Ww]atchdog\b.*?\b(?:timeout|timed out|time out|expired)"
+                      r"|\b(?:[Tt]imeout|[Tt]imed out)\b.*?\b[Ww]atchdog\b")
+_NAMES_COLLECTIVE = re.compile(r"NCCL|[Cc]ollective|ProcessGroup|c10d|all_?reduce|ALLREDUCE|all_?gather|SeqNum")
+
+
+def watchdog_cause(body: str) -> Optional[str]:
+    """`nccl` for a watchdog timeout that names a collective, `hang` for an engine's own watchdog, None for none."""
+    if WATCHDOG.search(body) is None:
+        return None
+    return "nccl" if _NAMES_COLLECTIVE.search(body) else "hang"
+
+
+# --------------------------------------------------------------------------- counters and numbers
+
+# A number as one whole token: digits, an optional fraction, an optional exponent. Used with
+# strict_number: the token must end here (no letter or digit glued on), else it is no number.
+NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+_STRICT = re.compile(NUMBER + r"\Z")
+# A labelled counter anywhere in a line: "[47/230]", "step 12/500", "shard 3 / 8".
+COUNTER = re.compile(r"\[\s*(?P<bn>\d+)\s*/\s*(?P<bN>\d+)\s*\]"
+                     r"|(?P<label>[A-Za-z][\w \-]{0,40}?)[\s:=#]+(?P<n>\d+)\s*/\s*(?P<N>\d+)(?![\w.])")
+
+
+# "[N/M]" after a label, anywhere in a line ("Loading shard [3/8]", "rank0 capture [12/52]"): what
+# State reads when no signature read the line's progress and the label names a phase (label_phase).
+LABELLED_BRACKET = re.compile(r"(?P<label>[A-Za-z][\w .:\-]{0,60}?)\s*\[\s*(?P<n>\d+)\s*/\s*(?P<N>\d+)\s*\]")
+
+
+# ninja's "[N/M] what" after a prefix nobody listed (">>> [47/230] Building CUDA object …"): the
+# words after the counter name it.
+BUILD_STEP_ANYWHERE = re.compile(r"\[(?P<n>\d+)/(?P<N>\d+)\]\s+(?P<label>\S[^\n]{0,80})")
+_BUILD_WORDS = re.compile(r"^(?:Building|Linking|Compiling|Generating|Installing)\b|\b(?:nvcc|c\+\+|g\+\+|gcc|clang"
+                          r"|cicc|ptxas|ld|ar|cmake|ninja)\b")
+
+
+class _Named:
+    """A counter match with its label given (the words before it, or for a build step the step's words)."""
+    __slots__ = ("m", "label", "phase")
+
+    def __init__(self, m: "re.Match[str]", label: str, phase: Optional[str]) -> None:
+        self.m, self.label, self.phase = m, label, phase
+
+    def group(self, name: str) -> str:
+        return self.label if name == "label" else self.m.group(name)
+
+
+def labelled_bracket(body: str) -> Optional[_Named]:
+    """The first [N/M] counter of a body whose label names a phase — the words before it, or
+    (a build step) the words after it — or None. By shape only (templates ask it too)."""
+    if "/" not in body or "[" not in body:
+        return None
+    from .patterns import label_phase
+    for m in LABELLED_BRACKET.finditer(body):
+        label = m.group("label").strip().rstrip(":").strip()
+        phase = label_phase(label)
+        if phase is not None:
+            return _Named(m, label, phase)
+    m = BUILD_STEP_ANYWHERE.search(body)
+    if m is not None and _BUILD_WORDS.search(m.group("label")):
+        return _Named(m, "build", "building")
+    return None
+
+
+# "label N/M" with N/M a whole token ("Loading checkpoint 3/8", "captured 12/52 graphs"): read where
+# no step/epoch/iteration word is in the line (those are STEP/EPOCH's) and the label names a phase.
+# Not a date ("2026/12/01"), nor "1.5/2", nor a path.
+LABELLED_COUNT = re.compile(r"(?P<label>[A-Za-z][\w .:\-]{0,60}?)\s+(?P<n>\d+)/(?P<N>\d+)(?![\w./%])")
+
+
+def labelled_count(body: str) -> Optional["re.Match[str]"]:
+    """The first "label N/M" of a body whose label names a phase, or None. By shape only (the
+    template scanner asks it of digit-normalised bodies): is_count() judges the numbers."""
+    if "/" not in body:
+        return None
+    from .patterns import label_phase
+    for m in LABELLED_COUNT.finditer(body):
+        if label_phase(m.group("label")):
+            return m
+    return None
+
+
+def is_count(done: float, total: float) -> bool:
+    """done/total reads as a count (a position in a known total), not a ratio or a date."""
+    return 0 < total and done <= total
+
+
+def strict_number(token: str) -> Optional[Union[int, float]]:
+    """The token as a number when the whole token is one and it is finite; else None."""
+    token = token.strip()
+    if not _STRICT.match(token):
+        return None
+    try:
+        value = float(token)
+    except ValueError:
+        return None
+    if not math.isfinite(value):
+        return None
+    return int(value) if value.is_integer() and abs(value) < 2 ** 63 else value
+
+
+def counter(text: str) -> Optional[tuple[str, int, int]]:
+    """(label, done, total) of the first labelled counter anywhere in text, or None."""
+    m = COUNTER.search(text)
+    if m is None:
+        return None
+    if m.group("bn") is not None:
+        return ("", int(m.group("bn")), int(m.group("bN")))
+    return (m.group("label").strip(), int(m.group("n")), int(m.group("N")))

@@ -1,0 +1,550 @@
+"""The signature table: one row per signature (id, pattern, the field it decides, priority, releases, example).
+
+Adding a signature is adding a row. The failure rows (``FAILURES``) are what State reads a
+record's cause with: they compile to one multi-pattern matcher (matcher.py: hyperscan where
+it installs) that names the rows worth asking; those are tried highest ``priority`` first and
+the first whose pattern is found in the record's body (and whose ``verdict`` accepts it)
+decides the line; the row's ``rank`` says how strongly that line names the run's cause
+(cause.py's rule). The engine rows (``ENGINES``) and phase rows (``PHASES``) compile to the
+patterns State reads engines and phase markers with (ENGINE_STRONG/PATH/WEAK, MARKERS). The
+record-prefix, progress, serving and warning rows document the readers of patterns.py and
+generic.py with the pattern each uses. Every row carries one
+example line; tests/test_analyze_table.py reads each example through the analyzer and
+checks the row's field comes out as the row says, and docs/LOG_SIGNATURES.md is generated
+from this table (``python docs/make_log_signatures.py``; a test checks the checked-in copy).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple, Optional
+
+from . import generic
+from .cause import Spec
+from .matcher import Matcher
+from .patterns import (_PREFIX, BAD_ARGS, BUILD_SPECIFIC, BUILD_UMBRELLA, CRASH, CUDA_ERR, CUDA_OOM, ENGINE_UMBRELLA,
+                       EPOCH, EXC_LINE, FOREIGN_PREFIX, GPU_FAULT, HANG, HOST_OOM, IMPORT, JIT, KV_PRESSURE,
+                       LOSS_DICT, MAKE, NCCL, NINJA, NODE_OOM, NUM_EPOCHS, OOM_RISK, PORT_IN_USE, STEP,
+                       TOTAL_STEPS, TQDM, VLLM_SPEC_RATE, _SGLANG_FIELD, _VLLM_STATS, is_build_tool)
+
+SPECIFIC, EXCEPTION, UMBRELLA, ERROR_LEVEL = Spec.SPECIFIC, Spec.EXCEPTION, Spec.UMBRELLA, Spec.ERROR_LEVEL
+
+
+class Context(NamedTuple):
+    """What a row may read besides the line: the phase, the level, argparse's usage line."""
+    phase: Optional[str]
+    level: Optional[str]
+    usage_near: bool           # an argparse `usage:` line within 60 lines above
+
+    @property
+    def building(self) -> bool:
+        return self.phase == "building"
+
+
+# (rank, cause, hint key) a row gives its line, or None: the row does not decide this line after all.
+Verdict = Optional[tuple[int, str, str]]
+
+
+@dataclass(frozen=True)
+class Signature:
+    id: str
+    field: str                 # engine | phase | progress | cause | warning | serving
+    pattern: Optional[re.Pattern]
+    decides: str               # the value it decides (a cause, a phase, a warning code, a serving key...)
+    priority: int              # failure rows: tried highest first; others: documentation order
+    releases: str
+    example: str
+    rank: int = 0              # failure rows: cause.Spec of the candidate (see cause.py)
+    hint: str = ""             # failure rows: the HINTS key when verdict is None
+    verdict: Optional[Callable[[str, "re.Match[str]", Context], Verdict]] = None
+    reads: str = ""            # what the analyzer reads from `example` alone (tests); default: decides
+    ends_traceback: bool = False   # an envelope that is a traceback's final line: it replaces the traceback's header
+    test: Optional[Callable[[str, Context], Any]] = None   # instead of pattern.search(body)
+
+    def match(self, body: str, ctx: Context) -> Any:
+        return self.test(body, ctx) if self.test is not None else self.pattern.search(body)   # type: ignore[union-attr]
+
+    def decide(self, body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+        if self.verdict is not None:
+            return self.verdict(body, m, ctx)
+        return (self.rank, self.decides, self.hint or self.decides)
+
+
+# --------------------------------------------------------------------------- verdicts (hint refinements)
+
+def _cuda_oom(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    if "KV cache" in body and "out of memory" not in body:
+        key = "cuda_oom_kv"
+    elif "desired GPU memory utilization" in body or "unbalanced" in body:
+        key = "cuda_oom_occupied"
+    elif ctx.phase == "capturing" or "graph" in body.lower():
+        key = "cuda_oom_capture"
+    else:
+        key = "cuda_oom"
+    return (SPECIFIC, "cuda_oom", key)
+
+
+def _host_oom(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    if "ptxas" in body and "signal 9" not in body:
+        return (SPECIFIC, "build_failed", "build_segfault")
+    if ctx.building or is_build_tool(body):
+        return (SPECIFIC, "host_oom", "host_oom_build")
+    if "exitcode" in body or "SIGKILL" in body:
+        return (SPECIFIC, "host_oom", "host_oom_launcher")     # torch elastic reporting its worker's SIGKILL
+    return (SPECIFIC, "host_oom", "host_oom")
+
+
+def _plain_oom(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    if ctx.building or "cc1plus" in body or "allocating" in body:
+        return (SPECIFIC, "host_oom", "host_oom_build")
+    return (SPECIFIC, "cuda_oom", "cuda_oom")
+
+
+def _cuda_err(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    if "no kernel image" in body:
+        key = "cuda_error_arch"
+    elif "peer access" in body or "PeerAccess" in body:
+        key = "cuda_error_p2p"
+    elif "Assertion" in body or "device-side assert" in body:
+        key = "cuda_error_assert"
+    else:
+        key = "cuda_error"
+    return (SPECIFIC, "cuda_error", key)
+
+
+def _nccl(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    key = "nccl_net" if "NET/" in body else "nccl_shm" if "/dev/shm" in body else "nccl"
+    if "timeout" in body.lower() or "timed out" in body:
+        key = "nccl_first" if "SeqNum=1," in body or "last completed NCCL work: 0" in body else "nccl_timeout"
+    return (SPECIFIC, "nccl", key)
+
+
+def _watchdog(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    cause = generic.watchdog_cause(body)
+    return None if cause is None else (SPECIFIC, cause, "nccl_timeout" if cause == "nccl" else "hang")
+
+
+def _import(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    exc = EXC_LINE.match(body)
+    if exc and not (exc.group("msg") or "").strip():
+        return (UMBRELLA, "import_error", "import_error")
+    key = "import_error_abi" if ("undefined symbol" in body or "GLIBC" in body) else "import_error"
+    return (SPECIFIC, "import_error", key)
+
+
+def _import_test(body: str, ctx: Context) -> Optional["re.Match[str]"]:
+    m = IMPORT.search(body)
+    if m is not None:
+        return m
+    exc = EXC_LINE.match(body)
+    if exc and exc.group("type").split(".")[-1] in ("ImportError", "ModuleNotFoundError"):
+        return exc
+    return None
+
+
+def _bad_args(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    if ctx.usage_near or "unrecognized arguments" in body or "arguments are required" in body \
+            or body.startswith("Error: "):
+        return (SPECIFIC, "bad_arguments", "bad_arguments")
+    return None
+
+
+def _bad_args_test(body: str, ctx: Context) -> Optional["re.Match[str]"]:
+    if "error:" in body or body.startswith("Error: "):
+        return BAD_ARGS.search(body)
+    return None
+
+
+def _build_specific(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    return (SPECIFIC, "build_failed", "build_segfault" if "died due to signal" in body else "build_failed")
+
+
+def _engine_umbrella(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    if ctx.building:
+        return (UMBRELLA, "build_failed", "build_failed")
+    if body.startswith("Traceback"):
+        return (UMBRELLA, "exception", "exception_traceback")
+    if "Traceback" in body or "hit an exception" in body:
+        return (UMBRELLA, "exception", "exception_below")
+    return (UMBRELLA, "exception", "exception_umbrella")
+
+
+def _crash(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    if ctx.building:
+        return (EXCEPTION, "build_failed", "build_failed")
+    return (EXCEPTION, "exception", "exception_bus_error" if body.startswith("Bus error") else "exception_crash")
+
+
+def _exception(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    cause, rank, key = generic.exception_cause_of(m.group("type"), body)
+    if cause == "exception" and ctx.building:
+        return (EXCEPTION, "build_failed", "build_failed")
+    return (rank, cause, key)
+
+
+def _error_level(body: str, ctx: Context) -> Optional[bool]:
+    return True if ctx.level in ("ERROR", "CRITICAL", "FATAL") else None
+
+
+def _cuda_oom_test(body: str, ctx: Context) -> Any:
+    return CUDA_OOM.search(body) or ("out of memory" in body and "CUDA" in body) or None
+
+
+def _exc_test(body: str, ctx: Context) -> Any:
+    return EXC_LINE.match(body)
+
+
+# --------------------------------------------------------------------------- the failure rows
+
+FAILURES: tuple[Signature, ...] = (
+    Signature("GPU_FAULT", "cause", GPU_FAULT, "gpu_fault", 200, "NVIDIA driver (NVRM), GSP firmware R535+",
+              "NVRM: GPU at PCI:0000:3b:00: GPU has fallen off the bus.", SPECIFIC),
+    Signature("NODE_OOM", "cause", NODE_OOM, "host_oom", 190, "Ray >= 2.3 memory monitor",
+              "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+              SPECIFIC, "host_oom_ray"),
+    Signature("CUDA_OOM", "cause", CUDA_OOM, "cuda_oom", 180, "torch >= 1.x, vLLM, SGLang (all)",
+              "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 50.00 MiB. GPU 0 has a total "
+              "capacity of 23.56 GiB", SPECIFIC, verdict=_cuda_oom,
+              test=_cuda_oom_test),
+    Signature("HOST_OOM", "cause", HOST_OOM, "host_oom", 170, "Linux OOM killer, gcc, torch elastic, docker",
+              "c++: fatal error: Killed signal terminated program cc1plus", SPECIFIC, verdict=_host_oom),
+    Signature("SIGKILLED", "cause", generic.SIGKILLED, "host_oom", 165, "Go os/exec, supervisors, launchers",
+              "worker 3: signal: killed", SPECIFIC, "host_oom"),
+    Signature("OUT_OF_MEMORY", "cause", re.compile("out of memory"), "cuda_oom", 160, "any",
+              "RuntimeError: out of memory", SPECIFIC, verdict=_plain_oom),
+    Signature("CUDA_ERR", "cause", CUDA_ERR, "cuda_error", 150, "torch, CUDA runtime (all)",
+              "RuntimeError: CUDA error: an illegal memory access was encountered", SPECIFIC, verdict=_cuda_err),
+    Signature("NCCL", "cause", NCCL, "nccl", 140, "NCCL 2.x, torch ProcessGroupNCCL",
+              "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE) "
+              "ran for 600059 milliseconds before timing out.", SPECIFIC, verdict=_nccl),
+    Signature("PORT_IN_USE", "cause", PORT_IN_USE, "exception", 130, "uvicorn, any server",
+              "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already "
+              "in use", SPECIFIC, "exception_port"),
+    Signature("HANG", "cause", HANG, "hang", 120, "SGLang 2024-2025 scheduler watchdog, vLLM V1",
+              "[2025-03-01 10:00:00 TP3] Watchdog timeout (self.watchdog_timeout=300)", SPECIFIC),
+    Signature("WATCHDOG", "cause", generic.WATCHDOG, "hang", 115,
+              "any watchdog/timeout family: SGLang 2026 `Scheduler watchdog timeout (…, self.soft=False)`",
+              "[2026-05-02 10:09:10 PP1 TP1] Scheduler watchdog timeout (self.watchdog_timeout=300, "
+              "self.soft=False)", SPECIFIC, verdict=_watchdog),
+    Signature("IMPORT", "cause", IMPORT, "import_error", 110, "Python, ld.so (all)",
+              "ImportError: /x/sgl_kernel/common_ops.abi3.so: undefined symbol: cuGreenCtxStreamCreate",
+              SPECIFIC, verdict=_import, test=_import_test),
+    Signature("BAD_ARGS", "cause", BAD_ARGS, "bad_arguments", 100, "argparse, click",
+              "vllm: error: unrecognized arguments: --foo", SPECIFIC, verdict=_bad_args, test=_bad_args_test),
+    Signature("BUILD_SPECIFIC", "cause", BUILD_SPECIFIC, "build_failed", 90, "gcc, nvcc, CMake, ld",
+              "csrc/attention.cu(12): error: identifier \"foo\" is undefined", SPECIFIC, verdict=_build_specific),
+    Signature("BUILD_TOOL_EXIT", "cause", generic.BUILD_TOOL_EXIT, "build_failed", 85,
+              "subprocess / setup.py / torch cpp_extension driving ninja, cmake, make, nvcc, pip",
+              "subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1.",
+              UMBRELLA, "build_failed", ends_traceback=True),
+    Signature("BUILD_UMBRELLA", "cause", BUILD_UMBRELLA, "build_failed", 80,
+              "ninja, make, pip >= 23 (box-drawing envelope), setuptools",
+              "  \u00d7 Building wheel for vllm (pyproject.toml) did not run successfully.", UMBRELLA),
+    Signature("ENGINE_UMBRELLA", "cause", ENGINE_UMBRELLA, "exception", 70,
+              "vLLM V1 EngineCore, SGLang scheduler, torchrun, Python tracebacks",
+              "RuntimeError: Engine core initialization failed. See root cause above.", UMBRELLA,
+              verdict=_engine_umbrella),
+    Signature("CRASH", "cause", CRASH, "exception", 60, "any native crash",
+              "Segmentation fault (core dumped)", EXCEPTION, verdict=_crash),
+    Signature("EXC_LINE", "cause", EXC_LINE, "exception", 50, "Python (a traceback's final exception, by type)",
+              "ValueError: Total number of attention heads (32) must be divisible by tensor parallel size (3).",
+              EXCEPTION, verdict=_exception, test=_exc_test),
+    Signature("ERROR level", "cause", None, "exception", 0, "any logger at ERROR/CRITICAL/FATAL",
+              "ERROR 07-01 13:54:43 [serving_chat.py:120] request handling broke", ERROR_LEVEL, "exception_umbrella", test=_error_level),
+)
+_ORDERED = tuple(sorted(FAILURES, key=lambda s: -s.priority))
+ENDS_TRACEBACK = frozenset(s.id for s in FAILURES if s.ends_traceback)
+
+
+MATCHER = Matcher(_ORDERED)
+
+
+def use_backend(backend: Optional[str]) -> None:
+    """Rebuild the failure rows' matcher on one backend (matcher.BACKENDS; None: the best installed)."""
+    global MATCHER
+    MATCHER = Matcher(_ORDERED, backend)
+
+
+def classify(body: str, ctx: Context) -> Optional[tuple[int, str, str, str]]:
+    """(rank, cause, hint key, signature id) of the first row, by priority, that decides this line."""
+    rows = MATCHER.rows
+    for i in MATCHER.candidates(body):
+        sig = rows[i]
+        m = sig.match(body, ctx)
+        if m is None:
+            continue
+        v = sig.decide(body, m, ctx)
+        if v is not None:
+            return (v[0], v[1], v[2], sig.id)
+    return None
+
+
+# --------------------------------------------------------------------------- the readers' rows
+
+class _Lazy:
+    """A row's pattern compiled on first use: the readers' rows are compiled into combined patterns
+    (MARKERS, ENGINE_STRONG...) at import; their own compiles serve only tests and the doc."""
+    __slots__ = ("pattern", "_rx")
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self._rx: Optional[re.Pattern] = None
+
+    def _compiled(self) -> re.Pattern:
+        if self._rx is None:
+            self._rx = re.compile(self.pattern)
+        return self._rx
+
+    def search(self, *args: Any) -> Optional["re.Match[str]"]:
+        return self._compiled().search(*args)
+
+    def match(self, *args: Any) -> Optional["re.Match[str]"]:
+        return self._compiled().match(*args)
+
+
+def _row(id: str, field: str, pattern: Any, decides: str, priority: int, releases: str, example: str,
+         reads: str = "") -> Signature:
+    rx = pattern if isinstance(pattern, re.Pattern) else _Lazy(pattern)
+    return Signature(id, field, rx, decides, priority, releases, example, reads=reads)
+
+
+# Record prefixes: stripped before a record is read, by patterns._PREFIX (one combined pattern, re-applied;
+# each row's pattern is its branch's shape) after a wrapper's FOREIGN_PREFIX; `reads` is the message left.
+PREFIXES: tuple[Signature, ...] = (
+    _row("wrapper_prefix", "prefix", FOREIGN_PREFIX, "stripped", 100,
+         "IDE CMake runners `[build] `, docker compose `web-1  | `, kubectl `pod/x ` / `[pod/x/c] `, pasted line "
+         "numbers, journald/syslog `Dec  1 10:00:01 host unit[pid]: `",
+         "web-1  | Uvicorn running on http://0.0.0.0:8000", "Uvicorn running on http://0.0.0.0:8000"),
+    _row("vllm_process_prefix", "prefix", r"\((?:[A-Za-z][\w\-:]*\s+)?pid=\d+(?:,\s*ip=[^)]*)?\)", "stripped", 90, "vLLM multiproc `_add_prefix`, all V1; Ray actors",
+         "(EngineCore_DP0 pid=185) INFO 03-11 09:02:10 [core.py:58] Initializing", "Initializing"),
+    _row("vllm_logger_header", "prefix", r"(?:INFO|WARNING|ERROR|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.\-]+:\d+\]", "stripped", 89, "vLLM >= 0.7 `[file.py:N]`; 0.4-0.6 `file.py:N]`",
+         "INFO 07-24 04:00:31 metrics.py:295] Avg prompt throughput: 0.0 tokens/s",
+         "Avg prompt throughput: 0.0 tokens/s"),
+    _row("sglang_rank_tags", "prefix", r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\s+[A-Z]{1,4}\d+)*\]", "stripped", 88,
+         "SGLang 2024 `[TP0]` -> 2025-26 `[time DPn PPn ATTN_CPn MOE_DPn TPn EPn]`",
+         "[2026-05-02 10:06:02 PP1 TP1] Load weight end.", "Load weight end."),
+    _row("torch_rank", "prefix", r"\[rank\d+\]:?|\[(?:PG [^\]]*?)?Rank \d+\]", "stripped", 87, "torch.distributed `[rankN]:`, ProcessGroupNCCL `[PG … Rank N]`",
+         "[rank0]:[E ProcessGroupNCCL.cpp:563] [Rank 0] Watchdog fired", "Watchdog fired"),
+    _row("python_logging", "prefix", r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\s*[-|]\s*(?:INFO|WARNING|ERROR|DEBUG)\s*[-|:]", "stripped", 86, "HF, uvicorn, Lightning, sglang_router",
+         "2025-01-01 10:00:00,123 - INFO - trainer - Saving model", "Saving model"),
+    _row("glog", "prefix", r"\[?[EWIF]\d{3,4}\s\d\d:\d\d:\d\d\.\d+(?:\s+\d+)?\s\S+:\d+\]|\[[EWIF]\s[^\]]*\.(?:cpp|cc|cu|h):\d+\]", "stripped", 85, "torch C++, NCCL plugins (glog / c10)",
+         "E0524 12:00:00.123 1234 socket.cpp:10] connect failed", "connect failed"),
+    _row("dmesg", "prefix", r"\[\s*\d+\.\d+\]", "stripped", 84, "Linux kernel", "[   24.302465] NVRM: loading NVIDIA UNIX",
+         "NVRM: loading NVIDIA UNIX"),
+    _row("buildkit", "prefix", r"#\d+\s\d+\.\d+(?=\s\S)", "stripped", 83, "docker build (BuildKit)", "#12 25.88 [3/9] c++ -c a.cpp",
+         "[3/9] c++ -c a.cpp"),
+)
+
+# Engines: strong signatures name the engine at once; medium ones (a source path, a header) when no
+# strong one is seen; weak hints are weighed (see State.engine). The row id is the signature's name.
+ENGINES: tuple[Signature, ...] = (
+    _row("vllm_process_prefix", "engine",
+         r"\((?:APIServer|EngineCore(?:_\w+)?|VllmWorker(?:Process|_\w+|(?: (?:rank=\d+|[A-Z]{2}\d+))+)?"
+         r"|Worker(?:_[A-Z]{2}\d+)+|RayWorkerWrapper|VLLM::\w+) pid=\d+|^\(Worker pid=\d+\)", "vllm", 3,
+         "VllmWorkerProcess 0.4-0.6; VllmWorker rank= 0.8-0.9; VllmWorker TPn 0.10; Worker_* 0.11+; "
+         "EngineCore/APIServer all V1", "(Worker_PP1_TP3 pid=31) INFO 06-02 14:00:15 [loader.py:10] rank 3 is ready"),
+    _row("vllm_banner", "engine", r"Starting vLLM|vLLM API server|vLLM is using|Initializing a V\d LLM engine"
+         r"|usage: vllm|^vllm: error|vllm serve|VLLM::|vllm_config|from vllm|vllm\.entrypoints", "vllm", 3,
+         "vLLM 0.4 -> current", "INFO 06-02 14:00:00 [api_server.py:1] vLLM API server version 0.11.0"),
+    _row("vllm_stats", "engine", r"Engine \d{3}:|Avg prompt throughput:|Speculative metrics: Draft acceptance rate",
+         "vllm", 3, "vLLM V0 0.4-0.10 (no `Engine` field), V1",
+         "Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 12.0 tokens/s"),
+    _row("vllm_startup", "engine", r"Capturing CUDA graphs? (?:shapes|\()|Capturing cudagraphs for decoding"
+         r"|Model loading took|Graph capturing finished in", "vllm", 3, "vLLM V0 0.6-0.10, V1 0.9+",
+         "Model loading took 75.79 GiB and 130.2 seconds"),
+    _row("sglang_rank_tag", "engine", r"\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?(?: [A-Z_]{2,7}\d+)* TP\d+"
+         r"(?: [A-Z_]{2,7}\d+)*\]", "sglang", 3, "SGLang 2024 -> 2026 (ranks in any order)",
+         "[2026-05-02 10:00:01 PP1 TP1] Init torch distributed begin."),
+    _row("sglang_process", "engine", r"sglang::|sglang\.launch_server|sglang serve|\[Router \(Rust\)\]|sglang_router",
+         "sglang", 3, "SGLang, sgl-router (2025)", "python3 -m sglang.launch_server --model-path /models/x"),
+    _row("sglang_stats", "engine", r"Decode batch[.,] #|Prefill batch[.,] #", "sglang", 3,
+         "SGLang (the comma form 2026)", "Prefill batch, #new-seq: 1, #new-token: 12, #running-req: 0"),
+    _row("sglang_startup", "engine", r"fired up and ready to roll|Capturing batches|Capture (?:piecewise )?cuda graph"
+         r"|Load weight (?:begin|end)|KV Cache is allocated|Memory pool end", "sglang", 3, "SGLang",
+         "KV Cache is allocated. #tokens: 412331, K size: 9.84 GB"),
+    _row("vllm_source_path", "engine", r"/vllm/|\bvllm\._C\b", "vllm", 2, "vLLM and forks (medium)",
+         'File "/usr/lib/python3/site-packages/vllm/worker.py", line 3, in run'),
+    _row("sglang_source_path", "engine", r"/sglang/|/sgl_kernel/|\bsglang\.srt\b", "sglang", 2, "SGLang (medium)",
+         'File "/usr/lib/python3/site-packages/sglang/srt/server.py", line 3, in run'),
+    _row("vllm_logger_header", "engine", r"^(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+         r"\[?[\w.\-]+\.py:\d+\]", "vllm", 2, "vLLM header format (medium)",
+         "ERROR 06-02 14:00:00 [core.py:1] Failed to reach the server"),
+    _row("vllm_weak_shard_bar", "engine", r"checkpoint shards:\s*\d+% Completed", "vllm", 1,
+         "vLLM's shard loader (SGLang reuses it: weak, weight 1)",
+         "Loading safetensors checkpoint shards: 100% Completed", "vllm"),
+    _row("sglang_weak_flashinfer_jit", "engine", r"flashinfer\.\s*jit", "sglang", 1,
+         "flashinfer JIT, SGLang's default backend (weak, weight 2)", "flashinfer.jit: Loading JIT ops: sampling"),
+)
+_WEIGHT = {"vllm_weak_shard_bar": 1, "sglang_weak_flashinfer_jit": 2}
+ENGINE_STRONG = re.compile("|".join(f"(?P<{r.id}>{r.pattern.pattern})" for r in ENGINES if r.priority == 3))
+ENGINE_PATH = re.compile("|".join(f"(?P<{r.id}>{r.pattern.pattern})" for r in ENGINES if r.priority == 2))
+ENGINE_WEAK = [(r.pattern, r.decides, _WEIGHT[r.id]) for r in ENGINES if r.priority == 1]
+
+
+def engine_signals(text: str, body: str) -> tuple[Optional[str], Optional[str], frozenset]:
+    """(strong signature name, medium signature name, weak hint keys) that one record carries.
+
+    `text` is the record with its prefixes, `body` without; a name's first word is its engine.
+    """
+    lead = text.lstrip()
+    f = FOREIGN_PREFIX.match(lead)
+    if f is not None and f.end() and not _PREFIX.match(lead):
+        lead = lead[f.end():]          # a wrapper's prefix (`web-1  | `) is no part of the record
+    m = ENGINE_STRONG.search(lead) or ENGINE_STRONG.search(body)
+    strong = m.lastgroup if m is not None else None
+    m = ENGINE_PATH.search(lead)
+    path = m.lastgroup if m is not None else None
+    weak = frozenset(engine + rx.pattern for rx, engine, _ in ENGINE_WEAK if rx.search(body))
+    return strong, path, weak
+
+
+# Phase markers: `decides` is the marker's kind (State._marker turns it into a phase); `reads` the
+# phase its example alone reads as. Rows of one kind are joined in table order (first match wins).
+PHASES: tuple[Signature, ...] = (
+    _row("load_begin", "phase", r"Load weight begin|Loading (?:model )?weights(?! took)|Starting to load model"
+         r"|Loading model from|Loading safetensors|Loading pt checkpoint", "loading", 50, "vLLM, SGLang, HF",
+         "INFO 06-02 14:00:15 [gpu_model_runner.py:1] Starting to load model /models/x...", "loading"),
+    _row("load_end", "phase", r"Loading weights took|Model loading took|Load weight end|Loaded model weights", "loaded",
+         49, "vLLM, SGLang", "Loading weights took 3.74 seconds", "starting"),
+    _row("torch_compile", "phase", r"Dynamo bytecode transform|Compiling a graph|torch\.compile(?! takes)"
+         r"|torch_compile_cache", "compiling", 48, "vLLM V1, SGLang --enable-torch-compile",
+         "Dynamo bytecode transform time: 7.14 s", "compiling"),
+    _row("jit_compile", "phase", r"Prebuilt kernels not found|Loading JIT ops|JIT compil|Compiling (?:kernel|module|model)",
+         "compiling", 47, "flashinfer, DeepSpeed ops", "Prebuilt kernels not found, using JIT backend", "compiling"),
+    _row("inductor_autotune", "phase", r"AUTOTUNE \w+\(|SingleProcess AUTOTUNE", "compiling", 46, "torch Inductor",
+         "AUTOTUNE mm(128x4096, 4096x4096)", "compiling"),
+    _row("compile_done", "phase", r"torch\.compile takes", "compiled", 45, "vLLM V1",
+         "torch.compile takes 7.14 s in total", "starting"),
+    _row("capture_begin", "phase", r"Capture cuda graph begin|Capturing CUDA graph|Capturing cudagraph"
+         r"|Capturing the model for CUDA graph|Capturing batches|Capture (?:piecewise )?cuda graph (?:bs|num tokens)",
+         "capturing", 44, "vLLM V0/V1, SGLang 2024-2026",
+         "Capture cuda graph begin. This can take up to several minutes.", "capturing"),
+    _row("capture_end", "phase", r"Capture cuda graph end|Graph capturing finished", "captured", 43, "SGLang, vLLM",
+         "Capture cuda graph end. Time elapsed: 5.37 s", "starting"),
+    _row("kv_cache_sized", "phase", r"GPU KV cache size|Available KV cache memory|KV Cache is allocated|Memory pool end",
+         "starting", 42, "vLLM, SGLang", "Available KV cache memory: 16.23 GiB", "starting"),
+    _row("api_server_start", "phase", r"Starting vLLM API server|Available routes are|Started server process"
+         r"|Waiting for application startup|Uvicorn running on|Initializing a V\d LLM engine|Server args|server_args=",
+         "starting", 41, "vLLM, SGLang, uvicorn", "INFO:     Started server process [123]", "starting"),
+    _row("uvicorn_ready", "phase", r"Application startup complete", "startup_complete", 40, "uvicorn (vLLM)",
+         "INFO:     Application startup complete.", "ready"),
+    _row("sglang_ready", "phase", r"fired up and ready to roll", "ready", 39, "SGLang",
+         "The server is fired up and ready to roll!", "ready"),
+    _row("build_steps", "phase", r"Building (?:CUDA|CXX|C) object|\*\*\* Configuring CMake|-- Configuring (?:done|incomplete)"
+         r"|-- The (?:C|CXX|CUDA) compiler identification|Building wheel|running build_ext|Emitting ninja build file"
+         r"|scikit-build-core|Linking (?:CUDA|CXX|C) (?:shared|static)|Building extension", "building", 38,
+         "CMake, ninja, setuptools, pip, scikit-build-core", "-- The CUDA compiler identification is NVIDIA 12.8.93",
+         "building"),
+    _row("training_banner", "phase", r"\*+ Running training \*+|^training \.\.\.\s*$", "training", 37,
+         "HF Trainer, Megatron-LM", "***** Running training *****", "training"),
+)
+
+
+def _grouped(rows: tuple[Signature, ...]) -> str:
+    kinds: dict[str, list[str]] = {}
+    for r in rows:
+        kinds.setdefault(r.decides, []).append(r.pattern.pattern)       # type: ignore[union-attr]
+    return "|".join(f"(?P<{kind}>{'|'.join(alts)})" for kind, alts in kinds.items())
+
+
+MARKERS = re.compile(_grouped(PHASES))
+
+# Progress, serving numbers and warnings: the readers of patterns.py / generic.py, one row each.
+PROGRESS: tuple[Signature, ...] = (
+    _row("tqdm bar", "progress", TQDM, "done/total, rate, ETA; phase from the label", 30,
+         "tqdm (any), vLLM shard loader `% Completed |`, bar-less non-TTY bars",
+         "Capturing CUDA graphs (decode, FULL):  45%|####5     | 23/51 [00:02<00:02, 11.40it/s]", "23/51"),
+    _row("ninja [n/N]", "progress", NINJA, "build n/N", 29, "ninja (CMake, torch cpp_extension)",
+         "[12/345] Building CUDA object CMakeFiles/_C.dir/csrc/x.cu.o", "12/345"),
+    _row("make [n%]", "progress", MAKE, "build n/100", 28, "CMake Makefiles", "[ 45%] Building CXX object x.o", "45/100"),
+    _row("step n/N", "progress", STEP, "training n/N", 27, "custom loops, Megatron, Lightning",
+         "step 10/100 loss 1.25", "10/100"),
+    _row("epoch n/N", "progress", EPOCH, "training n/N", 26, "custom loops, fairseq", "Epoch 2/10 loss 1.1", "2/10"),
+    _row("HF loss dict 'epoch'", "progress", LOSS_DICT, "epoch of `Num Epochs`", 25, "HF Trainer",
+         "{'loss': 1.2, 'grad_norm': 1.0, 'learning_rate': 1e-05, 'epoch': 0.59}", "0.59/None"),
+    _row("trainer banners", "progress", NUM_EPOCHS.pattern + "|" + TOTAL_STEPS.pattern, "totals", 24,
+         "HF Trainer", "  Total optimization steps = 564", ""),
+    _row("labelled [n/N]", "progress", generic.LABELLED_BRACKET, "n/N; phase from the label", 23,
+         "any: the generic layer, a [N/M] after a label that names a phase, or before a build step's words "
+         "(`BUILD_STEP_ANYWHERE`: ninja behind a prefix nobody listed)",
+         "rank0: Loading checkpoint shard [3/8] from /models/x", "3/8"),
+    _row("labelled n/N", "progress", generic.LABELLED_COUNT, "n/N; phase from the label", 22,
+         "any: the generic layer, `label N/M` (a whole token, N <= M) in a line with no step/epoch word",
+         "rank0: Loading checkpoint 3/8 from /models/x", "3/8"),
+)
+SERVING: tuple[Signature, ...] = (
+    _row("vllm_stats", "serving", _VLLM_STATS, "prompt/gen tokens/s, running, waiting, kv_cache_pct", 20,
+         "vLLM V0 (0.4+, every 5 s), V1 (`Engine 000:`)",
+         "Engine 000: Avg prompt throughput: 10.0 tokens/s, Avg generation throughput: 132.5 tokens/s, "
+         "Running: 8 reqs, Waiting: 0 reqs, GPU KV cache usage: 55.1%", "gen_tokens_per_s=132.5"),
+    _row("vllm_spec_decode", "serving", VLLM_SPEC_RATE, "spec_accept_len, spec_accept_rate", 19,
+         "vLLM V1 `SpecDecoding metrics`, V0 0.4-0.6 `Speculative metrics`",
+         "SpecDecoding metrics: Mean acceptance length: 2.64, Accepted: 7 tokens, Drafted: 9 tokens, "
+         "Avg Draft acceptance rate: 33.0%", "spec_accept_len=2.64"),
+    _row("sglang_batch", "serving", _SGLANG_FIELD, "running, waiting, kv_cache_pct, gen tokens/s, accept len/rate", 18,
+         "SGLang 2024-2026 (`Decode batch.` / 2026 `Decode batch,`)",
+         "Decode batch, #running-req: 4, #token: 2210, token usage: 0.01, gen throughput (token/s): 210.44, "
+         "#queue-req: 0", "running=4"),
+)
+WARNINGS: tuple[Signature, ...] = (
+    _row("oom_risk", "warning", OOM_RISK, "oom_risk", 10, "torch cpp_extension (no MAX_JOBS), make -j, compilers",
+         "Allowing ninja to set a default number of workers... (overridable by setting the environment variable MAX_JOBS=N)"),
+    _row("kv_cache_pressure", "warning", KV_PRESSURE, "kv_cache_pressure", 9,
+         "vLLM PreemptionMode, SGLang retract (also: KV >= 95 % with requests waiting)",
+         "Sequence group 3 is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache space."),
+    _row("jit_compile", "warning", JIT, "jit_compile", 8, "flashinfer, DeepSpeed ops",
+         "Prebuilt kernels not found, using JIT backend"),
+)
+
+TABLE: tuple[Signature, ...] = PREFIXES + ENGINES + PHASES + PROGRESS + SERVING + WARNINGS + FAILURES
+
+
+# --------------------------------------------------------------------------- the generated doc
+
+_SECTIONS = (("prefix", "Record prefixes (stripped before a line is read)"), ("engine", "Engine"),
+             ("phase", "Phase markers"), ("progress", "Progress"), ("serving", "Serving numbers"),
+             ("warning", "Warnings"), ("cause", "Failures (root cause)"))
+
+
+def _cell(text: str, limit: int = 0) -> str:
+    text = text.replace("|", "\\|").replace("\n", " ")
+    if limit and len(text) > limit:
+        text = text[:limit - 1] + "…"
+    return text
+
+
+def markdown() -> str:
+    """docs/LOG_SIGNATURES.md: every row of TABLE, by field (tests/test_analyze_table.py checks the checked-in copy)."""
+    from . import cause
+    out = ["# Log signatures", "",
+           "Generated from `jobs/logs/analyze/signatures.py` by `python docs/make_log_signatures.py`; do not edit.",
+           "Every row is one signature: what it matches (its pattern), the field it decides, its priority,",
+           "the releases that print it and one example line (tests/test_analyze_table.py reads each example",
+           "through the analyzer and checks the row's field). `LogAnalysis.decided_by` names the row that",
+           "decided each field.", ""]
+    for field, title in _SECTIONS:
+        rows = [r for r in TABLE if r.field == field]
+        out += [f"## {title}", ""]
+        if field == "cause":
+            doc = (cause.__doc__ or "").strip().split("\n")
+            out += [line[0:] for line in doc[2:]] + [""]
+            out += ["Rows are tried by priority (highest first); rank: 3 specific, 2 exception/crash, 1 envelope, "
+                    "0 ERROR level.", "",
+                    "| id | decides | priority | rank | releases | example | pattern |", "|---|---|---|---|---|---|---|"]
+            for r in sorted(rows, key=lambda r: -r.priority):
+                pat = r.pattern.pattern if r.pattern is not None else "(the record's level)"
+                out.append(f"| `{r.id}` | {r.decides} | {r.priority} | {int(r.rank)} | {_cell(r.releases)} | "
+                           f"`{_cell(r.example)}` | `{_cell(pat, 300)}` |")
+            out.append("")
+            out += ["Exceptions by type (the generic layer, `generic.EXCEPTION_TYPES`):", "",
+                    "| type | cause | rank |", "|---|---|---|"]
+            out += [f"| `{t}` | {c} | {int(k)} |" for t, (c, k, _) in generic.EXCEPTION_TYPES.items()]
+            out.append("")
+            continue
+        out += ["| id | decides | priority | releases | example | pattern |", "|---|---|---|---|---|---|"]
+        for r in rows:
+            pat = r.pattern.pattern if r.pattern is not None else ""
+            out.append(f"| `{r.id}` | {_cell(r.decides)} | {r.priority} | {_cell(r.releases)} | `{_cell(r.example)}` | "
+                       f"`{_cell(pat, 300)}` |")
+        out.append("")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,42 @@
+"""Differential test: today's analyzer against the one the "read" issue started from, on every fixture and reference log.
+
+Every difference is a fix named here (and in the commit that made it); anything else is a regression.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import diff_analyze  # noqa: E402
+
+# (log, field) -> today's reading, each a fix of the "read" issue.
+FIXES = {
+    ("fixture build_ide_runner_prefixed_ninja.log", "progress"): (47, 230, "build"),      # [build] prefix
+    ("fixture pip_wheel_envelope_cmake_error.log", "failure"): ("build_failed", 12),     # not the numpy UserWarning
+    ("fixture setup_py_calledprocess_ninja.log", "failure"): ("build_failed", 11),      # its own line, not the header
+    ("fixture sglang_2026_pp_watchdog_timeout.log", "failure"): ("hang", 7),            # new watchdog words
+    ("reference 14_vllm_nccl_watchdog_timeout_worker_died.log", "engine"): "vllm",      # behind a pasted '  | '
+    ("reference 46_sglang_capture_jit_ninja_build_failed.log", "failure"): ("build_failed", 9),   # CalledProcessError
+    ("reference 70_train_fairseq_multigpu_interleaved_tqdm.log", "progress"): (51, 11265, "epoch 001"),  # no '| '
+}
+
+
+def _has_base() -> bool:
+    if shutil.which("git") is None:
+        return False
+    return subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{diff_analyze.BASE}^{{commit}}"],
+                          capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _has_base(), reason="the base revision is not in this checkout")
+def test_every_difference_from_the_base_analyzer_is_a_named_fix() -> None:
+    got = {(name, field): after for name, field, _, after in diff_analyze.differences(diff_analyze.BASE)}
+    have_reference = diff_analyze.REFERENCE.is_dir()
+    want = {k: v for k, v in FIXES.items() if have_reference or k[0].startswith("fixture ")}
+    assert got == want

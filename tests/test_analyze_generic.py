@@ -1,0 +1,188 @@
+"""The next release's logs: new words, wrappers' prefixes, envelopes and the generic layer beneath the table."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpudeck.jobs.logs.analyze import LogAnalyzer, analyze_bytes
+from gpudeck.jobs.logs.analyze import generic
+
+FIXTURES = Path(__file__).parent / "fixtures" / "logs"
+
+# What a wrapper may put before every line: none, an IDE's CMake runner, docker compose, a pasted
+# compose line, kubectl --prefix (both shapes), a viewer's line numbers.
+WRAPPERS = ["", "[build] ", "web-1  | ", "  | ", "pod/vllm-7f9c ", "[pod/vllm-7f9c/main] ", "  12 | ", "[1830] ",
+            "Dec  1 10:00:01 gpu-box python3[4242]: "]
+
+# fixture -> (phase, cause, root-cause line, progress (done, total) or None, engine)
+FRESH = {
+    "sglang_2026_pp_watchdog_timeout.log": ("failed", "hang", 7, None, "sglang"),
+    "build_ide_runner_prefixed_ninja.log": ("building", None, None, (47, 230), None),
+    "pip_wheel_envelope_cmake_error.log": ("failed", "build_failed", 12, None, None),
+    "setup_py_calledprocess_ninja.log": ("failed", "build_failed", 11, None, None),
+}
+
+
+def _wrapped(data: bytes, prefix: str) -> bytes:
+    return b"".join(prefix.encode() + line + b"\n" for line in data.rstrip(b"\n").split(b"\n"))
+
+
+def _check(r, want) -> None:
+    phase, cause, line, progress, engine = want
+    assert r.phase == phase, r
+    if cause is None:
+        assert r.failure is None, r.failure
+    else:
+        assert r.failure is not None and (r.failure.cause, r.failure.line) == (cause, line), r.failure
+    if progress is not None:
+        assert r.progress is not None and (r.progress.done, r.progress.total) == progress
+    assert r.engine == engine
+
+
+@pytest.mark.parametrize("prefix", WRAPPERS)
+@pytest.mark.parametrize("name", sorted(FRESH))
+def test_fresh_misses_read_right_behind_any_wrapper(name: str, prefix: str) -> None:
+    _check(analyze_bytes(_wrapped((FIXTURES / name).read_bytes(), prefix)), FRESH[name])
+
+
+@pytest.mark.parametrize("name", sorted(FRESH))
+def test_fresh_misses_read_the_same_fed_in_pieces(name: str) -> None:
+    data = _wrapped((FIXTURES / name).read_bytes(), "web-1  | ")
+    a = LogAnalyzer()
+    for i in range(0, len(data), 7):
+        a.feed(data[i:i + 7])
+        a.result()
+    a.finish()
+    assert a.result() == analyze_bytes(data)
+
+
+def test_a_warning_never_names_the_cause() -> None:
+    r = analyze_bytes(b"foo.py:3: UserWarning: CUDA out of memory while probing, retrying\n"
+                      b"WARNING 01-02 10:00:00 [x.py:1] No module named 'flash_attn', using fallback\n"
+                      b"csrc/a.cu(3): error: identifier \"x\" is undefined\n")
+    assert r.failure is not None and (r.failure.cause, r.failure.line) == ("build_failed", 3)
+
+
+def test_a_warning_alone_is_no_failure() -> None:
+    r = analyze_bytes(b"functional_tensor.py:276: UserWarning: Failed to initialize NumPy: No module named 'numpy'\n")
+    assert r.failure is None
+
+
+@pytest.mark.parametrize("line,cause", [
+    ("[2026-05-02 10:06:02 PP1 TP1] Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)", "hang"),
+    ("[2026-05-02 10:06:02 DP0 TP3 EP3] Detokenizer watchdog timed out after 600 s", "hang"),
+    ("[rank2]:[E ProcessGroupNCCL.cpp:616] [Rank 2] Watchdog caught collective operation timeout: "
+     "WorkNCCL(SeqNum=7, OpType=ALLGATHER) ran for 600000 milliseconds", "nccl"),
+    ("c10d watchdog timed out waiting for ALLREDUCE to finish", "nccl"),
+])
+def test_watchdog_family_reads_hang_or_nccl_by_what_it_names(line: str, cause: str) -> None:
+    r = analyze_bytes(line.encode() + b"\n")
+    assert r.failure is not None and r.failure.cause == cause
+
+
+@pytest.mark.parametrize("line,cause", [
+    ("subprocess.CalledProcessError: Command '['cmake', '--build', '.', '-j', '8']' returned non-zero exit status 2.",
+     "build_failed"),
+    ("subprocess.CalledProcessError: Command '['/usr/bin/python3', 'setup.py', 'bdist_wheel']' returned non-zero "
+     "exit status 1.", "build_failed"),
+    ("subprocess.CalledProcessError: Command '['nvcc', '-c', 'a.cu']' returned non-zero exit status 1.",
+     "build_failed"),
+    ("subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status -9.", "host_oom"),
+    ("subprocess.CalledProcessError: Command '['git', 'fetch']' returned non-zero exit status 128.", "exception"),
+    ("ModuleNotFoundError: No module named 'sgl_kernel'", "import_error"),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "cuda_oom"),
+    ("IndentationError: unexpected indent", "syntax_error"),
+])
+def test_a_final_exception_is_classified_by_its_type(line: str, cause: str) -> None:
+    r = analyze_bytes(b"Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+                      + line.encode() + b"\n")
+    assert r.failure is not None and (r.failure.cause, r.failure.line) == (cause, 3), r.failure
+
+
+def test_a_sigkilled_worker_says_check_dmesg() -> None:
+    r = analyze_bytes(b"torch.distributed.elastic.multiprocessing.api: failed (exitcode: -9) local_rank: 0\n")
+    assert r.failure is not None and r.failure.cause == "host_oom" and "dmesg" in r.failure.hint
+
+
+@pytest.mark.parametrize("token,value", [("1e5", 100000), ("2.5", 2.5), ("-3", -3), ("1.5e-3", 0.0015),
+                                          ("1e400", None), ("inf", None), ("nan", None), ("29/1e5", None),
+                                          ("12abc", None), ("", None)])
+def test_strict_numbers(token: str, value) -> None:
+    assert generic.strict_number(token) == value
+
+
+@pytest.mark.parametrize("text,want", [("[build] [47/230] Building CUDA object", ("", 47, 230)),
+                                        ("rank0: shard 3/8 loaded", ("shard", 3, 8)),
+                                        ("no counter 1.5/2 here", None)])
+def test_counter_anywhere_in_a_line(text: str, want) -> None:
+    assert generic.counter(text) == want
+
+
+@pytest.mark.parametrize("line,want", [(b"step 29/1e5 loss 1.2\n", (29, 100000)),
+                                        (b"step 29/1e400 loss 1.2\n", (29, None)),
+                                        (b"step 29/100x loss 1.2\n", (29, None))])
+def test_step_totals_are_whole_tokens(line: bytes, want) -> None:
+    r = analyze_bytes(line)
+    assert r.progress is not None and (r.progress.done, r.progress.total) == want
+
+
+def test_a_serving_number_in_scientific_notation_is_rejected_not_truncated() -> None:
+    r = analyze_bytes(b"INFO 01-02 10:00:00 [loggers.py:1] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+                      b"Avg generation throughput: 1e400 tokens/s, Running: 1 reqs, Waiting: 0 reqs\n")
+    assert r.serving is None or r.serving.gen_tokens_per_s is None
+    r = analyze_bytes(b"[2026-01-02 10:00:00 TP0] Decode batch, #running-req: 3, #token: 10, token usage: 1e-2, "
+                      b"gen throughput (token/s): 12.5, #queue-req: 0\n")
+    assert r.serving is not None and r.serving.kv_cache_pct is None and r.serving.gen_tokens_per_s == 12.5
+
+
+@pytest.mark.parametrize("line,want", [
+    (b"rank0: Loading checkpoint shard [3/8] from /models/x\n", ("loading", 3, 8)),
+    (b"worker-2 capture cuda graph [12/52] bs=64\n", ("capturing", 12, 52)),
+    (b"GET /v1/models [12/52] 200 OK\n", None),
+])
+def test_a_labelled_bracket_counter_anywhere_in_a_line(line: bytes, want) -> None:
+    r = analyze_bytes(line)
+    if want is None:
+        assert r.progress is None
+    else:
+        assert r.progress is not None and (r.phase, r.progress.done, r.progress.total) == want
+
+
+@pytest.mark.parametrize("line", [b"exec: worker: signal: killed", b"supervisor: worker 3 received SIGKILL",
+                                   b"Process exited with exit code 137", b"Killed"])
+def test_a_sigkill_in_any_words_is_host_oom_with_dmesg(line: bytes) -> None:
+    r = analyze_bytes(line + b"\n")
+    assert r.failure is not None and r.failure.cause == "host_oom" and "dmesg" in r.failure.hint
+
+
+@pytest.mark.parametrize("line,want", [
+    (b"rank0: Loading checkpoint 3/8 from /models/x\n", ("loading", 3, 8)),
+    (b"Loading at 2026/12/05\n", None),                  # a date
+    (b"Loading weights took 1.5/2 s\n", None),            # no whole-token count
+    (b"Loading x 9/8\n", None),                          # past its total: no count
+])
+def test_a_labelled_plain_counter(line: bytes, want) -> None:
+    r = analyze_bytes(line)
+    if want is None:
+        assert r.progress is None
+    else:
+        assert r.progress is not None and (r.phase, r.progress.done, r.progress.total) == want
+
+
+@pytest.mark.parametrize("line,cause", [
+    ("TimeoutError: Timed out waiting for the engine core to start", "hang"),
+    ("TimeoutError: all_reduce did not finish within 600 s", "nccl"),
+    ("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.", "nccl"),
+])
+def test_a_timeout_exception_is_read_by_what_it_names(line: str, cause: str) -> None:
+    r = analyze_bytes(b"Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+                      + line.encode() + b"\n")
+    assert r.failure is not None and (r.failure.cause, r.failure.line) == (cause, 3), r.failure
+
+
+@pytest.mark.parametrize("line", [b">>> [47/230] Building CUDA object k.cu.o", b"12:00:01 build | [47/230] /usr/bin/nvcc -c k.cu",
+                                   b"(step 3) [47/230] Linking CXX shared library _C.so"])
+def test_a_build_step_behind_a_prefix_nobody_listed(line: bytes) -> None:
+    r = analyze_bytes(line + b"\n")
+    assert r.phase == "building" and r.progress is not None and (r.progress.done, r.progress.total) == (47, 230)

@@ -1,0 +1,65 @@
+"""The signature table: every row's example line reads as the row says; the doc is generated from it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpudeck.jobs.logs.analyze import analyze_bytes, signatures
+from gpudeck.jobs.logs.analyze.patterns import strip_prefixes
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = {f"{r.field}:{r.id}": r for r in signatures.TABLE}
+
+
+def test_row_ids_are_unique_per_field() -> None:
+    assert len(ROWS) == len(signatures.TABLE)
+
+
+def test_every_row_has_an_example_and_releases() -> None:
+    for r in signatures.TABLE:
+        assert r.example and r.releases and r.decides, r.id
+
+
+@pytest.mark.parametrize("key", sorted(ROWS))
+def test_every_rows_example_reads_as_the_row_says(key: str) -> None:
+    r = ROWS[key]
+    if r.field == "prefix":
+        assert r.pattern.match(r.example) and strip_prefixes(r.example)[0].strip() == r.reads
+        return
+    assert r.match(r.example, signatures.Context(None, "ERROR", True)) if r.field == "cause" \
+        else r.pattern.search(r.example), "the row's pattern does not match its own example"
+    a = analyze_bytes(r.example.encode() + b"\n")
+    why = dict(a.decided_by)
+    if r.field == "engine":
+        assert a.engine == r.decides
+        if r.priority > 1:
+            assert why["engine"].startswith(r.id)
+    elif r.field == "phase":
+        assert a.phase == r.reads
+    elif r.field == "progress":
+        if r.reads:
+            assert a.progress is not None and f"{a.progress.done}/{a.progress.total}" == r.reads
+            assert why["progress"].startswith(r.id)
+        else:
+            assert a.phase == "training"
+    elif r.field == "serving":
+        k, v = r.reads.split("=")
+        assert a.serving is not None and getattr(a.serving, k) == float(v)
+    elif r.field == "warning":
+        assert r.decides in {w.code for w in a.warnings}
+    elif r.rank == 0:           # a bare ERROR line names no cause alone: it is the line an envelope defers to
+        assert a.failure is None and [k.kind for k in a.key_lines] == ["first_error"]
+    else:
+        assert a.failure is not None and a.failure.cause == (r.reads or r.decides), a.failure
+        assert why["failure"].startswith(r.id + " ->"), why["failure"]
+
+
+def test_failure_rows_are_tried_by_priority_not_by_position() -> None:
+    line = "RuntimeError: CUDA error: an illegal memory access (NCCL watchdog thread terminated)"
+    assert signatures.classify(line, signatures.Context(None, None, False))[3] == "CUDA_ERR"
+
+
+def test_the_checked_in_doc_is_the_generated_one() -> None:
+    doc = (ROOT / "docs" / "LOG_SIGNATURES.md").read_text(encoding="utf-8")
+    assert doc == signatures.markdown(), "stale: run python docs/make_log_signatures.py"
