@@ -174,7 +174,9 @@ class HealthMonitor:
                 meta = {}
             if not isinstance(meta, Mapping):
                 meta = {}
-        spec = meta.get("spec") if isinstance(meta.get("spec"), Mapping) else {}
+        spec = meta.get("spec")
+        if not isinstance(spec, Mapping):
+            spec = {}
 
         def setting(name: str) -> Any:
             # The spec snapshot if there is one, else the same key at the top of meta.
@@ -332,12 +334,12 @@ class HealthMonitor:
         if not self.on_alert:
             return None
         try:
-            return self._launch_hook(alert)
+            return self._launch_hook(alert, self.on_alert)
         except Exception as exc:
             self.last_error = f"on_alert: {type(exc).__name__}: {exc}"
             return None
 
-    def _launch_hook(self, alert) -> Optional[int]:
+    def _launch_hook(self, alert, command: str) -> Optional[int]:
         from gpudeck.jobs.logs.sanitize import terminal_text
         fields = {
             "GPUDECK_ALERT_CODE": alert.code,
@@ -365,7 +367,7 @@ class HealthMonitor:
             with open(out_fd, "ab") as out:
                 child = subprocess.Popen(
                     [sys.executable, "-m", "gpudeck.jobs.alert_hook", f"{timeout:g}", str(self.run_dir),
-                     self.on_alert.replace("\0", "")],
+                     command.replace("\0", "")],
                     env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
                     close_fds=True, cwd=str(self.run_dir))
         except OSError as exc:
@@ -450,13 +452,13 @@ def job_health(run_dir: Optional[Path]) -> dict:
     if health is not None:
         # Typed as the faces expect them: a hand-edited or version-skewed health.json
         # loses the odd field instead of crashing `gpudeck jobs` and the console.
-        def typed(key: str, kind: type) -> Any:
+        def typed(key: str, kind: type | tuple[type, ...]) -> Any:
             value = health.get(key)
             return value if isinstance(value, kind) else None
-        alerts = health.get("alerts")
+        listed = health.get("alerts")
         return {"phase": typed("phase", str), "progress": typed("progress", dict),
                 "progress_at": finite_number(typed("progress_at", (int, float))),
-                "alerts": [a for a in alerts if isinstance(a, dict)] if isinstance(alerts, list) else [],
+                "alerts": [a for a in listed if isinstance(a, dict)] if isinstance(listed, list) else [],
                 "failure": typed("failure", dict), "serving": typed("serving", dict)}
     analysis = analyze_tail(run_dir)
     alerts: list[dict] = []

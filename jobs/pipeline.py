@@ -185,9 +185,9 @@ class PipelineRunner:
                 self.pipe.add_event("StageFailedToStart", stage=stage, error=str(exc))
                 return self._finish(False, stage, error=str(exc))
             self.pipe.add_event("StageStarted", stage=stage, run_id=run_id)
-            failed = self._record_end(sup, stage, run_id)
-            if failed is not None:
-                return self._finish(False, stage, **failed)
+            ended = self._record_end(sup, stage, run_id)
+            if ended is not None:
+                return self._finish(False, stage, **ended)
         failed = self._drain(sup)
         if failed is not None:
             return self._finish(False, failed[0], **failed[1])

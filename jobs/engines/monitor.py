@@ -160,7 +160,9 @@ def engine_fields(spec, run) -> Optional[dict]:
                         tracker._first = _Baseline(first["t"], first["values"])
                     serving = tracker.update_from_metrics(body)
                     alerts = tracker.alerts
-                    saved["prev"] = {"t": tracker._prev.at, "values": tracker._prev.values}
+                    baseline = tracker._prev
+                    assert baseline is not None           # update_from_metrics() sets it
+                    saved["prev"] = {"t": baseline.at, "values": baseline.values}
                     saved.setdefault("first", saved["prev"])
                 except Exception:
                     serving = None

@@ -160,10 +160,11 @@ def plan_pivot(supervisor, target: str, *, stop_foreign: bool = False,
         job_spec = supervisor.spec(name)
         if not st.live or name == target:
             continue
-        if job_spec.kind != "engine" and engine_settings(job_spec) is None:
+        job_settings = engine_settings(job_spec)
+        if job_spec.kind != "engine" and job_settings is None:
             continue
         found = next((e for e in engines if e.managed and e.run_id == st.run_id), None)
-        port = engine_settings(job_spec).port if engine_settings(job_spec) else job_spec.port
+        port = job_settings.port if job_settings else job_spec.port
         plan.stops.append(PlannedStop(
             kind="job", pid=found.pid if found else (st.pid or 0),
             engine=found.engine if found else (job_spec.engine or "?"),
@@ -337,7 +338,7 @@ def execute_pivot(supervisor, plan: PivotPlan, *, wait: bool = False,
     steps: list[PivotStep] = []
     stopped_runs = []
     for stop in plan.stops:
-        if stop.kind == "job" and stop.run_id:
+        if stop.kind == "job" and stop.job and stop.run_id:
             run = find_run(stop.job, stop.run_id, supervisor.state_dir)
             if run is not None:
                 stopped_runs.append(run)

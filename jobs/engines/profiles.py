@@ -78,7 +78,8 @@ _WRAPPERS = {"exec", "env", "nohup", "setsid", "stdbuf", "numactl", "taskset", "
 
 
 def _segments(tokens: list[str]) -> list[list[str]]:
-    segs, cur = [], []
+    segs: list[list[str]] = []
+    cur: list[str] = []
     for tok in tokens:
         if tok in _SHELL_SEPARATORS:
             segs.append(cur)

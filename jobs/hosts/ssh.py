@@ -69,7 +69,8 @@ def known_hosts_target(spec: HostSpec) -> tuple[str, int]:
     except (OSError, asyncssh.Error, ValueError):
         return host, port or 22
     name = config.get("HostKeyAlias") or config.get("Hostname") or host
-    return str(name), int(port or config.get("Port") or 22)
+    configured = config.get("Port")                   # asyncssh parses Port to an int
+    return str(name), port or (configured if isinstance(configured, int) and configured else 22)
 
 
 def known_hosts_path() -> Path:
@@ -125,7 +126,7 @@ def _known_hosts_names(name: str, port: int) -> set[str]:
     import socket
     hosts = {name.lower()}
     try:
-        hosts |= {info[4][0] for info in socket.getaddrinfo(name, port, type=socket.SOCK_STREAM)}
+        hosts |= {str(info[4][0]) for info in socket.getaddrinfo(name, port, type=socket.SOCK_STREAM)}
     except (OSError, UnicodeError):
         pass
     if port == 22:
@@ -326,7 +327,8 @@ class AgentChannel:
                     message = decode(line)
                 except ValueError:
                     continue
-                fut = self._pending.pop(message.get("id"), None)
+                rid = message.get("id")
+                fut = self._pending.pop(rid, None) if isinstance(rid, int) else None
                 if fut is not None and not fut.done():
                     fut.set_result(message)
         except (OSError, asyncssh.Error) as exc:
@@ -364,7 +366,8 @@ class AgentChannel:
         except asyncio.TimeoutError:
             self._pending.pop(rid, None)
             # What is left of the caller's timeout: said to a tenth, never "1.81095 s".
-            raise HostError(f"{self.spec.name}: no answer to {op} within {round(timeout, 1):g} s") from None
+            waited = timeout or 0.0                 # only a call with a timeout times out
+            raise HostError(f"{self.spec.name}: no answer to {op} within {round(waited, 1):g} s") from None
         if not reply.get("ok"):
             raise RemoteError(f"{self.spec.name}: {reply.get('error')}")
         return reply.get("result")
