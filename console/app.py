@@ -116,6 +116,10 @@ class GpuDeckApp(App[int]):
             self._jobs_feed = JobsFeed(self, self._home_source())
         return self._jobs_feed
 
+    @jobs_feed.setter
+    def jobs_feed(self, feed: JobsFeed) -> None:
+        self._jobs_feed = feed
+
     def _home_source(self) -> Any:
         """What the jobs view shows when it replays nothing chosen: the jobs file's live jobs, or in
         --demo the bundled recordings. A demo never gets a live source: its jobs file's jobs are real
@@ -197,10 +201,6 @@ class GpuDeckApp(App[int]):
         if self._hosts_feed is not None:
             self._hosts_feed.close()
 
-    @jobs_feed.setter
-    def jobs_feed(self, feed: JobsFeed) -> None:
-        self._jobs_feed = feed
-
     # -- sampling loop -----------------------------------------------------------------------
 
     def on_mount(self) -> None:
@@ -222,8 +222,10 @@ class GpuDeckApp(App[int]):
         try:
             if error is not None:
                 self._sample_failed(error)
-            else:
+            elif snapshot is not None:
                 self._sample_collected(snapshot)
+            else:                              # a sampler that returned nothing: a failed tick, not a crash
+                self._sample_failed("the sampler returned no snapshot")
         except Exception as exc:  # noqa: BLE001 - a bug in a panel: exit with its traceback, as a handler's would
             self._handle_exception(exc)
         finally:
@@ -306,7 +308,9 @@ class GpuDeckApp(App[int]):
         if self._sampling_thread is not None:
             self._sampling_thread.wake()   # a sample now, or right after the one under way
         elif not self._sampling:
-            self.run_worker(self._sample_once, group="sampling-once", exit_on_error=False)
+            # Textual's WorkType union (coroutine function | function | awaitable) leaves mypy inferring
+            # Never for the result of an async method.
+            self.run_worker(self._sample_once, group="sampling-once", exit_on_error=False)  # type: ignore[arg-type]
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused

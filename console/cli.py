@@ -6,7 +6,7 @@ import importlib
 import io
 import pkgutil
 import sys
-from typing import Optional
+from typing import Optional, TextIO
 
 from gpudeck.jobs import __version__
 
@@ -85,7 +85,7 @@ class TerminalSafeStream(io.TextIOBase):
     to `.buffer` (`logs`, already sanitised line by line) are left alone.
     """
 
-    def __init__(self, raw: "io.TextIOBase") -> None:
+    def __init__(self, raw: TextIO) -> None:
         super().__init__()
         self.raw = raw
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, Generic, Optional, Protocol, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, Protocol, TypeVar, Union
 
 from textual.dom import DOMNode
 from textual.signal import Signal
@@ -18,6 +18,9 @@ from textual.widget import Widget
 
 from gpudeck.jobs.view import JobsSnapshot
 from gpudeck.jobs.watch import JobsWatcher
+
+if TYPE_CHECKING:
+    from gpudeck.console.telemetry_view import TelemetryView
 
 T = TypeVar("T")
 
@@ -162,24 +165,33 @@ class RearmedSource:
         raise NotImplementedError
 
     # -- the cycle ----------------------------------------------------------------------------------
+    def _bound(self) -> tuple[JobsFeed, DOMNode]:
+        """The feed and host of the last start(): a source only runs after one."""
+        if self._feed is None or self._host is None:
+            raise RuntimeError(f"{type(self).__name__} runs only after start()")
+        return self._feed, self._host
+
     def _run(self) -> None:
+        _, host = self._bound()
         if self._timer is not None:
             self._timer.stop()
             self._timer = None
         self._before_run()
         self._busy = True
-        self._host.run_worker(self._work, thread=True, group=self.worker_group, exit_on_error=False)
+        host.run_worker(self._work, thread=True, group=self.worker_group, exit_on_error=False)
 
     def _work(self) -> None:
+        _, host = self._bound()
         snapshot = self._take()
         # call_later is thread-safe and never blocks; it is dropped once the host has closed.
-        self._host.call_later(self._publish, snapshot)
+        host.call_later(self._publish, snapshot)
 
     def _publish(self, snapshot: JobsSnapshot) -> None:
         self._busy = False
         if self._stopped:
             return                           # a run that was out when the feed switched away
-        self._feed.publish(snapshot)
+        feed, host = self._bound()
+        feed.publish(snapshot)
         self._published(snapshot)
         if self._again:
             self._again = False
@@ -187,7 +199,7 @@ class RearmedSource:
             return
         delay = self._next_delay()
         if delay is not None:
-            self._timer = self._host.set_timer(delay, self._run, name=self.worker_group)
+            self._timer = host.set_timer(delay, self._run, name=self.worker_group)
 
 
 class LiveJobsSource(RearmedSource):
@@ -233,7 +245,11 @@ class FollowsTelemetry:
     In an app without a telemetry feed (a test app) the widget is driven by direct calls instead.
     """
 
+    if TYPE_CHECKING:
+        def apply_telemetry(self, view: TelemetryView) -> None: ...
+
     def on_mount(self) -> None:
+        assert isinstance(self, Widget), "FollowsTelemetry is a mixin for widgets"
         feed = getattr(self.app, "telemetry_feed", None)
         if isinstance(feed, Feed):
             feed.follow(self, self.apply_telemetry)

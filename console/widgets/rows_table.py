@@ -15,7 +15,7 @@ from textual.geometry import Region
 from textual.widget import Widget
 
 from gpudeck.console.widgets.border_titles import set_border_titles
-from gpudeck.console.widgets.strip_painter import PaintedLines, Part, content_width, refresh_changed_lines, scrolled_out
+from gpudeck.console.widgets.strip_painter import PaintedLines, content_width, refresh_changed_lines, scrolled_out
 
 # A cell is its text, or (text, style) where style may use theme variables ("bold $warning").
 Cell = Union[str, tuple[str, str]]
@@ -112,8 +112,8 @@ class RowsTable(PaintedLines, Widget, can_focus=True):
         flex = max(8, width - fixed)
         return [c.width if c.width is not None else flex for c in self.COLUMNS]
 
-    def _line(self, cells: Sequence[Cell], widths: list[int], header: bool = False) -> list[Part]:
-        parts: list[Part] = []
+    def _line(self, cells: Sequence[Cell], widths: list[int], header: bool = False) -> list[tuple[str, str]]:
+        parts: list[tuple[str, str]] = []
         gap = " " * self.GAP
         for i, (column, cell, w) in enumerate(zip(self.COLUMNS, cells, widths)):
             text, style = (cell, "") if isinstance(cell, str) else cell
@@ -129,10 +129,10 @@ class RowsTable(PaintedLines, Widget, can_focus=True):
         self._painter.ensure()
         generation = self._painter.generation
         if y == 0:
-            key = ("header", width, generation)
-            if self._header is None or self._header[0] != key:
+            header_key = ("header", width, generation)
+            if self._header is None or self._header[0] != header_key:
                 labels = [c.label for c in self.COLUMNS]
-                self._header = (key, self._painter.strip(self._line(labels, self._widths(width), True), width))
+                self._header = (header_key, self._painter.strip(self._line(labels, self._widths(width), True), width))
             return self._header[1]
         if not self._rows:
             return self._painter.strip([(self.EMPTY, "$text-muted italic")] if y == 1 else [], width)

@@ -229,7 +229,7 @@ class PaintedLines:
             self._painter_ = StripPainter(self)      # type: ignore[arg-type]
         return self._painter_
 
-    def painted_line(self, y: int, lines: Sequence[object]) -> Strip:
+    def painted_line(self, y: int, lines: Sequence[Iterable[Part]]) -> Strip:
         width = content_width(self)                  # type: ignore[arg-type]
         painter = self._painter
         painter.ensure()
