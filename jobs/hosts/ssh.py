@@ -22,7 +22,8 @@ import asyncssh
 
 from gpudeck.jobs.hosts.bundle import agent_zipapp
 from gpudeck.jobs.hosts.config import HostSpec
-from gpudeck.jobs.hosts.errors import HostError, HostKeyError, RemoteError  # noqa: F401 - re-exported
+from gpudeck.jobs.hosts.errors import (  # re-exported
+    HostError as HostError, HostKeyError as HostKeyError, RemoteError as RemoteError)
 from gpudeck.jobs.hosts.protocol import HELLO, PROTOCOL, decode, encode, patch
 from gpudeck.jobs.hosts.replies import BadReply, check_reply
 
