@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, Protocol, TypeVar, Union
+from typing import TYPE_CHECKING, Callable, Generic, Optional, Protocol, TypeVar, Union
 
 from textual.dom import DOMNode
 from textual.signal import Signal
@@ -21,6 +21,7 @@ from gpudeck.jobs.watch import JobsWatcher
 
 if TYPE_CHECKING:
     from gpudeck.console.telemetry_view import TelemetryView
+    from gpudeck.jobs.supervisor import Supervisor
 
 T = TypeVar("T")
 
@@ -39,7 +40,7 @@ class Feed(Generic[T]):
         self.latest = value
         self.signal.publish(value)
 
-    def follow(self, node: Widget, callback: Callable[[T], Any], *, while_hidden: bool = False) -> None:
+    def follow(self, node: Widget, callback: Callable[[T], object], *, while_hidden: bool = False) -> None:
         """Call `callback(value)` now (if there is a value) and on every publish, from `node`'s on_mount.
 
         A widget on a screen that is not shown skips the work (unless `while_hidden`) and catches up
@@ -55,7 +56,7 @@ class Feed(Generic[T]):
             else:
                 missed = True
 
-        def shown(_screen: Any) -> None:
+        def shown(_screen: object) -> None:
             if missed and self.latest is not None and node.screen.is_current:
                 deliver(self.latest)
 
@@ -70,7 +71,7 @@ class JobsSource(Protocol):
     """What feeds the jobs view: live polling or a replay."""
 
     @property
-    def supervisor(self) -> Any: ...          # acts on jobs (start/stop/pivot); None: read-only
+    def supervisor(self) -> Optional[Supervisor]: ...   # acts on jobs (start/stop/pivot); None: read-only
 
     def start(self, feed: "JobsFeed", host: DOMNode) -> None: ...   # begin publishing to `feed`
 
@@ -88,7 +89,7 @@ class JobsFeed(Feed[JobsSnapshot]):
         self.source = source
         self._started = False
 
-    def follow(self, node: Widget, callback: Callable[[JobsSnapshot], Any], *, while_hidden: bool = False) -> None:
+    def follow(self, node: Widget, callback: Callable[[JobsSnapshot], object], *, while_hidden: bool = False) -> None:
         super().follow(node, callback, while_hidden=while_hidden)
         if not self._started:
             # Nobody polls jobs until a view shows them: the dashboard alone costs no job polling.
@@ -96,7 +97,7 @@ class JobsFeed(Feed[JobsSnapshot]):
             self.source.start(self, self.owner)
 
     @property
-    def supervisor(self) -> Any:
+    def supervisor(self) -> Optional[Supervisor]:
         return self.source.supervisor
 
     def poll_now(self) -> None:
@@ -215,7 +216,7 @@ class LiveJobsSource(RearmedSource):
         self.polls = 0                       # polls published (tests wait on it)
 
     @property
-    def supervisor(self) -> Any:
+    def supervisor(self) -> Optional[Supervisor]:
         return self.watcher.supervisor
 
     @property
