@@ -6,6 +6,9 @@ table line by line (Line API), re-building only the rows whose cells changed.
 """
 from __future__ import annotations
 
+# Textual internal touched here: Widget._styles_cache.clear() for a table scrolled out of view (what
+# it buys and why it stays: strip_painter's header, scrolled_out).
+
 from typing import Optional, Sequence, Union
 
 from textual import events
@@ -94,7 +97,7 @@ class RowsTable(PaintedLines, Widget, can_focus=True):
             # The same rows in the same order: repaint only those whose cells changed (CPU%, SM%…).
             refresh_changed_lines(self, [shown[k] for k in self._keys], [rows[k] for k in self._keys], top=1)
         elif not count_changed and scrolled_out(self):
-            self._styles_cache.clear()      # see refresh_changed_lines: repainted when shown again
+            self._styles_cache.clear()      # Textual internal, see strip_painter's header: repainted when shown
         else:
             self.refresh(layout=count_changed)
 
