@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Optional
 from gpudeck.jobs import strictjson
 from gpudeck.jobs.procs import port_listening
 from gpudeck.jobs.runs import append_jsonl as append_event, open_private, write_json_atomic
-from gpudeck.jobs.stalls import GpuReading, HealthRules, HealthUpdate, Observation, RunEnd
+from gpudeck.jobs.stalls import Alert, GpuReading, HealthRules, HealthUpdate, Observation, RunEnd
 from gpudeck.jobs.strictjson import finite_number, first_number
 
 HEALTH = "health.json"
@@ -328,7 +328,7 @@ class HealthMonitor:
         except OSError as exc:
             self.last_error = f"events.jsonl: {exc}"
 
-    def _fire(self, alert) -> Optional[int]:
+    def _fire(self, alert: Alert) -> Optional[int]:
         """Run on_alert outside the run (gpudeck.jobs.alert_hook: own session, a deadline) with the alert in
         GPUDECK_ALERT_*; output to on_alert.log. Never raises: a hook that cannot start costs the hook only."""
         if not self.on_alert:
@@ -339,7 +339,7 @@ class HealthMonitor:
             self.last_error = f"on_alert: {type(exc).__name__}: {exc}"
             return None
 
-    def _launch_hook(self, alert, command: str) -> Optional[int]:
+    def _launch_hook(self, alert: Alert, command: str) -> Optional[int]:
         from gpudeck.jobs.logs.sanitize import terminal_text
         fields = {
             "GPUDECK_ALERT_CODE": alert.code,

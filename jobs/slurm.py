@@ -411,7 +411,7 @@ def exit_record(job_id: str, state: str, acct: Optional[Accounting], stopped: bo
     return record
 
 
-def _locked(run: Run):
+def _locked(run: Run) -> int:
     fd = open_private(run.path / ".slurm.lock", os.O_WRONLY | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
     return fd

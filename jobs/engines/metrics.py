@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 # --------------------------------------------------------------------------- the numbers
 
@@ -121,7 +121,7 @@ def parse_metrics(engine: str, text: str) -> dict[str, float]:
     return {k: (v / counts[k] if k in _AVERAGED else v) for k, v in sums.items()}
 
 
-def _is_alias(table, key, name, sums) -> bool:
+def _is_alias(table: Mapping[str, tuple[str, ...]], key: str, name: str, sums: dict[str, float]) -> bool:
     # Only the first spelling of a renamed metric counts (never old + new added up).
     return table[key].index(name) > 0 if name in table[key] else False
 

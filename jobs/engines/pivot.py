@@ -12,12 +12,16 @@ import os
 import signal
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from gpudeck.jobs.engines.discovery import EngineProcess, discover_engines
 from gpudeck.jobs.engines.profiles import EngineSettings, engine_settings
 from gpudeck.jobs.engines.readiness import wait_until_ready
 from gpudeck.jobs.spec import command_text
+
+if TYPE_CHECKING:
+    from gpudeck.jobs.runs import Run
+    from gpudeck.jobs.supervisor import Supervisor
 
 # Foreign engines get this long between SIGTERM and SIGKILL: vLLM's and SGLang's
 # shutdown (workers, NCCL teardown) takes 2-30 s.
@@ -137,7 +141,7 @@ def _planned(e: EngineProcess, kind: str) -> PlannedStop:
                        member_create_times=tuple((m.pid, m.create_time) for m in e.members))
 
 
-def plan_pivot(supervisor, target: str, *, stop_foreign: bool = False,
+def plan_pivot(supervisor: Supervisor, target: str, *, stop_foreign: bool = False,
                engines: Optional[list[EngineProcess]] = None) -> PivotPlan:
     """What a pivot to `target` would stop. Raises PivotError when it makes no sense."""
     from gpudeck.jobs.supervisor import UnknownJob
@@ -328,7 +332,7 @@ def stop_foreign(stop: PlannedStop, *, grace_s: float = FOREIGN_GRACE_S) -> tupl
     return True, f"{len(procs)} process(es) gone, {note}"
 
 
-def execute_pivot(supervisor, plan: PivotPlan, *, wait: bool = False,
+def execute_pivot(supervisor: Supervisor, plan: PivotPlan, *, wait: bool = False,
                   on_step: Callable[[PivotStep], None] = lambda step: None,
                   gpu_deadline_s: float = GPU_RELEASE_DEADLINE_S,
                   ready_deadline_s: float = READY_DEADLINE_S) -> PivotResult:
@@ -344,14 +348,14 @@ def execute_pivot(supervisor, plan: PivotPlan, *, wait: bool = False,
                 stopped_runs.append(run)
                 run.add_event("PivotRequested", target=plan.target, plan=plan.to_jsonable())
 
-    def record(step: PivotStep, runs) -> None:
+    def record(step: PivotStep, runs: Iterable[Run]) -> None:
         steps.append(step)
         on_step(step)
         for run in runs:
             run.add_event("PivotStepCompleted" if step.ok else "PivotStepFailed", target=plan.target,
                           step=step.name, ok=step.ok, duration_s=round(step.duration_s, 3), detail=step.detail)
 
-    def fail(message: str, runs) -> PivotResult:
+    def fail(message: str, runs: Iterable[Run]) -> PivotResult:
         for run in runs:
             run.add_event("PivotFailed", target=plan.target, message=message)
         return PivotResult(plan.target, False, steps, message=message,
@@ -362,6 +366,7 @@ def execute_pivot(supervisor, plan: PivotPlan, *, wait: bool = False,
         t0 = time.monotonic()
         stopped_pids.update([stop.pid, *(pid for pid, _ in stop.members)])
         if stop.kind == "job":
+            assert stop.job is not None               # plan_pivot names the job of every "job" stop
             report = supervisor.stop(stop.job)
             lines = [ln for ln in report.lines() if not ln.startswith("GPU memory not checked")]
             ok = not report.remaining and report.port_free is not False
@@ -429,9 +434,9 @@ def execute_pivot(supervisor, plan: PivotPlan, *, wait: bool = False,
                        duration_s=time.monotonic() - started)
 
 
-def pivot(supervisor, target: str, *, stop_foreign: bool = False, wait: bool = False,
+def pivot(supervisor: Supervisor, target: str, *, stop_foreign: bool = False, wait: bool = False,
           confirm: Callable[[PivotPlan], bool] = lambda plan: True,
-          on_step: Callable[[PivotStep], None] = lambda step: None, **deadlines) -> PivotResult:
+          on_step: Callable[[PivotStep], None] = lambda step: None, **deadlines: float) -> PivotResult:
     """Plan, ask `confirm(plan)`, execute. The console's one key calls this (in a worker thread)."""
     plan = plan_pivot(supervisor, target, stop_foreign=stop_foreign)
     if not confirm(plan):
