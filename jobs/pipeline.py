@@ -135,7 +135,7 @@ class PipelineRunner:
         self.pipe = Pipeline(Path(path))
         self.stop_requested = False
 
-    def _supervisor(self):
+    def _supervisor(self) -> Supervisor:
         from gpudeck.jobs.spec import jobs_file_from_snapshot, spec_from_snapshot
         from gpudeck.jobs.supervisor import Supervisor
         meta = self.pipe.meta()

@@ -9,12 +9,12 @@ from __future__ import annotations
 # Textual internal touched here: Widget._styles_cache.clear() for a table scrolled out of view (what
 # it buys and why it stays: strip_painter's header, scrolled_out).
 
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 from textual import events
 from textual.binding import Binding
 from textual.strip import Strip
-from textual.geometry import Region
+from textual.geometry import Region, Size
 from textual.widget import Widget
 
 from gpudeck.console.widgets.border_titles import set_border_titles
@@ -65,7 +65,7 @@ class RowsTable(PaintedLines, Widget, can_focus=True):
     EMPTY = "none"
     GAP = 2
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._rows: dict[str, tuple[Cell, ...]] = {}
         self._row_cache: dict[str, tuple[object, Strip]] = {}
@@ -107,7 +107,7 @@ class RowsTable(PaintedLines, Widget, can_focus=True):
 
     # -- layout and rendering ----------------------------------------------------------------
 
-    def get_content_height(self, container, viewport, width: int) -> int:
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return 1 + max(1, len(self._rows))
 
     def _widths(self, width: int) -> list[int]:

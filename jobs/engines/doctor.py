@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
 
 from gpudeck.jobs.engines.profiles import argv_of, engine_settings
 
@@ -39,15 +39,15 @@ class Check:
     skipped: bool = False
 
 
-def _ok(name, detail):
+def _ok(name: str, detail: str) -> Check:
     return Check(name, True, detail)
 
 
-def _fail(name, detail):
+def _fail(name: str, detail: str) -> Check:
     return Check(name, False, detail)
 
 
-def _skip(name, detail):
+def _skip(name: str, detail: str) -> Check:
     return Check(name, True, detail, skipped=True)
 
 
@@ -68,7 +68,7 @@ def check_driver() -> Check:
     return _ok("nvidia_driver", f"driver {info.version}, {len(info.names)} GPU(s): {kinds}")
 
 
-def _count(items):
+def _count(items: Iterable[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for i in items:
         out[i] = out.get(i, 0) + 1
