@@ -18,6 +18,7 @@ from textual._compositor import ChopsUpdate, Compositor
 from textual.geometry import Region
 from textual.screen import Screen
 from textual.strip import Strip
+from textual.widget import Widget
 
 
 class BandedCompositor(Compositor):
@@ -34,8 +35,8 @@ class BandedCompositor(Compositor):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._owned_for: tuple[Any, Any] = (None, None)        # (visible_widgets, cuts) it was computed for
-        self._owned: dict[Any, dict[int, tuple[int, int]]] = {}    # widget -> {line: columns it paints}
+        self._owned_for: tuple[object, object] = (None, None)  # (visible_widgets, cuts) it was computed for
+        self._owned: dict[Widget, dict[int, tuple[int, int]]] = {}  # widget -> {line: columns it paints}
         self._dirty_spans: Optional[dict[int, list[tuple[int, int]]]] = None   # while a partial update renders
 
     def render_partial_update(self) -> Optional[ChopsUpdate]:
@@ -59,7 +60,7 @@ class BandedCompositor(Compositor):
         chop_ends = [cut_set[1:] for cut_set in self.cuts]
         return ChopsUpdate(chops, spans, chop_ends)
 
-    def _line_owners(self) -> dict[Any, dict[int, tuple[int, int]]]:
+    def _line_owners(self) -> dict[Widget, dict[int, tuple[int, int]]]:
         """For each visible widget, the lines on which it paints at least one chop, with the columns
         those chops span (as _render_chops decides: the widgets in front come first, and the first
         strip for a chop wins)."""
@@ -67,7 +68,7 @@ class BandedCompositor(Compositor):
         if self._owned_for[0] is visible and self._owned_for[1] is cuts:
             return self._owned
         taken: list[set[int]] = [set() for _ in cuts]
-        owned: dict[Any, dict[int, tuple[int, int]]] = {}
+        owned: dict[Widget, dict[int, tuple[int, int]]] = {}
         for widget, (region, clip) in visible.items():
             x, y, width, height = region.intersection(clip)
             lines: dict[int, tuple[int, int]] = {}

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Optional, ParamSpec, TypeVar
 
 from gpudeck.console.errors import CliError
 
@@ -10,6 +10,7 @@ if TYPE_CHECKING:                       # imported lazily below: `gpudeck --help
     from gpudeck.jobs.hosts.config import HostSpec
     from gpudeck.jobs.hosts.remote import RemoteHost
 
+P = ParamSpec("P")
 T = TypeVar("T")
 
 
@@ -36,7 +37,7 @@ class Remote:
         self.spec = spec
         self.host: RemoteHost = RemoteHost(spec)
 
-    def _guard(self, fn: Callable[..., T], *a: Any, **kw: Any) -> T:
+    def _guard(self, fn: Callable[P, T], *a: P.args, **kw: P.kwargs) -> T:
         from gpudeck.jobs.hosts.errors import HostError, RemoteError
         try:
             return fn(*a, **kw)
