@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,8 +27,10 @@ def shim_tree() -> Path:
         link = package / top
         if link.is_symlink() and Path(os.readlink(link)) == REPO / top:
             continue
-        if link.is_symlink() or link.exists():
+        if link.is_symlink() or link.is_file():
             link.unlink()
+        elif link.exists():
+            shutil.rmtree(link)
         link.symlink_to(REPO / top, target_is_directory=True)
     return base
 
