@@ -6,7 +6,7 @@ import asyncio
 import contextvars
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -23,12 +23,18 @@ from gpudeck.console.messages import SampleFailed, SamplesCollected
 from gpudeck.console.sampling import SamplingThread
 from gpudeck.console.screens.dashboard import DashboardScreen
 from gpudeck.console.screens.help import HelpScreen
-from gpudeck.console.feeds import Feed, JobsFeed, LiveJobsSource
+from gpudeck.console.feeds import Feed, JobsFeed, JobsSource, LiveJobsSource
 from gpudeck.console.screens.history import HistoryScreen
 from gpudeck.console.screens.hosts import HostsScreen
 from gpudeck.console.screens.jobs import JobsScreen
 from gpudeck.console.telemetry_view import TelemetryView
 from gpudeck.themes import DEFAULT_THEME, GPUDECK_THEMES, THEME_CYCLE, is_known_theme, next_theme, unknown_theme
+
+if TYPE_CHECKING:                  # imported where first used: the hosts view, a replay, make_app's defaults
+    from gpudeck.console.hosts_feed import HostsFeed
+    from gpudeck.jobs.replay import ReplaySession
+    from gpudeck.jobs.telemetry.history import History
+    from gpudeck.jobs.telemetry.sampler import Sampler
 
 # The views, in the order of their number keys. A new view (the jobs screen…) adds one
 # entry here: (mode name, key, title, screen class). The app binds the key and switches mode.
@@ -79,11 +85,11 @@ class GpuDeckApp(App[int]):
 
     def __init__(
         self,
-        sampler: Any,
+        sampler: Sampler,
         *,
         theme: str = DEFAULT_THEME,
         refresh: float = 1.0,
-        history: Any = None,
+        history: Optional[History] = None,
         start_sampling: bool = True,
     ) -> None:
         super().__init__()
@@ -104,7 +110,7 @@ class GpuDeckApp(App[int]):
         # The push paths: widgets follow these instead of the app walking its screens.
         self.telemetry_feed: Feed[TelemetryView] = Feed(self, "telemetry")
         self._jobs_feed: Optional[JobsFeed] = None
-        self._hosts_feed: Any = None
+        self._hosts_feed: Optional[HostsFeed] = None
         self.host_specs: Optional[list] = None     # None: read hosts.toml when the hosts view opens
         self.initial_host: Optional[str] = None    # --host NAME: the hosts view opens on its tab
 
@@ -117,7 +123,11 @@ class GpuDeckApp(App[int]):
             self._jobs_feed = JobsFeed(self, self._home_source())
         return self._jobs_feed
 
-    def _home_source(self) -> Any:
+    @jobs_feed.setter
+    def jobs_feed(self, feed: JobsFeed) -> None:
+        self._jobs_feed = feed
+
+    def _home_source(self) -> JobsSource:
         """What the jobs view shows when it replays nothing chosen: the jobs file's live jobs, or in
         --demo the bundled recordings. A demo never gets a live source: its jobs file's jobs are real
         ones (`s` would start them, their on_alert would post), and the screen says SIMULATED."""
@@ -125,7 +135,7 @@ class GpuDeckApp(App[int]):
             return self._demo_source()
         return LiveJobsSource(JobsWatcher(self.jobs_file), lambda: max(0.5, float(self.refresh_s or 1.0)))
 
-    def _demo_source(self) -> Any:
+    def _demo_source(self) -> JobsSource:
         from gpudeck.console.replay import NoJobsSource, ReplayJobsSource
         from gpudeck.jobs.replay import demo_session
         try:
@@ -151,7 +161,7 @@ class GpuDeckApp(App[int]):
             return
         self.call_from_thread(self._start_replay, session)
 
-    def _start_replay(self, session: Any) -> None:
+    def _start_replay(self, session: ReplaySession) -> None:
         from gpudeck.console.replay import ReplayJobsSource
         self.jobs_feed.switch(ReplayJobsSource(session))
         if self.current_mode != "jobs":
@@ -175,7 +185,7 @@ class GpuDeckApp(App[int]):
             self.notify("demo: back to the four recorded runs", timeout=2)
 
     @property
-    def hosts_feed(self) -> Any:
+    def hosts_feed(self) -> HostsFeed:
         """Every host's overview row (remote ones polled over SSH by the core's Fleet, started on first follow)."""
         if self._hosts_feed is None:
             from gpudeck.console.hosts_feed import HostsFeed
@@ -202,10 +212,6 @@ class GpuDeckApp(App[int]):
         if self._hosts_feed is not None:
             self._hosts_feed.close()
 
-    @jobs_feed.setter
-    def jobs_feed(self, feed: JobsFeed) -> None:
-        self._jobs_feed = feed
-
     # -- sampling loop -----------------------------------------------------------------------
 
     def on_mount(self) -> None:
@@ -230,8 +236,10 @@ class GpuDeckApp(App[int]):
         try:
             if error is not None:
                 self._sample_failed(error)
-            else:
+            elif snapshot is not None:
                 self._sample_collected(snapshot)
+            else:                              # a sampler that returned nothing: a failed tick, not a crash
+                self._sample_failed("the sampler returned no snapshot")
         except Exception as exc:  # noqa: BLE001 - a bug in a panel: exit with its traceback, as a handler's would
             self._handle_exception(exc)
         finally:
@@ -314,7 +322,9 @@ class GpuDeckApp(App[int]):
         if self._sampling_thread is not None:
             self._sampling_thread.wake()   # a sample now, or right after the one under way
         elif not self._sampling:
-            self.run_worker(self._sample_once, group="sampling-once", exit_on_error=False)
+            # Textual's WorkType union (coroutine function | function | awaitable) leaves mypy inferring
+            # Never for the result of an async method.
+            self.run_worker(self._sample_once, group="sampling-once", exit_on_error=False)  # type: ignore[arg-type]
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
@@ -340,13 +350,13 @@ class GpuDeckApp(App[int]):
 
 
 def make_app(
-    sampler: Any = None,
+    sampler: Optional[Sampler] = None,
     theme: str | None = None,
     refresh: float = 1.0,
     *,
     demo: bool = False,
     seed: int = 0,
-    history: Any = None,
+    history: Optional[History] = None,
     start_sampling: bool = True,
     jobs_file: Optional[str] = None,
     demo_replay: bool = False,

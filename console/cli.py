@@ -6,7 +6,7 @@ import importlib
 import io
 import pkgutil
 import sys
-from typing import Optional
+from typing import BinaryIO, NoReturn, Optional, TextIO
 
 from gpudeck.jobs import __version__
 
@@ -60,7 +60,7 @@ class _NotACommandLine(Exception):
 
 
 class _PeekParser(argparse.ArgumentParser):
-    def error(self, message: str):          # noqa: ANN201 - argparse's documented hook; never exits here
+    def error(self, message: str) -> NoReturn:   # argparse's documented hook; raises instead of exiting
         raise _NotACommandLine(message)
 
 
@@ -88,7 +88,7 @@ class TerminalSafeStream(io.TextIOBase):
     to `.buffer` (`logs`, already sanitised line by line) are left alone.
     """
 
-    def __init__(self, raw: "io.TextIOBase") -> None:
+    def __init__(self, raw: TextIO) -> None:
         super().__init__()
         self.raw = raw
 
@@ -110,7 +110,7 @@ class TerminalSafeStream(io.TextIOBase):
         return self.raw.fileno()
 
     @property
-    def buffer(self):          # noqa: ANN201 - the underlying binary stream
+    def buffer(self) -> BinaryIO:    # the underlying binary stream
         return self.raw.buffer
 
     @property

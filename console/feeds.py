@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, Generic, Optional, Protocol, TypeVar, Union
+from typing import TYPE_CHECKING, Callable, Generic, Optional, Protocol, TypeVar, Union
 
 from textual.dom import DOMNode
 from textual.signal import Signal
@@ -18,6 +18,10 @@ from textual.widget import Widget
 
 from gpudeck.jobs.view import JobsSnapshot
 from gpudeck.jobs.watch import JobsWatcher
+
+if TYPE_CHECKING:
+    from gpudeck.console.telemetry_view import TelemetryView
+    from gpudeck.jobs.supervisor import Supervisor
 
 T = TypeVar("T")
 
@@ -36,7 +40,7 @@ class Feed(Generic[T]):
         self.latest = value
         self.signal.publish(value)
 
-    def follow(self, node: Widget, callback: Callable[[T], Any], *, while_hidden: bool = False) -> None:
+    def follow(self, node: Widget, callback: Callable[[T], object], *, while_hidden: bool = False) -> None:
         """Call `callback(value)` now (if there is a value) and on every publish, from `node`'s on_mount.
 
         A widget on a screen that is not shown skips the work (unless `while_hidden`) and catches up
@@ -52,7 +56,7 @@ class Feed(Generic[T]):
             else:
                 missed = True
 
-        def shown(_screen: Any) -> None:
+        def shown(_screen: object) -> None:
             if missed and self.latest is not None and node.screen.is_current:
                 deliver(self.latest)
 
@@ -67,7 +71,7 @@ class JobsSource(Protocol):
     """What feeds the jobs view: live polling or a replay."""
 
     @property
-    def supervisor(self) -> Any: ...          # acts on jobs (start/stop/pivot); None: read-only
+    def supervisor(self) -> Optional[Supervisor]: ...   # acts on jobs (start/stop/pivot); None: read-only
 
     def start(self, feed: "JobsFeed", host: DOMNode) -> None: ...   # begin publishing to `feed`
 
@@ -85,7 +89,7 @@ class JobsFeed(Feed[JobsSnapshot]):
         self.source = source
         self._started = False
 
-    def follow(self, node: Widget, callback: Callable[[JobsSnapshot], Any], *, while_hidden: bool = False) -> None:
+    def follow(self, node: Widget, callback: Callable[[JobsSnapshot], object], *, while_hidden: bool = False) -> None:
         super().follow(node, callback, while_hidden=while_hidden)
         if not self._started:
             # Nobody polls jobs until a view shows them: the dashboard alone costs no job polling.
@@ -93,7 +97,7 @@ class JobsFeed(Feed[JobsSnapshot]):
             self.source.start(self, self.owner)
 
     @property
-    def supervisor(self) -> Any:
+    def supervisor(self) -> Optional[Supervisor]:
         return self.source.supervisor
 
     def poll_now(self) -> None:
@@ -162,24 +166,33 @@ class RearmedSource:
         raise NotImplementedError
 
     # -- the cycle ----------------------------------------------------------------------------------
+    def _bound(self) -> tuple[JobsFeed, DOMNode]:
+        """The feed and host of the last start(): a source only runs after one."""
+        if self._feed is None or self._host is None:
+            raise RuntimeError(f"{type(self).__name__} runs only after start()")
+        return self._feed, self._host
+
     def _run(self) -> None:
+        _, host = self._bound()
         if self._timer is not None:
             self._timer.stop()
             self._timer = None
         self._before_run()
         self._busy = True
-        self._host.run_worker(self._work, thread=True, group=self.worker_group, exit_on_error=False)
+        host.run_worker(self._work, thread=True, group=self.worker_group, exit_on_error=False)
 
     def _work(self) -> None:
+        _, host = self._bound()
         snapshot = self._take()
         # call_later is thread-safe and never blocks; it is dropped once the host has closed.
-        self._host.call_later(self._publish, snapshot)
+        host.call_later(self._publish, snapshot)
 
     def _publish(self, snapshot: JobsSnapshot) -> None:
         self._busy = False
         if self._stopped:
             return                           # a run that was out when the feed switched away
-        self._feed.publish(snapshot)
+        feed, host = self._bound()
+        feed.publish(snapshot)
         self._published(snapshot)
         if self._again:
             self._again = False
@@ -187,7 +200,7 @@ class RearmedSource:
             return
         delay = self._next_delay()
         if delay is not None:
-            self._timer = self._host.set_timer(delay, self._run, name=self.worker_group)
+            self._timer = host.set_timer(delay, self._run, name=self.worker_group)
 
 
 class LiveJobsSource(RearmedSource):
@@ -203,7 +216,7 @@ class LiveJobsSource(RearmedSource):
         self.polls = 0                       # polls published (tests wait on it)
 
     @property
-    def supervisor(self) -> Any:
+    def supervisor(self) -> Optional[Supervisor]:
         return self.watcher.supervisor
 
     @property
@@ -233,7 +246,11 @@ class FollowsTelemetry:
     In an app without a telemetry feed (a test app) the widget is driven by direct calls instead.
     """
 
+    if TYPE_CHECKING:
+        def apply_telemetry(self, view: TelemetryView) -> None: ...
+
     def on_mount(self) -> None:
+        assert isinstance(self, Widget), "FollowsTelemetry is a mixin for widgets"
         feed = getattr(self.app, "telemetry_feed", None)
         if isinstance(feed, Feed):
             feed.follow(self, self.apply_telemetry)

@@ -5,7 +5,7 @@ import math
 from typing import Iterable, Optional
 
 from gpudeck.jobs.logs.sanitize import terminal_text
-from gpudeck.jobs.view import human_age  # noqa: F401  (one formatter for ages, core and console)
+from gpudeck.jobs.view import human_age as human_age  # one formatter for ages, core and console
 
 NA = "n/a"
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from gpudeck.jobs.replay import Mark, ReplaySession, jobs_snapshot
 from gpudeck.jobs.view import JobsSnapshot
@@ -24,7 +24,7 @@ class ReplayJobsSource(RearmedSource):
     worker_group = "jobs-replay"
 
     def __init__(self, session: ReplaySession, *, tick_s: float = TICK_S,
-                 clock: Any = time.monotonic, demo: bool = False) -> None:
+                 clock: Callable[[], float] = time.monotonic, demo: bool = False) -> None:
         super().__init__()
         self.session = session
         self.demo = demo                     # the bundled demo session (`gpudeck --demo`), not a chosen run

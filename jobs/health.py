@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Optional
 from gpudeck.jobs import strictjson
 from gpudeck.jobs.procs import port_listening
 from gpudeck.jobs.runs import append_jsonl as append_event, open_private, write_json_atomic
-from gpudeck.jobs.stalls import GpuReading, HealthRules, HealthUpdate, Observation, RunEnd
+from gpudeck.jobs.stalls import Alert, GpuReading, HealthRules, HealthUpdate, Observation, RunEnd
 from gpudeck.jobs.strictjson import finite_number, first_number
 
 HEALTH = "health.json"
@@ -464,7 +464,7 @@ class HealthMonitor:
         except OSError as exc:
             self.last_error = f"events.jsonl: {exc}"
 
-    def _fire(self, alert, stacks: Optional[StallDump] = None) -> Optional[int]:
+    def _fire(self, alert: Alert, stacks: Optional[StallDump] = None) -> Optional[int]:
         """Run on_alert outside the run (gpudeck.jobs.alert_hook: own session, a deadline) with the alert in
         GPUDECK_ALERT_*; output to on_alert.log. Never raises: a hook that cannot start costs the hook only."""
         if not self.on_alert:
@@ -475,8 +475,9 @@ class HealthMonitor:
             self.last_error = f"on_alert: {type(exc).__name__}: {exc}"
             return None
 
-    def _launch_hook(self, alert, stacks: Optional[StallDump] = None) -> Optional[int]:
+    def _launch_hook(self, alert: Alert, stacks: Optional[StallDump] = None) -> Optional[int]:
         from gpudeck.jobs.logs.sanitize import terminal_text
+        command = self.on_alert or ""
         fields = {
             "GPUDECK_ALERT_CODE": alert.code,
             "GPUDECK_ALERT_MESSAGE": alert.message,
@@ -505,7 +506,7 @@ class HealthMonitor:
             with open(out_fd, "ab") as out:
                 child = subprocess.Popen(
                     [sys.executable, "-m", "gpudeck.jobs.alert_hook", f"{timeout:g}", str(self.run_dir),
-                     self.on_alert.replace("\0", "")],
+                     command.replace("\0", "")],
                     env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
                     close_fds=True, cwd=str(self.run_dir))
         except OSError as exc:
@@ -603,13 +604,13 @@ def job_health(run_dir: Optional[Path]) -> dict:
     if health is not None:
         # Typed as the faces expect them: a hand-edited or version-skewed health.json
         # loses the odd field instead of crashing `gpudeck jobs` and the console.
-        def typed(key: str, kind: type) -> Any:
+        def typed(key: str, kind: type | tuple[type, ...]) -> Any:
             value = health.get(key)
             return value if isinstance(value, kind) else None
-        alerts = health.get("alerts")
+        listed = health.get("alerts")
         return {"phase": typed("phase", str), "progress": typed("progress", dict),
                 "progress_at": finite_number(typed("progress_at", (int, float))),
-                "alerts": [a for a in alerts if isinstance(a, dict)] if isinstance(alerts, list) else [],
+                "alerts": [a for a in listed if isinstance(a, dict)] if isinstance(listed, list) else [],
                 "failure": typed("failure", dict), "serving": typed("serving", dict)}
     analysis = analyze_tail(run_dir)
     alerts: list[dict] = []

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from gpudeck.jobs import paths
 from gpudeck.jobs.pipeline_records import META, RESULT, Pipeline, latest_pipeline, pipelines_root
@@ -24,6 +24,10 @@ from gpudeck.jobs.procs import ProcessId, identity, signal_process
 from gpudeck.jobs.runs import (PRIVATE_DIR_MODE, ensure_private_dir, new_run_id, open_private, run_dir_main,
                                state_root, write_json_atomic)
 from gpudeck.jobs.spec import file_settings, spec_snapshot
+
+if TYPE_CHECKING:
+    from gpudeck.jobs.spec import JobSpec, JobsFile
+    from gpudeck.jobs.supervisor import Supervisor
 
 POLL_S = 0.5
 # After a Slurm stage fails, how long its dependants get for Slurm to cancel them itself.
@@ -34,7 +38,7 @@ class PipelineError(Exception):
     """A pipeline that cannot be planned or started (unknown job, cycle, one already running)."""
 
 
-def plan(jobs_file, target: str) -> list[str]:
+def plan(jobs_file: JobsFile, target: str) -> list[str]:
     """`target` after everything it needs, transitively; dependencies first, ties in file order."""
     if target not in jobs_file.jobs:
         raise PipelineError(f"no job named {target!r} in {jobs_file.path}")
@@ -58,7 +62,7 @@ def plan(jobs_file, target: str) -> list[str]:
     return order
 
 
-def start_pipeline(supervisor, target: str) -> Pipeline:
+def start_pipeline(supervisor: Supervisor, target: str) -> Pipeline:
     """Plan, record and launch a detached pipeline for `target`; returns at once."""
     stages = plan(supervisor.jobs_file, target)
     parent = ensure_private_dir(ensure_private_dir(pipelines_root(state_root(supervisor.state_dir))) / target)
@@ -131,7 +135,7 @@ class PipelineRunner:
         self.pipe = Pipeline(Path(path))
         self.stop_requested = False
 
-    def _supervisor(self):
+    def _supervisor(self) -> Supervisor:
         from gpudeck.jobs.spec import jobs_file_from_snapshot, spec_from_snapshot
         from gpudeck.jobs.supervisor import Supervisor
         meta = self.pipe.meta()
@@ -185,15 +189,15 @@ class PipelineRunner:
                 self.pipe.add_event("StageFailedToStart", stage=stage, error=str(exc))
                 return self._finish(False, stage, error=str(exc))
             self.pipe.add_event("StageStarted", stage=stage, run_id=run_id)
-            failed = self._record_end(sup, stage, run_id)
-            if failed is not None:
-                return self._finish(False, stage, **failed)
+            ended = self._record_end(sup, stage, run_id)
+            if ended is not None:
+                return self._finish(False, stage, **ended)
         failed = self._drain(sup)
         if failed is not None:
             return self._finish(False, failed[0], **failed[1])
         return self._finish(True, None)
 
-    def _queue(self, sup, stage: str, spec) -> Optional[str]:
+    def _queue(self, sup: Supervisor, stage: str, spec: JobSpec) -> Optional[str]:
         """sbatch a Slurm stage after the queued stages it needs; an error message if it could not be."""
         from gpudeck.jobs.runs import find_run
         from gpudeck.jobs.supervisor import JobAlreadyRunning
@@ -213,7 +217,7 @@ class PipelineRunner:
         self.pipe.add_event("StageQueued", stage=stage, run_id=run_id, slurm_job_id=job_id or None, after=after)
         return None
 
-    def _drain(self, sup) -> Optional[tuple[str, dict]]:
+    def _drain(self, sup: Supervisor) -> Optional[tuple[str, dict]]:
         """Record the end of every queued stage, in order; (stage, why) of the first that failed, else None."""
         failed: Optional[tuple[str, dict]] = None
         while self.queued:
@@ -228,11 +232,11 @@ class PipelineRunner:
                 failed = (stage, why)
         return failed
 
-    def _cancel_queued(self, sup) -> None:
+    def _cancel_queued(self, sup: Supervisor) -> None:
         for stage, run_id in self.queued:
             self._stop_stage(sup, stage, run_id)
 
-    def _stop_stage(self, sup, stage: str, run_id: str) -> None:
+    def _stop_stage(self, sup: Supervisor, stage: str, run_id: str) -> None:
         from gpudeck.jobs.runs import find_run
         run = find_run(stage, run_id, sup.state_dir)
         if run is not None and run.exit_record() is None and not self.stop_requested \
@@ -252,7 +256,7 @@ class PipelineRunner:
             except Exception as exc:          # a stage that cannot be stopped must not lose the record
                 self.pipe.add_event("StageStopFailed", stage=stage, run_id=run_id, error=str(exc))
 
-    def _record_end(self, sup, stage: str, run_id: str) -> Optional[dict]:
+    def _record_end(self, sup: Supervisor, stage: str, run_id: str) -> Optional[dict]:
         """Wait for one stage's end and record it; None when it succeeded, else what the result says."""
         record = self._wait(sup, stage, run_id)
         code = record.get("exit_code") if record else None
@@ -266,10 +270,10 @@ class PipelineRunner:
         return {"exit_code": code, "signal": (record or {}).get("signal"),
                 "stopped": self.stop_requested or bool((record or {}).get("stopped_by_request"))}
 
-    def _on_term(self, *_) -> None:
+    def _on_term(self, *_: object) -> None:
         self.stop_requested = True
 
-    def _wait(self, sup, stage: str, run_id: str) -> Optional[dict]:
+    def _wait(self, sup: Supervisor, stage: str, run_id: str) -> Optional[dict]:
         from gpudeck.jobs.runs import find_run
         run = find_run(stage, run_id, sup.state_dir)
         stop_sent = False
@@ -292,7 +296,7 @@ class PipelineRunner:
             time.sleep(POLL_S)
         return None
 
-    def _finish(self, ok: bool, failed_stage: Optional[str], **extra) -> int:
+    def _finish(self, ok: bool, failed_stage: Optional[str], **extra: Any) -> int:
         result = {"ok": ok, "failed_stage": failed_stage, "ended_at": time.time(), **extra}
         write_json_atomic(self.pipe.path / RESULT, result)
         self.pipe.add_event("PipelineFinished", **result)

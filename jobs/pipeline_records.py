@@ -9,7 +9,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from gpudeck.jobs import paths
 from gpudeck.jobs.procs import ProcessId, is_alive
@@ -46,7 +46,7 @@ class Pipeline:
     def result(self) -> Optional[dict]:
         return read_json(self.path / RESULT)
 
-    def add_event(self, event: str, **fields) -> None:
+    def add_event(self, event: str, **fields: Any) -> None:
         append_jsonl(self.path / EVENTS, {"t": round(time.time(), 3), "event": event, **fields})
 
     def process(self) -> Optional[ProcessId]:

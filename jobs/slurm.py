@@ -394,7 +394,7 @@ def exit_record(job_id: str, state: str, acct: Optional[Accounting], stopped: bo
     if state != "COMPLETED" and exit_code == 0:
         exit_code = None
     ended = (acct.end if acct else None) or (job.end if job else None) or time.time()
-    record = {
+    record: dict[str, Any] = {
         "exit_code": exit_code, "signal": sig_name, "ended_at": ended,
         # Asked to stop, it ended by our scancel, or by the stop signal (FAILED), or cleanly on it
         # (COMPLETED); a TIMEOUT or NODE_FAIL meanwhile is still Slurm's doing.
@@ -411,7 +411,7 @@ def exit_record(job_id: str, state: str, acct: Optional[Accounting], stopped: bo
     return record
 
 
-def _locked(run: Run):
+def _locked(run: Run) -> int:
     fd = open_private(run.path / ".slurm.lock", os.O_WRONLY | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
     return fd
@@ -756,8 +756,11 @@ class Watcher:
             if now - self._unknown_since < UNKNOWN_GIVE_UP_S:
                 return False
             state = "UNKNOWN"
+        elif acct is not None:
+            state = acct.state
         else:
-            state = acct.state if acct is not None else job.state
+            assert job is not None
+            state = job.state
         if not self._started and state != "CANCELLED":
             self._started = True
             self.monitors = load_monitors(self.run)
@@ -772,7 +775,7 @@ class Watcher:
         return True
 
     def _tick(self, now: float, size: int, grew: bool, alive: bool) -> None:
-        sample = {"t": round(now, 3), "procs": None, "pids": [], "cpu_s": self._cpu_s, "rss": self._rss,
+        sample: dict[str, Any] = {"t": round(now, 3), "procs": None, "pids": [], "cpu_s": self._cpu_s, "rss": self._rss,
                   "read_bytes": None, "write_bytes": None, "log_bytes": size, "slurm_state": self._last_state}
         try:
             append_jsonl(self.run.samples_path, sample)

@@ -216,15 +216,19 @@ class JobView:
 
     @classmethod
     def from_payload(cls, job: dict) -> "JobView":
-        alerts = job.get("alerts") if isinstance(job.get("alerts"), list) else []
+        alerts = job.get("alerts")
+        if not isinstance(alerts, list):
+            alerts = []
+        gpus = job.get("gpus")
+        if not isinstance(gpus, (list, tuple)):
+            gpus = ()
         phase = _str(job.get("phase"))
         return cls(
             name=clean(job.get("name"), 40) or "?", kind=clean(job.get("kind"), 16), state=clean(job.get("state"), 16) or "?",
             pid=_int(job.get("pid")), run_id=_str(job.get("run_id")),
             started_at=_num(job.get("started_at")), ended_at=_num(job.get("ended_at")),
             port=_int(job.get("port")), port_open=job.get("port_open") if isinstance(job.get("port_open"), bool) else None,
-            gpus=tuple(g for g in (job.get("gpus") if isinstance(job.get("gpus"), (list, tuple)) else ())
-                       if _int(g) is not None),
+            gpus=tuple(g for g in gpus if _int(g) is not None),
             exit_code=_int(job.get("exit_code")), signal=_str(job.get("signal")),
             phase=None if phase == "unknown" else clean(phase, 24) or None,
             progress=ProgressView.from_payload(job.get("progress")),

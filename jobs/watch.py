@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from gpudeck.jobs.view import LIVE_STATES, EngineSpec, JobsSnapshot, JobView, engine_views
+
+if TYPE_CHECKING:                     # loaded with the jobs file, on the first poll
+    from gpudeck.jobs.supervisor import Supervisor
 
 # Engine discovery walks every process's environment: often enough to catch a
 # foreign vLLM appearing, rarely enough to stay cheap on a busy box.
@@ -21,11 +24,11 @@ class JobsWatcher:
     every poll until it loads (a jobs.toml created while the console runs shows up).
     """
 
-    def __init__(self, jobs_file: Optional[str] = None, *, supervisor: Any = None,
-                 payload: Optional[Callable[[Any], dict]] = None, discover: Optional[bool] = None,
+    def __init__(self, jobs_file: Optional[str] = None, *, supervisor: Optional[Supervisor] = None,
+                 payload: Optional[Callable[[Supervisor], dict]] = None, discover: Optional[bool] = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.jobs_file_arg = jobs_file
-        self.supervisor: Any = supervisor
+        self.supervisor: Optional[Supervisor] = supervisor
         self._payload = payload
         self._discover = supervisor is None if discover is None else discover
         self._clock = clock
@@ -58,9 +61,9 @@ class JobsWatcher:
     def poll(self) -> JobsSnapshot:
         now = self._clock()
         reason = self.load()
-        if reason is not None:
-            return JobsSnapshot(taken_at=now, reason=reason)
         supervisor = self.supervisor
+        if reason is not None or supervisor is None:     # load() sets the supervisor or says why not
+            return JobsSnapshot(taken_at=now, reason=reason)
         try:
             if self._payload is not None:
                 payload = self._payload(supervisor)
@@ -73,7 +76,7 @@ class JobsWatcher:
                 run = supervisor.latest(job.name) if job.run_id else None
                 if run is not None:
                     log_paths[job.name] = str(run.log_path)
-            engines = engine_views(list(snapshot.jobs), self._engine_specs(snapshot.jobs), self._foreign_engines())
+            engines = engine_views(list(snapshot.jobs), self._engine_specs(supervisor, snapshot.jobs), self._foreign_engines())
             snapshot = JobsSnapshot(taken_at=now, jobs=snapshot.jobs, engines=tuple(engines), log_paths=log_paths,
                                     pipelines=snapshot.pipelines)
         except Exception as exc:       # the last good jobs stay shown, with the error
@@ -83,13 +86,13 @@ class JobsWatcher:
         self._last = snapshot
         return snapshot
 
-    def _engine_specs(self, jobs: tuple[JobView, ...]) -> dict[str, EngineSpec]:
+    def _engine_specs(self, supervisor: Supervisor, jobs: tuple[JobView, ...]) -> dict[str, EngineSpec]:
         """Each engine job's (engine, model, port), from its spec (a profile fills in what the cmd says)."""
         specs: dict[str, EngineSpec] = {}
         try:
             from gpudeck.jobs.engines.profiles import engine_settings
             for job in jobs:
-                spec = self.supervisor.spec(job.name)
+                spec = supervisor.spec(job.name)
                 settings = engine_settings(spec)
                 if settings is not None:
                     specs[job.name] = (settings.engine, settings.model, settings.port)

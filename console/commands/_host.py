@@ -2,12 +2,19 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, ParamSpec, TypeVar
 
 from gpudeck.console.errors import CliError
 
+if TYPE_CHECKING:                       # imported lazily below: `gpudeck --help` loads no SSH code
+    from gpudeck.jobs.hosts.config import HostSpec
+    from gpudeck.jobs.hosts.remote import RemoteHost
 
-def host_spec(args: argparse.Namespace) -> Any:
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def host_spec(args: argparse.Namespace) -> HostSpec:
     """The HostSpec of --host / $GPUDECK_HOST (local when neither is given)."""
     from gpudeck.jobs.hosts.config import HostConfigError, resolve_host
     try:
@@ -23,7 +30,7 @@ def host_spec(args: argparse.Namespace) -> Any:
     return spec
 
 
-def remote_spec(args: argparse.Namespace) -> Optional[Any]:
+def remote_spec(args: argparse.Namespace) -> Optional[HostSpec]:
     """The remote HostSpec, or None for the local machine."""
     spec = host_spec(args)
     return None if spec.local else spec
@@ -32,12 +39,12 @@ def remote_spec(args: argparse.Namespace) -> Optional[Any]:
 class Remote:
     """A RemoteHost whose failures are CliErrors (exit 1 for the box, 2 for a request the box refused)."""
 
-    def __init__(self, spec: Any) -> None:
+    def __init__(self, spec: HostSpec) -> None:
         from gpudeck.jobs.hosts.remote import RemoteHost
         self.spec = spec
-        self.host = RemoteHost(spec)
+        self.host: RemoteHost = RemoteHost(spec)
 
-    def _guard(self, fn: Any, *a: Any, **kw: Any) -> Any:
+    def _guard(self, fn: Callable[P, T], *a: P.args, **kw: P.kwargs) -> T:
         from gpudeck.jobs.hosts.errors import HostError, RemoteError
         try:
             return fn(*a, **kw)
@@ -55,8 +62,9 @@ class Remote:
     def agent_info(self) -> dict:
         return self._guard(self.host.agent_info)
 
-    def follow_log(self, *a: Any, **kw: Any) -> int:
-        return self._guard(self.host.follow_log, *a, **kw)
+    def follow_log(self, job: str, write: Callable[[bytes], None], **kw: Any) -> int:
+        """RemoteHost.follow_log (run, tail, follow, wait_s, reconnect_timeout_s), with one-line errors."""
+        return self._guard(self.host.follow_log, job, write, **kw)
 
     def close(self) -> None:
         try:
@@ -67,5 +75,5 @@ class Remote:
     def __enter__(self) -> "Remote":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

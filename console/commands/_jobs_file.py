@@ -2,16 +2,21 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from gpudeck.jobs.paths import check_regular, find_jobs_file
 
 from gpudeck.console.errors import CliError
 
+if TYPE_CHECKING:
+    from gpudeck.jobs.spec import JobsFile
+    from gpudeck.jobs.supervisor import Supervisor
+
 NO_JOBS_FILE = ("no jobs file: pass --jobs FILE, set GPUDECK_JOBS, or create ./jobs.toml "
                 "or ~/.config/gpudeck/jobs.toml")
 
 
-def load_jobs_file(args: argparse.Namespace):
+def load_jobs_file(args: argparse.Namespace) -> JobsFile:
     path = find_jobs_file(getattr(args, "jobs_file", None))
     if path is None:
         raise CliError(NO_JOBS_FILE, code=2)
@@ -29,12 +34,12 @@ def load_jobs_file(args: argparse.Namespace):
         raise CliError(f"{exc} (run `gpudeck check` for every problem)", code=2) from None
 
 
-def supervisor(args: argparse.Namespace):
+def supervisor(args: argparse.Namespace) -> Supervisor:
     from gpudeck.jobs.supervisor import Supervisor
     return Supervisor(load_jobs_file(args))
 
 
-def known_job(sup, name: str) -> None:
+def known_job(sup: Supervisor, name: str) -> None:
     from gpudeck.jobs.supervisor import UnknownJob
     try:
         sup.spec(name)

@@ -10,6 +10,7 @@ from gpudeck.jobs import strictjson
 from gpudeck.console.errors import CliError
 
 if TYPE_CHECKING:
+    from gpudeck.jobs.hosts.config import HostSpec
     from gpudeck.jobs.logs.analyze import LogAnalysis
 
 
@@ -76,7 +77,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
-def _analyze_remote(args: argparse.Namespace, spec) -> int:
+def _analyze_remote(args: argparse.Namespace, spec: HostSpec) -> int:
     """FILE is a path on the box: the agent reads and analyses it there; only the answer crosses the link."""
     from gpudeck.console.commands._host import Remote
     from gpudeck.jobs.logs.analyze import LogAnalysis

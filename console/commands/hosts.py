@@ -4,8 +4,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from gpudeck.console.errors import CliError
+
+if TYPE_CHECKING:
+    from gpudeck.jobs.hosts.config import HostSpec
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_hosts, remote_ok=True)
 
 
-def _hosts():
+def _hosts() -> dict[str, HostSpec]:
     from gpudeck.jobs.hosts.config import HostConfigError, load_hosts
     try:
         return load_hosts()

@@ -13,7 +13,9 @@ from gpudeck.jobs.paths import find_jobs_file
 from gpudeck.console.errors import CliError
 
 if TYPE_CHECKING:
+    from gpudeck.jobs.hosts.config import HostSpec
     from gpudeck.jobs.logs.follow import LogLine
+    from gpudeck.jobs.runs import Run
 
 # Keep up to this much of a \r-redrawn long line's last segment to show it at the end.
 _TAIL_KEEP = 64 * 1024
@@ -132,7 +134,7 @@ class LinePrinter:
         self.out.flush()
 
 
-def _find_run(args: argparse.Namespace):
+def _find_run(args: argparse.Namespace) -> Run:
     from gpudeck.jobs.runs import find_run, latest_run, list_runs
     path = find_jobs_file(getattr(args, "jobs_file", None))
     if path is not None and path.exists():
@@ -182,7 +184,7 @@ def run_logs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _remote_logs(args: argparse.Namespace, spec) -> int:
+def _remote_logs(args: argparse.Namespace, spec: HostSpec) -> int:
     """The run's bytes from the host's agent by offset; the same printer as locally (sanitised here)."""
     from gpudeck.console.commands._host import Remote
     from gpudeck.jobs.logs.follow import LogFollower

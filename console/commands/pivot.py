@@ -3,10 +3,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from gpudeck.jobs import strictjson
 from gpudeck.console.commands._jobs_file import supervisor
 from gpudeck.console.errors import CliError
+
+if TYPE_CHECKING:
+    from gpudeck.jobs.engines.pivot import PivotStep
+    from gpudeck.jobs.hosts.config import HostSpec
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -65,7 +70,7 @@ def run_pivot(args: argparse.Namespace) -> int:
     if not _confirmed(args, plan.lines()):
         return 1
 
-    def show(step) -> None:
+    def show(step: PivotStep) -> None:
         if not args.json:
             print(step.line(), file=out, flush=True)
 
@@ -85,7 +90,7 @@ def run_pivot(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pivot_remote(args: argparse.Namespace, spec) -> int:
+def _pivot_remote(args: argparse.Namespace, spec: HostSpec) -> int:
     """The pivot on the box: planned there, confirmed here, stopped and started there; --wait asks the box
     until the target is ready (each ask bounded, so a dropped link costs one ask, not the pivot)."""
     import time

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Callable, Optional
 
 from gpudeck.console.commands._jobs_file import known_job, supervisor
 from gpudeck.console.errors import CliError
@@ -70,7 +71,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
     return follow_pipeline(pipe.pipeline_id, poll_local)
 
 
-def follow_pipeline(pipeline_id: str, poll) -> int:
+def follow_pipeline(pipeline_id: str, poll: Callable[[int], tuple[list[dict], int, Optional[dict], str]]) -> int:
     """Print each stage event as it happens; exit 0 on success, 1 naming the failed stage."""
     seen = 0
     while True:

@@ -5,10 +5,14 @@ import argparse
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING, Optional
 
 from gpudeck.jobs import strictjson
 
 from gpudeck.console.errors import CliError
+
+if TYPE_CHECKING:
+    from gpudeck.jobs.hosts.config import HostSpec
 
 # Rates (CPU %, disk and network bytes/s) need two readings; this is the least gap between them.
 # /proc/stat counts 10 ms jiffies: 0.1 s is the shortest window the host sampler calls a figure,
@@ -34,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_status, remote_ok=True)
 
 
-def _slurm_status(args: argparse.Namespace):
+def _slurm_status(args: argparse.Namespace) -> Optional[dict]:
     """sinfo of the partitions the jobs file's Slurm jobs use; None without such jobs (or a usable jobs file)."""
     from gpudeck.jobs.paths import find_jobs_file
     path = find_jobs_file(getattr(args, "jobs_file", None))
@@ -108,7 +112,7 @@ def run_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _remote_status(args: argparse.Namespace, spec) -> int:
+def _remote_status(args: argparse.Namespace, spec: HostSpec) -> int:
     """The same snapshot, taken by the host's agent (its telemetry source is in payload["source"])."""
     from gpudeck.jobs.hosts.protocol import unpack_status
     from gpudeck.jobs.telemetry.status import render_engines_text, render_status_text, snapshot_from_payload

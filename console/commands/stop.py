@@ -3,10 +3,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from gpudeck.jobs import strictjson
 from gpudeck.console.commands._jobs_file import known_job, supervisor
 from gpudeck.console.errors import CliError
+
+if TYPE_CHECKING:
+    from gpudeck.jobs.supervisor import StopReport, Supervisor
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_stop, remote_ok=True, mutates=True)
 
 
-def print_report(report, as_json: bool) -> int:
+def print_report(report: StopReport, as_json: bool) -> int:
     if as_json:
         print(strictjson.dumps({**report.to_jsonable(), "host": "local"}, indent=1, default=str))
     else:
@@ -66,7 +70,7 @@ def print_remote_report(reply: dict, as_json: bool, job: str, host: str) -> int:
     return 0
 
 
-def stop_active_pipeline(sup, job: str) -> None:
+def stop_active_pipeline(sup: Supervisor, job: str) -> None:
     """Stopping a pipeline's target stops the pipeline too (it stops its current stage itself)."""
     from gpudeck.jobs.pipeline import stop_pipeline
     from gpudeck.jobs.pipeline_records import latest_pipeline

@@ -1,6 +1,8 @@
 """The `?` help screen: every key the view underneath answers to, and what the colours mean."""
 from __future__ import annotations
 
+from typing import Any
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -39,7 +41,7 @@ class HelpScreen(ModalScreen[None]):
         Binding("question_mark", "dismiss", "Close", show=False, id="help.close-alt"),
     ]
 
-    def __init__(self, keys: list[tuple[str, str]], **kwargs) -> None:
+    def __init__(self, keys: list[tuple[str, str]], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.keys = keys
 

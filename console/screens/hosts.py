@@ -29,7 +29,7 @@ TAIL_EVERY_S = 2.0      # a shown tab refreshes its tails this often (off the UI
 _GIB = 1 << 30
 
 
-def link_cell(summary: dict) -> Cell:
+def link_cell(summary: dict) -> tuple[str, str]:
     """LIVE; STALE 14s (amber past 10 s, red past 60 s); DOWN 2m (retry in 8s); CONNECTING."""
     link = summary["link"]
     age = summary.get("data_age_s")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import Any, Optional
 
 from textual.strip import Strip
 from textual.widget import Widget
@@ -33,7 +33,7 @@ class BoxHeaderPanel(FollowsTelemetry, PaintedLines, Widget):
     }
     """
 
-    def __init__(self, view_title: str, **kwargs) -> None:
+    def __init__(self, view_title: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.view_title = view_title
         self.view: Optional[TelemetryView] = None

@@ -32,7 +32,7 @@ class EnginePanel(Widget):
     EnginePanel.-has-engines { display: block; }
     """
 
-    def __init__(self, clock: Any = None, **kwargs) -> None:
+    def __init__(self, clock: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         import time
         self.clock = clock or time.time

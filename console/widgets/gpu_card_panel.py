@@ -1,7 +1,7 @@
 """One GPU as a full card (roomy terminals), and the one-line form small terminals use."""
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from textual.strip import Strip
 from textual.widget import Widget
@@ -127,7 +127,7 @@ class GpuCardPanel(PaintedLines, Widget):
     }
     """
 
-    def __init__(self, index: int, **kwargs) -> None:
+    def __init__(self, index: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.index = index
         self.sample: Optional[GpuSample] = None

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 from textual.app import ComposeResult
 from textual.containers import Container, Grid
@@ -67,7 +67,7 @@ class GpuGridPanel(FollowsTelemetry, Container):
     }
     """
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.border_title = "GPUs"
         self.density: Density = "auto"

@@ -1,8 +1,9 @@
 """All GPUs one line each, drawn by a single widget: the compact form for small terminals."""
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
+from textual.geometry import Size
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -24,7 +25,7 @@ class GpuLinesPanel(PaintedLines, Widget):
     GpuLinesPanel.-stale { color: $text-muted; }
     """
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._gpus: list[tuple[GpuSample, tuple[Optional[float], ...]]] = []
         self._stale = False
@@ -58,7 +59,7 @@ class GpuLinesPanel(PaintedLines, Widget):
             self._lines = (width, self._build(width))
         return self._lines[1]
 
-    def get_content_height(self, container, viewport, width: int) -> int:
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return len(self._gpus)
 
     def render_line(self, y: int) -> Strip:

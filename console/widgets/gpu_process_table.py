@@ -1,6 +1,8 @@
 """Every process on every GPU: who it is, what it holds, what it costs."""
 from __future__ import annotations
 
+from typing import Optional
+
 from gpudeck.jobs.telemetry.snapshot import Snapshot
 
 from gpudeck.console.feeds import FollowsTelemetry
@@ -11,7 +13,7 @@ from gpudeck.console.widgets.rows_table import Cell, Column, RowsTable
 UNKNOWN_PID = "pid not in this /proc (other PID namespace?)"
 
 
-def _num(value, fmt: str) -> str:
+def _num(value: Optional[float], fmt: str) -> str:
     return NA if value is None else format(value, fmt)
 
 

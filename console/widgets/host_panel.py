@@ -1,8 +1,9 @@
 """The host: CPU (total and per core), load, RAM and swap, disk and network rates."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
+from textual.geometry import Size
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -113,7 +114,7 @@ class HostPanel(FollowsTelemetry, PaintedLines, Widget):
     HostPanel.-stale { border: round $error; color: $text-muted; }
     """
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.border_title = "host"
         self.host: Optional[HostSample] = None
@@ -149,7 +150,7 @@ class HostPanel(FollowsTelemetry, PaintedLines, Widget):
             refresh_changed_lines(self, shown, self._lines[1])
         self._line_count = line_count
 
-    def get_content_height(self, container, viewport, width: int) -> int:
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return len(host_lines(self.host, width, self.message))
 
     def lines(self) -> list[Line]:

@@ -98,7 +98,9 @@ class LogIndex:
             changed = False
         if not self._open():
             return changed
-        end = min(os.fstat(self._fd).st_size, self._size + max_bytes)
+        fd = self._fd
+        assert fd is not None                   # _open() succeeded
+        end = min(os.fstat(fd).st_size, self._size + max_bytes)
         if limit is not None:
             end = min(end, limit)
         pos = self._size
@@ -108,7 +110,7 @@ class LogIndex:
         boundaries = self._block_newlines
         last_byte = b""
         while pos < end:
-            data = os.pread(self._fd, min(READ_CHUNK, end - pos), pos)
+            data = os.pread(fd, min(READ_CHUNK, end - pos), pos)
             if not data:
                 break
             offset = 0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.cells import cell_len
 from rich.segment import Segment
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.cache import LRUCache
@@ -126,7 +126,7 @@ class LogViewPane(ScrollView, can_focus=True):
 
     # -- opening and watching -------------------------------------------
     def on_mount(self) -> None:
-        super().on_mount()
+        super().on_mount()          # type: ignore[no-untyped-call]  # Textual's ScrollView.on_mount is unannotated
         if self._pending_path is not None:
             self.open(self._pending_path)
 
@@ -553,7 +553,7 @@ class LogView(Vertical):
         self.pane.focus()
         self.pane.start_search(event.value)
 
-    def on_key(self, event) -> None:
+    def on_key(self, event: events.Key) -> None:
         box = self.query_one(Input)
         if event.key == "escape" and box.has_focus:
             event.stop()

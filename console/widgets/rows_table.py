@@ -6,16 +6,19 @@ table line by line (Line API), re-building only the rows whose cells changed.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+# Textual internal touched here: Widget._styles_cache.clear() for a table scrolled out of view (what
+# it buys and why it stays: strip_painter's header, scrolled_out).
+
+from typing import Any, Optional, Sequence, Union
 
 from textual import events
 from textual.binding import Binding
 from textual.strip import Strip
-from textual.geometry import Region
+from textual.geometry import Region, Size
 from textual.widget import Widget
 
 from gpudeck.console.widgets.border_titles import set_border_titles
-from gpudeck.console.widgets.strip_painter import PaintedLines, Part, content_width, refresh_changed_lines, scrolled_out
+from gpudeck.console.widgets.strip_painter import PaintedLines, content_width, refresh_changed_lines, scrolled_out
 
 # A cell is its text, or (text, style) where style may use theme variables ("bold $warning").
 Cell = Union[str, tuple[str, str]]
@@ -62,7 +65,7 @@ class RowsTable(PaintedLines, Widget, can_focus=True):
     EMPTY = "none"
     GAP = 2
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._rows: dict[str, tuple[Cell, ...]] = {}
         self._row_cache: dict[str, tuple[object, Strip]] = {}
@@ -94,7 +97,7 @@ class RowsTable(PaintedLines, Widget, can_focus=True):
             # The same rows in the same order: repaint only those whose cells changed (CPU%, SM%…).
             refresh_changed_lines(self, [shown[k] for k in self._keys], [rows[k] for k in self._keys], top=1)
         elif not count_changed and scrolled_out(self):
-            self._styles_cache.clear()      # see refresh_changed_lines: repainted when shown again
+            self._styles_cache.clear()      # Textual internal, see strip_painter's header: repainted when shown
         else:
             self.refresh(layout=count_changed)
 
@@ -104,7 +107,7 @@ class RowsTable(PaintedLines, Widget, can_focus=True):
 
     # -- layout and rendering ----------------------------------------------------------------
 
-    def get_content_height(self, container, viewport, width: int) -> int:
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return 1 + max(1, len(self._rows))
 
     def _widths(self, width: int) -> list[int]:
@@ -112,8 +115,8 @@ class RowsTable(PaintedLines, Widget, can_focus=True):
         flex = max(8, width - fixed)
         return [c.width if c.width is not None else flex for c in self.COLUMNS]
 
-    def _line(self, cells: Sequence[Cell], widths: list[int], header: bool = False) -> list[Part]:
-        parts: list[Part] = []
+    def _line(self, cells: Sequence[Cell], widths: list[int], header: bool = False) -> list[tuple[str, str]]:
+        parts: list[tuple[str, str]] = []
         gap = " " * self.GAP
         for i, (column, cell, w) in enumerate(zip(self.COLUMNS, cells, widths)):
             text, style = (cell, "") if isinstance(cell, str) else cell
@@ -129,10 +132,10 @@ class RowsTable(PaintedLines, Widget, can_focus=True):
         self._painter.ensure()
         generation = self._painter.generation
         if y == 0:
-            key = ("header", width, generation)
-            if self._header is None or self._header[0] != key:
+            header_key = ("header", width, generation)
+            if self._header is None or self._header[0] != header_key:
                 labels = [c.label for c in self.COLUMNS]
-                self._header = (key, self._painter.strip(self._line(labels, self._widths(width), True), width))
+                self._header = (header_key, self._painter.strip(self._line(labels, self._widths(width), True), width))
             return self._header[1]
         if not self._rows:
             return self._painter.strip([(self.EMPTY, "$text-muted italic")] if y == 1 else [], width)

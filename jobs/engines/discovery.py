@@ -247,6 +247,8 @@ def discover_engines(live_runs: Optional[Mapping[int, tuple[str, str]]] = None, 
     mem, gpus = gpu_memory_by_pid() if with_gpu else ({}, {})
     engines = []
     for root in sorted(roots, key=lambda p: p.pid):
+        engine = root.engine
+        assert engine is not None                    # roots are engine processes
         members = _subtree(table, root.pid)
         run_id, job = None, None
         for m in members:
@@ -262,7 +264,7 @@ def discover_engines(live_runs: Optional[Mapping[int, tuple[str, str]]] = None, 
         launch = parse_launch(root.cmdline) if root.role == "launcher" else None
         port = None
         if member_ports:
-            declared = launch.port if launch and launch.port else PROFILES[root.engine].default_port
+            declared = launch.port if launch and launch.port else PROFILES[engine].default_port
             if declared in member_ports:
                 port = declared
             elif root.role == "launcher":
@@ -273,7 +275,7 @@ def discover_engines(live_runs: Optional[Mapping[int, tuple[str, str]]] = None, 
         # orphaned, re-parented to PID 1 or to a subreaper (gpudeck's runner is one).
         orphan = root.role == "worker"
         engines.append(EngineProcess(
-            pid=root.pid, engine=root.engine, port=port,
+            pid=root.pid, engine=engine, port=port,
             gpu_mem=sum(known) if known else None,
             cmdline=" ".join(root.cmdline).strip() or root.name,
             managed=run_id is not None, job=job, run_id=run_id, orphan=orphan,

@@ -16,9 +16,12 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
 
 from gpudeck.jobs.engines.profiles import argv_of, engine_settings
+
+if TYPE_CHECKING:
+    from gpudeck.jobs.supervisor import Supervisor
 
 PROBE_TIMEOUT_S = 180.0          # importing vLLM takes ~10-20 s; a cold disk far more
 GPU_IDLE_BYTES = 2 * 2**30
@@ -36,15 +39,15 @@ class Check:
     skipped: bool = False
 
 
-def _ok(name, detail):
+def _ok(name: str, detail: str) -> Check:
     return Check(name, True, detail)
 
 
-def _fail(name, detail):
+def _fail(name: str, detail: str) -> Check:
     return Check(name, False, detail)
 
 
-def _skip(name, detail):
+def _skip(name: str, detail: str) -> Check:
     return Check(name, True, detail, skipped=True)
 
 
@@ -65,7 +68,7 @@ def check_driver() -> Check:
     return _ok("nvidia_driver", f"driver {info.version}, {len(info.names)} GPU(s): {kinds}")
 
 
-def _count(items):
+def _count(items: Iterable[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for i in items:
         out[i] = out.get(i, 0) + 1
@@ -266,7 +269,7 @@ def check_disk(model: Optional[str], cwd: str) -> Check:
     return _ok("disk_space", detail)
 
 
-def build_parallelism(cmd, env: dict[str, str]) -> dict[str, Optional[int]]:
+def build_parallelism(cmd: Union[str, tuple[str, ...]], env: dict[str, str]) -> dict[str, Optional[int]]:
     """MAX_JOBS / CMAKE_BUILD_PARALLEL_LEVEL / NVCC_THREADS / -jN as the job sets them."""
     tokens = argv_of(cmd)
     text = " ".join(tokens)
@@ -293,7 +296,7 @@ def _mem_available() -> int:
     return psutil.virtual_memory().available
 
 
-def check_build(cmd, env: dict[str, str], *, cores: Optional[int] = None,
+def check_build(cmd: Union[str, tuple[str, ...]], env: dict[str, str], *, cores: Optional[int] = None,
                 mem_available: Optional[int] = None) -> Check:
     cores = cores or os.cpu_count() or 1
     mem_available = mem_available if mem_available is not None else _mem_available()
@@ -316,7 +319,7 @@ def check_build(cmd, env: dict[str, str], *, cores: Optional[int] = None,
 
 # --------------------------------------------------------------------------- the whole run
 
-def _guarded(fn, name, *a, **kw) -> list[Check]:
+def _guarded(fn: Callable[..., Union[Check, list[Check]]], name: str, *a: Any, **kw: Any) -> list[Check]:
     try:
         result = fn(*a, **kw)
     except Exception as exc:
@@ -324,11 +327,13 @@ def _guarded(fn, name, *a, **kw) -> list[Check]:
     return result if isinstance(result, list) else [result]
 
 
-def run_doctor(supervisor=None, job: Optional[str] = None, *,
+def run_doctor(supervisor: Optional[Supervisor] = None, job: Optional[str] = None, *,
                probe: Callable = probe_interpreter) -> list[Check]:
     """All checks for the box (no job) or for one job of the supervisor's jobs file."""
     if job is None:
         return _guarded(check_driver, "nvidia_driver") + _guarded(check_gpus_free, "gpus_free", ())
+    if supervisor is None:
+        raise ValueError(f"checking job {job!r} needs the supervisor of its jobs file")
     spec = supervisor.spec(job)
     state = supervisor.job_state(job)
     settings = engine_settings(spec)
@@ -346,6 +351,7 @@ def run_doctor(supervisor=None, job: Optional[str] = None, *,
     env.update(spec.env)
     from gpudeck.jobs.telemetry.gpu import visible_devices_env
     env.update(visible_devices_env(spec.gpus))
+    port: Optional[int]
     if settings is not None:
         source = " from jobs.toml" if spec.python else " inferred from the command"
         checks += _guarded(interpreter_checks, "python", settings.python, settings.engine, env, probe, source)

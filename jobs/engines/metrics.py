@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 # --------------------------------------------------------------------------- the numbers
 
@@ -111,17 +111,17 @@ def parse_metrics(engine: str, text: str) -> dict[str, float]:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             # Counter samples keep their `_total` name; `_created` timestamps are skipped.
-            key = wanted.get(sample.name)
-            if key is None or sample.value != sample.value:     # NaN
+            wanted_key = wanted.get(sample.name)
+            if wanted_key is None or sample.value != sample.value:     # NaN
                 continue
-            if key in sums and key not in _AVERAGED and _is_alias(table, key, sample.name, sums):
+            if wanted_key in sums and wanted_key not in _AVERAGED and _is_alias(table, wanted_key, sample.name, sums):
                 continue
-            sums[key] = sums.get(key, 0.0) + float(sample.value)
-            counts[key] = counts.get(key, 0) + 1
+            sums[wanted_key] = sums.get(wanted_key, 0.0) + float(sample.value)
+            counts[wanted_key] = counts.get(wanted_key, 0) + 1
     return {k: (v / counts[k] if k in _AVERAGED else v) for k, v in sums.items()}
 
 
-def _is_alias(table, key, name, sums) -> bool:
+def _is_alias(table: Mapping[str, tuple[str, ...]], key: str, name: str, sums: dict[str, float]) -> bool:
     # Only the first spelling of a renamed metric counts (never old + new added up).
     return table[key].index(name) > 0 if name in table[key] else False
 
@@ -192,7 +192,8 @@ class ServingTracker:
             serving = replace(serving, spec_accept_len=values.get("spec_accept_len"),
                               spec_accept_rate=values.get("spec_accept_rate"))
         elif prev is not None:
-            serving = replace(serving, **_vllm_spec(values, prev.values))
+            rate, length = _vllm_spec(values, prev.values)
+            serving = replace(serving, spec_accept_rate=rate, spec_accept_len=length)
         self._prev = _Baseline(now, values)
         if self._first is None:
             self._first = _Baseline(now, values)
@@ -222,7 +223,8 @@ class ServingTracker:
             drafts = values.get("spec_drafts_total", 0.0) - first.get("spec_drafts_total", 0.0)
             if drafts < SPEC_MIN_DRAFTS:
                 return []
-            overall = Serving(**_vllm_spec(values, first))
+            rate, length = _vllm_spec(values, first)
+            overall = Serving(spec_accept_rate=rate, spec_accept_len=length)
             alert = spec_alert(overall)
         else:
             if not (self.latest.gen_tokens_per_s or 0) > 0:
@@ -237,16 +239,14 @@ def _rate(now: dict[str, float], before: dict[str, float], key: str, dt: float) 
     return round(max(0.0, now[key] - before[key]) / dt, 3)
 
 
-def _vllm_spec(now: dict[str, float], before: dict[str, float]) -> dict[str, Optional[float]]:
+def _vllm_spec(now: dict[str, float], before: dict[str, float]) -> tuple[Optional[float], Optional[float]]:
+    """(acceptance rate, mean acceptance length) between two scrapes; None where nothing was drafted."""
     d_drafts = now.get("spec_drafts_total", 0.0) - before.get("spec_drafts_total", 0.0)
     d_tokens = now.get("spec_draft_tokens_total", 0.0) - before.get("spec_draft_tokens_total", 0.0)
     d_acc = now.get("spec_accepted_total", 0.0) - before.get("spec_accepted_total", 0.0)
-    out: dict[str, Optional[float]] = {"spec_accept_rate": None, "spec_accept_len": None}
-    if d_tokens > 0:
-        out["spec_accept_rate"] = round(d_acc / d_tokens, 4)
-    if d_drafts > 0:
-        out["spec_accept_len"] = round(1.0 + d_acc / d_drafts, 3)
-    return out
+    rate = round(d_acc / d_tokens, 4) if d_tokens > 0 else None
+    length = round(1.0 + d_acc / d_drafts, 3) if d_drafts > 0 else None
+    return rate, length
 
 
 def scrape(url: str, timeout: float = 2.0) -> tuple[Optional[int], str]:

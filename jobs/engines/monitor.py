@@ -10,11 +10,15 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from gpudeck.jobs.engines.metrics import EngineAlert, Serving, ServingTracker, scrape
 from gpudeck.jobs.engines.profiles import EngineSettings
 from gpudeck.jobs.engines.readiness import LogLineWatcher, Readiness, check_readiness
+
+if TYPE_CHECKING:
+    from gpudeck.jobs.runs import Run
+    from gpudeck.jobs.spec import JobSpec
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _MAX_READ = 4 << 20
@@ -120,7 +124,7 @@ class EngineMonitor:
 ENGINE_STATE = "engine_state.json"
 
 
-def engine_fields(spec, run) -> Optional[dict]:
+def engine_fields(spec: JobSpec, run: Optional[Run]) -> Optional[dict]:
     """Readiness and /metrics serving of a live engine job, for one-shot callers (`gpudeck jobs --json`).
 
     The previous scrape and the readiness scan position are kept in the run
@@ -157,7 +161,9 @@ def engine_fields(spec, run) -> Optional[dict]:
                         tracker._first = _Baseline(first["t"], first["values"])
                     serving = tracker.update_from_metrics(body)
                     alerts = tracker.alerts
-                    saved["prev"] = {"t": tracker._prev.at, "values": tracker._prev.values}
+                    baseline = tracker._prev
+                    assert baseline is not None           # update_from_metrics() sets it
+                    saved["prev"] = {"t": baseline.at, "values": baseline.values}
                     saved.setdefault("first", saved["prev"])
                 except Exception:
                     serving = None

@@ -12,12 +12,16 @@ import os
 import signal
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from gpudeck.jobs.engines.discovery import EngineProcess, discover_engines
 from gpudeck.jobs.engines.profiles import EngineSettings, engine_settings
 from gpudeck.jobs.engines.readiness import wait_until_ready
 from gpudeck.jobs.spec import command_text
+
+if TYPE_CHECKING:
+    from gpudeck.jobs.runs import Run
+    from gpudeck.jobs.supervisor import Supervisor
 
 # Foreign engines get this long between SIGTERM and SIGKILL: vLLM's and SGLang's
 # shutdown (workers, NCCL teardown) takes 2-30 s.
@@ -137,7 +141,7 @@ def _planned(e: EngineProcess, kind: str) -> PlannedStop:
                        member_create_times=tuple((m.pid, m.create_time) for m in e.members))
 
 
-def plan_pivot(supervisor, target: str, *, stop_foreign: bool = False,
+def plan_pivot(supervisor: Supervisor, target: str, *, stop_foreign: bool = False,
                engines: Optional[list[EngineProcess]] = None) -> PivotPlan:
     """What a pivot to `target` would stop. Raises PivotError when it makes no sense."""
     from gpudeck.jobs.supervisor import UnknownJob
@@ -160,10 +164,11 @@ def plan_pivot(supervisor, target: str, *, stop_foreign: bool = False,
         job_spec = supervisor.spec(name)
         if not st.live or name == target:
             continue
-        if job_spec.kind != "engine" and engine_settings(job_spec) is None:
+        job_settings = engine_settings(job_spec)
+        if job_spec.kind != "engine" and job_settings is None:
             continue
         found = next((e for e in engines if e.managed and e.run_id == st.run_id), None)
-        port = engine_settings(job_spec).port if engine_settings(job_spec) else job_spec.port
+        port = job_settings.port if job_settings else job_spec.port
         plan.stops.append(PlannedStop(
             kind="job", pid=found.pid if found else (st.pid or 0),
             engine=found.engine if found else (job_spec.engine or "?"),
@@ -327,7 +332,7 @@ def stop_foreign(stop: PlannedStop, *, grace_s: float = FOREIGN_GRACE_S) -> tupl
     return True, f"{len(procs)} process(es) gone, {note}"
 
 
-def execute_pivot(supervisor, plan: PivotPlan, *, wait: bool = False,
+def execute_pivot(supervisor: Supervisor, plan: PivotPlan, *, wait: bool = False,
                   on_step: Callable[[PivotStep], None] = lambda step: None,
                   gpu_deadline_s: float = GPU_RELEASE_DEADLINE_S,
                   ready_deadline_s: float = READY_DEADLINE_S) -> PivotResult:
@@ -337,20 +342,20 @@ def execute_pivot(supervisor, plan: PivotPlan, *, wait: bool = False,
     steps: list[PivotStep] = []
     stopped_runs = []
     for stop in plan.stops:
-        if stop.kind == "job" and stop.run_id:
+        if stop.kind == "job" and stop.job and stop.run_id:
             run = find_run(stop.job, stop.run_id, supervisor.state_dir)
             if run is not None:
                 stopped_runs.append(run)
                 run.add_event("PivotRequested", target=plan.target, plan=plan.to_jsonable())
 
-    def record(step: PivotStep, runs) -> None:
+    def record(step: PivotStep, runs: Iterable[Run]) -> None:
         steps.append(step)
         on_step(step)
         for run in runs:
             run.add_event("PivotStepCompleted" if step.ok else "PivotStepFailed", target=plan.target,
                           step=step.name, ok=step.ok, duration_s=round(step.duration_s, 3), detail=step.detail)
 
-    def fail(message: str, runs) -> PivotResult:
+    def fail(message: str, runs: Iterable[Run]) -> PivotResult:
         for run in runs:
             run.add_event("PivotFailed", target=plan.target, message=message)
         return PivotResult(plan.target, False, steps, message=message,
@@ -361,6 +366,7 @@ def execute_pivot(supervisor, plan: PivotPlan, *, wait: bool = False,
         t0 = time.monotonic()
         stopped_pids.update([stop.pid, *(pid for pid, _ in stop.members)])
         if stop.kind == "job":
+            assert stop.job is not None               # plan_pivot names the job of every "job" stop
             report = supervisor.stop(stop.job)
             lines = [ln for ln in report.lines() if not ln.startswith("GPU memory not checked")]
             ok = not report.remaining and report.port_free is not False
@@ -428,9 +434,9 @@ def execute_pivot(supervisor, plan: PivotPlan, *, wait: bool = False,
                        duration_s=time.monotonic() - started)
 
 
-def pivot(supervisor, target: str, *, stop_foreign: bool = False, wait: bool = False,
+def pivot(supervisor: Supervisor, target: str, *, stop_foreign: bool = False, wait: bool = False,
           confirm: Callable[[PivotPlan], bool] = lambda plan: True,
-          on_step: Callable[[PivotStep], None] = lambda step: None, **deadlines) -> PivotResult:
+          on_step: Callable[[PivotStep], None] = lambda step: None, **deadlines: float) -> PivotResult:
     """Plan, ask `confirm(plan)`, execute. The console's one key calls this (in a worker thread)."""
     plan = plan_pivot(supervisor, target, stop_foreign=stop_foreign)
     if not confirm(plan):

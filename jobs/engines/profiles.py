@@ -8,9 +8,12 @@ import shlex
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from gpudeck.jobs.strictjson import parse_integer
+
+if TYPE_CHECKING:
+    from gpudeck.jobs.spec import JobSpec          # the spec imports this module
 
 Command = Union[str, Sequence[str]]
 
@@ -78,7 +81,8 @@ _WRAPPERS = {"exec", "env", "nohup", "setsid", "stdbuf", "numactl", "taskset", "
 
 
 def _segments(tokens: list[str]) -> list[list[str]]:
-    segs, cur = [], []
+    segs: list[list[str]] = []
+    cur: list[str] = []
     for tok in tokens:
         if tok in _SHELL_SEPARATORS:
             segs.append(cur)
@@ -330,7 +334,7 @@ class EngineSettings:
         return f"http://{host}:{self.port}{path}"
 
 
-def engine_settings(spec) -> Optional[EngineSettings]:
+def engine_settings(spec: JobSpec) -> Optional[EngineSettings]:
     """Settings for a JobSpec (gpudeck.jobs.spec.JobSpec) with `engine` set, or whose command launches one."""
     engine = getattr(spec, "engine", None) or detect_engine(spec.cmd)
     if not engine:

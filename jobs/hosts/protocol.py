@@ -92,10 +92,10 @@ def patch(old: Any, delta: Any) -> Any:
             out[key] = patch(out.get(key), sub) if isinstance(sub, dict) else sub
         return out
     if "l" in delta:
-        out = list(old)
+        items = list(old)
         for i, sub in delta["l"].items():
-            out[int(i)] = patch(out[int(i)], sub) if isinstance(sub, dict) else sub
-        return out
+            items[int(i)] = patch(items[int(i)], sub) if isinstance(sub, dict) else sub
+        return items
     raise ValueError(f"not a delta: {delta!r}")
 
 
@@ -160,7 +160,7 @@ def _rows(packed: dict) -> list[dict]:
 
 
 def _unrecord(data: dict, now: Optional[float]) -> dict:
-    out = {}
+    out: dict[str, Any] = {}
     for key, value in data.items():
         if key == "processes" and isinstance(value, dict):
             out[key] = [_unrecord(p, now) for p in _rows(value)]

@@ -22,7 +22,8 @@ import asyncssh
 
 from gpudeck.jobs.hosts.bundle import agent_zipapp
 from gpudeck.jobs.hosts.config import HostSpec
-from gpudeck.jobs.hosts.errors import HostError, HostKeyError, RemoteError  # noqa: F401 - re-exported
+from gpudeck.jobs.hosts.errors import (  # re-exported
+    HostError as HostError, HostKeyError as HostKeyError, RemoteError as RemoteError)
 from gpudeck.jobs.hosts.protocol import HELLO, PROTOCOL, decode, encode, patch
 from gpudeck.jobs.hosts.replies import BadReply, check_reply
 
@@ -69,7 +70,8 @@ def known_hosts_target(spec: HostSpec) -> tuple[str, int]:
     except (OSError, asyncssh.Error, ValueError):
         return host, port or 22
     name = config.get("HostKeyAlias") or config.get("Hostname") or host
-    return str(name), int(port or config.get("Port") or 22)
+    configured = config.get("Port")                   # asyncssh parses Port to an int
+    return str(name), port or (configured if isinstance(configured, int) and configured else 22)
 
 
 def known_hosts_path() -> Path:
@@ -125,7 +127,7 @@ def _known_hosts_names(name: str, port: int) -> set[str]:
     import socket
     hosts = {name.lower()}
     try:
-        hosts |= {info[4][0] for info in socket.getaddrinfo(name, port, type=socket.SOCK_STREAM)}
+        hosts |= {str(info[4][0]) for info in socket.getaddrinfo(name, port, type=socket.SOCK_STREAM)}
     except (OSError, UnicodeError):
         pass
     if port == 22:
@@ -334,7 +336,8 @@ class AgentChannel:
                     message = decode(line)
                 except ValueError:
                     continue
-                fut = self._pending.pop(message.get("id"), None)
+                rid = message.get("id")
+                fut = self._pending.pop(rid, None) if isinstance(rid, int) else None
                 if fut is not None and not fut.done():
                     fut.set_result(message)
         except (OSError, asyncssh.Error) as exc:
@@ -372,7 +375,8 @@ class AgentChannel:
         except asyncio.TimeoutError:
             self._pending.pop(rid, None)
             # What is left of the caller's timeout: said to a tenth, never "1.81095 s".
-            raise HostError(f"{self.spec.name}: no answer to {op} within {round(timeout, 1):g} s") from None
+            waited = timeout or 0.0                 # only a call with a timeout times out
+            raise HostError(f"{self.spec.name}: no answer to {op} within {round(waited, 1):g} s") from None
         if not reply.get("ok"):
             raise RemoteError(f"{self.spec.name}: {reply.get('error')}")
         return reply.get("result")

@@ -98,10 +98,10 @@ class History:
                 if key not in values:
                     buf.append(None)
             for key, value in values.items():
-                buf = self._series.get(key)
-                if buf is None:
-                    buf = self._series[key] = deque(maxlen=self.capacity)
-                buf.append(value)
+                series = self._series.get(key)
+                if series is None:
+                    series = self._series[key] = deque(maxlen=self.capacity)
+                series.append(value)
             # A series that has been all-gap for a full window (a process long gone) is dropped.
             if len(self._times) == self.capacity:
                 for key in [k for k, b in self._series.items() if b[-1] is None and k not in values

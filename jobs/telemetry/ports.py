@@ -216,12 +216,12 @@ class PortScanner:
         seen: set[tuple[int, str, Optional[int]]] = set()
         out = []
         for port, address, inode in rows:
-            pid, name = self._owner.get(inode, (None, None))
-            key = (port, address, pid)
+            owner, name = self._owner.get(inode, (None, None))
+            key = (port, address, owner)
             if key in seen:                       # SO_REUSEPORT workers: one row per owner
                 continue
             seen.add(key)
-            out.append(PortListener(port=port, address=address, pid=pid, process=name))
+            out.append(PortListener(port=port, address=address, pid=owner, process=name))
         out.sort(key=lambda p: (p.port, p.address, p.pid or 0))
         return tuple(out)
 
