@@ -44,7 +44,9 @@ PARALLEL = 8
 EXPLAIN_DEPTH = 12
 CAP_SYS_PTRACE = 19
 
-INSTALL_HINT = "py-spy is not installed: pip install py-spy (into the environment gpudeck runs from)"
+PY_SPY_ENV = "GPUDECK_PY_SPY"
+INSTALL_HINT = ("py-spy is not installed: pip install py-spy (into the environment gpudeck runs from), "
+                f"or name the binary in ${PY_SPY_ENV}")
 
 
 class StacksUnavailable(Exception):
@@ -54,10 +56,19 @@ class StacksUnavailable(Exception):
 # -- finding py-spy and the right to use it ------------------------------------------
 
 def find_py_spy() -> Optional[str]:
-    """py-spy next to the running Python first (the venv gpudeck is installed in), then $PATH."""
-    here = Path(sys.executable).parent / "py-spy"
-    if here.is_file() and os.access(here, os.X_OK):
-        return str(here)
+    """$GPUDECK_PY_SPY first (a path), then py-spy next to the running Python (the venv gpudeck is
+    installed in), then in the bin/ of a $PYTHONPATH entry (what `pip install --target DIR` leaves:
+    DIR/bin/py-spy, the GPU machine's carried wheels), then $PATH."""
+    explicit = os.environ.get(PY_SPY_ENV)
+    if explicit:
+        path = Path(explicit).expanduser()
+        return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+    candidates = [Path(sys.executable).parent / "py-spy"]
+    candidates += [Path(entry) / "bin" / "py-spy" for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                   if entry]
+    for here in candidates:
+        if here.is_file() and os.access(here, os.X_OK):
+            return str(here)
     return shutil.which("py-spy")
 
 
@@ -539,14 +550,21 @@ def _kernel_wait(hint: Optional[str], frames: Sequence[Frame]) -> Optional[Wait]
     return None
 
 
+_SPIN_WAITS = ("cuda_sync", "collective")
+
+
 def explain(thread: ThreadStack) -> Wait:
     """The one wait that explains a thread."""
     frames = thread.frames
     py = [f for f in frames if not f.native]
     top = py[0] if py else (frames[0] if frames else None)
-    if thread.spinning:
-        return Wait("spinning", top.name if top else "?", top, _caller(frames, 0), "sampling")
     wait = _python_wait(frames)
+    if thread.spinning:
+        # On CPU in both samples, but inside a C wait that spins by design (the CUDA driver spin-waits a
+        # synchronize unless told to block; a collective may poll): that wait, not Python, is the answer.
+        if wait is not None and wait.kind in _SPIN_WAITS and wait.frame is top:
+            return wait
+        return Wait("spinning", top.name if top else "?", top, _caller(frames, 0), "sampling")
     if wait is None and thread.active:
         return Wait("running", top.name if top else "?", top, _caller(frames, 0), "sampling")
     wait = wait or _native_wait(frames) or _source_wait(frames) or _kernel_wait(thread.kernel, frames)

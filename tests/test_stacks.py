@@ -308,6 +308,8 @@ def test_no_py_spy_is_one_line_how_to_get_it_and_exit_2(tmp_path, state, monkeyp
         wait_for(lambda: latest_run("build").job_id(), what="the job's pid")
         monkeypatch.setattr(sys, "executable", str(tmp_path / "nowhere" / "python"))
         monkeypatch.setenv("PATH", str(tmp_path))
+        monkeypatch.delenv("PYTHONPATH", raising=False)
+        monkeypatch.delenv(stacks.PY_SPY_ENV, raising=False)
         assert stacks.find_py_spy() is None
         assert cli_module.main(["--jobs", str(jobs), "stacks", "build"]) == 2
         err = capsys.readouterr().err.strip()
@@ -317,6 +319,29 @@ def test_no_py_spy_is_one_line_how_to_get_it_and_exit_2(tmp_path, state, monkeyp
     finally:
         child.kill()
         child.wait()
+
+
+def test_py_spy_is_found_by_name_next_to_python_in_a_pythonpath_bin_then_on_path(tmp_path, monkeypatch):
+    def binary(folder: Path) -> str:
+        folder.mkdir(parents=True, exist_ok=True)
+        return fake_py_spy(folder, "exit 0")
+    on_path, site_bin, venv_bin = (binary(tmp_path / d) for d in ("path", "site/bin", "venv/bin"))
+    named = binary(tmp_path / "named")
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python" / "python3"))
+    monkeypatch.setenv("PATH", str(tmp_path / "path"))
+    monkeypatch.delenv(stacks.PY_SPY_ENV, raising=False)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    assert stacks.find_py_spy() == on_path
+    # `pip install --target /tmp/site py-spy` + PYTHONPATH=/tmp/site (the GPU machine's carried wheels).
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'shim'}:{tmp_path / 'site'}")
+    assert stacks.find_py_spy() == site_bin
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "venv" / "bin" / "python3"))
+    assert stacks.find_py_spy() == venv_bin
+    monkeypatch.setenv(stacks.PY_SPY_ENV, named)
+    assert stacks.find_py_spy() == named
+    # A named binary that is not there is not silently replaced by another one.
+    monkeypatch.setenv(stacks.PY_SPY_ENV, str(tmp_path / "missing"))
+    assert stacks.find_py_spy() is None and stacks.PY_SPY_ENV in stacks.INSTALL_HINT
 
 
 @pytest.mark.parametrize("scope, caps, words", [
@@ -620,6 +645,19 @@ def test_a_native_nccl_frame_and_a_cuda_synchronize_are_named():
         frame("synchronize", f"{SITE}/torch/cuda/__init__.py", 985), frame("step", "/work/train.py", 41)])], None)
     assert sync.wait.phrase() == "in a CUDA synchronize (torch.cuda.synchronize)"
     assert (sync.wait.caller.file, sync.wait.caller.line) == ("train.py", 41)
+
+
+def test_a_synchronize_the_driver_spin_waits_is_a_cuda_synchronize_not_spinning_in_python():
+    # cudaDeviceScheduleAuto spins the CPU in the driver: the thread is active in both samples, at the same frame.
+    raw = [thread(6, [frame("synchronize", f"{SITE}/torch/cuda/__init__.py", 1083),
+                      frame("step", "/work/train.py", 41)], active=True)]
+    sync = stacks.build_process(procs.ProcessId(6, 1), "x", raw, raw)
+    assert sync.threads[0].spinning
+    assert sync.wait.phrase() == "in a CUDA synchronize (torch.cuda.synchronize)"
+    # Innermost in the job's own code (a loop in a callback torch called), it is spinning in Python.
+    loop = [thread(7, [frame("step", "/work/train.py", 41),
+                       frame("synchronize", f"{SITE}/torch/cuda/__init__.py", 1083)], active=True)]
+    assert stacks.build_process(procs.ProcessId(7, 1), "x", loop, loop).wait.kind == "spinning"
 
 
 def test_an_http_read_a_queue_get_and_a_popen_wait():
