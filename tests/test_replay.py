@@ -297,3 +297,44 @@ def test_the_bundled_demo_recordings_are_what_the_generator_makes(tmp_path):
         assert judged(run_dir) == judged(fresh), (
             f"{run_dir.name}: the rules now judge the demo differently — run docs/make_demo_runs.py and commit "
             f"jobs/demo_runs/")
+
+
+def test_a_recorded_stack_dump_appears_only_once_the_replay_passes_it(tmp_path):
+    run_dir = tmp_path / "quiet" / "20270115-080000-00000"
+    (run_dir / "stacks").mkdir(parents=True)
+    (run_dir / "output.log").write_text("quiet now\n")
+    (run_dir / "times").write_text("10 100\n")
+    (run_dir / "meta.json").write_text(json.dumps({"job": "quiet", "run_id": run_dir.name, "created_at": 100.0,
+                                                   "started_at": 100.1, "job_process": {"pid": 7, "start": 1}}))
+    verdict = "2 of 3 processes waiting on a multiprocessing.Barrier at quiet.py:5 (party)"
+    events = [{"t": 100.1, "event": "JobStarted", "pid": 7},
+              {"t": 105.0, "event": "AlertRaised", "code": "stalled", "since": 103.0, "message": "no sign of life",
+               "severity": "warning", "stacks_pending": True},
+              {"t": 106.5, "event": "StacksDumped", "code": "stalled", "since": 103.0, "verdict": verdict,
+               "path": "stacks/20270115-080006-500.json"},
+              {"t": 110.0, "event": "AlertCleared", "code": "stalled", "since": 103.0, "cleared": 110.0}]
+    (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    run = RunReplay(run_dir)
+
+    def stalled(t: float) -> dict:
+        [alert] = [a for a in run.frame(t).job["alerts"] if a["code"] == "stalled"]
+        return alert
+    # Raised, the dump still under way: the alert as it went out, without a verdict.
+    before = stalled(106.0)
+    assert before["message"] == "no sign of life" and "stacks" not in before and "stacks_pending" not in before
+    assert run.recording.stacks_at(106.0) is None
+    # Past the dump: its verdict is on the alert, as the live health.json carried it.
+    after = stalled(106.5)
+    assert after["message"] == f"no sign of life — stacks: {verdict}"
+    assert after["stacks"] == {"verdict": verdict, "path": "stacks/20270115-080006-500.json"}
+    assert run.recording.stacks_at(108.0) == {"t": 106.5, "code": "stalled", "verdict": verdict,
+                                              "path": "stacks/20270115-080006-500.json"}
+    # Cleared, the alert goes; the dump stays the run's latest.
+    assert run.frame(111.0).job["alerts"] == [] and run.recording.stacks_at(111.0)["verdict"] == verdict
+    # The dump is a mark of its own: the player jumps to it, and back before it nothing is shown.
+    session = ReplaySession([run], position=100.0)
+    mark = session.next_mark({"stacks"})
+    assert (mark.t, mark.kind, mark.label, mark.code) == (106.5, "stacks", f"stacks: {verdict}", "stalled")
+    assert [m.kind for m in session.marks] == ["event", "alert", "stacks", "cleared"]
+    session.seek_to(105.5)
+    assert "stacks" not in session.frame().runs[0].job["alerts"][0]
