@@ -283,6 +283,11 @@ def test_the_bundled_demo_recordings_are_what_the_generator_makes(tmp_path):
         # and cleared when, the final phase and failure cause.
         strict = [n for n in names if n in ("output.log", "times", "samples.jsonl", "exit.json")]
         match, mismatch, errors = filecmp.cmpfiles(run_dir, fresh, strict, shallow=False)
+        if (run_dir / "stacks").is_dir():           # the recorded stack dump, simulated frames and all
+            dumps = sorted(p.name for p in (run_dir / "stacks").iterdir())
+            assert dumps == sorted(p.name for p in (fresh / "stacks").iterdir())
+            _, differ, missing = filecmp.cmpfiles(run_dir / "stacks", fresh / "stacks", dumps, shallow=False)
+            mismatch, errors = mismatch + differ, errors + missing
         assert not mismatch and not errors, (
             f"{run_dir.name}: {mismatch or errors} differ from the generator's output — "
             f"run docs/make_demo_runs.py and commit jobs/demo_runs/")
@@ -338,3 +343,31 @@ def test_a_recorded_stack_dump_appears_only_once_the_replay_passes_it(tmp_path):
     assert [m.kind for m in session.marks] == ["event", "alert", "stacks", "cleared"]
     session.seek_to(105.5)
     assert "stacks" not in session.frame().runs[0].job["alerts"][0]
+
+
+def test_the_demos_deadlock_carries_its_recorded_stack_dump_from_the_moment_it_was_taken():
+    from gpudeck.jobs.stacks import SIMULATED_LINE, read_stored_dump
+    session = demo_session()
+    [run] = [r for r in session.runs if r.recording.job == "sglang-k2"]
+    [raised] = [e for e in run.recording.events if e.get("event") == "AlertRaised"]
+    [dumped] = [e for e in run.recording.events if e.get("event") == "StacksDumped"]
+    assert raised["t"] < dumped["t"] <= raised["t"] + 2
+    verdict = dumped["verdict"]
+    assert verdict.startswith("4 of 6 processes in a collective (torch.distributed.all_reduce) at "
+                              "parallel_state.py:412 (GroupCoordinator.all_reduce); ")
+
+    def stalled(t: float) -> dict:
+        return next(a for a in run.frame(t).job["alerts"] if a["code"] == "stalled")
+    assert "stacks" not in stalled(raised["t"]) and run.recording.stacks_at(raised["t"]) is None
+    assert stalled(dumped["t"])["message"].endswith(f" — stacks: {verdict}")
+    # The stored dump: the runner's shape, SIMULATED, the four ranks folded into one group.
+    stored = read_stored_dump(run.recording.path, run.recording.stacks_at(dumped["t"])["path"])
+    assert stored.simulated and stored.verdict == verdict and stored.lines[0] == f"verdict: {verdict}"
+    assert SIMULATED_LINE in stored.lines
+    data = json.loads(stored.path.read_text())
+    assert data["simulated"] is True and data["run_id"] == run.recording.run_id and data["job"] == "sglang-k2"
+    assert [len(g["pids"]) for g in data["groups"]] == [4, 1, 1]
+    assert all("frames" not in t for p in data["processes"] for t in p["threads"])
+    # The demo reaches it within seconds of the stall at its own speed, and `n` stops on it.
+    session.seek_to(raised["t"])
+    assert session.next_mark({"stacks"}).t == dumped["t"]
