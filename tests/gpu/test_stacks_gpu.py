@@ -26,7 +26,7 @@ from gpudeck.jobs import stacks  # noqa: E402
 from gpudeck.jobs.spec import load_jobs  # noqa: E402
 from gpudeck.jobs.supervisor import Supervisor  # noqa: E402
 
-pytestmark = [pytest.mark.gpu, pytest.mark.timeout(240)]
+pytestmark = pytest.mark.gpu          # bounded by its own deadlines: that machine may lack pytest-timeout
 
 if stacks.find_py_spy() is None:
     pytest.skip("py-spy not found ($GPUDECK_PY_SPY, next to python, $PYTHONPATH/*/bin, $PATH)",
