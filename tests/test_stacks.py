@@ -660,6 +660,25 @@ def test_a_synchronize_the_driver_spin_waits_is_a_cuda_synchronize_not_spinning_
     assert stacks.build_process(procs.ProcessId(7, 1), "x", loop, loop).wait.kind == "spinning"
 
 
+H200 = Path(__file__).resolve().parent / "fixtures" / "py-spy-h200"
+
+
+def test_real_py_spy_samples_of_a_spin_waited_cuda_synchronize_on_an_h200():
+    first, second, native = (json.loads((H200 / f"cuda-sync-{n}.json").read_text())
+                             for n in ("first", "second", "native"))
+    proc = stacks.build_process(procs.ProcessId(645, 1), "python3 /tmp/s.py", first, second)
+    [main] = proc.threads
+    assert main.active and main.spinning            # 110% CPU in the driver: active in both samples
+    assert proc.wait.phrase() == "in a CUDA synchronize (torch.cuda.synchronize)"
+    assert (proc.wait.caller.file, proc.wait.caller.line, proc.wait.caller.name) == ("s.py", 10, "wait_for_the_gpu")
+    text, _ = verdict_of([proc])
+    assert text == "1 of 1 process in a CUDA synchronize (torch.cuda.synchronize) at s.py:10 (wait_for_the_gpu)"
+    # With C frames: the driver's own synchronize is there under torch's; the verdict is the same.
+    with_c = stacks.build_process(procs.ProcessId(645, 1), "python3 /tmp/s.py", native, native)
+    assert verdict_of([with_c])[0] == text
+    assert {"cudaDeviceSynchronize", "cuCtxSynchronize_v2"} <= {f.name for f in with_c.threads[0].frames if f.native}
+
+
 def test_an_http_read_a_queue_get_and_a_popen_wait():
     http = stacks.build_process(procs.ProcessId(7, 1), "x", [thread(7, [
         frame("SocketIO.readinto", f"{LIB}/socket.py", 706),
