@@ -706,6 +706,25 @@ def test_a_pool_worker_blocked_on_a_socket_is_not_an_idle_helper():
     assert proc.wait.kind == "socket"
 
 
+def test_a_notice_puts_the_dumps_verdict_before_the_rules_long_words():
+    from gpudeck.jobs.view import AlertView, JobView
+    verdict = "2 of 3 processes waiting on a multiprocessing.Barrier at quiet.py:5 (party)"
+    words = "no sign of life while running for 2s: process alive, CPU ~0%, no disk reads, log silent"
+    alert = AlertView.from_payload({"code": "stalled", "since": 100.0, "message": f"{words} — stacks: {verdict}",
+                                    "stacks": {"verdict": verdict, "path": "stacks/x.json"}})
+    assert alert.stacks == verdict and alert.notice_text() == f"stacks: {verdict} — {words}"
+    job = JobView.from_payload({"name": "quiet", "state": "running", "alerts": [alert_payload(alert)]})
+    assert job.notice_lines(105.0) == [f"⚠ quiet: stalled for 5s — stacks: {verdict} — {words}"]
+    # Before the dump (or with none), the rule's words as they are.
+    bare = AlertView.from_payload({"code": "stalled", "message": words})
+    assert bare.stacks == "" and bare.notice_text() == words
+
+
+def alert_payload(alert) -> dict:
+    return {"code": alert.code, "since": alert.since, "message": alert.message,
+            "stacks": {"verdict": alert.stacks}}
+
+
 def test_the_jobs_view_banner_carries_the_stall_dumps_verdict(tmp_path, state):
     from runsupport import pilot_test, pilot_wait_for
     from gpudeck.console.app import make_app
