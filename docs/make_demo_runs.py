@@ -6,13 +6,16 @@ Four runs of the story's box, started together on one simulated clock (5 minutes
 an engine loading 64 weight shards with an ETA, then serving; a relaunch that dies
 within seconds on a SyntaxError in a patched file; a kernel build heading for the
 host OOM killer at default parallelism, then killed by it; and SGLang loading fast,
-then deadlocked (alive, 0% CPU and GPU, port shut, log silent).
+then deadlocked (alive, 0% CPU and GPU, port shut, log silent), with the stack dump the
+stall takes by itself (stacks/<time>.json + .txt; its verdict joins the alert).
 
 Nothing here fakes the judgement: each simulated second appends the job's output and
 a resource sample exactly as the runner writes them (output.log, `times`,
 samples.jsonl) and hands the sample to the real HealthMonitor (log analyzer + stall
 rules), which writes health.json and the AlertRaised/AlertCleared events. Only the
-machine is simulated (host RAM, the listening port, the process tree's numbers).
+machine is simulated (host RAM, the listening port, the process tree's numbers), and
+the processes py-spy would read: their frames are made up here, in py-spy's JSON shape,
+and grouped and judged by the real gpudeck.jobs.stacks (the dump is labelled SIMULATED).
 """
 from __future__ import annotations
 
@@ -29,7 +32,9 @@ from typing import Callable, Optional
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gpudeck.jobs.health import HealthMonitor  # noqa: E402
+from gpudeck.jobs import stacks  # noqa: E402
+from gpudeck.jobs.health import DUMP_ON, HealthMonitor  # noqa: E402
+from gpudeck.jobs.procs import ProcessId  # noqa: E402
 from gpudeck.jobs.runs import append_jsonl, write_json_atomic  # noqa: E402
 from gpudeck.jobs.spec import load_jobs  # noqa: E402
 from gpudeck.jobs.supervisor import spec_snapshot  # noqa: E402
@@ -73,6 +78,35 @@ def run_id_at(t: float, n: int) -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime(t)) + f"-{int(t % 1 * 1000):03d}{n:02x}"
 
 
+class SimulatedDump:
+    """A stall's stack dump, done at once (the runner's StallDump is a py-spy thread; nothing is traced here)."""
+
+    def __init__(self, alert, verdict: str, path: Optional[str]) -> None:
+        self.alert = alert
+        self.key = (alert.code, alert.since)
+        self.deadline = 0.0
+        self.verdict = verdict
+        self.path = path
+        self.error = None
+        self.done = True
+
+
+class DemoMonitor(HealthMonitor):
+    """The real monitor, except that a stall's stack dump comes from the scenario's simulated
+    processes instead of py-spy on this machine's pids (which are not the recorded ones)."""
+
+    simulated_stacks: Optional[Callable[[float], "stacks.StackDump"]] = None
+
+    def _start_dump(self, alert, now: float) -> bool:
+        if (self.simulated_stacks is None or not self.dump_on_stall or alert.code not in DUMP_ON
+                or (alert.code, alert.since) in self.stacks):
+            return False
+        result = self.simulated_stacks(now)
+        self._dumps_taken += 1
+        self._dumps.append(SimulatedDump(alert, result.verdict, self.store_dump(result, now)))
+        return True
+
+
 class Recorder:
     """Writes one run directory the way the runner does, and judges it with the real HealthMonitor."""
 
@@ -88,6 +122,7 @@ class Recorder:
         self.pid = pid
         self.mem_available = MEM_TOTAL
         self.listening = False
+        self.pids = [pid, pid + 1, pid + 2]         # the process tree the samples list
         snapshot = spec_snapshot(spec)
         self.meta = {
             "job": spec.name, "run_id": self.dir.name, "simulated": True, "host": "demo-h200 (SIMULATED)",
@@ -98,7 +133,7 @@ class Recorder:
             "spec": snapshot, "stop_signal": spec.stop_signal, "stop_timeout": spec.stop_timeout,
         }
         write_json_atomic(self.dir / "meta.json", self.meta)
-        self.monitor = HealthMonitor.for_run(self.dir, self.meta, clock=lambda: self.start,
+        self.monitor = DemoMonitor.for_run(self.dir, self.meta, clock=lambda: self.start,
                                              meminfo=lambda: (self.mem_available, MEM_TOTAL),
                                              listening=lambda port: self.listening)
         append_jsonl(self.dir / "events.jsonl", {"t": round(start + 0.1, 3), "event": "JobStarted",
@@ -116,7 +151,7 @@ class Recorder:
             with open(self.dir / "times", "a", encoding="ascii") as fh:
                 fh.write(f"{self.size} {int(t)}\n")
             self.noted = self.size
-        sample = {"t": round(t, 3), "procs": 3 if alive else 0, "pids": [self.pid, self.pid + 1, self.pid + 2] if alive else [],
+        sample = {"t": round(t, 3), "procs": len(self.pids) if alive else 0, "pids": list(self.pids) if alive else [],
                   "cpu_s": round(cpu_s, 2), "rss": rss, "read_bytes": read_bytes, "write_bytes": 4096,
                   "log_bytes": self.size}
         if gpu is not None:
@@ -290,8 +325,69 @@ def build_heading_for_oom(rec: Recorder) -> None:
     rec.exit(rec.start + killed_at, 128 + 9, "SIGKILL", cpu_s=cpu, rss=0, read_bytes=int(4 * GIB))
 
 
+# Where SGLang's processes sit in the deadlock, as py-spy dumps them (innermost frame first): the four
+# tensor-parallel schedulers in the first all-reduce after the weight load, the detokenizer on its
+# ZMQ socket, and the server waiting on the schedulers' pipes. SGLang runs from the source checkout
+# the operator built sgl-kernel from (/src/sglang): its frames are the job's own code, torch's are not.
+SGL = "/src/sglang/python/sglang/srt"
+VENV = "/opt/venvs/sglang/lib/python3.12/site-packages"
+LIB = "/usr/lib/python3.12"
+SPAWNED = [("BaseProcess.run", f"{LIB}/multiprocessing/process.py", 108),
+           ("BaseProcess._bootstrap", f"{LIB}/multiprocessing/process.py", 314),
+           ("_main", f"{LIB}/multiprocessing/spawn.py", 135), ("spawn_main", f"{LIB}/multiprocessing/spawn.py", 122),
+           ("<module>", "<string>", 1)]
+RANK_FRAMES = [("all_reduce", f"{VENV}/torch/distributed/distributed_c10d.py", 2806),
+               ("_exception_logger.<locals>.wrapper", f"{VENV}/torch/distributed/c10d_logger.py", 81),
+               ("GroupCoordinator.all_reduce", f"{SGL}/distributed/parallel_state.py", 412),
+               ("tensor_model_parallel_all_reduce", f"{SGL}/distributed/communication_op.py", 13),
+               ("ModelRunner.profile_max_num_token", f"{SGL}/model_executor/model_runner.py", 880),
+               ("ModelRunner.init_memory_pool", f"{SGL}/model_executor/model_runner.py", 925),
+               ("ModelRunner.initialize", f"{SGL}/model_executor/model_runner.py", 260),
+               ("ModelRunner.__init__", f"{SGL}/model_executor/model_runner.py", 231),
+               ("TpModelWorker.__init__", f"{SGL}/managers/tp_worker.py", 81),
+               ("Scheduler.__init__", f"{SGL}/managers/scheduler.py", 310),
+               ("run_scheduler_process", f"{SGL}/managers/scheduler.py", 2480), *SPAWNED]
+DETOKENIZER_FRAMES = [("Socket.recv_pyobj", f"{VENV}/zmq/sugar/socket.py", 989),
+                      ("DetokenizerManager.event_loop", f"{SGL}/managers/detokenizer_manager.py", 109),
+                      ("run_detokenizer_process", f"{SGL}/managers/detokenizer_manager.py", 268), *SPAWNED]
+SERVER_FRAMES = [("Connection._recv", f"{LIB}/multiprocessing/connection.py", 395),
+                 ("Connection._recv_bytes", f"{LIB}/multiprocessing/connection.py", 430),
+                 ("_ConnectionBase.recv", f"{LIB}/multiprocessing/connection.py", 250),
+                 ("_launch_subprocesses", f"{SGL}/entrypoints/engine.py", 712),
+                 ("launch_server", f"{SGL}/entrypoints/http_server.py", 1050),
+                 ("<module>", "/src/sglang/python/sglang/launch_server.py", 14),
+                 ("_run_code", f"{LIB}/runpy.py", 88), ("_run_module_as_main", f"{LIB}/runpy.py", 198)]
+SERVER_CMD = "python -m sglang.launch_server --model-path /models/kimi-k2-instruct-int4 --tp 4 --port 30000"
+
+
+def py_spy_thread(tid: int, frames: list[tuple[str, str, int]], name: str = "MainThread") -> dict:
+    """One thread as `py-spy dump --json` prints it."""
+    return {"thread_id": tid, "os_thread_id": tid, "thread_name": name, "active": False, "owns_gil": False,
+            "frames": [{"name": fn, "filename": path, "module": None, "short_filename": path.rsplit("/", 1)[-1],
+                        "line": line} for fn, path, line in frames]}
+
+
+def sglang_stacks(rec: Recorder, now: float) -> stacks.StackDump:
+    """The dump py-spy would have taken of the deadlocked tree, grouped and judged by the real code."""
+    server, detok, *ranks = rec.pids
+    tree = [(server, SERVER_CMD, SERVER_FRAMES), (detok, "sglang::detokenizer", DETOKENIZER_FRAMES)]
+    tree += [(pid, f"sglang::scheduler_TP{i}", RANK_FRAMES) for i, pid in enumerate(ranks)]
+    procs = []
+    for pid, command, frames in tree:
+        raw = [py_spy_thread(pid, frames)]
+        procs.append(stacks.build_process(ProcessId(pid, 1001 + pid - server), command, raw, raw))
+    result = stacks.StackDump(taken_at=now, native=False, processes=procs, job=rec.spec.name, run_id=rec.dir.name,
+                              py_spy="SIMULATED (docs/make_demo_runs.py)", duration_s=0.9, simulated=True)
+    result.groups = stacks.group(procs)
+    result.verdict = stacks.verdict(result)
+    return result
+
+
 def sglang_deadlock(rec: Recorder) -> None:
     """547 GB loaded in 22 s, then nothing: alive, 0% CPU, 0% GPU, port shut, log silent."""
+    # The server, the detokenizer and one scheduler per TP rank.
+    rec.pids = [rec.pid, rec.pid + 1, rec.pid + 2, rec.pid + 3, rec.pid + 4, rec.pid + 5]
+    rec.monitor.simulated_stacks = lambda now: sglang_stacks(rec, now)
     tp = ("TP0", "TP1", "TP2", "TP3")
     shards, load_s = 64, 22.0
     cpu = read = 0.0

@@ -68,7 +68,7 @@ class Mark:
 
     t: float
     job: str
-    kind: str            # "event" | "alert" | "cleared" | "exit"
+    kind: str            # "event" | "alert" | "cleared" | "exit" | "stacks"
     label: str
     code: Optional[str] = None
 
@@ -186,6 +186,8 @@ class Recording:
             elif name == "AlertCleared":
                 code = str(e.get("code") or "alert")
                 marks.append(Mark(t, self.job, "cleared", f"{code} cleared", code))
+            elif name == "StacksDumped" and e.get("verdict"):
+                marks.append(Mark(t, self.job, "stacks", f"stacks: {e['verdict']}", str(e.get("code") or "") or None))
             elif name == "JobExited":
                 marks.append(Mark(t, self.job, "exit", exit_words(e)))
             elif name in EVENT_WORDS or (isinstance(name, str) and name.startswith("Pivot")):
@@ -236,16 +238,36 @@ class Recording:
         """The alerts active at t: raised at or before t and not cleared by then (events.jsonl)."""
         if self._alert_events is None:
             # Only the alert events, with their times: a long run's other events are not walked per frame.
-            self._alert_events = [e for e in self.events if e.get("event") in ("AlertRaised", "AlertCleared")]
+            self._alert_events = [e for e in self.events if e.get("event") in ("AlertRaised", "AlertCleared",
+                                                                              "StacksDumped")]
             self._alert_times = [float(e["t"]) for e in self._alert_events]
         active: dict[str, dict] = {}
         for e in self._alert_events[:bisect.bisect_right(self._alert_times, t)]:
-            if e.get("event") == "AlertRaised":
-                alert = {k: v for k, v in e.items() if k not in ("t", "event", "on_alert_pid")}
+            name = e.get("event")
+            if name == "AlertRaised":
+                alert = {k: v for k, v in e.items() if k not in ("t", "event", "on_alert_pid", "stacks_pending")}
                 active[str(alert.get("code"))] = alert
+            elif name == "StacksDumped":
+                # The episode's dump joins its alert once the replay has passed it, as health.json said live.
+                alert = active.get(str(e.get("code")))
+                if alert is not None and e.get("verdict") and alert.get("since") == e.get("since"):
+                    active[str(e.get("code"))] = {
+                        **alert, "stacks": {"verdict": e["verdict"], "path": e.get("path")},
+                        "message": f"{alert.get('message') or ''} — stacks: {e['verdict']}"}
             else:
                 active.pop(str(e.get("code")), None)
         return list(active.values())
+
+    def stacks_at(self, t: float) -> Optional[dict]:
+        """The latest stack dump the run had recorded by t: {"t", "code", "verdict", "path"} (path relative
+        to the run dir), or None before its first."""
+        found = None
+        for e in self.events:
+            if float(e["t"]) > t:
+                break
+            if e.get("event") == "StacksDumped" and e.get("verdict") and isinstance(e.get("path"), str):
+                found = {"t": float(e["t"]), "code": e.get("code"), "verdict": e["verdict"], "path": e["path"]}
+        return found
 
     def engine_spec(self) -> Optional[tuple]:
         """(engine, model, port) when the run is an engine job (what the engine panel shows)."""

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
+from gpudeck.jobs import strictjson
 from gpudeck.jobs.procs import PROC, ProcessId, cmdline, is_alive, read_stat
 
 # Every py-spy call ends within this (a wedged ptrace must not wedge gpudeck).
@@ -44,7 +45,14 @@ PARALLEL = 8
 EXPLAIN_DEPTH = 12
 CAP_SYS_PTRACE = 19
 
-INSTALL_HINT = "py-spy is not installed: pip install py-spy (into the environment gpudeck runs from)"
+PY_SPY_ENV = "GPUDECK_PY_SPY"
+INSTALL_HINT = ("py-spy is not installed: pip install py-spy (into the environment gpudeck runs from), "
+                f"or name the binary in ${PY_SPY_ENV}")
+
+
+SIMULATED_LINE = "SIMULATED: a recorded demo dump (docs/make_demo_runs.py); no process was traced"
+# A stored dump is read back at most this big (the runner writes at most 2 MiB of each file).
+MAX_STORED_READ = 2 * 1024 * 1024
 
 
 class StacksUnavailable(Exception):
@@ -54,10 +62,19 @@ class StacksUnavailable(Exception):
 # -- finding py-spy and the right to use it ------------------------------------------
 
 def find_py_spy() -> Optional[str]:
-    """py-spy next to the running Python first (the venv gpudeck is installed in), then $PATH."""
-    here = Path(sys.executable).parent / "py-spy"
-    if here.is_file() and os.access(here, os.X_OK):
-        return str(here)
+    """$GPUDECK_PY_SPY first (a path), then py-spy next to the running Python (the venv gpudeck is
+    installed in), then in the bin/ of a $PYTHONPATH entry (what `pip install --target DIR` leaves:
+    DIR/bin/py-spy, the GPU machine's carried wheels), then $PATH."""
+    explicit = os.environ.get(PY_SPY_ENV)
+    if explicit:
+        path = Path(explicit).expanduser()
+        return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+    candidates = [Path(sys.executable).parent / "py-spy"]
+    candidates += [Path(entry) / "bin" / "py-spy" for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                   if entry]
+    for here in candidates:
+        if here.is_file() and os.access(here, os.X_OK):
+            return str(here)
     return shutil.which("py-spy")
 
 
@@ -250,6 +267,7 @@ class StackDump:
     duration_s: float = 0.0
     groups: list[StackGroup] = field(default_factory=list)
     verdict: str = ""
+    simulated: bool = False            # made up for `gpudeck --demo` (docs/make_demo_runs.py): no process was traced
 
     def to_jsonable(self, *, frames: bool = True) -> dict:
         """Everything; with frames=False each thread names its group instead of repeating its frames
@@ -264,7 +282,7 @@ class StackDump:
         return {"job": self.job, "run_id": self.run_id, "taken_at": round(self.taken_at, 3), "native": self.native,
                 "py_spy": self.py_spy, "duration_s": round(self.duration_s, 3), "verdict": self.verdict,
                 "groups": [g.to_jsonable() for g in self.groups], "processes": processes,
-                "skipped": [s.to_jsonable() for s in self.skipped]}
+                "skipped": [s.to_jsonable() for s in self.skipped], **({"simulated": True} if self.simulated else {})}
 
 
 # -- what a wait is: the rules, as data --------------------------------------------------
@@ -539,14 +557,21 @@ def _kernel_wait(hint: Optional[str], frames: Sequence[Frame]) -> Optional[Wait]
     return None
 
 
+_SPIN_WAITS = ("cuda_sync", "collective")
+
+
 def explain(thread: ThreadStack) -> Wait:
     """The one wait that explains a thread."""
     frames = thread.frames
     py = [f for f in frames if not f.native]
     top = py[0] if py else (frames[0] if frames else None)
-    if thread.spinning:
-        return Wait("spinning", top.name if top else "?", top, _caller(frames, 0), "sampling")
     wait = _python_wait(frames)
+    if thread.spinning:
+        # On CPU in both samples, but inside a C wait that spins by design (the CUDA driver spin-waits a
+        # synchronize unless told to block; a collective may poll): that wait, not Python, is the answer.
+        if wait is not None and wait.kind in _SPIN_WAITS and wait.frame is top:
+            return wait
+        return Wait("spinning", top.name if top else "?", top, _caller(frames, 0), "sampling")
     if wait is None and thread.active:
         return Wait("running", top.name if top else "?", top, _caller(frames, 0), "sampling")
     wait = wait or _native_wait(frames) or _source_wait(frames) or _kernel_wait(thread.kernel, frames)
@@ -850,6 +875,8 @@ def render_lines(result: StackDump, *, full: bool = True) -> list[str]:
         head += ", …)" if total > 16 else ")"
     head += f" in {result.duration_s:.1f}s" + (" with native frames" if result.native else "")
     lines.append(head)
+    if result.simulated:
+        lines.append(SIMULATED_LINE)
     main = [g for g in result.groups if not g.helper]
     helpers = [g for g in result.groups if g.helper]
     for g in main:
@@ -875,3 +902,39 @@ def render_lines(result: StackDump, *, full: bool = True) -> list[str]:
         for s in result.skipped:
             lines.append(f"skipped pid {s.pid} ({s.command[:80]}): {s.reason}")
     return lines
+
+
+# -- a dump stored in a run dir (stacks/<time>.json + .txt, gpudeck.jobs.health) ------------------
+
+@dataclass(frozen=True)
+class StoredDump:
+    """A dump as the run dir keeps it: its verdict, when it was taken, and the grouped text a person reads."""
+
+    path: Path
+    verdict: str
+    taken_at: Optional[float]
+    lines: tuple[str, ...]                  # the .txt, "verdict: ..." first, as render_lines wrote it
+    simulated: bool = False
+
+
+def read_stored_dump(run_dir: Path, rel_path: str) -> StoredDump:
+    """stacks/<time>.json (and its .txt) of a run dir; OSError/ValueError when it is not there or not one.
+    `rel_path` comes from the run's events: only a file under the run's stacks/ folder is read."""
+    run_dir = Path(run_dir)
+    folder = (run_dir / "stacks").resolve()
+    path = (run_dir / rel_path).resolve()
+    if path.parent != folder or path.suffix != ".json":
+        raise ValueError(f"{rel_path}: not a stored stack dump of this run")
+    with open(path, "rb") as fh:
+        data = strictjson.loads(fh.read(MAX_STORED_READ))
+    if not isinstance(data, dict) or not isinstance(data.get("verdict"), str):
+        raise ValueError(f"{rel_path}: not a stored stack dump (no verdict)")
+    try:
+        with open(path.with_suffix(".txt"), "rb") as fh:
+            lines = tuple(fh.read(MAX_STORED_READ).decode("utf-8", "replace").splitlines())
+    except OSError:
+        lines = (f"verdict: {data['verdict']}", f"(no {path.with_suffix('.txt').name} beside the dump)")
+    taken = data.get("taken_at")
+    return StoredDump(path=path, verdict=data["verdict"], lines=lines,
+                      taken_at=float(taken) if isinstance(taken, (int, float)) and not isinstance(taken, bool) else None,
+                      simulated=bool(data.get("simulated")))

@@ -138,13 +138,23 @@ class AlertView:
     message: str = ""
     severity: Optional[str] = None
     since: Optional[float] = None
+    stacks: str = ""                        # the verdict of the episode's stack dump, once taken
 
     @classmethod
     def from_payload(cls, data: Any) -> Optional["AlertView"]:
         if not isinstance(data, dict) or data.get("code") is None:
             return None
+        dumped = data.get("stacks") if isinstance(data.get("stacks"), dict) else {}
         return cls(code=clean(data.get("code"), 40), message=clean(data.get("message"), 300),
-                   severity=_str(data.get("severity")), since=_num(data.get("since")))
+                   severity=_str(data.get("severity")), since=_num(data.get("since")),
+                   stacks=clean(dumped.get("verdict"), 300) if isinstance(dumped.get("verdict"), str) else "")
+
+    def notice_text(self) -> str:
+        """The message for a one-line notice: a dump's verdict first (it says where the job waits, and
+        the banner cuts long lines), then the rule's own words without the verdict they end with."""
+        if not self.stacks:
+            return self.message
+        return f"stacks: {self.stacks} — {self.message.split(' — stacks: ', 1)[0]}"
 
     @property
     def is_failure(self) -> bool:
@@ -351,7 +361,7 @@ class JobView:
         lines = []
         for alert in self.alerts:
             when = f" for {human_age(now - alert.since)}" if alert.since is not None else ""
-            lines.append(clean(f"⚠ {self.name}: {alert.code}{when} — {alert.message}", 300))
+            lines.append(clean(f"⚠ {self.name}: {alert.code}{when} — {alert.notice_text()}", 300))
         if self.failure is not None and not any(a.code in FAILURE_CODES for a in self.alerts):
             where = f" at log line {self.failure.line}" if self.failure.line is not None else ""
             hint = f" — {self.failure.hint}" if self.failure.hint else ""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -540,3 +541,107 @@ async def test_demo_history_lists_the_recorded_runs_and_opens_their_post_mortem(
         await pilot_wait_for(pilot, lambda: jobs.replay is not None and len(jobs.jobs) == 1, "the run replayed")
         assert jobs.supervisor is None
     assert sorted(p.relative_to(demo_runs_dir()) for p in demo_runs_dir().rglob("*")) == before
+
+
+@pilot_test
+async def test_demo_D_shows_the_deadlocks_recorded_dump_once_the_replay_has_passed_it(state, monkeypatch, utc) -> None:
+    """In --demo, D on the deadlocked SGLang shows the dump its stall recorded (SIMULATED), never a live py-spy;
+    the banner carries the verdict from the moment the dump was taken."""
+    from textual.widgets import DataTable, Static
+    from gpudeck.console.screens.jobs import JobsScreen
+    from gpudeck.console.screens.stacks import StacksScreen
+    from gpudeck.jobs import stacks
+
+    def never(*args, **kwargs):
+        raise AssertionError("the demo traced a process")
+    monkeypatch.setattr(stacks, "dump", never)
+    monkeypatch.setattr(Supervisor, "stacks", never)
+    app = make_console(None, demo_replay=True)
+    async with app.run_test(size=(160, 40)) as pilot:
+        screen = await demo_jobs_view(app, pilot)
+        source = app.jobs_feed.source
+        [run] = [r for r in source.session.runs if r.recording.job == "sglang-k2"]
+        [raised] = [e for e in run.recording.events if e.get("event") == "AlertRaised"]
+        [dumped] = [e for e in run.recording.events if e.get("event") == "StacksDumped"]
+        verdict = dumped["verdict"]
+        assert "D" in {b.binding.key for b in screen.active_bindings.values()}
+        await pilot.press("space")                                # paused: the position moves only by hand
+        await pilot_wait_for(pilot, lambda: source.session.paused, "paused")
+        row = [j.name for j in screen.jobs].index("sglang-k2")
+        screen.query_one(DataTable).move_cursor(row=row)
+        banner = screen.query_one("#jobs-banner", Static)
+
+        # At the stall, before its dump: no verdict on the banner, and D says there is no dump yet.
+        source.session.seek_to(raised["t"] + 0.1)
+        source.poll_now()
+        await pilot_wait_for(pilot, lambda: screen.replay is not None and abs(screen.replay.t - raised["t"] - 0.1) < 1e-6,
+                             "the frame at the stall")
+        await pilot_wait_for(pilot, lambda: "stalled" in str(banner.render()) or "no sign of life" in str(banner.render()),
+                             "the stall on the banner", detail=lambda: str(banner.render()))
+        assert "stacks:" not in str(banner.render())
+        await pilot.press("D")
+        await pilot_wait_for(pilot, lambda: any("no stack dump recorded by this point" in n.message
+                                                for n in app._notifications), "D's refusal before the dump")
+        assert isinstance(app.screen, JobsScreen)
+
+        # Past it: the verdict joins the banner, and D shows the recorded dump.
+        source.session.seek_to(dumped["t"] + 1.0)
+        source.poll_now()
+        await pilot_wait_for(pilot, lambda: f"— stacks: {verdict[:40]}" in str(banner.render()),
+                             "the verdict on the banner", detail=lambda: str(banner.render()))
+        await pilot.press("D")
+        modal = await pilot_wait_for(pilot, lambda: isinstance(app.screen, StacksScreen) and app.screen, "the dump")
+        await pilot_wait_for(pilot, lambda: modal.done, "the recorded dump read")
+        assert modal.verdict == verdict
+        assert "recorded at 2027-01-15 08:01:04 UTC (SIMULATED)" in modal.text
+        assert stacks.SIMULATED_LINE in modal.text
+        assert "4 of 6 processes [MainThread] — in a collective (torch.distributed.all_reduce)" in modal.text
+        assert "recorded dump of the replayed run" in str(modal.query_one("#stacks-title", Static).render())
+        await pilot.press("escape")
+        await pilot_wait_for(pilot, lambda: app.screen is screen, "back to the jobs view")
+
+
+@pilot_test
+async def test_demo_post_mortem_of_the_deadlock_shows_its_stack_dump_and_verdict(state) -> None:
+    """History (3) → enter on the deadlocked SGLang run: the post-mortem lists the recorded dump, its verdict
+    and its groups; `gpudeck postmortem` on that run says the same in every format."""
+    import subprocess
+    from textual.widgets import DataTable, Static
+    from gpudeck.console.screens.history import HistoryScreen
+    from gpudeck.console.screens.postmortem import PostmortemScreen
+    from gpudeck.jobs.replay import demo_run_dirs
+    [run_dir] = [d for d in demo_run_dirs() if d.parent.name == "sglang-k2"]
+    [dumped] = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()
+                if json.loads(line)["event"] == "StacksDumped"]
+    verdict = dumped["verdict"]
+    app = make_console(None, demo_replay=True)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("3")
+        screen = await pilot_wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen) and app.screen, "history")
+        await pilot_wait_for(pilot, lambda: screen.loads >= 1 and len(screen.rows) == 4, "the demo's runs")
+        screen.query_one(DataTable).move_cursor(row=next(i for i, r in enumerate(screen.rows) if r["job"] == "sglang-k2"))
+        await pilot.press("enter")
+        pm = await pilot_wait_for(pilot, lambda: isinstance(app.screen, PostmortemScreen) and app.screen, "post-mortem")
+        await pilot_wait_for(pilot, lambda: pm.view is not None, "the post-mortem built")
+        assert pm.view.stacks[0].endswith(f"stacks on stalled: {verdict}")
+        assert "          SIMULATED: a recorded demo dump (docs/make_demo_runs.py); no process was traced" in pm.view.stacks
+        body = str(pm.query_one("#pm-body", Static).render())
+        assert "stack dumps" in body and "4 of 6 processes [MainThread] — in a collective" in body
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUDECK_")}
+    env["GPUDECK_STATE_DIR"] = str(state)
+
+    def postmortem(fmt: str) -> str:
+        out = subprocess.run([PY, "-m", "gpudeck.console.cli", "postmortem", str(run_dir), "--format", fmt],
+                             capture_output=True, text=True, timeout=60, env=env)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+    report = json.loads(postmortem("json"))
+    [entry] = report["stacks"]
+    assert entry["verdict"] == verdict and entry["simulated"] is True and entry["path"] == dumped["path"]
+    assert [s.get("stacks") for s in report["stalls"]] == [verdict]
+    assert "4 of 6 processes [MainThread] — in a collective (torch.distributed.all_reduce)" in entry["lines"]
+    md = postmortem("md")
+    assert "## Stack dumps" in md and f"on **stalled**: {verdict[:60]}" in md
+    assert "  4 of 6 processes [MainThread] — in a collective (torch.distributed.all_reduce)" in md
+    page = postmortem("html")
+    assert '<pre class="stack-dump">' in page and "SIMULATED: a recorded demo dump" in page

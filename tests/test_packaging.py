@@ -81,6 +81,9 @@ def test_gpudeck_works_beside_them(venv):
         assert Path(path).is_relative_to(venv["site"] / "gpudeck"), path
     status = json.loads(ok(run([venv["bin"] / "gpudeck", "--demo", "status", "--json"], cwd=venv["root"])))
     assert status["simulated"] is True and len(status["gpus"]) == 8
+    # The demo's recordings are installed whole: the deadlock's recorded stack dump too (D shows it).
+    dumps = sorted(p.name for p in (venv["site"] / "gpudeck" / "jobs" / "demo_runs").glob("*/*/stacks/*"))
+    assert dumps == sorted(p.name for p in (REPO / "jobs" / "demo_runs").glob("*/*/stacks/*")) and dumps
 
 
 def test_gpudeck_owns_only_its_own_names(venv):

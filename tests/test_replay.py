@@ -283,6 +283,11 @@ def test_the_bundled_demo_recordings_are_what_the_generator_makes(tmp_path):
         # and cleared when, the final phase and failure cause.
         strict = [n for n in names if n in ("output.log", "times", "samples.jsonl", "exit.json")]
         match, mismatch, errors = filecmp.cmpfiles(run_dir, fresh, strict, shallow=False)
+        if (run_dir / "stacks").is_dir():           # the recorded stack dump, simulated frames and all
+            dumps = sorted(p.name for p in (run_dir / "stacks").iterdir())
+            assert dumps == sorted(p.name for p in (fresh / "stacks").iterdir())
+            _, differ, missing = filecmp.cmpfiles(run_dir / "stacks", fresh / "stacks", dumps, shallow=False)
+            mismatch, errors = mismatch + differ, errors + missing
         assert not mismatch and not errors, (
             f"{run_dir.name}: {mismatch or errors} differ from the generator's output — "
             f"run docs/make_demo_runs.py and commit jobs/demo_runs/")
@@ -297,3 +302,72 @@ def test_the_bundled_demo_recordings_are_what_the_generator_makes(tmp_path):
         assert judged(run_dir) == judged(fresh), (
             f"{run_dir.name}: the rules now judge the demo differently — run docs/make_demo_runs.py and commit "
             f"jobs/demo_runs/")
+
+
+def test_a_recorded_stack_dump_appears_only_once_the_replay_passes_it(tmp_path):
+    run_dir = tmp_path / "quiet" / "20270115-080000-00000"
+    (run_dir / "stacks").mkdir(parents=True)
+    (run_dir / "output.log").write_text("quiet now\n")
+    (run_dir / "times").write_text("10 100\n")
+    (run_dir / "meta.json").write_text(json.dumps({"job": "quiet", "run_id": run_dir.name, "created_at": 100.0,
+                                                   "started_at": 100.1, "job_process": {"pid": 7, "start": 1}}))
+    verdict = "2 of 3 processes waiting on a multiprocessing.Barrier at quiet.py:5 (party)"
+    events = [{"t": 100.1, "event": "JobStarted", "pid": 7},
+              {"t": 105.0, "event": "AlertRaised", "code": "stalled", "since": 103.0, "message": "no sign of life",
+               "severity": "warning", "stacks_pending": True},
+              {"t": 106.5, "event": "StacksDumped", "code": "stalled", "since": 103.0, "verdict": verdict,
+               "path": "stacks/20270115-080006-500.json"},
+              {"t": 110.0, "event": "AlertCleared", "code": "stalled", "since": 103.0, "cleared": 110.0}]
+    (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    run = RunReplay(run_dir)
+
+    def stalled(t: float) -> dict:
+        [alert] = [a for a in run.frame(t).job["alerts"] if a["code"] == "stalled"]
+        return alert
+    # Raised, the dump still under way: the alert as it went out, without a verdict.
+    before = stalled(106.0)
+    assert before["message"] == "no sign of life" and "stacks" not in before and "stacks_pending" not in before
+    assert run.recording.stacks_at(106.0) is None
+    # Past the dump: its verdict is on the alert, as the live health.json carried it.
+    after = stalled(106.5)
+    assert after["message"] == f"no sign of life — stacks: {verdict}"
+    assert after["stacks"] == {"verdict": verdict, "path": "stacks/20270115-080006-500.json"}
+    assert run.recording.stacks_at(108.0) == {"t": 106.5, "code": "stalled", "verdict": verdict,
+                                              "path": "stacks/20270115-080006-500.json"}
+    # Cleared, the alert goes; the dump stays the run's latest.
+    assert run.frame(111.0).job["alerts"] == [] and run.recording.stacks_at(111.0)["verdict"] == verdict
+    # The dump is a mark of its own: the player jumps to it, and back before it nothing is shown.
+    session = ReplaySession([run], position=100.0)
+    mark = session.next_mark({"stacks"})
+    assert (mark.t, mark.kind, mark.label, mark.code) == (106.5, "stacks", f"stacks: {verdict}", "stalled")
+    assert [m.kind for m in session.marks] == ["event", "alert", "stacks", "cleared"]
+    session.seek_to(105.5)
+    assert "stacks" not in session.frame().runs[0].job["alerts"][0]
+
+
+def test_the_demos_deadlock_carries_its_recorded_stack_dump_from_the_moment_it_was_taken():
+    from gpudeck.jobs.stacks import SIMULATED_LINE, read_stored_dump
+    session = demo_session()
+    [run] = [r for r in session.runs if r.recording.job == "sglang-k2"]
+    [raised] = [e for e in run.recording.events if e.get("event") == "AlertRaised"]
+    [dumped] = [e for e in run.recording.events if e.get("event") == "StacksDumped"]
+    assert raised["t"] < dumped["t"] <= raised["t"] + 2
+    verdict = dumped["verdict"]
+    assert verdict.startswith("4 of 6 processes in a collective (torch.distributed.all_reduce) at "
+                              "parallel_state.py:412 (GroupCoordinator.all_reduce); ")
+
+    def stalled(t: float) -> dict:
+        return next(a for a in run.frame(t).job["alerts"] if a["code"] == "stalled")
+    assert "stacks" not in stalled(raised["t"]) and run.recording.stacks_at(raised["t"]) is None
+    assert stalled(dumped["t"])["message"].endswith(f" — stacks: {verdict}")
+    # The stored dump: the runner's shape, SIMULATED, the four ranks folded into one group.
+    stored = read_stored_dump(run.recording.path, run.recording.stacks_at(dumped["t"])["path"])
+    assert stored.simulated and stored.verdict == verdict and stored.lines[0] == f"verdict: {verdict}"
+    assert SIMULATED_LINE in stored.lines
+    data = json.loads(stored.path.read_text())
+    assert data["simulated"] is True and data["run_id"] == run.recording.run_id and data["job"] == "sglang-k2"
+    assert [len(g["pids"]) for g in data["groups"]] == [4, 1, 1]
+    assert all("frames" not in t for p in data["processes"] for t in p["threads"])
+    # The demo reaches it within seconds of the stall at its own speed, and `n` stops on it.
+    session.seek_to(raised["t"])
+    assert session.next_mark({"stacks"}).t == dumped["t"]

@@ -5,7 +5,6 @@ assertions are on the grouped frames and the verdict, never on py-spy's own text
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -122,24 +121,6 @@ if __name__ == "__main__":
     print("main waiting", flush=True)
     main()
 """
-
-GLOO = """
-import os, torch, torch.distributed as dist, torch.multiprocessing as mp
-
-def rank(r, world, port):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=r, world_size=world)
-    if r == world - 1:
-        import time
-        time.sleep(3600)                # the last rank never joins the collective
-    dist.all_reduce(torch.ones(4))
-
-if __name__ == "__main__":
-    import socket
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-    mp.spawn(rank, args=(3, port), nprocs=3)
-"""
-
 
 def start(tmp_path: Path, name: str, script: str) -> tuple[Path, dict, str]:
     path = tmp_path / f"{name}.py"
@@ -259,12 +240,7 @@ def test_idle_helper_threads_fold_below_the_main_thread(tmp_path, state):
     assert "idle helper threads (1, folded):" in text
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch (CPU) is not installed")
-def test_gloo_all_reduce_whose_last_rank_never_joins(tmp_path, state):
-    jobs, env, _ = start(tmp_path, "gloo", GLOO)
-    data = dump_until(jobs, env, "gloo", lambda d: sum(
-        p["wait"]["kind"] == "collective" for p in d["processes"]) == 2, "2 ranks in all_reduce", timeout=180)
-    assert "2 of " in data["verdict"] and "in a collective (torch.distributed.all_reduce)" in data["verdict"]
+# A real torch.distributed gloo deadlock (the CPU torch of the engine tests' venv): tests/engines/test_stacks_gloo.py
 
 
 ESCAPEE = """
@@ -332,6 +308,8 @@ def test_no_py_spy_is_one_line_how_to_get_it_and_exit_2(tmp_path, state, monkeyp
         wait_for(lambda: latest_run("build").job_id(), what="the job's pid")
         monkeypatch.setattr(sys, "executable", str(tmp_path / "nowhere" / "python"))
         monkeypatch.setenv("PATH", str(tmp_path))
+        monkeypatch.delenv("PYTHONPATH", raising=False)
+        monkeypatch.delenv(stacks.PY_SPY_ENV, raising=False)
         assert stacks.find_py_spy() is None
         assert cli_module.main(["--jobs", str(jobs), "stacks", "build"]) == 2
         err = capsys.readouterr().err.strip()
@@ -341,6 +319,29 @@ def test_no_py_spy_is_one_line_how_to_get_it_and_exit_2(tmp_path, state, monkeyp
     finally:
         child.kill()
         child.wait()
+
+
+def test_py_spy_is_found_by_name_next_to_python_in_a_pythonpath_bin_then_on_path(tmp_path, monkeypatch):
+    def binary(folder: Path) -> str:
+        folder.mkdir(parents=True, exist_ok=True)
+        return fake_py_spy(folder, "exit 0")
+    on_path, site_bin, venv_bin = (binary(tmp_path / d) for d in ("path", "site/bin", "venv/bin"))
+    named = binary(tmp_path / "named")
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python" / "python3"))
+    monkeypatch.setenv("PATH", str(tmp_path / "path"))
+    monkeypatch.delenv(stacks.PY_SPY_ENV, raising=False)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    assert stacks.find_py_spy() == on_path
+    # `pip install --target /tmp/site py-spy` + PYTHONPATH=/tmp/site (the GPU machine's carried wheels).
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'shim'}:{tmp_path / 'site'}")
+    assert stacks.find_py_spy() == site_bin
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "venv" / "bin" / "python3"))
+    assert stacks.find_py_spy() == venv_bin
+    monkeypatch.setenv(stacks.PY_SPY_ENV, named)
+    assert stacks.find_py_spy() == named
+    # A named binary that is not there is not silently replaced by another one.
+    monkeypatch.setenv(stacks.PY_SPY_ENV, str(tmp_path / "missing"))
+    assert stacks.find_py_spy() is None and stacks.PY_SPY_ENV in stacks.INSTALL_HINT
 
 
 @pytest.mark.parametrize("scope, caps, words", [
@@ -646,6 +647,38 @@ def test_a_native_nccl_frame_and_a_cuda_synchronize_are_named():
     assert (sync.wait.caller.file, sync.wait.caller.line) == ("train.py", 41)
 
 
+def test_a_synchronize_the_driver_spin_waits_is_a_cuda_synchronize_not_spinning_in_python():
+    # cudaDeviceScheduleAuto spins the CPU in the driver: the thread is active in both samples, at the same frame.
+    raw = [thread(6, [frame("synchronize", f"{SITE}/torch/cuda/__init__.py", 1083),
+                      frame("step", "/work/train.py", 41)], active=True)]
+    sync = stacks.build_process(procs.ProcessId(6, 1), "x", raw, raw)
+    assert sync.threads[0].spinning
+    assert sync.wait.phrase() == "in a CUDA synchronize (torch.cuda.synchronize)"
+    # Innermost in the job's own code (a loop in a callback torch called), it is spinning in Python.
+    loop = [thread(7, [frame("step", "/work/train.py", 41),
+                       frame("synchronize", f"{SITE}/torch/cuda/__init__.py", 1083)], active=True)]
+    assert stacks.build_process(procs.ProcessId(7, 1), "x", loop, loop).wait.kind == "spinning"
+
+
+H200 = Path(__file__).resolve().parent / "fixtures" / "py-spy-h200"
+
+
+def test_real_py_spy_samples_of_a_spin_waited_cuda_synchronize_on_an_h200():
+    first, second, native = (json.loads((H200 / f"cuda-sync-{n}.json").read_text())
+                             for n in ("first", "second", "native"))
+    proc = stacks.build_process(procs.ProcessId(645, 1), "python3 /tmp/s.py", first, second)
+    [main] = proc.threads
+    assert main.active and main.spinning            # 110% CPU in the driver: active in both samples
+    assert proc.wait.phrase() == "in a CUDA synchronize (torch.cuda.synchronize)"
+    assert (proc.wait.caller.file, proc.wait.caller.line, proc.wait.caller.name) == ("s.py", 10, "wait_for_the_gpu")
+    text, _ = verdict_of([proc])
+    assert text == "1 of 1 process in a CUDA synchronize (torch.cuda.synchronize) at s.py:10 (wait_for_the_gpu)"
+    # With C frames: the driver's own synchronize is there under torch's; the verdict is the same.
+    with_c = stacks.build_process(procs.ProcessId(645, 1), "python3 /tmp/s.py", native, native)
+    assert verdict_of([with_c])[0] == text
+    assert {"cudaDeviceSynchronize", "cuCtxSynchronize_v2"} <= {f.name for f in with_c.threads[0].frames if f.native}
+
+
 def test_an_http_read_a_queue_get_and_a_popen_wait():
     http = stacks.build_process(procs.ProcessId(7, 1), "x", [thread(7, [
         frame("SocketIO.readinto", f"{LIB}/socket.py", 706),
@@ -671,6 +704,25 @@ def test_a_pool_worker_blocked_on_a_socket_is_not_an_idle_helper():
     helpers = {t.tid: t.helper for t in proc.threads}
     assert helpers == {10: False, 11: False, 12: True}
     assert proc.wait.kind == "socket"
+
+
+def test_a_notice_puts_the_dumps_verdict_before_the_rules_long_words():
+    from gpudeck.jobs.view import AlertView, JobView
+    verdict = "2 of 3 processes waiting on a multiprocessing.Barrier at quiet.py:5 (party)"
+    words = "no sign of life while running for 2s: process alive, CPU ~0%, no disk reads, log silent"
+    alert = AlertView.from_payload({"code": "stalled", "since": 100.0, "message": f"{words} — stacks: {verdict}",
+                                    "stacks": {"verdict": verdict, "path": "stacks/x.json"}})
+    assert alert.stacks == verdict and alert.notice_text() == f"stacks: {verdict} — {words}"
+    job = JobView.from_payload({"name": "quiet", "state": "running", "alerts": [alert_payload(alert)]})
+    assert job.notice_lines(105.0) == [f"⚠ quiet: stalled for 5s — stacks: {verdict} — {words}"]
+    # Before the dump (or with none), the rule's words as they are.
+    bare = AlertView.from_payload({"code": "stalled", "message": words})
+    assert bare.stacks == "" and bare.notice_text() == words
+
+
+def alert_payload(alert) -> dict:
+    return {"code": alert.code, "since": alert.since, "message": alert.message,
+            "stacks": {"verdict": alert.stacks}}
 
 
 def test_the_jobs_view_banner_carries_the_stall_dumps_verdict(tmp_path, state):

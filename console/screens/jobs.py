@@ -240,9 +240,9 @@ class JobsScreen(DeckScreen):
     ]
     REPLAY_ACTIONS = {"replay_pause", "replay_faster", "replay_slower", "replay_seek", "replay_next",
                       "replay_previous", "replay_next_alert"}
+    # D is not among them: on a replay (the demo's too) it shows the dump the replayed run recorded;
+    # live, reading where a job waits (py-spy) is no action on it, so read-only offers it too.
     LIVE_ACTIONS = {"start_job", "stop_job", "restart_job", "pivot"}
-    # Reading where a live job waits (py-spy) is no action on it: offered read-only too, never in a replay.
-    READ_ACTIONS = {"stack_dump"}
 
     def __init__(
         self,
@@ -514,8 +514,6 @@ class JobsScreen(DeckScreen):
             return self._replay_source() is not None
         if action in self.LIVE_ACTIONS:
             return self.replay is None and not self.actions_off
-        if action in self.READ_ACTIONS:
-            return self.replay is None and not getattr(self.app, "demo_replay", False)
         if action == "actions_refused":
             return self.actions_off is not None
         return True
@@ -599,12 +597,31 @@ class JobsScreen(DeckScreen):
         return name
 
     def action_stack_dump(self) -> None:
-        """Where the selected job's processes wait: the dump runs in the modal's worker thread."""
+        """Where the selected job's processes wait: the dump runs in the modal's worker thread. On a
+        replay (and in --demo) no process is touched: the replayed run's latest recorded dump is shown."""
+        source = self._replay_source()
+        if source is not None:
+            self._recorded_stack_dump(source)
+            return
         name = self._selected_name()
         if name is None:
             return
         supervisor = self.supervisor
         self.app.push_screen(StacksScreen(name, lambda: supervisor.stacks(name)))
+
+    def _recorded_stack_dump(self, source: Any) -> None:
+        from gpudeck.jobs.stacks import read_stored_dump
+        job = self.selected_job
+        if job is None:
+            return
+        at = self.replay.t if self.replay is not None else source.session.position
+        run = next((r for r in source.session.runs if r.recording.job == job.name), None)
+        entry = run.recording.stacks_at(at) if run is not None else None
+        if entry is None:
+            self._say(f"{job.name}: no stack dump recorded by this point of the replay", severity="warning", timeout=3)
+            return
+        run_dir, path = run.recording.path, entry["path"]
+        self.app.push_screen(StacksScreen(job.name, lambda: read_stored_dump(run_dir, path), recorded=True))
 
     def action_start_job(self) -> None:
         name = self._selected_idle_name()

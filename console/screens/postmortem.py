@@ -49,6 +49,7 @@ class PostmortemView:
     charts: list[Chart] = field(default_factory=list)
     lines: list[KeyLine] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)      # what is missing from the run, said plainly
+    stacks: list[str] = field(default_factory=list)     # each stack dump: when, on which alert, its verdict, its groups
 
 
 def view_of(report: dict) -> PostmortemView:
@@ -94,6 +95,13 @@ def view_of(report: dict) -> PostmortemView:
     if history.get("median_load_s") is not None and history.get("load_s") is not None:
         alerts.append(f"load time {clock(history['load_s'])} vs median {clock(history['median_load_s'])} "
                       f"of {history.get('load_runs')} earlier runs")
+    stacks = []
+    for d in report.get("stacks") or []:
+        what = d.get("verdict") or f"no verdict: {d.get('error') or '?'}"
+        stacks.append(f"{clock(d.get('at_s')):>8}  stacks on {d.get('code')}: {what}")
+        stacks += [f"          {line}" for line in d.get("lines") or []]
+        if d.get("lines_left_out"):
+            stacks.append(f"          … {d['lines_left_out']} more lines in {d.get('path')}")
     charts = []
     groups = chart_groups(report)
     if groups:
@@ -121,7 +129,7 @@ def view_of(report: dict) -> PostmortemView:
     log = source.get("log") or (str(Path(str(source.get("path") or "")) / "output.log") if source.get("path") else "")
     return PostmortemView(title=title, verdict=str(report.get("verdict") or ""), failed=bool(outcome.get("failed")),
                           log_path=Path(log) if log else None, timeline=timeline, alerts=alerts, charts=charts,
-                          lines=lines, notes=[str(m) for m in report.get("missing") or []])
+                          lines=lines, notes=[str(m) for m in report.get("missing") or []], stacks=stacks)
 
 
 def build_view(run_dir: Path) -> PostmortemView:
@@ -237,6 +245,10 @@ class PostmortemScreen(DeckScreen):
         if view.alerts:
             out.append("alerts and events\n", style="bold")
             for line in view.alerts:
+                out.append(safe_text(line, 300) + "\n")
+        if view.stacks:
+            out.append("stack dumps\n", style="bold")
+            for line in view.stacks:
                 out.append(safe_text(line, 300) + "\n")
         if view.charts:
             out.append("resources over the run\n", style="bold")

@@ -1,6 +1,7 @@
 """The grouped stack dump of one job (key `D` in the jobs view): taken off the UI thread, shown markup-inert."""
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Optional
 
 from textual import on, work
@@ -45,18 +46,21 @@ class StacksScreen(ModalScreen[None]):
         Binding("escape,q", "close", "Close", id="stacks.close"),
     ]
 
-    def __init__(self, job: str, dump: Callable[[], Any]) -> None:
+    def __init__(self, job: str, dump: Callable[[], Any], *, recorded: bool = False) -> None:
         super().__init__()
         self.job = job
         self._dump = dump
+        self.recorded = recorded                # `dump()` reads a stored dump (a replay): nothing is traced
         self.lines: list[str] = []
         self.verdict: Optional[str] = None
         self.done = False
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(sanitize_text(f"stacks: {self.job}"), id="stacks-title", markup=False)
-            yield Static("dumping the Python stacks (py-spy)…", id="stacks-verdict", markup=False)
+            title = f"stacks: {self.job}" + (" · recorded dump of the replayed run" if self.recorded else "")
+            yield Static(sanitize_text(title), id="stacks-title", markup=False)
+            yield Static("reading the recorded dump…" if self.recorded else "dumping the Python stacks (py-spy)…",
+                         id="stacks-verdict", markup=False)
             with VerticalScroll(id="stacks-scroll"):
                 yield Static("", id="stacks-body", markup=False)
 
@@ -65,11 +69,20 @@ class StacksScreen(ModalScreen[None]):
 
     @work(thread=True, exclusive=True, exit_on_error=False)
     def _take(self) -> None:
-        from gpudeck.jobs.stacks import render_lines
+        from gpudeck.jobs.stacks import StoredDump, render_lines
         try:
             result = self._dump()
-        except Exception as exc:            # no py-spy, no ptrace, not running: one line, the app stays up
+        except Exception as exc:            # no py-spy, no ptrace, not running, a pruned file: one line
             self.post_message(StacksDumped(self.job, [str(exc)], None, False))
+            return
+        if isinstance(result, StoredDump):
+            lines = list(result.lines)
+            if lines and lines[0].startswith("verdict: "):
+                lines = lines[1:]
+            if result.taken_at is not None:
+                when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(result.taken_at))
+                lines.insert(0, f"recorded at {when}{' (SIMULATED)' if result.simulated else ''}")
+            self.post_message(StacksDumped(self.job, lines, result.verdict, True))
             return
         self.post_message(StacksDumped(self.job, render_lines(result)[1:], result.verdict, True))
 

@@ -434,7 +434,7 @@ def build_run(run_dir: Path, state_dir: Optional[Path] = None) -> dict:
     report["silences"] = _silences(run_dir / "times", started, end_for_phases)
     report["context"] = _context(meta, events, row, state_dir)
     report["events"] = _notable_events(events, started)
-    report["stacks"] = stack_dumps(events, report["stalls"], started)
+    report["stacks"] = stack_dumps(events, report["stalls"], started, run_dir)
     # Webhook deliveries and their failures (gpudeck.jobs.notify), each attempt with its status or error.
     from gpudeck.jobs.notify import deliveries
     report["notifications"] = deliveries(events, started)
@@ -862,8 +862,15 @@ def verdict(report: dict) -> str:
 
 # -- the stack dumps a stall took by itself (gpudeck.jobs.health: StacksDumped / StacksFailed events) ----
 
-def stack_dumps(events: list[dict], stalls: list[dict], started: Optional[float]) -> list[dict]:
-    """Each dump on the run's timeline; the stall it was taken for gets its verdict (`stacks`)."""
+# How much of each stored dump's grouped text a post-mortem carries (the whole file stays in the run dir).
+DUMP_EXCERPT_LINES = 40
+
+
+def stack_dumps(events: list[dict], stalls: list[dict], started: Optional[float],
+                run_dir: Optional[Path] = None) -> list[dict]:
+    """Each dump on the run's timeline, with the head of its grouped text (`lines`, the verdict line
+    left out) where the run dir still holds it; the stall it was taken for gets its verdict (`stacks`)."""
+    from gpudeck.jobs.stacks import read_stored_dump
     dumps = []
     for ev in events:
         if ev.get("event") not in ("StacksDumped", "StacksFailed"):
@@ -874,6 +881,17 @@ def stack_dumps(events: list[dict], stalls: list[dict], started: Optional[float]
                  "verdict": ev.get("verdict") if isinstance(ev.get("verdict"), str) else None,
                  "path": ev.get("path") if isinstance(ev.get("path"), str) else None,
                  "error": ev.get("error") if isinstance(ev.get("error"), str) else None}
+        if run_dir is not None and entry["path"]:
+            try:
+                stored = read_stored_dump(run_dir, entry["path"])
+            except (OSError, ValueError):
+                stored = None               # pruned or never written (a full disk): the event still says it
+            if stored is not None:
+                # The groups with their chains; each group's full frame list (indented 4) stays in the file.
+                body = [line for line in stored.lines if not line.startswith(("verdict: ", "    "))]
+                entry["lines"] = body[:DUMP_EXCERPT_LINES]
+                entry["lines_left_out"] = max(0, len(body) - DUMP_EXCERPT_LINES)
+                entry["simulated"] = stored.simulated
         dumps.append(entry)
         for stall in stalls:
             if entry["verdict"] and stall.get("code") == entry["code"] and stall.get("start") == entry["since"]:

@@ -335,7 +335,11 @@ def stack_dumps_html(report: dict) -> str:
     for d in dumps:
         what = esc(d.get("verdict")) if d.get("verdict") else f"no verdict: {esc(d.get('error') or '?')}"
         where = f" <code>{esc(d['path'])}</code>" if d.get("path") else ""
-        items.append(f"<li>{clock(d.get('at_s'))} on <b>{esc(d.get('code'))}</b>: {what}{where}</li>")
+        body = ""
+        if d.get("lines"):
+            more = [f"… {d['lines_left_out']} more lines in the file"] if d.get("lines_left_out") else []
+            body = '<pre class="stack-dump">' + "\n".join(esc(line, 400) for line in [*d["lines"], *more]) + "</pre>"
+        items.append(f"<li>{clock(d.get('at_s'))} on <b>{esc(d.get('code'))}</b>: {what}{where}{body}</li>")
     return '<h2>Stack dumps</h2><ul id="stack-dumps">' + "".join(items) + "</ul>"
 
 

@@ -233,4 +233,10 @@ def stack_dumps_md(report: dict) -> list[str]:
         what = text(d.get("verdict")) if d.get("verdict") else f"no verdict: {text(d.get('error') or '?')}"
         where = f" (`{terminal_text(d['path'], 200).replace('`', chr(39))}`)" if d.get("path") else ""
         out.append(f"- {clock(d.get('at_s'))} on **{text(d.get('code'))}**: {what}{where}")
+        if d.get("lines"):
+            # A fence no line of the job's can close: backticks in a frame name become quotes.
+            body = [terminal_text(line, 400).replace("`", "'") for line in d["lines"]]
+            if d.get("lines_left_out"):
+                body.append(f"… {d['lines_left_out']} more lines in the file")
+            out += ["", "  ```text", *(f"  {line}" for line in body), "  ```"]
     return out + [""]

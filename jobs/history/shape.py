@@ -54,7 +54,8 @@ SHAPE: dict = {
                 "cause": STR, "hint": STR, "at_s": NUM}],
     "stalls": [{"code": STR, "start_s": NUM, "duration_s": NUM, "cleared": BOOL, "message": STR, "stacks": STR}],
     # Stack dumps the run took (jobs/stacks.py), each at its moment, with its verdict or why none.
-    "stacks": [{"t": NUM, "at_s": NUM, "code": STR, "since": NUM, "verdict": STR, "path": STR, "error": STR}],
+    "stacks": [{"t": NUM, "at_s": NUM, "code": STR, "since": NUM, "verdict": STR, "path": STR, "error": STR,
+                "lines": [STR], "lines_left_out": INT, "simulated": BOOL}],
     # Webhook deliveries and failures (jobs/notify.py), one row an attempt.
     "notifications": [{"outcome": STR, "t": NUM, "at_s": NUM, "target": STR, "format": STR, "code": STR,
                        "attempt": INT, "attempts": INT, "status": INT, "error": STR, "final": BOOL,
