@@ -43,7 +43,7 @@ if [ "$phase" = tests ] || [ "$phase" = all ]; then
     for i in 1 2 3; do time python3 -m gpudeck.console.cli status --json > "$out/status.json"; done
     unset PYTHONPYCACHEPREFIX
   } 2>&1 | tee "$out/machine.txt"
-  timeout 330 python3 -m pytest tests/gpu -v -rs -p no:cacheprovider 2>&1 | tee "$out/gpu-tests.txt"
+  timeout 450 python3 -m pytest tests/gpu -v -rs -p no:cacheprovider 2>&1 | tee "$out/gpu-tests.txt"
   timeout 60 python3 bench/bench_sampling.py --ticks 300 2>&1 | tee "$out/bench-sampling.txt"
 fi
 
