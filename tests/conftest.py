@@ -12,6 +12,24 @@ import pytest
 from runsupport import cleanup_state
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_user_config(tmp_path_factory):
+    """The suite never reads the developer's own ~/.config/gpudeck: a config.toml with [notify.*] webhooks,
+    `readonly = true` or a theme there would reach every job the tests start. Set in os.environ, so the
+    runners and CLIs the tests start inherit it; a test that wants a config sets its own."""
+    import os
+    saved = {key: os.environ.get(key) for key in ("XDG_CONFIG_HOME", "GPUDECK_READONLY", "GPUDECK_HOST")}
+    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("xdg-config"))
+    os.environ.pop("GPUDECK_READONLY", None)
+    os.environ.pop("GPUDECK_HOST", None)
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 @pytest.fixture
 def state(tmp_path, monkeypatch):
     """A private GPUDECK_STATE_DIR for one test; everything started under it is killed afterwards."""

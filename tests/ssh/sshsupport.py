@@ -225,6 +225,9 @@ class ClientHome:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("GPUDECK_") and k not in ("SSH_AUTH_SOCK", "XDG_CONFIG_HOME", "XDG_STATE_HOME")}
         env["HOME"] = str(self.root)
+        # Named, not only dropped: tests copy this env over os.environ, where the suite's own empty
+        # XDG_CONFIG_HOME (conftest) would otherwise hide the laptop's hosts.toml.
+        env["XDG_CONFIG_HOME"] = str(self.root / ".config")
         # The CLI's SSH link keepers (jobs/hosts/mux.py) put their sockets here and idle out quickly.
         env["XDG_RUNTIME_DIR"] = str(self.runtime)
         env["GPUDECK_MUX_IDLE_S"] = "20"
