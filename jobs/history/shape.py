@@ -8,27 +8,24 @@ report costs its odd fields, never the escaping or the whole report.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Optional
+
+from gpudeck.jobs.strictjson import integer, number
 
 NUM, INT, STR, BOOL, ANY = "num", "int", "str", "bool", "any"
 PAIR = "pair"                      # [k, n]: "same failure in k of the last n runs"
 
 
-def _num(v: Any) -> Optional[float]:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    return float(v) if math.isfinite(v) else None
+_num = number                      # the one strict number rule (strictjson)
 
 
 def _int(v: Any) -> Optional[int]:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and math.isfinite(v) and v.is_integer():
-        return int(v)
-    return None
+    """An int, or a float that is one (a remote's JSON may write 12.0 for a line number)."""
+    whole = integer(v)
+    if whole is not None:
+        return whole
+    value = number(v)
+    return int(value) if value is not None and value.is_integer() else None
 
 
 def _str(v: Any) -> Optional[str]:
