@@ -24,8 +24,8 @@ def env_readonly() -> bool:
 def readonly_source(args: argparse.Namespace) -> Optional[str]:
     """What made this invocation read-only ("--readonly", "GPUDECK_READONLY=1", "readonly = true in …"),
     or None. Read once per invocation (the config file is read only when neither flag says so)."""
-    cached = getattr(args, "_readonly_source", False)
-    if cached is not False:
+    cached: object = getattr(args, "_readonly_source", False)
+    if cached is None or isinstance(cached, str):       # False: not read yet
         return cached
     source: Optional[str] = None
     if getattr(args, "readonly", False):

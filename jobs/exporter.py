@@ -66,7 +66,8 @@ class HealthCache:
         self.tail_refresh_s = tail_refresh_s
         self._clock = clock
         if reader is None:
-            from gpudeck.jobs.health import job_health as reader
+            from gpudeck.jobs.health import job_health
+            reader = job_health
         self._reader = reader
         self._cache: dict[Path, tuple[tuple, float, dict]] = {}
         self.reads = 0                      # how many times a run was really read (tests, the bench)
@@ -321,25 +322,32 @@ class _Families:
 
     def __init__(self, const: dict[str, str]) -> None:
         self.const = const
-        self.made: dict[str, Metric] = {}
+        self.made: dict[str, Metric] = {}              # every family, in the order first made
+        # One map per kind as well: add_metric is on the family subclasses, not on Metric.
+        self._gauges: dict[str, GaugeMetricFamily] = {}
+        self._counters: dict[str, CounterMetricFamily] = {}
+        self._infos: dict[str, InfoMetricFamily] = {}
 
     def gauge(self, name: str, doc: str, labels: tuple[str, ...], values: tuple[str, ...], value: float,
               unit: str = "") -> None:
-        fam = self.made.get(name)
+        fam = self._gauges.get(name)
         if fam is None:
-            fam = self.made[name] = GaugeMetricFamily(name, doc, labels=list(labels) + list(self.const), unit=unit)
+            fam = self._gauges[name] = GaugeMetricFamily(name, doc, labels=list(labels) + list(self.const), unit=unit)
+            self.made[name] = fam
         fam.add_metric(list(values) + list(self.const.values()), value)
 
     def counter(self, name: str, doc: str, labels: tuple[str, ...], values: tuple[str, ...], value: float) -> None:
-        fam = self.made.get(name)
+        fam = self._counters.get(name)
         if fam is None:
-            fam = self.made[name] = CounterMetricFamily(name, doc, labels=list(labels) + list(self.const))
+            fam = self._counters[name] = CounterMetricFamily(name, doc, labels=list(labels) + list(self.const))
+            self.made[name] = fam
         fam.add_metric(list(values) + list(self.const.values()), value)
 
     def info(self, name: str, doc: str, labels: dict[str, str]) -> None:
-        fam = self.made.get(name)
+        fam = self._infos.get(name)
         if fam is None:
-            fam = self.made[name] = InfoMetricFamily(name, doc, labels=list(self.const))
+            fam = self._infos[name] = InfoMetricFamily(name, doc, labels=list(self.const))
+            self.made[name] = fam
         fam.add_metric(list(self.const.values()), labels)
 
     def __iter__(self) -> Iterator[Metric]:

@@ -224,7 +224,8 @@ class HealthMonitor:
         run_dir = Path(run_dir)
         if meta is None:
             meta = strictjson.load_object(run_dir / "meta.json", shape=strictjson.timed) or {}
-        spec = meta.get("spec") if isinstance(meta.get("spec"), Mapping) else {}
+        raw_spec = meta.get("spec")
+        spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
 
         def setting(name: str) -> Any:
             # The spec snapshot if there is one, else the same key at the top of meta.
@@ -520,7 +521,7 @@ class HealthMonitor:
         self._children.append(child)
         return child.pid
 
-    def _notify(self, alert, now: float) -> Optional[int]:
+    def _notify(self, alert: Alert, now: float) -> Optional[int]:
         """Deliver the alert to the webhook targets in a detached child (gpudeck.jobs.notify); never waits, never raises."""
         if not self.notify:
             return None

@@ -24,7 +24,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from gpudeck.jobs.notify_targets import BACKOFF_S, redact_url, scrub, total_bound, wants
 from gpudeck.jobs.runs import append_jsonl, open_private
@@ -85,7 +85,7 @@ def body(fmt: str, alert: Mapping[str, Any], host: str) -> tuple[bytes, dict[str
         return json.dumps({"text": text}).encode(), {"Content-Type": "application/json"}
     if fmt == "discord":
         # No mention from a log line may ping anyone (@everyone in a crash message).
-        data = {"content": summary_line(alert, host)[:2000], "allowed_mentions": {"parse": []}}
+        data: dict[str, Any] = {"content": summary_line(alert, host)[:2000], "allowed_mentions": {"parse": []}}
         return json.dumps(data).encode(), {"Content-Type": "application/json"}
     if fmt == "ntfy":
         error = alert.get("severity") == "error"
@@ -118,6 +118,9 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 _OPENER = urllib.request.build_opener(_NoRedirect)
 
+# post's signature: (url, body, headers, timeout) -> (HTTP status, error); tests pass a fake.
+Sender = Callable[[str, bytes, Mapping[str, str], float], tuple[Optional[int], Optional[str]]]
+
 
 def post(url: str, data: bytes, headers: Mapping[str, str], timeout: float) -> tuple[Optional[int], Optional[str]]:
     """(HTTP status, None) when the server answered, (None, error) when it did not; never raises."""
@@ -142,7 +145,7 @@ def post(url: str, data: bytes, headers: Mapping[str, str], timeout: float) -> t
 
 
 def deliver(target: Mapping[str, Any], alert: Mapping[str, Any], host: str, record: Record, *,
-            sleep: Callable[[float], None] = time.sleep, send=post) -> bool:
+            sleep: Callable[[float], None] = time.sleep, send: Sender = post) -> bool:
     """POST one alert to one target: retries with doubling backoff, bounded in total; each attempt recorded."""
     url = str(target.get("url") or "")
     fmt = str(target.get("format") or "json")
@@ -292,6 +295,7 @@ def run_targets(jobs_file: Any) -> tuple[list[dict], Optional[str]]:
     """
     from gpudeck.jobs.spec import load_user_notify
     own = getattr(jobs_file, "notify", None) or {}
+    errors: Sequence[object]
     try:
         everyone, errors = load_user_notify()
     except Exception as exc:  # noqa: BLE001 - a start never fails for the notifications

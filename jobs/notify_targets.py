@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 from urllib.parse import urlsplit
 
 FORMATS = ("json", "slack", "discord", "ntfy")
@@ -69,7 +69,7 @@ def scrub(text: str, url: str) -> str:
     return text
 
 
-def total_bound(target: dict) -> float:
+def total_bound(target: Mapping[str, Any]) -> float:
     """The longest one target's delivery may take: every attempt's timeout and every backoff wait, capped."""
     retries = int(target.get("retries", DEFAULT_RETRIES))
     timeout = float(target.get("timeout_s", DEFAULT_TIMEOUT_S))
@@ -220,7 +220,7 @@ def _codes(value: Any, at: tuple, error: ErrorFn) -> Optional[list[str]]:
     return codes if ok else None
 
 
-def _suggest(word: Any, choices) -> str:
+def _suggest(word: Any, choices: Iterable[str]) -> str:
     if not isinstance(word, str):
         return ""
     matches = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)

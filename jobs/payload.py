@@ -67,7 +67,8 @@ def _engine_fields(supervisor: Supervisor, state: JobState, data: dict) -> None:
 def _health_fields(supervisor: Supervisor, state: JobState, health: Optional[HealthReader] = None) -> dict:
     """phase, progress, alerts (and failure, serving) of the job's latest run, from its health.json."""
     if health is None:
-        from gpudeck.jobs.health import job_health as health
+        from gpudeck.jobs.health import job_health
+        health = job_health
     run = supervisor.latest(state.name) if state.run_id else None
     try:
         return health(run.path if run is not None else None)

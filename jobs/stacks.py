@@ -728,11 +728,12 @@ def _replace(thread: ThreadStack, **changes: Any) -> ThreadStack:
 
 def _process_wait(threads: Sequence[ThreadStack]) -> Optional[Wait]:
     """The thread wait that explains a process: the most specific among its threads that matter."""
-    candidates = [t for t in threads if not t.helper and t.wait] or [t for t in threads if t.wait]
+    waiting = [(t, t.wait) for t in threads if t.wait is not None]
+    candidates = [(t, w) for t, w in waiting if not t.helper] or waiting
     if not candidates:
         return None
-    best = min(candidates, key=lambda t: (RANK.get(t.wait.kind, len(RANK)), not t.main))
-    return best.wait
+    _, best = min(candidates, key=lambda c: (RANK.get(c[1].kind, len(RANK)), not c[0].main))
+    return best
 
 
 def dump(processes: Iterable[ProcessId], *, native: bool = False, py_spy: Optional[str] = None,
@@ -820,7 +821,7 @@ def group(processes: Sequence[ProcessStacks]) -> list[StackGroup]:
 
 def _where(waits: Sequence[Wait]) -> str:
     """ at busy.py:6 (spin)"; the lines of every process when they differ (a loop sampled at two lines)."""
-    at = [w.caller or w.frame for w in waits if (w.caller or w.frame) is not None]
+    at = [f for f in (w.caller or w.frame for w in waits) if f is not None]
     if not at:
         return ""
     lines = sorted({f.line for f in at if f.line})

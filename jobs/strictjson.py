@@ -108,6 +108,7 @@ def loads(text: str | bytes) -> Any:
 # run a note, never the reader.
 
 import errno as _errno
+import io as _io
 import os as _os
 import re as _re
 import stat as _stat
@@ -162,7 +163,7 @@ def open_run_file(path: PathLike) -> int:
     return fd
 
 
-def open_run_binary(path: PathLike):
+def open_run_binary(path: PathLike) -> _io.BufferedReader:
     """open_run_file as a buffered binary file object (for the readers that seek and read lines)."""
     return _os.fdopen(open_run_file(path), "rb")
 

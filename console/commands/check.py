@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Sequence
 
 from gpudeck.console.errors import CliError
 
@@ -51,7 +52,7 @@ def run_check(args: argparse.Namespace) -> int:
     return _report(str(path), [], list(jobs_file.jobs), merged(jobs_file.notify, everyone))
 
 
-def _report(where: str, errors: list[str], names: list[str], targets: list[dict] = ()) -> int:
+def _report(where: str, errors: list[str], names: list[str], targets: Sequence[dict] = ()) -> int:
     """Every error, one per line, exit 1; or the job names (and the webhook targets, URLs redacted), exit 0."""
     if errors:
         for error in errors:

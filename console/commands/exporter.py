@@ -6,9 +6,12 @@ import ipaddress
 import signal
 import threading
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from gpudeck.console.errors import CliError
+
+if TYPE_CHECKING:
+    from gpudeck.jobs.exporter import JobsReader
 
 DEFAULT_LISTEN = "127.0.0.1:9402"
 
@@ -49,7 +52,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _jobs_source(args: argparse.Namespace):
+def _jobs_source(args: argparse.Namespace) -> tuple[Optional["JobsReader"], str]:
     """(the jobs reader or None, a line saying where the jobs come from)."""
     from gpudeck.jobs.paths import find_jobs_file
     explicit = getattr(args, "jobs_file", None)
@@ -77,9 +80,11 @@ def run_exporter(args: argparse.Namespace) -> int:
 
     from gpudeck.jobs import exporter as core
     demo = bool(getattr(args, "demo", False))
-    host_name = None                      # this machine's name
+    host_name: Optional[str] = None       # this machine's name
+    jobs: Optional[JobsReader]
     if demo:
-        from gpudeck.jobs.telemetry.simulated import HOST_NAME as host_name
+        from gpudeck.jobs.telemetry.simulated import HOST_NAME
+        host_name = HOST_NAME
         jobs, where = core.DemoJobsSource(), "the SIMULATED demo runs"
         gpus = None if args.no_gpus else core.simulated_gpus()
     else:
