@@ -144,7 +144,8 @@ class AlertView:
     def from_payload(cls, data: Any) -> Optional["AlertView"]:
         if not isinstance(data, dict) or data.get("code") is None:
             return None
-        dumped = data.get("stacks") if isinstance(data.get("stacks"), dict) else {}
+        stacks = data.get("stacks")
+        dumped: dict = stacks if isinstance(stacks, dict) else {}
         return cls(code=clean(data.get("code"), 40), message=clean(data.get("message"), 300),
                    severity=_str(data.get("severity")), since=_num(data.get("since")),
                    stacks=clean(dumped.get("verdict"), 300) if isinstance(dumped.get("verdict"), str) else "")
