@@ -270,17 +270,22 @@ def _parse_ts(kind: str, raw: str) -> Optional[float]:
 
 # --------------------------------------------------------------------------- progress formats
 
+# A number read from a log is the whole number or none: "1e5" or "1.5e3" is never "1" (issue harden 17).
+# Engines print fixed-point; a number written otherwise is not read at all.
+_WHOLE = r"(?!\.?\d|[eE][-+]?\d)"
 SIZE = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 TQDM = re.compile(
     r"(?P<pct>\d{1,3})%\s*(?:\|[^|\r\n]{0,400}\||Completed\s*\||(?=\d+(?:\.\d+)?[kKMGT]?/\d+(?:\.\d+)?[kKMGT]?\s*\[))\s*"
-    r"(?P<n>\d+(?:\.\d+)?)(?P<nu>[kKMGT]?)/(?P<N>\d+(?:\.\d+)?)(?P<Nu>[kKMGT]?)"
+    r"(?P<n>\d+(?:\.\d+)?)(?P<nu>[kKMGT]?)/(?P<N>\d+(?:\.\d+)?)(?P<Nu>[kKMGT]?)" + _WHOLE +
     r"(?:\s*\[(?P<inner>[^\]\r\n]{0,200})\])?")
 TQDM_TIMES = re.compile(r"^\s*(?P<el>[\d:]+)\s*<\s*(?P<rem>[\d:]+|\?)")
 TQDM_RATE = re.compile(r"(?P<v>\d+(?:\.\d+)?|\?)\s*(?P<u>[kKMGT]?)(?P<a>[A-Za-z]*)/(?P<b>[A-Za-z]+)")
 NINJA = re.compile(r"^\[(\d+)/(\d+)\]\s")
 MAKE = re.compile(r"^\[\s*(\d{1,3})%\]\s")
-STEP = re.compile(r"\b(?:global[_ ])?(?:step|Step|STEP|iter|Iter|iteration|Iteration)\b\s*[:=#]?\s*\[?\s*(\d+)\s*(?:/\s*(\d+))?")
-EPOCH = re.compile(r"\b(?:epoch|Epoch|EPOCH)\b\s*[:=#]?\s*\[?\s*(\d+(?:\.\d+)?)\s*(?:/\s*(\d+))?")
+STEP = re.compile(r"\b(?:global[_ ])?(?:step|Step|STEP|iter|Iter|iteration|Iteration)\b\s*[:=#]?\s*\[?\s*(\d+)" + _WHOLE +
+                  r"\s*(?:/\s*(\d+)" + _WHOLE + ")?")
+EPOCH = re.compile(r"\b(?:epoch|Epoch|EPOCH)\b\s*[:=#]?\s*\[?\s*(\d+(?:\.\d+)?)" + _WHOLE +
+                   r"\s*(?:/\s*(\d+)" + _WHOLE + ")?")
 LOSS_DICT = re.compile(r"""^\{['"](?:loss|train_loss|eval_loss)['"]\s*:.*['"]epoch['"]\s*:\s*([\d.]+)"""
                        r"""(?:.*['"](?:global_)?step['"]\s*:\s*(\d+))?""")
 TRAIN_END = re.compile(r"""^\{['"]train_runtime['"]""")
@@ -305,7 +310,7 @@ def num(value: float) -> Number:
 
 # --------------------------------------------------------------------------- serving stats lines
 
-_F = r"([-+]?\d+(?:\.\d+)?)"
+_F = r"([-+]?\d+(?:\.\d+)?)" + _WHOLE
 # vLLM: "Engine 000: Avg prompt throughput: …" (V1) and "Avg prompt throughput: …" (V0) alike.
 _VLLM_STATS = re.compile(
     r"Avg prompt throughput:\s*" + _F + r"[^,]*,\s*Avg generation throughput:\s*" + _F +
