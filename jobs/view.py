@@ -314,7 +314,8 @@ class JobView:
         stuck = self._stuck_for(now)
         label, numbers = progress.pieces(eta=stuck is None) if progress is not None else ("", "")
         if numbers and stuck is not None:
-            numbers += f" no progress for {human_age(stuck)}"
+            # A stall alert without a time the progress last moved: how long is not known, so not said.
+            numbers += f" no progress for {human_age(stuck)}" if stuck >= 0 else " no progress"
         measured = bool(label or numbers)
         # A phase repeating the state word beside it says nothing in a narrow table (alone it still shows).
         phase = self.phase if self.phase and not (compact and measured and self.phase == self.state_text()) else ""
@@ -327,14 +328,15 @@ class JobView:
         return self.progress.eta_s
 
     def _stuck_for(self, now: Optional[float]) -> Optional[float]:
-        """Seconds since the progress last moved, when that is long enough to distrust an ETA (or a stall alert says so)."""
+        """Seconds since the progress last moved, when that is long enough to distrust an ETA (or a stall alert
+        says so); -1.0 when a stall alert says so but the time the progress last moved is not known."""
         if not self.live or self.progress is None:
             return None
         since = None if now is None or self.progress_at is None else max(0.0, now - self.progress_at)
         if since is not None and since >= NO_PROGRESS_AFTER_S:
             return since
         if {a.code for a in self.alerts} & STALL_CODES:
-            return since if since is not None else 0.0
+            return since if since is not None else -1.0
         return None
 
     def alerts_text(self) -> str:

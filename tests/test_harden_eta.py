@@ -67,3 +67,9 @@ def test_a_stopped_job_shows_where_it_got_not_an_eta(tmp_path, state):
     listing = cli(["--jobs", str(jobs), "jobs"], env).stdout.decode()
     row = next(line for line in listing.splitlines() if line.startswith("loader"))
     assert "at 8/64 when stopped" in row and "ETA" not in row, listing
+
+
+def test_a_stall_without_a_progress_time_does_not_claim_zero_seconds():
+    """A replayed (demo) stall carries the alert but no progress_at: it read "no progress for 0s" while stalled 1m+."""
+    stalled = phase(state="running", alerts=[{"code": "stalled", "message": "quiet"}])
+    assert stalled.endswith("64 12% no progress") and "ETA" not in stalled and "for 0s" not in stalled, stalled

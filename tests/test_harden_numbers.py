@@ -101,3 +101,23 @@ def test_one_strict_number_rule_for_every_reader():
     assert sj.parse_number("1e400") is None and sj.parse_number("[N/A]") is None
     assert sj.parse_integer(" 12 ") == 12 and sj.parse_integer("1e3") is None and sj.parse_integer("9" * 40) is None
     assert sj.first_number({"a": "x", "b": float("inf"), "c": 7}, "a", "b", "c") == 7.0
+
+
+def test_a_number_in_scientific_notation_is_never_read_as_its_first_digits():
+    """Issue harden 17: `29/1e5` was progress 29/1 (2900%), `1e400 tokens/s` was 1.0 tok/s, `1.5e3` was 1.5."""
+    def analysed(line: str) -> dict:
+        return analyze_bytes((line + "\n").encode() * 3).to_json()
+    bar = analysed("Processed prompts:  29%|###  | 29/1e5 [00:10<00:20, 2.9it/s]")
+    assert bar["progress"] is None, bar["progress"]             # never 29 of 1
+    assert analysed("Processed prompts:  29%|###  | 29/100 [00:10<00:20, 2.9it/s]")["progress"]["total"] == 100
+    assert analysed("Epoch 1/3e2")["progress"] is None
+    vllm = analysed("Avg prompt throughput: 1e400 tokens/s, Avg generation throughput: 1.5e3 tokens/s, "
+                    "Running: 1e1 reqs, Waiting: 0 reqs, GPU KV cache usage: 5.0%")["serving"] or {}
+    assert vllm.get("prompt_tokens_per_s") is None and vllm.get("gen_tokens_per_s") is None, vllm
+    assert vllm.get("running") is None, vllm
+    sglang = analysed("Decode batch. #running-req: 3, #token: 10, token usage: 0.5, "
+                      "gen throughput (token/s): 1.5e3, #queue-req: 0")["serving"]
+    assert sglang["running"] == 3 and sglang["gen_tokens_per_s"] is None, sglang
+    plain = analysed("Avg prompt throughput: 2.0 tokens/s, Avg generation throughput: 3.5 tokens/s, Running: 3 reqs, "
+                     "Waiting: 0 reqs, GPU KV cache usage: 5.0%")["serving"]
+    assert plain["gen_tokens_per_s"] == 3.5 and plain["running"] == 3, plain

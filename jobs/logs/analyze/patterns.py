@@ -294,10 +294,13 @@ def _parse_ts(kind: str, raw: str) -> Optional[float]:
 
 # --------------------------------------------------------------------------- progress formats
 
+# A bar's count is the whole number or none: "29/1e5" is never 29 of 1 (issue harden 17); tqdm never
+# writes an exponent, so a bar that has one is not read as a bar.
+_WHOLE = r"(?!\.?\d|[eE][-+]?\d)"
 SIZE = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 TQDM = re.compile(
     r"(?P<pct>\d{1,3})%\s*(?:\|[^|\r\n]{0,400}\||Completed\s*\||(?=\d+(?:\.\d+)?[kKMGT]?/\d+(?:\.\d+)?[kKMGT]?\s*\[))\s*"
-    r"(?P<n>\d+(?:\.\d+)?)(?P<nu>[kKMGT]?)/(?P<N>\d+(?:\.\d+)?)(?P<Nu>[kKMGT]?)"
+    r"(?P<n>\d+(?:\.\d+)?)(?P<nu>[kKMGT]?)/(?P<N>\d+(?:\.\d+)?)(?P<Nu>[kKMGT]?)" + _WHOLE +
     r"(?:\s*\[(?P<inner>[^\]\r\n]{0,200})\])?")
 TQDM_TIMES = re.compile(r"^\s*(?P<el>[\d:]+)\s*<\s*(?P<rem>[\d:]+|\?)")
 TQDM_RATE = re.compile(r"(?P<v>\d+(?:\.\d+)?|\?)\s*(?P<u>[kKMGT]?)(?P<a>[A-Za-z]*)/(?P<b>[A-Za-z]+)")
@@ -306,7 +309,8 @@ MAKE = re.compile(r"^\[\s*(\d{1,3})%\]\s")
 # n/N with N a whole token ("29/1e5" is 29 of 100000, never 29 of 1; "1e400" is no finite total).
 STEP = re.compile(r"\b(?:global[_ ])?(?:step|Step|STEP|iter|Iter|iteration|Iteration)\b\s*[:=#]?\s*\[?\s*(\d+)"
                   r"(?![\w.])\s*(?:/\s*(\d+(?:[eE]\+?\d+)?)(?![\w.]))?")
-EPOCH = re.compile(r"\b(?:epoch|Epoch|EPOCH)\b\s*[:=#]?\s*\[?\s*(\d+(?:\.\d+)?)\s*(?:/\s*(\d+))?")
+EPOCH = re.compile(r"\b(?:epoch|Epoch|EPOCH)\b\s*[:=#]?\s*\[?\s*(\d+(?:\.\d+)?)" + _WHOLE +
+                   r"\s*(?:/\s*(\d+)" + _WHOLE + ")?")
 LOSS_DICT = re.compile(r"""^\{['"](?:loss|train_loss|eval_loss)['"]\s*:.*['"]epoch['"]\s*:\s*([\d.]+)"""
                        r"""(?:.*['"](?:global_)?step['"]\s*:\s*(\d+))?""")
 TRAIN_END = re.compile(r"""^\{['"]train_runtime['"]""")
