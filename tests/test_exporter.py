@@ -202,9 +202,11 @@ def test_health_cache_rereads_a_growing_log_only_on_its_refresh_interval(tmp_pat
 
 def test_listen_addresses_and_the_loopback_rule(tmp_path, state):
     from gpudeck.console.commands.exporter import is_loopback, parse_listen
-    assert parse_listen("127.0.0.1:9402") == ("127.0.0.1", 9402)
-    assert parse_listen("[::1]:9402") == ("::1", 9402)
-    assert parse_listen(":9402") == ("0.0.0.0", 9402)
+    from gpudeck.console.errors import CliError
+    assert parse_listen("127.0.0.1:9402", "x") == ("127.0.0.1", 9402)
+    assert parse_listen("[::1]:9402", "x") == ("::1", 9402)
+    with pytest.raises(CliError):
+        parse_listen(":9402", "x")                # every address must be named: 0.0.0.0:9402
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3")
     jobs = write_jobs(tmp_path / "jobs.toml", {"a": {"cmd": "true"}})
@@ -212,7 +214,7 @@ def test_listen_addresses_and_the_loopback_rule(tmp_path, state):
     assert done.returncode == 2
     assert b"--allow-remote" in done.stderr and b"Traceback" not in done.stderr
     bad = cli(["--jobs", str(jobs), "exporter", "--listen", "nonsense"], cli_env(state), timeout=30)
-    assert bad.returncode == 2 and b"ADDRESS:PORT" in bad.stderr
+    assert bad.returncode == 2 and b"HOST:PORT" in bad.stderr
 
 
 def test_the_demo_command_serves_until_sigterm_and_exits_0(tmp_path, state):

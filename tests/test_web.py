@@ -178,10 +178,10 @@ def test_served_command_is_read_only_unless_actions_are_allowed(tmp_path, monkey
     assert ro.startswith(f"{sys.executable} -m gpudeck --readonly ") and "--host box --refresh 2" in ro
     assert str(Path("jobs.toml").absolute()) in ro
     assert "--readonly" not in served_command(args, readonly=False)
-    assert parse_listen("[::1]:8765") == ("::1", 8765) and parse_listen("0.0.0.0:80") == ("0.0.0.0", 80)
+    assert parse_listen("[::1]:8765", "x") == ("::1", 8765) and parse_listen("0.0.0.0:80", "x") == ("0.0.0.0", 80)
     for bad in ("8765", "host:", "host:0", "host:70000", ":8765"):
         with pytest.raises(CliError) as info:
-            parse_listen(bad)
+            parse_listen(bad, "x")
         assert info.value.code == 2
     # --allow-actions under a read-only setting stays read-only, and says so.
     from gpudeck.console.cli import main

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import signal
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from gpudeck.console.errors import CliError
+from gpudeck.console.listen import is_loopback, parse_listen
 
 if TYPE_CHECKING:
     from gpudeck.jobs.exporter import JobsReader
@@ -33,25 +33,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_exporter)
 
 
-def parse_listen(text: str) -> tuple[str, int]:
-    """'127.0.0.1:9402', '[::1]:9402', ':9402' (all addresses), 'localhost:9402' -> (address, port)."""
-    host, sep, port_text = text.rpartition(":")
-    if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise CliError(f"--listen {text!r}: expected ADDRESS:PORT, e.g. {DEFAULT_LISTEN}", code=2)
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host or "0.0.0.0", int(port_text)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _jobs_source(args: argparse.Namespace) -> tuple[Optional["JobsReader"], str]:
     """(the jobs reader or None, a line saying where the jobs come from)."""
     from gpudeck.jobs.paths import find_jobs_file
@@ -72,7 +53,7 @@ def _jobs_source(args: argparse.Namespace) -> tuple[Optional["JobsReader"], str]
 
 
 def run_exporter(args: argparse.Namespace) -> int:
-    host, port = parse_listen(args.listen)
+    host, port = parse_listen(args.listen, DEFAULT_LISTEN, any_free_port=True)
     if not is_loopback(host) and not args.allow_remote:
         raise CliError(f"--listen {args.listen}: not a loopback address; the metrics endpoint has no "
                        "authentication, so pass --allow-remote to serve it beyond this machine", code=2)

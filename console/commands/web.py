@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import hmac
-import ipaddress
 import secrets
 import shlex
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from gpudeck.console.errors import CliError
+from gpudeck.console.listen import is_loopback, parse_listen
 
 DEFAULT_LISTEN = "127.0.0.1:8765"
 
@@ -29,26 +29,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--allow-actions", action="store_true",
                    help="let the browser start, stop, restart and pivot jobs (else it only watches)")
     p.set_defaults(handler=run_web, remote_ok=True)
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """'127.0.0.1:8765', '[::1]:8765', '0.0.0.0:80' -> (host, port); CliError (exit 2) for anything else."""
-    host, sep, port_text = text.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not sep or not host or not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text) <= 65535:
-        raise CliError(f"web: --listen wants HOST:PORT with a port 1-65535 (e.g. {DEFAULT_LISTEN}), got {text!r}",
-                       code=2)
-    return host, int(port_text)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def served_command(args: argparse.Namespace, readonly: bool) -> str:
@@ -126,7 +106,7 @@ def make_server(command: str, host: str, port: int, token: Optional[str]) -> Any
 
 def run_web(args: argparse.Namespace) -> int:
     from gpudeck.console.readonly import readonly_source
-    host, port = parse_listen(args.listen)
+    host, port = parse_listen(args.listen, DEFAULT_LISTEN)
     source = readonly_source(args)
     readonly = source is not None or not args.allow_actions
     try:
