@@ -4,10 +4,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from gpudeck.jobs import strictjson
 from gpudeck.console.errors import CliError
+
+if TYPE_CHECKING:
+    from gpudeck.jobs.history.index import RunIndex
+    from gpudeck.jobs.history.retention import PruneCandidate
+    from gpudeck.jobs.hosts.config import HostSpec
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,7 +49,7 @@ def _age(text: Optional[str], flag: str) -> Optional[float]:
     return seconds
 
 
-def open_index(sync: bool = True):
+def open_index(sync: bool = True) -> "RunIndex":
     import sqlite3
 
     from gpudeck.jobs.history.index import IndexUnavailable, RunIndex
@@ -101,7 +106,7 @@ def run_runs(args: argparse.Namespace) -> int:
     return _print_rows(args, rows)
 
 
-def _upkeep_remote(args: argparse.Namespace, spec, older: Optional[float]) -> int:
+def _upkeep_remote(args: argparse.Namespace, spec: "HostSpec", older: Optional[float]) -> int:
     """--reindex / --prune on the box's own run index (its runs, its jobs file's log_keep), printed here."""
     from gpudeck.console.commands._host import Remote
     from gpudeck.jobs.history.retention import PruneCandidate
@@ -160,12 +165,13 @@ def _outcome(row: dict) -> str:
 LOAD_PHASES = ("loading", "compiling", "capturing")
 
 
-def _load(row: dict, human_age) -> str:
+def _load(row: dict, human_age: Callable[[float], str]) -> str:
     """Start to ready; a run that never became ready shows the time it spent loading, marked ✗ (died or
     stopped before ready) or … (still at it)."""
     if row.get("load_s") is not None:
         return human_age(row["load_s"])
-    phases = row.get("phases") if isinstance(row.get("phases"), dict) else {}
+    raw = row.get("phases")
+    phases: dict = raw if isinstance(raw, dict) else {}
     spent = [v for k, v in phases.items() if k in LOAD_PHASES and isinstance(v, (int, float)) and not isinstance(v, bool)]
     if not spent:
         return "-"
@@ -199,7 +205,7 @@ def render_table(rows: list[dict], now: Optional[float] = None) -> str:
     now = time.time() if now is None else now
     cleaned: dict = {}
 
-    def cell(value, limit: int) -> str:
+    def cell(value: Optional[str], limit: int) -> str:
         # Job text goes through the sanitizer; most rows repeat the same few hosts and causes.
         key = (value, limit)
         if key not in cleaned:
@@ -211,6 +217,7 @@ def render_table(rows: list[dict], now: Optional[float] = None) -> str:
         took = row.get("duration_s")
         if took is None and started is not None and row.get("state") in ("running", "starting", "stopping"):
             took = now - started
+        phase = row.get("final_phase")
         peak = row.get("peak_gpu_mem_max")
         peak_text = human_bytes(peak) if peak is not None else "-"
         if (row.get("gpu_count") or 0) > 1:
@@ -220,7 +227,7 @@ def render_table(rows: list[dict], now: Optional[float] = None) -> str:
             cell(row.get("job"), 40), row.get("kind") or "-",
             f"{human_age(now - started)} ago" if started else "-",
             human_age(took) if took is not None else "-",
-            _outcome(row), row.get("final_phase") if row.get("final_phase") not in (None, "unknown") else "-",
+            _outcome(row), phase if phase is not None and phase != "unknown" else "-",
             _load(row, human_age),
             peak_text, cell(_why(row), 60), cell(row.get("host") or "-", 24)
             + ("" if (row.get("backend") or "local") == "local" else f" ({row['backend']})"),
@@ -229,11 +236,11 @@ def render_table(rows: list[dict], now: Optional[float] = None) -> str:
     return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n" for r in table)
 
 
-def _log_keep_lookup(args: argparse.Namespace):
+def _log_keep_lookup(args: argparse.Namespace) -> Callable[[str], Optional[int]]:
     """Each job's log_keep from the jobs file when there is one (else 20, the default)."""
     from gpudeck.jobs.paths import find_jobs_file
     from gpudeck.jobs.spec import JobSpec
-    default = JobSpec.__dataclass_fields__["log_keep"].default
+    default: int = JobSpec.log_keep                     # the dataclass default, read off the class
     jobs = {}
     path = find_jobs_file(getattr(args, "jobs_file", None))
     if path is not None and path.is_file():
@@ -245,7 +252,7 @@ def _log_keep_lookup(args: argparse.Namespace):
     return lambda job: jobs[job].log_keep if job in jobs else default
 
 
-def _prune(args: argparse.Namespace, index, older: Optional[float]) -> int:
+def _prune(args: argparse.Namespace, index: "RunIndex", older: Optional[float]) -> int:
     from gpudeck.jobs.history.retention import plan_prune, prune
     keep_for = _log_keep_lookup(args)
     candidates = plan_prune(index, keep=args.keep, older_s=older, job=args.job,
@@ -257,7 +264,7 @@ def _prune(args: argparse.Namespace, index, older: Optional[float]) -> int:
 
 
 def _print_prune(args: argparse.Namespace, candidates: list, removed_count: Optional[int],
-                 delete=None) -> int:
+                 delete: Optional[Callable[[], list["PruneCandidate"]]] = None) -> int:
     """The prune listing and outcome, the same here and over SSH (there the box deleted; `removed_count`)."""
     from gpudeck.console.format import human_bytes
     if not candidates:

@@ -253,7 +253,7 @@ class JobsScreen(DeckScreen):
         payload: Any = None,
         clock: Any = time.time,
         feed: Optional[JobsFeed] = None,
-        **kwargs,
+        **kwargs: Any,
     ) -> None:
         """By default the view follows the app's jobs feed (live from --jobs, or a replay the app set).
         `feed` follows that one instead; `jobs_file`, `supervisor`, `payload(supervisor) -> {"jobs": [...]}`
@@ -303,8 +303,10 @@ class JobsScreen(DeckScreen):
         table = self.query_one(DataTable)
         table.focus()
         # A vertical scrollbar (the log pane opened on a short screen) narrows the table: re-fit the columns.
-        self.watch(table, "show_vertical_scrollbar", lambda _: self.call_after_refresh(self._render_table),
-                   init=False)
+        def refit(_shown: bool) -> None:
+            self.call_after_refresh(self._render_table)
+
+        self.watch(table, "show_vertical_scrollbar", refit, init=False)
         # Alerts ring and logs re-attach while another view is shown: follow the feed even when hidden.
         self.feed.follow(self, self._show_snapshot, while_hidden=True)
 
@@ -617,7 +619,7 @@ class JobsScreen(DeckScreen):
         at = self.replay.t if self.replay is not None else source.session.position
         run = next((r for r in source.session.runs if r.recording.job == job.name), None)
         entry = run.recording.stacks_at(at) if run is not None else None
-        if entry is None:
+        if run is None or entry is None:
             self._say(f"{job.name}: no stack dump recorded by this point of the replay", severity="warning", timeout=3)
             return
         run_dir, path = run.recording.path, entry["path"]
@@ -759,11 +761,14 @@ class JobsScreen(DeckScreen):
 
     @work(thread=True, group="jobs-action", exit_on_error=False)
     def _pivot(self, target: str, plan: Any) -> None:
+        from gpudeck.jobs.engines.pivot import PivotStep
+
+        def stepped(step: PivotStep) -> None:
+            self.post_message(PivotStepped(target, step.line(), step.ok))
+
         try:
             from gpudeck.jobs.engines.pivot import execute_pivot
-            result = execute_pivot(
-                self._acting(), plan,
-                on_step=lambda step: self.post_message(PivotStepped(target, step.line(), step.ok)))
+            result = execute_pivot(self._acting(), plan, on_step=stepped)
         except Exception as exc:
             self.post_message(JobActionFinished(target, "pivot", False, [str(exc)]))
             return
