@@ -158,6 +158,8 @@ class Runner:
         command = self.meta.get("command")
         if isinstance(command, str):
             return ["bash", "-c", command]
+        if not isinstance(command, list):
+            raise TypeError(f"meta.json's command is {type(command).__name__}, not a string or a list")
         return [str(part) for part in command]
 
     # -- main ------------------------------------------------------------
@@ -525,7 +527,7 @@ class Runner:
         self._update_times(now)
         code, sig = decode_wait_status(self._main_status or 0)
         stopped = self._stop_started is not None or self.run.stop_requested()
-        record = {"exit_code": code, "signal": sig, "ended_at": now,
+        record: dict[str, Any] = {"exit_code": code, "signal": sig, "ended_at": now,
                   "stopped_by_request": stopped, "leftovers": []}
         # The exit status is a fact about the main process: persist it before the
         # cleanup below, which can take a while and during which we could be killed.

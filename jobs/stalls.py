@@ -62,7 +62,7 @@ FAILURE_WORDS = {
 
 def default_stall_after(kind: Optional[str], phase: Optional[str]) -> float:
     if phase in STALL_AFTER_BY_PHASE:
-        return STALL_AFTER_BY_PHASE[phase]  # type: ignore[index]
+        return STALL_AFTER_BY_PHASE[phase]
     return STALL_AFTER_BY_KIND.get(kind or "", STALL_AFTER_FALLBACK)
 
 

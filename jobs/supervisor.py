@@ -158,7 +158,7 @@ def proven_runner(run: Run, meta: dict, stats: dict[int, ProcStat]) -> Optional[
     time really is `python -m gpudeck.jobs.runner ... RUN_DIR` for this run directory."""
     runner = ProcessId.from_jsonable(meta.get("runner"))
     st = stats.get(runner.pid) if runner is not None else None
-    if st is None or st.start != runner.start:
+    if runner is None or st is None or st.start != runner.start:
         return None
     args = cmdline_args(runner.pid)
     if "gpudeck.jobs.runner" not in args:
@@ -177,7 +177,7 @@ def proven_job(run: Run, meta: dict, stats: dict[int, ProcStat], runner: Optiona
     """
     job = ProcessId.from_jsonable(meta.get("job_process"))
     st = stats.get(job.pid) if job is not None else None
-    if st is None or st.start != job.start:
+    if job is None or st is None or st.start != job.start:
         return None
     if environ_value(job.pid, RUN_TAG) == run.run_id:
         return job
