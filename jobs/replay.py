@@ -273,7 +273,7 @@ class Recording:
         """(engine, model, port) when the run is an engine job (what the engine panel shows)."""
         try:
             from gpudeck.jobs.engines.profiles import engine_settings
-            from gpudeck.jobs.supervisor import spec_from_snapshot
+            from gpudeck.jobs.spec import spec_from_snapshot
             settings = engine_settings(spec_from_snapshot(self.spec)) if self.spec else None
         except Exception:            # an odd spec snapshot: fall back to what it says outright
             settings = None
