@@ -7,17 +7,20 @@ import math
 import os
 import re
 import shlex
+import sys
 from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Callable, Iterable, Optional, TypeVar, Union
 
 from gpudeck.jobs import notify_targets, paths
 
-try:  # Python 3.11+
+if sys.version_info >= (3, 11):
     import tomllib
-except ImportError:  # pragma: no cover - Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+_T = TypeVar("_T")
 
 JOB_KINDS = ("engine", "build", "train", "stage", "service")
 ENGINES = ("vllm", "sglang")
@@ -689,7 +692,7 @@ class _Validator:
                 value = self._checked(lambda: self._string(alerts["on_alert"], ("alerts", "on_alert"), expand=True))
         return value
 
-    def _checked(self, fn):
+    def _checked(self, fn: Callable[[], _T]) -> Optional[_T]:
         try:
             return fn()
         except _Invalid as bad:
@@ -1151,7 +1154,7 @@ class _Budget:
         self.reported = False
 
 
-def _expand(text: str, lookup, where: tuple, known, budget: Optional[_Budget] = None) -> str:
+def _expand(text: str, lookup: Callable[..., Any], where: tuple, known: Any, budget: Optional[_Budget] = None) -> str:
     """Replace `${name}` with vars, `$$` with `$`; leave other `$` (shell's $HOME, $1) for bash.
 
     Bounded: _Invalid when the value would pass MAX_EXPANDED_CHARS, or the file's
@@ -1232,7 +1235,7 @@ _KEY_ALIASES = {
 }
 
 
-def _suggest(word: Any, choices) -> str:
+def _suggest(word: Any, choices: Iterable[str]) -> str:
     if not isinstance(word, str):
         return ""
     alias = _KEY_ALIASES.get(word.lower())
