@@ -51,7 +51,8 @@ def backend_restored():
 def test_each_backend_classifies_every_line_as_every_row_would(backend: str, backend_restored) -> None:
     signatures.use_backend(backend)
     bodies = _bodies()
-    assert len(bodies) > 1000
+    # The project's fixtures alone (a clone with no ../shared beside it, as CI's) hold ~340 lines.
+    assert len(bodies) > (1000 if REFERENCE.is_dir() else 300)
     for phase in (None, "building", "capturing"):
         for level in (None, "ERROR"):
             ctx = signatures.Context(phase, level, False)
