@@ -18,7 +18,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from gpudeck.jobs.history.index import RunIndex, file_size, number, read_json, read_jsonl
+from gpudeck.jobs.history.index import RunIndex, file_size, read_json, read_jsonl
+from gpudeck.jobs.strictjson import number
 from gpudeck.jobs.paths import open_regular
 from gpudeck.jobs.history.phases import phase_rows
 from gpudeck.jobs.history.recorder import read_summary, timeline_from_samples
