@@ -22,7 +22,8 @@ from runsupport import oom_trainer, wait_for, write_jobs
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
 
-TRAINER = oom_trainer(steps=6, pause_s=0.4)
+# `times` dates log bytes to the second: steps a second apart give the replay several distinct instants.
+TRAINER = oom_trainer(steps=6, pause_s=1.0)
 
 
 @pytest.fixture(scope="module")
