@@ -17,4 +17,9 @@ class HostKeyError(HostError):
 
 
 class RemoteError(Exception):
-    """The agent answered, with an error (unknown job, no jobs file...): one line."""
+    """The agent answered, with an error (unknown job, no jobs file...): one line, and the exit code the box
+    gave it (2: the request was refused; 1: the box could not do it)."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code if code in (1, 2, 3) else 2

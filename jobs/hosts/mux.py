@@ -115,7 +115,7 @@ def call(spec: HostSpec, op: str, params: Optional[dict] = None, *, timeout: flo
         return reply.get("result")
     kind = reply.get("kind")
     if kind == "remote":
-        raise RemoteError(reply["error"])
+        raise RemoteError(reply["error"], code=reply.get("code") or 2)
     if kind == "hostkey":
         raise HostKeyError(reply["error"])
     raise HostError(reply["error"])
@@ -169,7 +169,7 @@ def serve(spec: HostSpec, idle_s: float) -> int:
                     # this keeper stops serving (socket gone, lock released) before it answers.
                     retire()
                 except RemoteError as exc:
-                    reply = {"ok": False, "kind": "remote", "error": str(exc)}
+                    reply = {"ok": False, "kind": "remote", "error": str(exc), "code": exc.code}
                 except HostError as exc:
                     reply = {"ok": False, "kind": "host", "error": str(exc)}
                 writer.write((json.dumps(reply, separators=(",", ":")) + "\n").encode())

@@ -378,7 +378,7 @@ class AgentChannel:
             waited = timeout or 0.0                 # only a call with a timeout times out
             raise HostError(f"{self.spec.name}: no answer to {op} within {round(waited, 1):g} s") from None
         if not reply.get("ok"):
-            raise RemoteError(f"{self.spec.name}: {reply.get('error')}")
+            raise RemoteError(f"{self.spec.name}: {reply.get('error')}", code=_error_code(reply.get("code")))
         return reply.get("result")
 
     async def close(self) -> None:
@@ -588,3 +588,8 @@ class DeltaState:
 
 def decode_log_chunk(reply: dict) -> bytes:
     return base64.b64decode(reply.get("data") or "")
+
+
+def _error_code(value: object) -> int:
+    """The exit code an agent's error reply names (1 or 2; 3 for --require-gpu); 2 for anything else it sends."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value in (1, 2, 3) else 2
