@@ -31,6 +31,7 @@ from gpudeck.console.telemetry_view import TelemetryView
 from gpudeck.themes import DEFAULT_THEME, GPUDECK_THEMES, THEME_CYCLE, is_known_theme, next_theme, unknown_theme
 
 if TYPE_CHECKING:                  # imported where first used: the hosts view, a replay, make_app's defaults
+    from gpudeck.jobs.box import Box
     from gpudeck.console.hosts_feed import HostsFeed
     from gpudeck.jobs.replay import ReplaySession
     from gpudeck.jobs.telemetry.history import History
@@ -112,7 +113,17 @@ class GpuDeckApp(App[int]):
         self._jobs_feed: Optional[JobsFeed] = None
         self._hosts_feed: Optional[HostsFeed] = None
         self.host_specs: Optional[list] = None     # None: read hosts.toml when the hosts view opens
+        self._box: Optional[Box] = None            # the box every view shows and acts on (see `box`)
         self.initial_host: Optional[str] = None    # --host NAME: the hosts view opens on its tab
+
+    @property
+    def box(self) -> Box:
+        """The box the console shows and acts on: this machine (with --jobs) until another is chosen.
+        Views read and act through it, never through the core directly; calls block (run them in workers)."""
+        if self._box is None:
+            from gpudeck.jobs.box.local import LocalBox
+            self._box = LocalBox(jobs_file=self.jobs_file)
+        return self._box
 
     @property
     def jobs_feed(self) -> JobsFeed:

@@ -8,6 +8,7 @@ import pkgutil
 import sys
 from typing import BinaryIO, NoReturn, Optional, TextIO
 
+from gpudeck.jobs.box import BoxError
 from gpudeck.jobs import __version__
 
 import gpudeck.console.commands as _commands_pkg
@@ -165,7 +166,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                 raise CliError(f"`{args.command}` does not run over SSH yet; run it on {spec.name} itself "
                                f"(ssh {spec.ssh} gpudeck {args.command} ...)", code=2)
         return int(args.handler(args) or 0)
-    except CliError as exc:
+    except (CliError, BoxError) as exc:
         print(f"gpudeck: {exc}", file=sys.stderr)
         return exc.code
     except UnsafeStateDir as exc:

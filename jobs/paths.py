@@ -71,6 +71,12 @@ def config_dir() -> Path:
     return Path(base).expanduser() / "gpudeck"
 
 
+def cache_dir() -> Path:
+    """$XDG_CACHE_HOME/gpudeck (~/.cache/gpudeck): what gpudeck fetched and can fetch again (remote run records)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "gpudeck"
+
+
 def find_jobs_file(explicit: str | None = None) -> Path | None:
     """--jobs FILE, then $GPUDECK_JOBS, then ./jobs.toml, then the XDG config dir.
 

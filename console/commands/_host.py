@@ -1,17 +1,14 @@
-"""Shared by the commands that work over SSH: resolve --host, call the host's agent, one-line errors."""
+"""The one place a command's box is chosen: --host / $GPUDECK_HOST names it, every command then speaks to a Box."""
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any, Callable, Optional, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Optional
 
 from gpudeck.console.errors import CliError
 
 if TYPE_CHECKING:                       # imported lazily below: `gpudeck --help` loads no SSH code
+    from gpudeck.jobs.box import Box
     from gpudeck.jobs.hosts.config import HostSpec
-    from gpudeck.jobs.hosts.remote import RemoteHost
-
-P = ParamSpec("P")
-T = TypeVar("T")
 
 
 def host_spec(args: argparse.Namespace) -> HostSpec:
@@ -36,44 +33,10 @@ def remote_spec(args: argparse.Namespace) -> Optional[HostSpec]:
     return None if spec.local else spec
 
 
-class Remote:
-    """A RemoteHost whose failures are CliErrors (exit 1 for the box, 2 for a request the box refused)."""
+def open_box(args: argparse.Namespace) -> Box:
+    """The box this command runs against: this machine (with --jobs) or the --host one over SSH.
 
-    def __init__(self, spec: HostSpec) -> None:
-        from gpudeck.jobs.hosts.remote import RemoteHost
-        self.spec = spec
-        self.host: RemoteHost = RemoteHost(spec)
-
-    def _guard(self, fn: Callable[P, T], *a: P.args, **kw: P.kwargs) -> T:
-        from gpudeck.jobs.hosts.errors import HostError, RemoteError
-        try:
-            return fn(*a, **kw)
-        except RemoteError as exc:
-            raise CliError(str(exc), code=2) from None
-        except HostError as exc:
-            raise CliError(str(exc), code=1) from None
-
-    def call(self, op: str, params: Optional[dict] = None) -> Any:
-        return self._guard(self.host.call, op, params)
-
-    def action(self, op: str, params: dict) -> Any:
-        return self._guard(self.host.action, op, params)
-
-    def agent_info(self) -> dict:
-        return self._guard(self.host.agent_info)
-
-    def follow_log(self, job: str, write: Callable[[bytes], None], **kw: Any) -> int:
-        """RemoteHost.follow_log (run, tail, follow, wait_s, reconnect_timeout_s), with one-line errors."""
-        return self._guard(self.host.follow_log, job, write, **kw)
-
-    def close(self) -> None:
-        try:
-            self.host.close()
-        except Exception:  # noqa: BLE001 - closing a dead link must not mask the real result
-            pass
-
-    def __enter__(self) -> "Remote":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    Use it as a context manager (a remote box's link is let go at the end); its BoxErrors are
+    printed by the CLI as one line with their exit code."""
+    from gpudeck.jobs.box import open_box as open_named_box
+    return open_named_box(host_spec(args), jobs_file=getattr(args, "jobs_file", None))

@@ -10,7 +10,6 @@ from gpudeck.jobs import strictjson
 from gpudeck.console.errors import CliError
 
 if TYPE_CHECKING:
-    from gpudeck.jobs.hosts.config import HostSpec
     from gpudeck.jobs.logs.analyze import LogAnalysis
 
 
@@ -48,52 +47,27 @@ def _size(text: str) -> int:
 
 
 def run_analyze(args: argparse.Namespace) -> int:
-    from gpudeck.console.commands._host import remote_spec
-    spec = remote_spec(args)
-    if spec is not None:
-        return _analyze_remote(args, spec)
-    from gpudeck.jobs.logs.analyze import analyze_stream
-    from gpudeck.jobs.paths import NotARegularFile, open_regular
-    try:
+    """FILE is a path on the box: read and analysed there, only the answer travels. `-` is this machine's stdin."""
+    from gpudeck.console.commands._host import open_box
+    with open_box(args) as box:
         if args.file == "-":
-            analysis, truncated = analyze_stream(sys.stdin.buffer, max_bytes=args.max_bytes or STDIN_MAX_BYTES)
+            if not box.local:
+                # stdin is this machine's: analysing it under a --host would mislabel where the log came from.
+                raise CliError(f"analyze -: stdin is read on this machine, not on {box.name}; drop --host to "
+                               f"analyze stdin here, or give a file on {box.name}", 2)
+            from gpudeck.jobs.box.local import analyze_stream_result
+            result = analyze_stream_result(sys.stdin.buffer, max_bytes=args.max_bytes or STDIN_MAX_BYTES)
         else:
-            with open_regular(args.file) as fh:
-                analysis, truncated = analyze_stream(fh, max_bytes=args.max_bytes)
-    except NotARegularFile as exc:
-        raise CliError(f"cannot analyze {exc}", 2) from None
-    except IsADirectoryError:
-        raise CliError(f"cannot analyze {args.file}: is a directory", 2)
-    except OSError as exc:
-        raise CliError(f"cannot read {args.file}: {exc.strerror or exc}", 2)
-    if truncated:
+            result = box.analyze(args.file, max_bytes=args.max_bytes)
+    if result.truncated:
         print(f"gpudeck: analyze: read only the first {args.max_bytes or STDIN_MAX_BYTES} bytes (--max-bytes)",
               file=sys.stderr)
     if args.json:
-        sys.stdout.write(strictjson.dumps(analysis.to_json(), indent=2, ensure_ascii=False))
+        document = result.analysis if box.local else {**result.analysis, "host": box.name}
+        sys.stdout.write(strictjson.dumps(document, indent=2, ensure_ascii=False))
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(render(analysis))
-    return 0
-
-
-def _analyze_remote(args: argparse.Namespace, spec: HostSpec) -> int:
-    """FILE is a path on the box: the agent reads and analyses it there; only the answer crosses the link."""
-    from gpudeck.console.commands._host import Remote
-    from gpudeck.jobs.logs.analyze import LogAnalysis
-    if args.file == "-":
-        # stdin is this machine's: analysing it here under a --host would mislabel where the log came from.
-        raise CliError(f"analyze -: stdin is read on this machine, not on {spec.name}; drop --host to analyze "
-                       f"stdin here, or give a file on {spec.name}", 2)
-    with Remote(spec) as remote:
-        reply = remote.call("analyze", {"path": args.file, "max_bytes": args.max_bytes})
-    if reply.get("truncated"):
-        print(f"gpudeck: analyze: read only the first {args.max_bytes} bytes (--max-bytes)", file=sys.stderr)
-    if args.json:
-        sys.stdout.write(strictjson.dumps({**reply["analysis"], "host": spec.name}, indent=2, ensure_ascii=False))
-        sys.stdout.write("\n")
-    else:
-        sys.stdout.write(render(LogAnalysis.from_dict(reply["raw"])))
+        sys.stdout.write(render(result.log_analysis()))
     return 0
 
 

@@ -22,21 +22,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_doctor_cmd(args: argparse.Namespace) -> int:
-    from gpudeck.console.commands._host import Remote, remote_spec
-    spec = remote_spec(args)
-    if spec is not None:
-        # The checks run on the box (its driver, GPUs, interpreters, disk); printed here.
-        with Remote(spec) as remote:
-            payload = remote.call("doctor", {"job": args.job})
-        payload["host"] = spec.name
-    else:
-        from gpudeck.jobs.engines.doctor import doctor_payload, run_doctor
-        sup = None
-        if args.job is not None:
-            from gpudeck.console.commands._jobs_file import known_job, supervisor
-            sup = supervisor(args)
-            known_job(sup, args.job)
-        payload = doctor_payload(run_doctor(sup, args.job), args.job)
+    from gpudeck.console.commands._host import open_box
+    # The checks run on the box (its driver, GPUs, interpreters, disk); printed here.
+    with open_box(args) as box:
+        payload = dict(box.doctor(args.job).payload)
+    if not box.local:
+        payload["host"] = box.name
     checks = payload["checks"]
     if args.json:
         print(strictjson.dumps(payload, indent=1))

@@ -9,7 +9,6 @@ import time
 from typing import TYPE_CHECKING, Optional
 
 from gpudeck.jobs import strictjson
-from gpudeck.console.commands._jobs_file import supervisor
 
 if TYPE_CHECKING:
     from gpudeck.jobs.view import JobView
@@ -65,18 +64,13 @@ def table_lines(views: list[JobView], now: float, width: Optional[int] = None) -
 
 
 def run_jobs(args: argparse.Namespace) -> int:
-    from gpudeck.console.commands._host import Remote, host_spec
+    from gpudeck.console.commands._host import open_box
     from gpudeck.jobs.view import clean, job_views
-    spec = host_spec(args)
-    if spec.local:
-        from gpudeck.jobs.payload import jobs_payload
-        payload = jobs_payload(supervisor(args))
-    else:
-        with Remote(spec) as remote:
-            payload = remote.call("jobs")
-    payload["host"] = spec.name
+    with open_box(args) as box:
+        payload = dict(box.jobs().payload)
+    payload["host"] = box.name
     for job in payload["jobs"]:
-        job["host"] = spec.name
+        job["host"] = box.name
     if args.json:
         print(strictjson.dumps(payload, indent=1, default=str))
         return 0

@@ -8,14 +8,11 @@ import time
 from typing import TYPE_CHECKING, BinaryIO, Optional
 
 from gpudeck.jobs.logs.sanitize import MAX_LINE_CHARS, sanitize_line
-from gpudeck.jobs.paths import find_jobs_file
 
 from gpudeck.console.errors import CliError
 
 if TYPE_CHECKING:
-    from gpudeck.jobs.hosts.config import HostSpec
     from gpudeck.jobs.logs.follow import LogLine
-    from gpudeck.jobs.runs import Run
 
 # Keep up to this much of a \r-redrawn long line's last segment to show it at the end.
 _TAIL_KEEP = 64 * 1024
@@ -134,69 +131,23 @@ class LinePrinter:
         self.out.flush()
 
 
-def _find_run(args: argparse.Namespace) -> Run:
-    from gpudeck.jobs.runs import find_run, latest_run, list_runs
-    path = find_jobs_file(getattr(args, "jobs_file", None))
-    if path is not None and path.exists():
-        from gpudeck.console.commands._jobs_file import load_jobs_file
-        jobs_file = load_jobs_file(args)
-        if args.job not in jobs_file.jobs and not list_runs(args.job):
-            raise CliError(f"no job named {args.job!r} in {jobs_file.path}", code=2)
-    elif not list_runs(args.job):
-        # Logs are read from the state directory; without a jobs file there is
-        # still something to show if the job ever ran.
-        from gpudeck.console.commands._jobs_file import NO_JOBS_FILE
-        raise CliError(NO_JOBS_FILE if path is None else f"{path}: no such file", code=2)
-    run = find_run(args.job, args.run) if args.run else latest_run(args.job)
-    if run is None:
-        # 2, as postmortem says of an unknown run (and the agent over SSH says of both)
-        raise CliError(f"{args.job} has no run {args.run}" if args.run else f"{args.job} has never run", code=2)
-    return run
-
-
 def run_logs(args: argparse.Namespace) -> int:
-    from gpudeck.jobs.logs.follow import LogFollower, follow, tail_offset
+    """The run's bytes from its box by offset, split into lines and sanitised here (the same printer for any box)."""
+    from gpudeck.jobs.logs.follow import LogFollower
     if args.lines is not None and args.lines < 0:
         raise CliError("-n must be 0 or more", code=2)
-    from gpudeck.console.commands._host import remote_spec
-    spec = remote_spec(args)
-    if spec is not None:
-        return _remote_logs(args, spec)
-    run = _find_run(args)
-    offset = tail_offset(run.log_path, args.lines) if args.lines is not None else 0
+    from gpudeck.console.commands._host import open_box
     printer = LinePrinter(sys.stdout.buffer, tty=sys.stdout.isatty())
-    if args.follow:
-        def ended() -> bool:
-            return run.exit_record() is not None or run.state().state == "lost"
-        for line in follow(run.log_path, offset, done=ended, poll_s=0.2, on_idle=printer.show_partial):
-            printer.write(line)
-            printer.flush()
-        printer.end()
-    else:
-        follower = LogFollower(run.log_path, offset)
-        while True:
-            lines = follower.read()
-            if not lines:
-                break
-            for line in lines:
-                printer.write(line)
-        printer.end(follower.flush())
-    return 0
-
-
-def _remote_logs(args: argparse.Namespace, spec: HostSpec) -> int:
-    """The run's bytes from the host's agent by offset; the same printer as locally (sanitised here)."""
-    from gpudeck.console.commands._host import Remote
-    from gpudeck.jobs.logs.follow import LogFollower
-    printer = LinePrinter(sys.stdout.buffer)
     lines = LogFollower("", 0)            # used only to split the arriving bytes into lines
 
     def write(chunk: bytes) -> None:
         for line in lines.feed(chunk):
             printer.write(line)
+        if args.follow and lines.partial:
+            printer.show_partial(lines.partial)     # a \r progress bar still being redrawn
         printer.flush()
 
-    with Remote(spec) as remote:
-        remote.follow_log(args.job, write, run=args.run, tail=args.lines, follow=args.follow)
+    with open_box(args) as box:
+        box.follow_log(args.job, write, run=args.run, tail=args.lines, follow=args.follow)
     printer.end(lines.flush())
     return 0

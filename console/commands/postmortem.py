@@ -33,30 +33,19 @@ def _format(args: argparse.Namespace) -> str:
 
 
 def run_postmortem(args: argparse.Namespace) -> int:
-    from gpudeck.console.commands._host import Remote, remote_spec
-    spec = remote_spec(args)
-    if spec is not None:
-        # Built on the box from its run directories; rendered here like a local one.
-        with Remote(spec) as remote:
-            report = remote.call("postmortem", {"target": args.target})["report"]
-    else:
-        from gpudeck.jobs.history.postmortem import PostmortemError, build
-        target = args.target
-        if not target:
-            target = _latest_target()
-        try:
-            report = build(target)
-        except PostmortemError as exc:
-            raise CliError(str(exc), 2) from None
+    from gpudeck.console.commands._host import open_box
+    # Built on the box that holds the run, from its run directories; rendered here, the same for any box.
+    with open_box(args) as box:
+        report = box.postmortem(args.target).report
     fmt = _format(args)
     try:
         body = _render(report, fmt)
     except (TypeError, ValueError, KeyError, AttributeError, IndexError, ArithmeticError) as exc:
-        if spec is None:
+        if box.local:
             raise
         # The reply had the shape of a report (jobs/hosts/replies.py) but not every detail a
         # renderer reads: the box's answer is at fault, said in one line.
-        raise CliError(f"{spec.name}: bad reply to postmortem: the report cannot be rendered "
+        raise CliError(f"{box.name}: bad reply to postmortem: the report cannot be rendered "
                        f"({type(exc).__name__}: {exc})") from None
     if args.output:
         try:
@@ -80,16 +69,3 @@ def _render(report: dict, fmt: str) -> str:
         return render(report)
     from gpudeck.jobs.history.render_md import render as render_md
     return render_md(report)
-
-
-def _latest_target() -> str:
-    from gpudeck.jobs.history.index import RunIndex
-    try:
-        with RunIndex() as index:
-            index.sync()
-            rows = index.query(kinds=["job"], limit=1, columns=("run_id",))
-    except Exception as exc:
-        raise CliError(f"no run given and the run index is unusable: {exc}", 2) from None
-    if not rows:
-        raise CliError("no runs yet: give a run id, a job or a log file", 2)
-    return rows[0]["run_id"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gpudeck.console.commands._jobs_file import known_job, supervisor
+from gpudeck.console.commands._host import open_box
 from gpudeck.console.errors import CliError
 
 
@@ -17,28 +17,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_restart(args: argparse.Namespace) -> int:
-    from gpudeck.console.commands._host import Remote, remote_spec
-    spec = remote_spec(args)
-    if spec is not None:
-        with Remote(spec) as remote:
-            reply = remote.action("stop", {"job": args.job})
-            for line in reply["lines"]:
-                print(line, file=sys.stderr)
-            if not reply["clean"]:
-                raise CliError(f"{args.job}: not restarted, something of the old run remains on {spec.name}")
-            print(remote.action("start", {"job": args.job})["run_id"])
-        return 0
-    from gpudeck.jobs.supervisor import SupervisorError
-    sup = supervisor(args)
-    known_job(sup, args.job)
-    try:
-        report = sup.stop(args.job)
-        for line in report.lines():
-            print(line, file=sys.stderr)
-        if not report.clean:
-            raise CliError(f"{args.job}: not restarted, something of the old run remains")
-        run_id = sup.start(args.job)
-    except SupervisorError as exc:
-        raise CliError(str(exc)) from None
-    print(run_id)
+    with open_box(args) as box:
+        restarted = box.restart(args.job)
+    for line in restarted.stopped.lines:
+        print(line, file=sys.stderr)
+    if restarted.run_id is None:
+        where = "" if box.local else f" on {box.name}"
+        raise CliError(f"{args.job}: not restarted, something of the old run remains{where}")
+    print(restarted.run_id)
     return 0

@@ -5,7 +5,6 @@ import argparse
 import time
 from typing import Callable, Optional
 
-from gpudeck.console.commands._jobs_file import known_job, supervisor
 from gpudeck.console.errors import CliError
 
 
@@ -38,37 +37,18 @@ def describe_event(ev: dict) -> str | None:
 
 
 def run_pipeline(args: argparse.Namespace) -> int:
-    from gpudeck.console.commands._host import Remote, remote_spec
-    spec = remote_spec(args)
-    if spec is not None:
-        with Remote(spec) as remote:
-            started = remote.action("run", {"job": args.job})
-            pipeline_id = started["pipeline_id"]
-            print(f"pipeline {pipeline_id}: {' -> '.join(started['stages'])}", flush=True)
-            if not args.wait:
-                return 0
+    from gpudeck.console.commands._host import open_box
+    with open_box(args) as box:
+        started = box.run(args.job)
+        print(f"pipeline {started.pipeline_id}: {' -> '.join(started.stages)}", flush=True)
+        if not args.wait:
+            return 0
 
-            def poll_remote(seen: int) -> tuple[list[dict], int, dict | None, str]:
-                reply = remote.call("pipeline", {"job": args.job, "pipeline_id": pipeline_id, "seen": seen})
-                return reply["events"], reply["count"], reply["result"], reply["state"]
+        def poll(seen: int) -> tuple[list[dict], int, dict | None, str]:
+            progress = box.pipeline(args.job, started.pipeline_id, seen=seen)
+            return progress.events, progress.count, progress.result, progress.state
 
-            return follow_pipeline(pipeline_id, poll_remote)
-    from gpudeck.jobs.pipeline import PipelineError, start_pipeline
-    sup = supervisor(args)
-    known_job(sup, args.job)
-    try:
-        pipe = start_pipeline(sup, args.job)
-    except PipelineError as exc:
-        raise CliError(str(exc)) from None
-    print(f"pipeline {pipe.pipeline_id}: {' -> '.join(pipe.meta()['stages'])}", flush=True)
-    if not args.wait:
-        return 0
-
-    def poll_local(seen: int) -> tuple[list[dict], int, dict | None, str]:
-        events = pipe.events()
-        return events[seen:], len(events), pipe.result(), pipe.state()
-
-    return follow_pipeline(pipe.pipeline_id, poll_local)
+        return follow_pipeline(started.pipeline_id, poll)
 
 
 def follow_pipeline(pipeline_id: str, poll: Callable[[int], tuple[list[dict], int, Optional[dict], str]]) -> int:

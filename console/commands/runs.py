@@ -10,9 +10,7 @@ from gpudeck.jobs import strictjson
 from gpudeck.console.errors import CliError
 
 if TYPE_CHECKING:
-    from gpudeck.jobs.history.index import RunIndex
-    from gpudeck.jobs.history.retention import PruneCandidate
-    from gpudeck.jobs.hosts.config import HostSpec
+    from gpudeck.jobs.box import Box
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,25 +47,6 @@ def _age(text: Optional[str], flag: str) -> Optional[float]:
     return seconds
 
 
-def open_index(sync: bool = True) -> "RunIndex":
-    import sqlite3
-
-    from gpudeck.jobs.history.index import IndexUnavailable, RunIndex
-    index = RunIndex()
-    try:
-        if sync:
-            index.sync()
-        else:
-            index.open()
-    except IndexUnavailable as exc:          # locked, disk full, a symlink: its message names the file
-        raise CliError(str(exc)) from None
-    except sqlite3.Error as exc:
-        raise CliError(f"run index {index.path}: {exc}") from None
-    if index.rebuilt_reason:
-        print(f"gpudeck: {index.rebuilt_reason}", file=sys.stderr)
-    return index
-
-
 def run_runs(args: argparse.Namespace) -> int:
     since = _age(args.since, "--since")
     older = _age(args.older, "--older")
@@ -75,55 +54,37 @@ def run_runs(args: argparse.Namespace) -> int:
         raise CliError("--keep, --older and --yes go with --prune", 2)
     if args.keep is not None and args.keep < 0:
         raise CliError("--keep: must be 0 or more", 2)
-    from gpudeck.console.commands._host import Remote, remote_spec
-    spec = remote_spec(args)
-    if spec is not None:
+    from gpudeck.console.commands._host import open_box
+    with open_box(args) as box:
         if args.reindex or args.prune:
-            return _upkeep_remote(args, spec, older)
-        with Remote(spec) as remote:
-            rows = remote.call("runs", {"job": args.job, "failed": args.failed, "limit": args.limit,
-                                        "since": time.time() - since if since is not None else None,
-                                        "columns": None if args.json else list(TABLE_COLUMNS)})["runs"]
-        return _print_rows(args, rows)
+            return _upkeep(args, box, older)
+        listing = box.runs(job=args.job, failed=args.failed, limit=args.limit,
+                           since=time.time() - since if since is not None else None,
+                           columns=None if args.json else TABLE_COLUMNS)
+    for note in listing.notes:
+        print(f"gpudeck: {note}", file=sys.stderr)
+    return _print_rows(args, listing.rows)
+
+
+def _upkeep(args: argparse.Namespace, box: "Box", older: Optional[float]) -> int:
+    """--reindex / --prune on the box's own run index (its runs, its jobs file's log_keep)."""
+    from gpudeck.jobs.history.retention import PruneCandidate
+    where = "" if box.local else f"{box.name}:"
     if args.reindex:
-        from gpudeck.jobs.history.index import ReindexFailed, RunIndex, reindex
-        index = RunIndex()
-        try:
-            count, seconds = reindex(index)
-        except ReindexFailed as exc:
-            raise CliError(str(exc)) from None
-        print(f"reindexed {count} runs into {index.path} in {seconds:.2f}s")
+        done = box.reindex()
+        print(f"reindexed {done.count} runs into {where}{done.path} in {done.seconds:.2f}s")
         if not args.prune:
             return 0
-    else:
-        index = open_index()
-    with index:
-        if args.prune:
-            return _prune(args, index, older)
-        rows = index.query(job=args.job, failed=args.failed,
-                           since=time.time() - since if since is not None else None, limit=args.limit,
-                           **({} if args.json else {"columns": TABLE_COLUMNS}))
-    return _print_rows(args, rows)
-
-
-def _upkeep_remote(args: argparse.Namespace, spec: "HostSpec", older: Optional[float]) -> int:
-    """--reindex / --prune on the box's own run index (its runs, its jobs file's log_keep), printed here."""
-    from gpudeck.console.commands._host import Remote
-    from gpudeck.jobs.history.retention import PruneCandidate
-    with Remote(spec) as remote:
-        if args.reindex:
-            done = remote.call("runs_reindex")
-            print(f"reindexed {done['count']} runs into {spec.name}:{done['path']} in {done['seconds']:.2f}s")
-            if not args.prune:
-                return 0
-        params = {"job": args.job, "keep": args.keep, "older_s": older, "yes": bool(args.yes)}
-        # Only a deletion changes the box: sent once, never re-sent after a lost answer.
-        reply = remote.action("runs_prune", params) if args.yes else remote.call("runs_prune", params)
-    candidates = [PruneCandidate(**c) for c in reply["candidates"]]
+    # Only a deletion (--yes) changes the box: sent once, never re-sent after a lost answer.
+    pruned = box.prune(job=args.job, keep=args.keep, older_s=older, yes=bool(args.yes))
+    candidates = [PruneCandidate(**c) for c in pruned.candidates]
     if args.json and not args.yes:
-        print(strictjson.dumps({"would_delete": [c.to_json() for c in candidates], "host": spec.name}, indent=1))
+        document: dict = {"would_delete": [c.to_json() for c in candidates]}
+        if not box.local:
+            document["host"] = box.name
+        print(strictjson.dumps(document, indent=1))
         return 0
-    return _print_prune(args, candidates, reply.get("removed"))
+    return _print_prune(args, candidates, pruned.removed)
 
 
 def _print_rows(args: argparse.Namespace, rows: list) -> int:
@@ -236,36 +197,8 @@ def render_table(rows: list[dict], now: Optional[float] = None) -> str:
     return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n" for r in table)
 
 
-def _log_keep_lookup(args: argparse.Namespace) -> Callable[[str], Optional[int]]:
-    """Each job's log_keep from the jobs file when there is one (else 20, the default)."""
-    from gpudeck.jobs.paths import find_jobs_file
-    from gpudeck.jobs.spec import JobSpec
-    default: int = JobSpec.log_keep                     # the dataclass default, read off the class
-    jobs = {}
-    path = find_jobs_file(getattr(args, "jobs_file", None))
-    if path is not None and path.is_file():
-        from gpudeck.jobs.spec import SpecError, load_jobs
-        try:
-            jobs = load_jobs(path).jobs
-        except SpecError:
-            jobs = {}
-    return lambda job: jobs[job].log_keep if job in jobs else default
-
-
-def _prune(args: argparse.Namespace, index: "RunIndex", older: Optional[float]) -> int:
-    from gpudeck.jobs.history.retention import plan_prune, prune
-    keep_for = _log_keep_lookup(args)
-    candidates = plan_prune(index, keep=args.keep, older_s=older, job=args.job,
-                            keep_for=keep_for if args.keep is None and older is None else (lambda job: None))
-    if args.json and not args.yes:
-        print(strictjson.dumps({"would_delete": [c.to_json() for c in candidates]}, indent=1))
-        return 0
-    return _print_prune(args, candidates, None, lambda: prune(index, candidates))
-
-
-def _print_prune(args: argparse.Namespace, candidates: list, removed_count: Optional[int],
-                 delete: Optional[Callable[[], list["PruneCandidate"]]] = None) -> int:
-    """The prune listing and outcome, the same here and over SSH (there the box deleted; `removed_count`)."""
+def _print_prune(args: argparse.Namespace, candidates: list, removed_count: Optional[int]) -> int:
+    """The prune listing and outcome (with --yes the box has deleted them; `removed_count` of them)."""
     from gpudeck.console.format import human_bytes
     if not candidates:
         print("nothing to prune")
@@ -278,7 +211,7 @@ def _print_prune(args: argparse.Namespace, candidates: list, removed_count: Opti
     if not args.yes:
         print("dry run: nothing deleted; add --yes to delete them")
         return 0
-    removed = len(delete()) if delete is not None else int(removed_count or 0)
+    removed = int(removed_count or 0)
     print(f"deleted {removed} runs" + (f" ({len(candidates) - removed} were live again and kept)"
                                        if removed != len(candidates) else ""))
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from gpudeck.jobs import strictjson
-from gpudeck.console.commands._jobs_file import known_job, supervisor
+from gpudeck.console.commands._host import open_box
 from gpudeck.console.errors import CliError
 
 
@@ -24,33 +24,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_stacks(args: argparse.Namespace) -> int:
-    from gpudeck.console.commands._host import Remote, remote_spec
-    spec = remote_spec(args)
-    if spec is not None:
-        # py-spy runs on the box, by its agent, on the box's own process tree.
-        with Remote(spec) as remote:
-            reply = remote.call("stacks", {"job": args.job, "native": args.native})
-        if reply.get("refused"):
-            raise CliError(str(reply["refused"]), code=int(reply.get("code") or 1))
-        if args.json:
-            print(strictjson.dumps({**reply["dump"], "host": spec.name}, indent=1))
-        else:
-            for line in reply["lines"]:
-                print(line)
-        return 0 if reply["dump"].get("processes") else 1
-    from gpudeck.jobs.stacks import StacksUnavailable, render_lines
-    from gpudeck.jobs.supervisor import SupervisorError
-    sup = supervisor(args)
-    known_job(sup, args.job)
-    try:
-        result = sup.stacks(args.job, native=args.native)
-    except StacksUnavailable as exc:
-        raise CliError(str(exc), code=2) from None
-    except SupervisorError as exc:
-        raise CliError(str(exc), code=1) from None
+    # py-spy runs on the box, on the box's own process tree; a refusal keeps its exit code (2 or 1).
+    with open_box(args) as box:
+        result = box.stacks(args.job, native=args.native)
+    if result.refused is not None:
+        raise CliError(result.refused, code=result.code)
+    dump = result.dump or {}
     if args.json:
-        print(strictjson.dumps({**result.to_jsonable(), "host": "local"}, indent=1))
+        print(strictjson.dumps({**dump, "host": box.name}, indent=1))
     else:
-        for line in render_lines(result):
+        for line in result.lines:
             print(line)
-    return 0 if result.processes else 1
+    return 0 if dump.get("processes") else 1

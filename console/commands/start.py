@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpudeck.console.commands._jobs_file import known_job, supervisor
-from gpudeck.console.errors import CliError
+from gpudeck.console.commands._host import open_box
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,18 +15,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_start(args: argparse.Namespace) -> int:
-    from gpudeck.console.commands._host import Remote, remote_spec
-    spec = remote_spec(args)
-    if spec is not None:
-        with Remote(spec) as remote:
-            print(remote.action("start", {"job": args.job})["run_id"])
-        return 0
-    from gpudeck.jobs.supervisor import SupervisorError
-    sup = supervisor(args)
-    known_job(sup, args.job)
-    try:
-        run_id = sup.start(args.job)
-    except SupervisorError as exc:
-        raise CliError(str(exc)) from None
-    print(run_id)
+    with open_box(args) as box:
+        print(box.start(args.job).run_id)
     return 0

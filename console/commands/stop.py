@@ -3,14 +3,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
 
 from gpudeck.jobs import strictjson
-from gpudeck.console.commands._jobs_file import known_job, supervisor
-from gpudeck.console.errors import CliError
-
-if TYPE_CHECKING:
-    from gpudeck.jobs.supervisor import StopReport, Supervisor
+from gpudeck.console.commands._host import open_box
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,54 +22,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_stop, remote_ok=True, mutates=True)
 
 
-def print_report(report: StopReport, as_json: bool) -> int:
-    if as_json:
-        print(strictjson.dumps({**report.to_jsonable(), "host": "local"}, indent=1, default=str))
-    else:
-        for line in report.lines():
-            print(line)
-    if not report.clean:
-        print(f"gpudeck: {report.job}: something of the run remains (see above)", file=sys.stderr)
-        return 1
-    return 0
-
-
 def run_stop(args: argparse.Namespace) -> int:
-    from gpudeck.console.commands._host import Remote, remote_spec
-    spec = remote_spec(args)
-    if spec is not None:
-        with Remote(spec) as remote:
-            reply = remote.action("stop", {"job": args.job, "timeout": args.timeout})
-        return print_remote_report(reply, args.json, args.job, spec.name)
-    from gpudeck.jobs.supervisor import SupervisorError
-    sup = supervisor(args)
-    known_job(sup, args.job)
-    stop_active_pipeline(sup, args.job)
-    try:
-        report = sup.stop(args.job, timeout=args.timeout)
-    except SupervisorError as exc:
-        raise CliError(str(exc)) from None
-    return print_report(report, args.json)
-
-
-def print_remote_report(reply: dict, as_json: bool, job: str, host: str) -> int:
-    """A stop report made on a remote host (the agent ran the same stop there)."""
-    if as_json:
-        print(strictjson.dumps({**reply["report"], "host": host}, indent=1, default=str))
+    with open_box(args) as box:
+        stopped = box.stop(args.job, timeout=args.timeout)
+    if args.json:
+        print(strictjson.dumps({**stopped.report, "host": box.name}, indent=1, default=str))
     else:
-        for line in reply["lines"]:
+        for line in stopped.lines:
             print(line)
-    if not reply["clean"]:
-        print(f"gpudeck: {job}: something of the run remains on {host} (see above)", file=sys.stderr)
+    if not stopped.clean:
+        where = "" if box.local else f" on {box.name}"
+        print(f"gpudeck: {args.job}: something of the run remains{where} (see above)", file=sys.stderr)
         return 1
     return 0
-
-
-def stop_active_pipeline(sup: Supervisor, job: str) -> None:
-    """Stopping a pipeline's target stops the pipeline too (it stops its current stage itself)."""
-    from gpudeck.jobs.pipeline import stop_pipeline
-    from gpudeck.jobs.pipeline_records import latest_pipeline
-    pipe = latest_pipeline(job, sup.state_dir)
-    if pipe is not None and pipe.state() == "running":
-        if stop_pipeline(pipe):
-            print(f"asked pipeline {pipe.pipeline_id} for {job} to stop")

@@ -22,6 +22,8 @@ from gpudeck.jobs.box.results import (AnalyzeResult, BoxInfo, CheckResult, Docto
                                       Reindexed, Restarted, RunsListing, StacksResult, Started, StatusReport, Stopped)
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from gpudeck.jobs.hosts.config import HostSpec
 
 __all__ = ["Box", "BoxError", "open_box", "AnalyzeResult", "BoxInfo", "CheckResult", "DoctorReport", "JobsListing",
@@ -32,6 +34,9 @@ __all__ = ["Box", "BoxError", "open_box", "AnalyzeResult", "BoxInfo", "CheckResu
 # short enough that a dead link is noticed by the next read.
 MAX_LOG_WAIT_S = 10.0
 MAX_LOG_CHUNK = 256 * 1024
+# The files of a run directory a record copy holds (runs.py names them); nothing else is ever read remotely.
+RECORD_FILES = ("meta.json", "ids.json", "exit.json", "health.json", "summary.json", "events.jsonl",
+                "samples.jsonl", "times", "output.log")
 
 
 class BoxError(Exception):
@@ -158,6 +163,12 @@ class Box(abc.ABC):
     def prune(self, *, keep: Optional[int] = None, older_s: Optional[float] = None, job: Optional[str] = None,
               yes: bool = False) -> Pruned:
         """What retention would delete (each job's log_keep, or `keep` / `older_s`); with `yes`, delete it."""
+
+    @abc.abstractmethod
+    def run_record(self, job: str, run_id: Optional[str] = None) -> "Path":
+        """A directory on this machine holding the run's record (meta, output.log, times, events, samples,
+        exit, health): the run itself for this machine; for a remote box a private copy fetched by offset
+        (a second call fetches only what grew). What a replay plays and a post-mortem can re-read."""
 
     @abc.abstractmethod
     def postmortem(self, target: Optional[str] = None) -> Postmortem:

@@ -181,12 +181,19 @@ class LocalBox(Box):
         except OSError as exc:
             raise BoxError(str(exc), code=2) from None
         # config.toml's [notify.*]: the runs started here deliver with them
-        user_errors = [str(e) for e in load_user_notify()[1]]
+        everyone, user_problems = load_user_notify()
+        user_errors = [str(e) for e in user_problems]
         try:
-            names = list(load_jobs(path).jobs)     # one read: the errors ride on the first one
+            jobs_file = load_jobs(path)            # one read: the errors ride on the first one
         except SpecError as exc:
             return CheckResult(str(path), [str(e) for e in exc.errors] + user_errors, [])
-        return CheckResult(str(path), user_errors, [] if user_errors else names)
+        if user_errors:
+            return CheckResult(str(path), user_errors, [])
+        from gpudeck.jobs.notify_targets import merged, redact_url
+        # A webhook URL is often its own token: only its scheme and host ever leave this module.
+        targets = [{"name": t["name"], "format": t["format"], "url": redact_url(t["url"]), "on": t.get("on"),
+                    "source": t.get("source")} for t in merged(jobs_file.notify, everyone)]
+        return CheckResult(str(path), [], list(jobs_file.jobs), targets)
 
     def doctor(self, job: Optional[str] = None) -> DoctorReport:
         from gpudeck.jobs.engines.doctor import doctor_payload, run_doctor
@@ -197,20 +204,16 @@ class LocalBox(Box):
             raise BoxError(f"doctor cannot run on this host: {exc}", code=2) from None
 
     def analyze(self, path: str, *, max_bytes: Optional[int] = None) -> AnalyzeResult:
-        from dataclasses import asdict
-
-        from gpudeck.jobs.logs.analyze import analyze_stream
         from gpudeck.jobs.paths import NotARegularFile, open_regular
         try:
             with open_regular(os.path.expanduser(path)) as fh:
-                analysis, truncated = analyze_stream(fh, max_bytes=max_bytes)
+                return analyze_stream_result(fh, max_bytes=max_bytes)
         except NotARegularFile as exc:
             raise BoxError(f"cannot analyze {exc}", code=2) from None
         except IsADirectoryError:
             raise BoxError(f"cannot analyze {path}: is a directory", code=2) from None
         except OSError as exc:
             raise BoxError(f"cannot read {path}: {exc.strerror or exc}", code=2) from None
-        return AnalyzeResult(analysis=analysis.to_json(), raw=asdict(analysis), truncated=truncated)
 
     def read_log(self, job: str, *, run: Optional[str] = None, offset: Optional[int] = None,
                  tail: Optional[int] = None, max_bytes: int = MAX_LOG_CHUNK, wait_s: float = 0.0) -> LogChunk:
@@ -238,6 +241,39 @@ class LocalBox(Box):
                 return LogChunk(run_id=found.run_id, offset=offset, next_offset=offset + len(data), data=data,
                                 ended=ended and not data)
             time.sleep(LOG_POLL_S)
+
+    def follow_log(self, job: str, write: Callable[[bytes], None], *, run: Optional[str] = None,
+                   tail: Optional[int] = None, follow: bool = False, wait_s: float = 5.0) -> int:
+        """Box.follow_log with the run found once and its file read in place (a 1 GB log is not 4,000 lookups)."""
+        from gpudeck.jobs.logs.follow import tail_offset
+        from gpudeck.jobs.paths import NotARegularFile, open_regular
+        found = self.find_run(job, run)
+        offset = tail_offset(found.log_path, int(tail)) if tail is not None else 0
+        fh = None
+        try:
+            while True:
+                ended = found.exit_record() is not None or found.state().state == "lost"
+                if fh is None:
+                    try:
+                        fh = open_regular(found.log_path)
+                    except FileNotFoundError:
+                        pass
+                    except (NotARegularFile, OSError) as exc:
+                        raise BoxError(f"cannot read the log of {job}: {exc}", code=1) from None
+                data = b""
+                if fh is not None:
+                    fh.seek(offset)
+                    data = fh.read(MAX_LOG_CHUNK)
+                if data:
+                    write(data)
+                    offset += len(data)
+                    continue
+                if not follow or ended:
+                    return offset
+                time.sleep(LOG_POLL_S)
+        finally:
+            if fh is not None:
+                fh.close()
 
     # -- act -------------------------------------------------------------------------------------
     def start(self, job: str) -> Started:
@@ -318,8 +354,10 @@ class LocalBox(Box):
             deadlines["ready_deadline_s"] = ready_deadline_s
         if gpu_deadline_s is not None:
             deadlines["gpu_deadline_s"] = gpu_deadline_s
-        result = execute_pivot(sup, fresh, wait=wait, on_step=(lambda step: on_step(asdict(step))) if on_step else None,
-                               **deadlines)
+        def step_done(step: Any) -> None:
+            if on_step is not None:
+                on_step(asdict(step))
+        result = execute_pivot(sup, fresh, wait=wait, on_step=step_done, **deadlines)
         return PivotOutcome.from_result(result.to_jsonable(), result.overhead_s)
 
     def pivot_ready(self, target: str, run_id: Optional[str], wait_s: float) -> dict:
@@ -407,6 +445,29 @@ class LocalBox(Box):
         return Pruned(candidates=[c.to_json() for c in candidates],
                       removed=len(removed) if removed is not None else (0 if yes else None))
 
+    def run_record(self, job: str, run_id: Optional[str] = None) -> Path:
+        return self.find_run(job, run_id).path
+
+    def record_file(self, job: str, run_id: str, name: str, offset: int = 0) -> dict:
+        """Bytes of one file of a run's record from `offset` (the agent's half of RemoteBox.run_record)."""
+        import base64
+
+        from gpudeck.jobs.box import RECORD_FILES
+        from gpudeck.jobs.paths import NotARegularFile, open_regular
+        if name not in RECORD_FILES:
+            raise BoxError(f"bad request: {name!r} is not a file of a run's record", code=2)
+        path = self.find_run(job, run_id).path / name
+        try:
+            with open_regular(path) as fh:
+                size = fh.seek(0, 2)
+                fh.seek(max(0, int(offset)))
+                data = fh.read(MAX_LOG_CHUNK)
+        except FileNotFoundError:
+            return {"size": None, "data": ""}
+        except (NotARegularFile, OSError) as exc:
+            raise BoxError(f"cannot read {name} of {job}/{run_id}: {exc}", code=1) from None
+        return {"size": size, "data": base64.b64encode(data).decode("ascii")}
+
     def postmortem(self, target: Optional[str] = None) -> Postmortem:
         from gpudeck.jobs.history.postmortem import PostmortemError, build
         if not target:
@@ -428,3 +489,12 @@ def stops_key(plan: dict) -> list:
     """What a pivot plan would stop, as comparable values (pid and start time name a process)."""
     return [(s.get("kind"), s.get("pid"), s.get("create_time"), s.get("job"), s.get("run_id"))
             for s in plan.get("stops") or []]
+
+
+def analyze_stream_result(stream: Any, *, max_bytes: Optional[int] = None) -> AnalyzeResult:
+    """An open byte stream (a log file of this machine, or its stdin) analysed into the Box's result."""
+    from dataclasses import asdict
+
+    from gpudeck.jobs.logs.analyze import analyze_stream
+    analysis, truncated = analyze_stream(stream, max_bytes=max_bytes)
+    return AnalyzeResult(analysis=analysis.to_json(), raw=asdict(analysis), truncated=truncated)

@@ -1,8 +1,10 @@
 """RemoteBox: the Box interface over SSH — each call one request to the box's agent, its reply rebuilt as the same result."""
 from __future__ import annotations
 
+import re
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
 
 from gpudeck.jobs.box import MAX_LOG_CHUNK, Box, BoxError
@@ -15,6 +17,8 @@ if TYPE_CHECKING:
     from gpudeck.jobs.hosts.remote import RemoteHost
 
 T = TypeVar("T")
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")     # a path part, never "." or ".."
+_SAFE_NAME_SUB = re.compile(r"[^A-Za-z0-9_.-]")
 
 # A follow's read waits for the link to come back this long before it gives up on the box.
 RECONNECT_TIMEOUT_S = 3600.0
@@ -196,6 +200,41 @@ class RemoteBox(Box):
               yes: bool = False) -> Pruned:
         params = {"keep": keep, "older_s": older_s, "job": job, "yes": yes}
         return Pruned.from_json(self.action("runs_prune", params) if yes else self.call("runs_prune", params))
+
+    def run_record(self, job: str, run_id: Optional[str] = None) -> Path:
+        import base64
+        import os
+
+        from gpudeck.jobs.box import RECORD_FILES
+        from gpudeck.jobs.paths import cache_dir
+        if run_id is None:
+            run_id = self.read_log(job, tail=0).run_id      # the latest run's id, no bytes
+        if not _SAFE_NAME.match(job) or not _SAFE_NAME.match(run_id):
+            raise BoxError(f"{self.name}: bad run name {job!r}/{run_id!r}", code=1)
+        dest = cache_dir() / "boxes" / _SAFE_NAME_SUB.sub("_", self.name) / "runs" / job / run_id
+        dest.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for name in RECORD_FILES:
+            path = dest / name
+            have = path.stat().st_size if path.exists() else 0
+            # An append-only file (log, events, samples, times) grows: fetch what is new; others whole.
+            offset = have if name in ("output.log", "events.jsonl", "samples.jsonl", "times") else 0
+            chunks: list[bytes] = []
+            while True:
+                reply = self.call("run_file", {"job": job, "run_id": run_id, "name": name, "offset": offset})
+                data = base64.b64decode(reply.get("data") or "")
+                if not data:
+                    break
+                chunks.append(data)
+                offset += len(data)
+            if reply.get("size") is None:
+                continue                                 # not written (yet) on the box
+            flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if have and offset > have else os.O_TRUNC)
+            if have and offset == have and not chunks:
+                continue
+            fd = os.open(path, flags, 0o600)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(b"".join(chunks))
+        return dest
 
     def postmortem(self, target: Optional[str] = None) -> Postmortem:
         return Postmortem.from_json(self.call("postmortem", {"target": target}))

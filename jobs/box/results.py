@@ -109,14 +109,18 @@ class CheckResult:
     path: str
     errors: list[str]
     jobs: list[str]
+    # notify targets the runs deliver to: {name, format, url (scheme and host only), on, source}
+    targets: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"path": self.path, "errors": self.errors, "jobs": self.jobs}
+        return {"path": self.path, "errors": self.errors, "jobs": self.jobs, "targets": self.targets}
 
     @classmethod
     def from_json(cls, obj: Any) -> "CheckResult":
         obj = _dict(obj)
-        return cls(path=str(obj.get("path") or "?"), errors=_str_list(obj.get("errors")), jobs=_str_list(obj.get("jobs")))
+        targets = obj.get("targets")
+        return cls(path=str(obj.get("path") or "?"), errors=_str_list(obj.get("errors")), jobs=_str_list(obj.get("jobs")),
+                   targets=[t for t in targets if isinstance(t, dict)] if isinstance(targets, list) else [])
 
 
 @dataclass(frozen=True)

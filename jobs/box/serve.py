@@ -71,6 +71,8 @@ OPS: dict[str, tuple[str, dict[str, tuple[str, Convert]], tuple[str, ...]]] = {
     "runs_prune": ("prune", {"keep": ("keep", INT_OPT), "older_s": ("older_s", NUM_OPT), "job": ("job", STR_OPT),
                              "yes": ("yes", _bool)}, ()),
     "postmortem": ("postmortem", {"target": ("target", STR_OPT)}, ()),
+    "run_file": ("record_file", {"job": ("job", _str), "run_id": ("run_id", _str), "name": ("name", _str),
+                                 "offset": ("offset", INT_OPT)}, ("job", "run_id", "name")),
 }
 
 
@@ -91,4 +93,5 @@ def answer(box: Box, op: str, params: Optional[dict]) -> Any:
             args.append(convert(value, wire))
         else:
             kwargs[keyword] = convert(value, wire)
-    return getattr(box, method_name)(*args, **kwargs).to_json()
+    result = getattr(box, method_name)(*args, **kwargs)
+    return result if isinstance(result, dict) else result.to_json()

@@ -12,7 +12,6 @@ lives on) can die at any moment without touching them.
 from __future__ import annotations
 
 import argparse
-import base64
 import os
 import socket
 import sys

@@ -347,6 +347,7 @@ REPLIES: dict[str, Shape] = {
     "status": _status_reply,
     "jobs": _jobs_reply,
     "logs": LOGS,
+    "run_file": Obj({"size": _opt(Int(0, 2 ** 62)), "data": Base64(4 * 1024 * 1024)}, required=("data",)),
     "runs": Obj({"runs": List(RUN_ROW, 1_000_000)}, required=("runs",)),
     "postmortem": Obj({"report": REPORT}, required=("report",)),
     "start": Obj({"run_id": NAME}, required=("run_id",)),
