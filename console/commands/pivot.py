@@ -67,7 +67,7 @@ def run_pivot(args: argparse.Namespace) -> int:
                             gpu_deadline_s=args.gpu_deadline)
     where = "" if box.local else f" on {box.name}"
     if args.json:
-        document = {"plan": plan.plan, "result": outcome.result}
+        document: dict = {"plan": plan.plan, "result": outcome.result}
         if not box.local:
             document["host"] = box.name
         print(strictjson.dumps(document, indent=1))

@@ -51,7 +51,6 @@ class LocalBox(Box):
     def jobs_file(self) -> JobsFile:
         """The jobs file, loaded strictly; BoxError (code 2) with the first located error, or why there is none."""
         from gpudeck.jobs.paths import check_regular
-        from gpudeck.jobs.spec import SpecError, load_jobs
         path = self.jobs_path()
         if path is None:
             raise BoxError(self._no_jobs_file, code=2)
@@ -61,6 +60,7 @@ class LocalBox(Box):
             check_regular(path)             # a FIFO would block the read, /dev/zero never end it
         except OSError as exc:
             raise BoxError(str(exc), code=2) from None
+        from gpudeck.jobs.spec import SpecError, load_jobs     # only with a file to read (`status` loads no spec)
         try:
             return load_jobs(path)
         except SpecError as exc:
