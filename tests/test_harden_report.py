@@ -289,12 +289,11 @@ def test_chromium_a_hostile_report_does_not_navigate(tmp_path, browser):  # noqa
 
 # --------------------------------------------------------------------------- the remote path of the CLI
 
-class _FakeRemote:
-    """The link to a box whose agent answers `postmortem` with a hostile report."""
+class _HostileBox:
+    """A remote box whose agent answered `postmortem` with a hostile report (shape-valid, every string a payload)."""
     report: dict = {}
-
-    def __init__(self, spec) -> None:
-        pass
+    local = False
+    name = "box"
 
     def __enter__(self):
         return self
@@ -302,9 +301,9 @@ class _FakeRemote:
     def __exit__(self, *exc) -> None:
         pass
 
-    def call(self, op: str, params=None) -> dict:
-        assert op == "postmortem"
-        return {"report": self.report}
+    def postmortem(self, target=None):
+        from gpudeck.jobs.box.results import Postmortem
+        return Postmortem(report=self.report)
 
 
 @pytest.mark.parametrize("fmt", ["html", "md"])
@@ -315,10 +314,9 @@ def test_cli_postmortem_host_renders_the_remote_report_escaped(monkeypatch, tmp_
     from gpudeck.console.commands.postmortem import run_postmortem
     payload = HTML_PAYLOADS[0] if fmt == "html" else MD_PAYLOADS[4]
     base = full_report()
-    _FakeRemote.report = replaced(replaced(only_strings(base, payload), ("phases", 0, "line"), payload),
+    _HostileBox.report = replaced(replaced(only_strings(base, payload), ("phases", 0, "line"), payload),
                                   ("last_lines", 0, "line"), payload)
-    monkeypatch.setattr(_host, "remote_spec", lambda args: object())
-    monkeypatch.setattr(_host, "Remote", _FakeRemote)
+    monkeypatch.setattr(_host, "open_box", lambda args: _HostileBox())
     out = tmp_path / f"r.{fmt}"
     args = argparse.Namespace(target="engine", format=fmt, output=str(out), host="box")
     assert run_postmortem(args) == 0

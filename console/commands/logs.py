@@ -143,11 +143,15 @@ def run_logs(args: argparse.Namespace) -> int:
     def write(chunk: bytes) -> None:
         for line in lines.feed(chunk):
             printer.write(line)
-        if args.follow and lines.partial:
-            printer.show_partial(lines.partial)     # a \r progress bar still being redrawn
         printer.flush()
 
+    def idle() -> None:
+        if lines.partial:
+            printer.show_partial(lines.partial)     # a \r progress bar being redrawn, no newline yet
+
     with open_box(args) as box:
-        box.follow_log(args.job, write, run=args.run, tail=args.lines, follow=args.follow)
+        # Idle reads at most PARTIAL_EVERY_S apart: a bar's last redraw shows within about a second.
+        box.follow_log(args.job, write, run=args.run, tail=args.lines, follow=args.follow, wait_s=PARTIAL_EVERY_S,
+                       on_idle=idle)
     printer.end(lines.flush())
     return 0

@@ -97,8 +97,10 @@ class Box(abc.ABC):
         last `tail` lines (None: the start) — waiting up to `wait_s` for new bytes. Code 2: no such run."""
 
     def follow_log(self, job: str, write: Callable[[bytes], None], *, run: Optional[str] = None,
-                   tail: Optional[int] = None, follow: bool = False, wait_s: float = 5.0) -> int:
-        """Write a run's bytes to `write` (all, or the last `tail` lines); with `follow`, until the run ends.
+                   tail: Optional[int] = None, follow: bool = False, wait_s: float = 5.0,
+                   on_idle: Optional[Callable[[], None]] = None) -> int:
+        """Write a run's bytes to `write` (all, or the last `tail` lines); with `follow`, until the run ends,
+        calling `on_idle()` after each read that brought nothing (at most `wait_s` apart).
         Returns the final offset. Each read names its offset and pins the run: a reconnect in between
         resumes exactly there, with no gap, no repeat and no bytes of a newer run mixed in."""
         offset: Optional[int] = None
@@ -112,6 +114,8 @@ class Box(abc.ABC):
             offset = chunk.next_offset
             if chunk.ended or (not follow and not chunk.data):
                 return offset
+            if not chunk.data and on_idle is not None:
+                on_idle()
 
     # -- act --------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -243,7 +243,8 @@ class LocalBox(Box):
             time.sleep(LOG_POLL_S)
 
     def follow_log(self, job: str, write: Callable[[bytes], None], *, run: Optional[str] = None,
-                   tail: Optional[int] = None, follow: bool = False, wait_s: float = 5.0) -> int:
+                   tail: Optional[int] = None, follow: bool = False, wait_s: float = 5.0,
+                   on_idle: Optional[Callable[[], None]] = None) -> int:
         """Box.follow_log with the run found once and its file read in place (a 1 GB log is not 4,000 lookups)."""
         from gpudeck.jobs.logs.follow import tail_offset
         from gpudeck.jobs.paths import NotARegularFile, open_regular
@@ -270,6 +271,8 @@ class LocalBox(Box):
                     continue
                 if not follow or ended:
                     return offset
+                if on_idle is not None:
+                    on_idle()
                 time.sleep(LOG_POLL_S)
         finally:
             if fh is not None:
