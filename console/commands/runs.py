@@ -97,12 +97,13 @@ def run_runs(args: argparse.Namespace) -> int:
             return 0
     else:
         index = open_index()
+    from gpudeck.jobs.history.index import COLUMN_NAMES
     with index:
         if args.prune:
             return _prune(args, index, older)
         rows = index.query(job=args.job, failed=args.failed,
                            since=time.time() - since if since is not None else None, limit=args.limit,
-                           **({} if args.json else {"columns": TABLE_COLUMNS}))
+                           columns=COLUMN_NAMES if args.json else TABLE_COLUMNS)
     return _print_rows(args, rows)
 
 
