@@ -96,7 +96,8 @@ class Recording:
         self.meta = read_json(self.path / META, self.notes) or {}
         if not self.meta and not (self.path / OUTPUT).exists():
             raise ReplayError(f"{self.path}: not a run directory (no meta.json, no output.log)")
-        self.spec = self.meta.get("spec") if isinstance(self.meta.get("spec"), dict) else {}
+        spec = self.meta.get("spec")
+        self.spec: dict = spec if isinstance(spec, dict) else {}
         self.job = str(self.meta.get("job") or self.path.parent.name)
         self.run_id = str(self.meta.get("run_id") or self.path.name)
         self.log_path = self.path / OUTPUT
@@ -249,11 +250,11 @@ class Recording:
                 active[str(alert.get("code"))] = alert
             elif name == "StacksDumped":
                 # The episode's dump joins its alert once the replay has passed it, as health.json said live.
-                alert = active.get(str(e.get("code")))
-                if alert is not None and e.get("verdict") and alert.get("since") == e.get("since"):
+                raised = active.get(str(e.get("code")))
+                if raised is not None and e.get("verdict") and raised.get("since") == e.get("since"):
                     active[str(e.get("code"))] = {
-                        **alert, "stacks": {"verdict": e["verdict"], "path": e.get("path")},
-                        "message": f"{alert.get('message') or ''} — stacks: {e['verdict']}"}
+                        **raised, "stacks": {"verdict": e["verdict"], "path": e.get("path")},
+                        "message": f"{raised.get('message') or ''} — stacks: {e['verdict']}"}
             else:
                 active.pop(str(e.get("code")), None)
         return list(active.values())
@@ -261,7 +262,7 @@ class Recording:
     def stacks_at(self, t: float) -> Optional[dict]:
         """The latest stack dump the run had recorded by t: {"t", "code", "verdict", "path"} (path relative
         to the run dir), or None before its first."""
-        found = None
+        found: Optional[dict] = None
         for e in self.events:
             if float(e["t"]) > t:
                 break
@@ -442,7 +443,8 @@ class RunReplay:
         else:
             state = "starting"
         live = state in ("starting", "running", "stopping")
-        job_process = meta.get("job_process") if isinstance(meta.get("job_process"), dict) else {}
+        process = meta.get("job_process")
+        job_process: dict = process if isinstance(process, dict) else {}
         port = self._port()
         phase = analysis.get("phase")
         # Serving numbers as the log said them (a live engine's /metrics scrapes are not recorded).

@@ -35,7 +35,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, TypedDict
 
 from gpudeck.jobs import paths, strictjson
 from gpudeck.jobs.paths import UnsafeStateDir
@@ -119,10 +119,14 @@ def runs_root(state_dir: Optional[Path] = None) -> Path:
     return (state_dir or paths.state_dir()) / "runs"
 
 
-def _verified_runs_root(state_dir: Optional[Path], create: bool) -> Optional[Path]:
+def _created_runs_root(state_dir: Optional[Path]) -> Path:
+    """The runs/ directory, created private with the state dir above it."""
+    return ensure_private_dir(runs_root(state_root(state_dir or paths.state_dir())))
+
+
+def _verified_runs_root(state_dir: Optional[Path]) -> Optional[Path]:
+    """The runs/ directory if it exists and is provably ours (None if missing); never created."""
     root = state_dir or paths.state_dir()
-    if create:
-        return ensure_private_dir(runs_root(state_root(root)))
     if not check_private_dir(root, follow=True) or not check_private_dir(runs_root(root)):
         return None
     return runs_root(root)
@@ -275,6 +279,16 @@ class RunState:
     job_alive: bool = False
 
 
+class _StateCommon(TypedDict):
+    """The fields of RunState that every state of a run shares (Run.state reads them once)."""
+
+    job_pid: Optional[int]
+    pgid: Optional[int]
+    started_at: Optional[float]
+    runner_alive: bool
+    job_alive: bool
+
+
 class Run:
     """One run directory. Cheap to construct; every property reads the disk."""
 
@@ -409,9 +423,9 @@ class Run:
         job = ProcessId.from_jsonable(meta.get("job_process"))
         runner_alive = runner is not None and is_alive(runner.pid, runner.start)
         job_alive = job is not None and is_alive(job.pid, job.start)
-        common = dict(job_pid=job.pid if job else None, pgid=meta.get("pgid"),
-                      started_at=_timestamp(meta.get("started_at")) or _timestamp(meta.get("created_at")),
-                      runner_alive=runner_alive, job_alive=job_alive)
+        common = _StateCommon(job_pid=job.pid if job else None, pgid=meta.get("pgid"),
+                              started_at=_timestamp(meta.get("started_at")) or _timestamp(meta.get("created_at")),
+                              runner_alive=runner_alive, job_alive=job_alive)
         record = self.exit_record()
         if meta.get("backend") == "slurm" and record is None:
             return self._slurm_state(meta, now, common)
@@ -430,7 +444,7 @@ class Run:
         return RunState(state="lost", **common)
 
 
-    def _slurm_state(self, meta: dict, now: float, common: dict) -> RunState:
+    def _slurm_state(self, meta: dict, now: float, common: _StateCommon) -> RunState:
         """A Slurm run not yet ended: its watcher's last reading (slurm.json), queued -> starting."""
         live = read_json(self.path / "slurm.json") or {}
         slurm_state = live.get("state")
@@ -474,7 +488,7 @@ def job_dir(job: str, state_dir: Optional[Path] = None) -> Path:
 def ensure_job_dir(job: str, state_dir: Optional[Path] = None) -> Path:
     """The job's directory of runs, created 0700 with the state dir above it, every level verified ours."""
     job_dir(job, state_dir)                     # validates the name
-    return ensure_private_dir(_verified_runs_root(state_dir, create=True) / job)
+    return ensure_private_dir(_created_runs_root(state_dir) / job)
 
 
 def create_run(job: str, state_dir: Optional[Path] = None) -> Run:
@@ -498,7 +512,7 @@ def list_runs(job: str, state_dir: Optional[Path] = None) -> list[Run]:
         parent = job_dir(job, state_dir)
     except ValueError:
         return []
-    if _verified_runs_root(state_dir, create=False) is None or not check_private_dir(parent):
+    if _verified_runs_root(state_dir) is None or not check_private_dir(parent):
         return []
     try:
         names = os.listdir(parent)
@@ -543,7 +557,7 @@ def find_run(job: str, run_id: str, state_dir: Optional[Path] = None) -> Optiona
 
 def known_jobs(state_dir: Optional[Path] = None) -> list[str]:
     try:
-        root = _verified_runs_root(state_dir, create=False)
+        root = _verified_runs_root(state_dir)
         return sorted(n for n in os.listdir(root) if _JOB_NAME.match(n)) if root is not None else []
     except OSError:
         return []

@@ -198,18 +198,19 @@ def alert_items(alerts: list[dict], live_run: bool) -> list[tuple[str, str, str]
                 took = [m["cleared"] - m["raised"] for m in members if m.get("raised") is not None]
                 if took:
                     rest += f" — each cleared, after {_span(min(took))} to {_span(max(took))}"
-        items.append((first.get("at_s") if first.get("at_s") is not None else float("inf"), (at, str(code), rest)))
+        at_s = first.get("at_s")
+        items.append((at_s if at_s is not None else float("inf"), (at, str(code), rest)))
     items.sort(key=lambda item: item[0])
     lines = [item for _, item in items]
     return lines[:MAX_ALERTS_SHOWN] + ([("", "", f"… {len(items) - MAX_ALERTS_SHOWN} more kinds of alert "
                                          "(every one in the JSON report)")] if len(lines) > MAX_ALERTS_SHOWN else [])
 
 
-def _clock(seconds) -> str:
+def _clock(seconds: Optional[float]) -> str:
     from gpudeck.jobs.history.postmortem import clock
     return clock(seconds) if seconds is not None else "?"
 
 
-def _span(seconds) -> str:
+def _span(seconds: Optional[float]) -> str:
     from gpudeck.jobs.history.postmortem import span
     return span(seconds)

@@ -23,7 +23,7 @@ import sqlite3
 import stat
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Callable, Concatenate, Iterable, Iterator, Optional, ParamSpec, TypeVar
 
 from gpudeck.jobs import paths, runs, strictjson
 from gpudeck.jobs.strictjson import integer, number
@@ -181,8 +181,9 @@ def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
     job, run_id = run_dir.parent.name, run_dir.name
     backend = _text(meta.get("backend")) or _text((exit_record or {}).get("backend")) or "local"
     started = number(meta.get("started_at")) or number(meta.get("created_at"))
-    if backend == "slurm" and number((exit_record or {}).get("started_at")) is not None:
-        started = number(exit_record["started_at"])      # when Slurm ran it, not when it was queued
+    slurm_started = number((exit_record or {}).get("started_at"))
+    if backend == "slurm" and slurm_started is not None:
+        started = slurm_started                          # when Slurm ran it, not when it was queued
     ended = number((exit_record or {}).get("ended_at"))
     state = _run_state(run_dir, meta, exit_record, events)
     code = _int((exit_record or {}).get("exit_code"))
@@ -214,11 +215,15 @@ def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
     ready_at = next((number(p.get("t")) for p in phases_list if p.get("phase") == "ready"), None)
     if ready_at is not None and started is not None:
         load_s = round(max(0.0, ready_at - started), 3)
-    peaks = summary.get("peaks") if isinstance(summary.get("peaks"), dict) else {}
+    summary_peaks = summary.get("peaks")
+    peaks: dict = summary_peaks if isinstance(summary_peaks, dict) else {}
     command = meta.get("command")
     if isinstance(command, list):
         command = shlex.join(str(c) for c in command)     # as the shell would read it: an argument keeps its spaces
-    spec = meta.get("spec") if isinstance(meta.get("spec"), dict) else {}
+    meta_spec = meta.get("spec")
+    spec: dict = meta_spec if isinstance(meta_spec, dict) else {}
+    peak_gpu_mem = ({str(k): v for k, v in (peaks.get("gpu_mem") or {}).items()}
+                    if isinstance(peaks.get("gpu_mem"), dict) else {})
     pivot_context, pivot_record = _pivot_context(events)
     row = {
         "key": f"job/{job}/{run_id}", "kind": "job", "job": job, "run_id": run_id, "path": str(run_dir),
@@ -242,8 +247,7 @@ def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
                                                                       if failed else None),
         "failure_hint": _text((failure or {}).get("hint")),
         "phases": phases, "load_s": load_s,
-        "peak_gpu_mem": {str(k): v for k, v in (peaks.get("gpu_mem") or {}).items()}
-        if isinstance(peaks.get("gpu_mem"), dict) else {},
+        "peak_gpu_mem": peak_gpu_mem,
         "peak_rss": int(peaks["rss"]) if number(peaks.get("rss")) is not None else None,
         "peak_gpu_mem_max": None, "gpu_count": None,
         "alerts": alerts_raised,
@@ -254,7 +258,7 @@ def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
         "events_size": file_size(events_path),
         "indexed_at": now,
     }
-    gpu_peaks = [v for v in row["peak_gpu_mem"].values() if number(v) is not None]
+    gpu_peaks = [v for v in peak_gpu_mem.values() if number(v) is not None]
     if gpu_peaks:
         row["peak_gpu_mem_max"], row["gpu_count"] = max(gpu_peaks), len(gpu_peaks)
     rows = [row]
@@ -344,7 +348,7 @@ def summarize_pipeline(pipe_dir: Path, now: Optional[float] = None) -> dict:
     result = read_json(pipe_dir / "result.json", notes)
     events = read_jsonl(pipe_dir / "events.jsonl", notes)
     stages = [s for s in meta.get("stages") or [] if isinstance(s, str)]
-    stage_runs = {}
+    stage_runs: dict[str, dict[str, Any]] = {}
     for ev in events:
         if ev.get("event") in ("StageStarted", "StageFinished", "StageSkipped") and isinstance(ev.get("stage"), str):
             entry = stage_runs.setdefault(ev["stage"], {"stage": ev["stage"]})
@@ -531,10 +535,14 @@ def _proven_corrupt(exc: sqlite3.DatabaseError, path: Path) -> bool:
         probe.close()
 
 
-def _guarded(method):
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _guarded(method: Callable[Concatenate[RunIndex, _P], _R]) -> Callable[Concatenate[RunIndex, _P], _R]:
     """An index method whose lock wait, full disk or I/O error comes out as IndexUnavailable (one line)."""
     @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
+    def wrapper(self: RunIndex, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         try:
             return method(self, *args, **kwargs)
         except IndexUnavailable:
@@ -658,11 +666,12 @@ class RunIndex:
             # a lock, a full disk or an I/O error is reported and the file left alone.
             if _unavailable(exc, self.path, self.busy_timeout_s) is not None or not _proven_corrupt(exc, self.path):
                 raise
-            self._replace(exc)
+            return self._replace(exc)
         return self._conn
 
-    def _replace(self, exc: BaseException) -> None:
-        """Move the broken file aside (kept, timestamped) and start a new one, one process at a time."""
+    def _replace(self, exc: BaseException) -> sqlite3.Connection:
+        """Move the broken file aside (kept, timestamped) and start a new one, one process at a time:
+        the connection to it, which is self._conn from now on."""
         from gpudeck.jobs.runs import open_private
         broken = self._ident
         lock_fd = open_private(Path(str(self.path) + ".lock"), os.O_RDWR | os.O_CREAT)
@@ -675,11 +684,12 @@ class RunIndex:
             if broken is not None and current is not None and (current.st_dev, current.st_ino) == broken:
                 self.kept_as = self._move_aside()
             # else: another process replaced it while we waited for the lock: its new file is used.
-            self._conn = self._connect()
+            self._conn = conn = self._connect()
         finally:
             os.close(lock_fd)
         kept = f"; the old file is kept as {self.kept_as.name}" if self.kept_as else ""
         self.rebuilt_reason = f"index {self.path} unusable ({exc}); rebuilt from the run directories{kept}"
+        return conn
 
     def _move_aside(self) -> Path:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -733,7 +743,7 @@ class RunIndex:
     def remove_paths(self, dirs: Iterable[Path]) -> None:
         """Runs whose directories were deleted (prune), pivot rows they carried included: marked deleted."""
         conn = self.open()
-        keys = []
+        keys: list[str] = []
         for d in dirs:
             keys.extend(k for (k,) in conn.execute("SELECT key FROM runs WHERE path = ?", (str(d),)))
         self.mark_deleted(keys)
@@ -887,7 +897,8 @@ class RunIndex:
         """Rows newest first (runs whose directories are gone only with include_deleted)."""
         conn = self.open()
         cols = [c for c in columns if c in COLUMN_NAMES]
-        where, args = [], []
+        where: list[str] = []
+        args: list[str | float] = []          # the ? parameters, in order
         if not include_deleted:
             where.append("(state IS NULL OR state != ?)")
             args.append(DELETED)

@@ -16,13 +16,16 @@ import statistics
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
 from gpudeck.jobs.history.index import RunIndex, file_size, read_json, read_jsonl
 from gpudeck.jobs.strictjson import number
 from gpudeck.jobs.paths import open_regular
 from gpudeck.jobs.history.phases import phase_rows
 from gpudeck.jobs.history.recorder import read_summary, timeline_from_samples
+
+if TYPE_CHECKING:                  # imported where used, at run time
+    from gpudeck.jobs.runs import ArrivalIndex
 
 REPORT_VERSION = 1
 CONTEXT_LINES = 2                  # lines shown before and after each line that matters
@@ -184,7 +187,7 @@ def _line_timestamp(data: bytes) -> Optional[float]:
         return None
 
 
-def replay_log(path: Path, arrival=None) -> dict:
+def replay_log(path: Path, arrival: Optional[ArrivalIndex] = None) -> dict:
     """Read a log once (no summary.json to use): analysis, phase changes, line count.
 
     Phase changes are placed to within REPLAY_CHUNK bytes; their times come from the run's
@@ -376,8 +379,9 @@ def build_run(run_dir: Path, state_dir: Optional[Path] = None) -> dict:
     report["outcome"] = {k: row[k] for k in ("state", "exit_code", "signal", "stopped_by", "failed", "started_at",
                                               "ended_at", "duration_s", "final_phase", "load_s")}
     report["outcome"]["failed"] = bool(row["failed"])
-    if isinstance((exit_record or {}).get("note"), str):
-        report["outcome"]["note"] = exit_record["note"]          # Slurm's word on how the job ended
+    note = (exit_record or {}).get("note")
+    if isinstance(note, str):
+        report["outcome"]["note"] = note                         # Slurm's word on how the job ended
     if meta.get("backend") == "slurm":
         # Slurm's own word for the end (TIMEOUT, OUT_OF_MEMORY, NODE_FAIL...), with its job id and nodes.
         rec = exit_record or {}
@@ -495,9 +499,9 @@ def _alerts(events: list[dict], health: dict, end: Optional[float], started: Opt
             alerts.append(entry)
             open_by_code[str(ev.get("code"))] = entry
         elif kind == "AlertCleared":
-            entry = open_by_code.pop(str(ev.get("code")), None)
-            if entry is not None:
-                entry["cleared"] = number(ev.get("cleared")) or number(ev.get("t"))
+            opened = open_by_code.pop(str(ev.get("code")), None)
+            if opened is not None:
+                opened["cleared"] = number(ev.get("cleared")) or number(ev.get("t"))
     if not alerts:
         # An older runner that kept alerts only in health.json.
         for al in (health.get("history") or []) + (health.get("alerts") or []):
@@ -530,7 +534,7 @@ def _silences(times_path: Path, started: Optional[float], end: Optional[float]) 
         stamps.insert(0, started)
     if end is not None:
         stamps.append(end)
-    gaps = []
+    gaps: list[dict[str, Any]] = []           # start_s is None without a start; duration_s is a float
     for a, b in zip(stamps, stamps[1:]):
         if b - a >= SILENCE_MIN_S:
             gaps.append({"start": a, "end": b, "duration_s": round(b - a, 3),
@@ -595,11 +599,12 @@ def _timeline_from_samples_file(path: Path, missing: list[str]) -> tuple[Optiona
     if step > 1:
         missing.append(f"summary.json missing: the resource timeline reads every {step}th sample")
 
-    def parsed():
+    def parsed() -> Iterator[dict]:
         for line in lines[::step]:
             obj = strictjson.parse_line(line)
-            if obj is not None:
-                yield strictjson.timed(obj)
+            shaped = strictjson.timed(obj) if obj is not None else None
+            if shaped is not None:
+                yield shaped
     timeline, peaks = timeline_from_samples(parsed())
     if not timeline.get("t"):
         missing.append("samples.jsonl holds no samples")
@@ -609,7 +614,8 @@ def _timeline_from_samples_file(path: Path, missing: list[str]) -> tuple[Optiona
 
 def _split_timeline(timeline: dict, peaks: Optional[dict], started: Optional[float]) -> tuple[Optional[dict], Optional[dict]]:
     times = [number(t) for t in timeline.get("t") or []]
-    base = started if started is not None else (times[0] if times else 0.0)
+    # The first time the timeline has (a corrupt summary.json may hold a null one).
+    base = started if started is not None else next((t for t in times if t is not None), 0.0)
     rel = [round(t - base, 3) if t is not None else None for t in times]
     resources, serving = {}, {}
     for name, values in (timeline.get("series") or {}).items():
@@ -625,7 +631,7 @@ def _split_timeline(timeline: dict, peaks: Optional[dict], started: Optional[flo
     return res, srv
 
 
-def _key_lines(log_path: Path, analysis: dict, checkpoints, total_lines: Optional[int],
+def _key_lines(log_path: Path, analysis: dict, checkpoints: Optional[list], total_lines: Optional[int],
                missing: list[str]) -> list[dict]:
     """The lines that matter: the analyzer's key_lines when it has them, else root cause, ready line, warnings."""
     wanted: list[tuple[str, int]] = []
@@ -877,14 +883,16 @@ def stack_dumps(events: list[dict], stalls: list[dict], started: Optional[float]
         if ev.get("event") not in ("StacksDumped", "StacksFailed"):
             continue
         t = number(ev.get("t"))
+        raw_path = ev.get("path")
+        path = raw_path if isinstance(raw_path, str) else None
         entry = {"t": t, "at_s": round(t - started, 3) if t is not None and started is not None else None,
                  "code": ev.get("code"), "since": number(ev.get("since")),
                  "verdict": ev.get("verdict") if isinstance(ev.get("verdict"), str) else None,
-                 "path": ev.get("path") if isinstance(ev.get("path"), str) else None,
+                 "path": path,
                  "error": ev.get("error") if isinstance(ev.get("error"), str) else None}
-        if run_dir is not None and entry["path"]:
+        if run_dir is not None and path:
             try:
-                stored = read_stored_dump(run_dir, entry["path"])
+                stored = read_stored_dump(run_dir, path)
             except (OSError, ValueError):
                 stored = None               # pruned or never written (a full disk): the event still says it
             if stored is not None:

@@ -12,7 +12,7 @@ import time
 from array import array
 from bisect import bisect_left
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 from gpudeck.jobs.strictjson import number
 
@@ -97,7 +97,8 @@ class Timeline:
         return {"width_s": self.width, "t": times, "series": series}
 
 
-def _merge_cell(cells: dict[str, list[float]], name: str, value: float, n: int) -> None:
+def _merge_cell(cells: dict[str, list[float]], name: str, value: float, n: float) -> None:
+    """Fold `n` samples summing (or peaking at) `value` into cells[name], a [value, n] pair (n a count)."""
     cell = cells.get(name)
     if cell is None:
         cells[name] = [value, n]
@@ -151,7 +152,7 @@ class SampleRates:
 class RunRecorder:
     """Fed once a tick by the runner (through runner_monitors); writes <run>/summary.json."""
 
-    def __init__(self, run_dir: Path, *, clock=time.time) -> None:
+    def __init__(self, run_dir: Path, *, clock: Callable[[], float] = time.time) -> None:
         self.run_dir = Path(run_dir)
         self.clock = clock
         self.timeline = Timeline()

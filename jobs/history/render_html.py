@@ -265,7 +265,8 @@ def _svg(report: dict, group: dict, t_max: float) -> str:
             ts = resample([p[0] for p in pts], MAX_POINTS)
             vs = resample([p[1] for p in pts], MAX_POINTS)
             pts = list(zip(ts, vs))
-        segments, current = [], []
+        segments: list[list[str]] = []
+        current: list[str] = []
         for tt, v in pts:
             if tt is None or v is None:
                 if current:

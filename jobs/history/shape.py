@@ -101,8 +101,8 @@ def _shape(value: Any, spec: Any, row: bool) -> Any:
         if not isinstance(value, dict):
             return None
         if STR in spec and len(spec) == 1:          # {name: series}: keys are job text too
-            shaped = {str(k): _shape(v, spec[STR], row=False) for k, v in value.items()}
-            return {k: v for k, v in shaped.items() if v is not None}
+            named = {str(k): _shape(v, spec[STR], row=False) for k, v in value.items()}
+            return {k: v for k, v in named.items() if v is not None}
         out = {}
         for key, sub in spec.items():
             if key in value:

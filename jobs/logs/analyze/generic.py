@@ -137,9 +137,9 @@ def labelled_bracket(body: str) -> Optional[_Named]:
         phase = label_phase(label)
         if phase is not None:
             return _Named(m, label, phase)
-    m = BUILD_STEP_ANYWHERE.search(body)
-    if m is not None and _BUILD_WORDS.search(m.group("label")):
-        return _Named(m, "build", "building")
+    step = BUILD_STEP_ANYWHERE.search(body)
+    if step is not None and _BUILD_WORDS.search(step.group("label")):
+        return _Named(step, "build", "building")
     return None
 
 

@@ -19,9 +19,11 @@ import threading
 from typing import Any, Optional, Sequence
 
 try:                                  # optional: the logs package is stdlib-only without it
-    import hyperscan as _hs           # type: ignore[import-not-found]
+    import hyperscan
 except ImportError:                   # pragma: no cover - depends on the machine
-    _hs = None
+    # mypy types a module name as never None; here None is "not installed", which every use tests first.
+    hyperscan = None                  # type: ignore[assignment]
+_hs = hyperscan                       # an assignment, not an import: exported, for sparse.py
 
 BACKENDS = ("hyperscan", "re") if _hs is not None else ("re",)
 

@@ -140,11 +140,11 @@ def families_in(rx: re.Pattern, data: bytes, m: re.Match, stop: int) -> int:
     q = m.end()
     search = rx.search
     while q < stop:
-        m = search(data, q, stop)
-        if m is None:
+        hit = search(data, q, stop)
+        if hit is None:
             break
-        fams |= _family(m.group())
-        q = m.end()
+        fams |= _family(hit.group())
+        q = hit.end()
     return fams
 
 
@@ -399,7 +399,7 @@ def parse_serving_stats_line(line: str) -> Optional[dict[str, float]]:
     return out or None
 
 
-def read_stats(segment, read: tuple) -> dict[str, float]:
+def read_stats(segment: Union[bytes, str], read: tuple) -> dict[str, float]:
     """The numbers of a stats line (bytes or text) whose plan has stats_read: what the dict
     {key: float(body[a:b]) * times / over for key, a, b, times, over in plan.stats_at} is
     (x * 1.0 / 1.0 is x), without a Python step per number. The scanner inlines it (templates.RecordPlan.stats_read)."""

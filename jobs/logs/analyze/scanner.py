@@ -13,10 +13,11 @@ from .patterns import (ANSI, SERIES_LABELS, SIZE, TQDM, families_in, parse_servi
                        series_label, ts_seconds)
 from . import sparse as _sparse
 from .sparse import DENSE_BACKOFF, compact
-from .state import (_NAN, ONLY_NVRM, Spec, State)
+from .cause import Spec
+from .state import (_NAN, ONLY_NVRM, State)
 from .templates import (ALL_SERVING_BITS, FRAME_LINE, K_BAR, K_BAR_GLUED, K_BUILD, K_GIANT, K_INERT, K_OTHER, K_REFILTER,
                         K_SERVING, KV_WAITING_BITS, NORMALIZE, ONLY_FRAME, RUN_GROUPS, SKIP_GROUP, SPEC_BITS,
-                        TEMPLATE_CACHE_BYTES, TEMPLATE_KEY_MAX, TEMPLATE_ONE_OFFS_MAX, Template,
+                        TEMPLATE_CACHE_BYTES, TEMPLATE_KEY_MAX, TEMPLATE_ONE_OFFS_MAX, Plan, RecordPlan, Template,
                         classify_template, prefilter_one_offs, record_plan, run_kv_safe)
 
 
@@ -73,7 +74,7 @@ class LogAnalyzer:
         self._templates: tuple[dict, dict] = ({}, {})   # per "engine known": template -> 0 | Template
         self._template_bytes = 0
         self._frame_templates = 0        # how many templates are FRAME_LINE in the engine-known cache
-        self._refilter_plans: dict[tuple[bytes, int], Any] = {}   # ("signal 0" template, families) -> plan
+        self._refilter_plans: dict[tuple[bytes, int], RecordPlan] = {}   # ("signal 0" template, families) -> plan
         self._refilter_fams: dict[tuple[bytes, tuple], int] = {}  # (that template, where "signal 9" is) -> families
         self._once: set[bytes] = set()   # templates of the one-off batches (see _learn), bounded
         self._once_bytes = 0
@@ -99,13 +100,14 @@ class LogAnalyzer:
         self.bytes_fed += len(data)
         self._state.now = now
         if self._header is not None:
-            data = self._skip_annotation_header(data)
+            data = self._skip_annotation_header(self._header, data)
             if not data:
                 return
         if self._giant_head is not None:
-            data = self._feed_giant(data)
-            if data is None:
+            after = self._feed_giant(self._giant_head, data)
+            if after is None:
                 return
+            data = after
         skip = 0
         if self._tail and len(data) >= SPLIT_FEED and self._state.engine_strong is not None:
             # The segment the tail began is scanned on its own, then the feed after it where it lies:
@@ -143,10 +145,10 @@ class LogAnalyzer:
         else:
             self._tail = bytes(rest)
 
-    def _skip_annotation_header(self, data: bytes) -> bytes:
+    def _skip_annotation_header(self, header: bytes, data: bytes) -> bytes:
         """Blank the leading `#` lines (keeping their newlines, so line numbers hold); the same
-        whatever the chunking, since an undecided first line waits for its newline."""
-        buf = self._header + data
+        whatever the chunking, since an undecided first line (`header`, kept) waits for its newline."""
+        buf = header + data
         blanked = 0
         pos = 0
         while True:
@@ -166,14 +168,16 @@ class LogAnalyzer:
             blanked += 1
             pos = nl + 1
 
-    def _feed_giant(self, data: bytes) -> Optional[bytes]:
+    def _feed_giant(self, head: bytes, data: bytes) -> Optional[bytes]:
+        """More of a giant segment (`head`: its kept head): its tail is kept; returns what follows the
+        segment's end, or None while it has not ended."""
         nl, cr = data.find(b"\n"), data.find(b"\r")
         cut = min(x for x in (nl, cr) if x >= 0) if (nl >= 0 or cr >= 0) else -1
         if cut < 0:
             self._giant_tail = (self._giant_tail + data[-TAIL_BYTES:])[-TAIL_BYTES:]
             return None
         self._giant_tail = (self._giant_tail + data[max(0, cut - TAIL_BYTES):cut])[-TAIL_BYTES:]
-        self._examine_giant(self._giant_head, self._giant_tail, self._line)
+        self._examine_giant(head, self._giant_tail, self._line)
         self._giant_head, self._giant_tail = None, b""
         if data[cut] == 0x0A:
             self._line += 1
@@ -322,7 +326,7 @@ class LogAnalyzer:
 
         def examine(i: int) -> None:
             info = infos[i]
-            plan = info.plan
+            plan: Plan = info.plan
             if frames and (not plan or plan.reads_frame):
                 frame_line(i)
             if has_cr:
@@ -350,7 +354,7 @@ class LogAnalyzer:
                             # group (see the scanner's loop): candidates of a known rank, phase markers.
                             if plan.only is not None and (plan.only >= 0 or plan.only == ONLY_NVRM):
                                 info.group = ONLY_GROUP
-                            elif plan.marker_only and plan.marker[0] not in LINE_MARKERS:
+                            elif plan.marker_only and plan.marker is not None and plan.marker[0] not in LINE_MARKERS:
                                 info.group = MARKER_GROUP
                         state.examine_planned(data[start:stop], line, info.fams, plan)
                         return
@@ -422,6 +426,7 @@ class LogAnalyzer:
                 total = float(text[t0:t1]) * t_scale
                 return bool(total) and float(text[n0:n1]) * n_scale >= total
             m = TQDM.search((ANSI.sub(b"", raw) if b"\x1b" in raw else raw).decode("utf-8", "replace"))
+            assert m is not None                      # a bar template's segment: its bar is there too
             total = float(m.group("N")) * SIZE[m.group("Nu")]
             return bool(total) and float(m.group("n")) * SIZE[m.group("nu")] >= total
 
@@ -511,10 +516,10 @@ class LogAnalyzer:
                 elif plan and not plan.ansi and plan.bar_at < 0:    # its message's span, from the template
                     body = raw.decode("utf-8", "replace")[plan.body[0]:plan.body[1]]
                     at = plan.stats_at
-                    stats = parse_serving_stats_line(body) if at is None else {
+                    numbers = parse_serving_stats_line(body) if at is None else {
                         key: float(body[a:b]) * times / over for key, a, b, times, over in at}
-                    if stats:
-                        state.serving_data(stats, line, i == last_spec)
+                    if numbers:
+                        state.serving_data(numbers, line, i == last_spec)
                 else:
                     state.serving_data_of(raw, line, i == last_spec)
             deferred.clear()
@@ -545,7 +550,7 @@ class LogAnalyzer:
             last = members[-1]
             read_p = at_p is not None and p != last
             if infos[last].plan.ansi or read_p and infos[p].plan.ansi:
-                if read_p:
+                if read_p and at_p is not None:       # (read_p says at_p is set)
                     state.phase, state.load_done = at_p[0], at_p[1]
                     examine(p)
                 state.phase, state.load_done = before_last[0], before_last[1]
@@ -611,7 +616,7 @@ class LogAnalyzer:
             info = infos[sel[first]]
             # The group's own plan, read once: the tests below are the group's route (False for a
             # run or merged group, whose members may be of other templates, and before the engine).
-            own_plan = info.plan if group is info and engine_known else False
+            own_plan: Plan = info.plan if group is info and engine_known else False
             if own_plan:
                 plan = own_plan
                 if plan.only is not None and plan.only >= ONLY_NVRM:
@@ -631,7 +636,7 @@ class LogAnalyzer:
                             # takes a line that is no NVRM line (one line each when no \r splits
                             # lines), so no walk after it reaches back over it.
                             continue
-            if group is MARKER_GROUP or (own_plan and own_plan.marker_only
+            if group is MARKER_GROUP or (own_plan and own_plan.marker_only and own_plan.marker is not None
                                          and own_plan.marker[0] not in LINE_MARKERS
                                          and not (deferred and info.fams & S)):
                 if group is MARKER_GROUP:             # consecutive planned markers of any templates
@@ -715,7 +720,8 @@ class LogAnalyzer:
                             # (its time is never None: see RecordPlan.timed_step), so it is read only where
                             # the series starts again
                             if series is None or series[0] != key or done < series[1]:
-                                series = (key, done, ts_seconds((tk, data[start + t0:start + t1].decode())))
+                                when = ts_seconds((tk, data[start + t0:start + t1].decode()))
+                                series = (key, done, when if when is not None else _NAN)
                         state.series = series
                         state.seq += len(members) - 1
                     examine(members[-1])

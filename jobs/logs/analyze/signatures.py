@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional, Protocol
 
 from . import generic
 from .cause import Spec
@@ -45,11 +45,22 @@ class Context(NamedTuple):
 Verdict = Optional[tuple[int, str, str]]
 
 
+class RowPattern(Protocol):
+    """What a row's pattern is to its readers: a compiled re.Pattern, or a _Lazy one (compiled on first use)."""
+
+    @property
+    def pattern(self) -> str: ...
+
+    def search(self, string: str, pos: int = ..., endpos: int = ...) -> Optional["re.Match[str]"]: ...
+
+    def match(self, string: str, pos: int = ..., endpos: int = ...) -> Optional["re.Match[str]"]: ...
+
+
 @dataclass(frozen=True)
 class Signature:
     id: str
     field: str                 # engine | phase | progress | cause | warning | serving
-    pattern: Optional[re.Pattern]
+    pattern: Optional[RowPattern]      # None: a row read by its level or its `test`
     decides: str               # the value it decides (a cause, a phase, a warning code, a serving key...)
     priority: int              # failure rows: tried highest first; others: documentation order
     releases: str
@@ -304,8 +315,15 @@ class _Lazy:
 
 def _row(id: str, field: str, pattern: Any, decides: str, priority: int, releases: str, example: str,
          reads: str = "") -> Signature:
-    rx = pattern if isinstance(pattern, re.Pattern) else _Lazy(pattern)
+    rx: RowPattern = pattern if isinstance(pattern, re.Pattern) else _Lazy(pattern)
     return Signature(id, field, rx, decides, priority, releases, example, reads=reads)
+
+
+def _rx(row: Signature) -> RowPattern:
+    """The pattern of a row that has one (every reader's row: _row gives each its own)."""
+    if row.pattern is None:
+        raise ValueError(f"signature {row.id} has no pattern")
+    return row.pattern
 
 
 # Record prefixes: stripped before a record is read, by patterns._PREFIX (one combined pattern, re-applied;
@@ -376,9 +394,9 @@ ENGINES: tuple[Signature, ...] = (
          "flashinfer JIT, SGLang's default backend (weak, weight 2)", "flashinfer.jit: Loading JIT ops: sampling"),
 )
 _WEIGHT = {"vllm_weak_shard_bar": 1, "sglang_weak_flashinfer_jit": 2}
-ENGINE_STRONG = re.compile("|".join(f"(?P<{r.id}>{r.pattern.pattern})" for r in ENGINES if r.priority == 3))
-ENGINE_PATH = re.compile("|".join(f"(?P<{r.id}>{r.pattern.pattern})" for r in ENGINES if r.priority == 2))
-ENGINE_WEAK = [(r.pattern, r.decides, _WEIGHT[r.id]) for r in ENGINES if r.priority == 1]
+ENGINE_STRONG = re.compile("|".join(f"(?P<{r.id}>{_rx(r).pattern})" for r in ENGINES if r.priority == 3))
+ENGINE_PATH = re.compile("|".join(f"(?P<{r.id}>{_rx(r).pattern})" for r in ENGINES if r.priority == 2))
+ENGINE_WEAK = [(_rx(r), r.decides, _WEIGHT[r.id]) for r in ENGINES if r.priority == 1]
 
 
 def engine_signals(text: str, body: str) -> tuple[Optional[str], Optional[str], frozenset]:
@@ -443,7 +461,7 @@ PHASES: tuple[Signature, ...] = (
 def _grouped(rows: tuple[Signature, ...]) -> str:
     kinds: dict[str, list[str]] = {}
     for r in rows:
-        kinds.setdefault(r.decides, []).append(r.pattern.pattern)       # type: ignore[union-attr]
+        kinds.setdefault(r.decides, []).append(_rx(r).pattern)
     return "|".join(f"(?P<{kind}>{'|'.join(alts)})" for kind, alts in kinds.items())
 
 

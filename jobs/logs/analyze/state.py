@@ -1,10 +1,11 @@
 """The state machine: what one examined log record changes in the analysis (engine, phase, progress, failure, serving, warnings)."""
 from __future__ import annotations
 
+import enum
 import re
 from collections import deque
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Final, Optional, Union
 
 from .model import (ALL_FAMILIES, F, Failure, KeyLine, LogAnalysis, LogWarning, M, MAX_MESSAGE, Number, P,
                     Progress, RECOVERY_ADVANCES, S, SERVING_KEYS, SPEC_MIN_ACCEPT_LEN, SPEC_MIN_ACCEPT_RATE,
@@ -17,6 +18,14 @@ from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, FRAME, GPU_FAULT, HIN
                        XID_APP, XID_NOISE, clock, label_phase, num, parse_serving_stats_line, read_stats,
                        series_label, strip_prefixes, ts_seconds)
 from .signatures import ENDS_TRACEBACK, ENGINE_WEAK, MARKERS, Context, classify as classify_failure, engine_signals
+
+if TYPE_CHECKING:                      # templates imports this module
+    from .templates import RecordPlan
+
+# A `why` entry: its text, or (format, *args), kept so on the hot paths and formatted when a result is made.
+Why = Union[str, tuple[Any, ...]]
+# A remaining time: seconds, or a planned bar's text of it, which clock() reads when a result is made.
+Eta = Union[float, str, None]
 
 # Spec.EXCEPTION and Spec.UMBRELLA as plain ints (an IntEnum member read through its class costs ~60 ns).
 _EXCEPTION, _UMBRELLA = int(Spec.EXCEPTION), int(Spec.UMBRELLA)
@@ -40,7 +49,13 @@ def _is_traceback_header(cand: _Candidate) -> bool:
 
 # _classify's verdicts by (body, level, phase), for examine_planned: bounded, shared by analyzers.
 _CLASSIFIED: dict[tuple, Optional[tuple]] = {}
-_MISS = object()
+
+
+class _Miss(enum.Enum):
+    MISS = enum.auto()
+
+
+_MISS: Final = _Miss.MISS             # not in _CLASSIFIED (an enum member: `is` narrows it away)
 # "NVRM:" bodies -> whether _classify reads them as plain driver chatter (remembered in the window only).
 _NVRM_PLAIN: dict[str, bool] = {}
 
@@ -50,7 +65,7 @@ def bar_label(before: str) -> tuple[str, Optional[str], str]:
     return label, label_phase(label), series_label(label)
 
 
-def _why_text(why) -> str:
+def _why_text(why: Why) -> str:
     """A `why` entry as text: kept as (format, *args) on the hot paths, formatted when a result is made."""
     return why[0].format(*why[1:]) if isinstance(why, tuple) else why
 
@@ -82,10 +97,12 @@ ONLY_STALL, ONLY_NVRM = -2, -3
 # The label of a bar that has none, by its phase.
 _DEFAULT_LABELS = {"capturing": "CUDA graphs", "loading": "weights", "training": "training", "building": "build",
                    "compiling": "compile"}
-# The phase each phase marker asserts (for `decided_by`).
-_MARKER_PHASE = {"loading": "loading", "loaded": "starting", "compiling": "compiling", "compiled": "starting",
-                 "capturing": "capturing", "captured": "starting", "starting": "starting", "startup_complete": "ready",
-                 "ready": "ready", "building": "building", "training": "training"}
+# The phase each phase marker asserts (for `decided_by`), by its MARKERS group: a match's lastgroup,
+# Optional to the type system (never None: each branch of MARKERS is a named group).
+_MARKER_PHASE: dict[Optional[str], str] = {
+    "loading": "loading", "loaded": "starting", "compiling": "compiling", "compiled": "starting",
+    "capturing": "capturing", "captured": "starting", "starting": "starting", "startup_complete": "ready",
+    "ready": "ready", "building": "building", "training": "training"}
 
 
 class State:
@@ -135,7 +152,7 @@ class State:
         self.labels: dict[str, tuple[str, Optional[str], str]] = {}
         self.stall_notices: list[int] = []            # lines of consecutive stall notices (STALL_NOTICE)
         # Which signature decided each field, and the text of the lines that matter (post-mortems).
-        self.why: dict[str, str] = {}
+        self.why: dict[str, Why] = {}
         self.text = ""                                # the record being examined
         self.progress_at: Optional[tuple[int, str]] = None   # (line, text) of the progress reported
         self.ready_text = ""
@@ -149,7 +166,7 @@ class State:
         text = self.text = raw.decode("utf-8", "replace")
         self._examine_text(text, line, 0, fams)
 
-    def examine_planned(self, raw: bytes, line: int, fams: int, plan) -> None:
+    def examine_planned(self, raw: bytes, line: int, fams: int, plan: RecordPlan) -> None:
         """examine() for a segment whose template was planned (templates.RecordPlan): the same
         effect, without the template-level searches. Until the engine is known, read in full."""
         if plan.ansi:
@@ -160,7 +177,7 @@ class State:
             return
         self._apply_plan(text, line, plan)
 
-    def _apply_plan(self, text: str, line: int, plan) -> None:
+    def _apply_plan(self, text: str, line: int, plan: RecordPlan) -> None:
         if plan.bar_at >= 0:
             self._tqdm_planned(text, plan, line)
             if plan.rest is not None:
@@ -186,9 +203,8 @@ class State:
             if self.phase != before or self.phase == _MARKER_PHASE.get(kind):
                 self.why["phase"] = self.why["marker"]
         if plan.progress:
-            ts = plan.ts
-            if ts is not None:
-                ts = (ts[0], text[ts[1]:ts[2]])
+            span = plan.ts
+            ts = (span[0], text[span[1]:span[2]]) if span is not None else None
             if plan.prog is None:
                 self._progress_record(body, line, ts)
             else:
@@ -371,8 +387,9 @@ class State:
             self.labels[before] = hit
         return hit
 
-    def _tqdm_planned(self, text: str, plan, line: int) -> None:
+    def _tqdm_planned(self, text: str, plan: RecordPlan, line: int) -> None:
         """_tqdm() for a bar at plan.bar_at in text whose numbers lie where templates.bar_plan says."""
+        assert plan.bar is not None                # set with bar_at (templates._text_plan)
         n0, n1, n_scale, t0, t1, t_scale, rem, rate_at = plan.bar
         # The remaining time's text when clock() reads it for sure (it is read when a result is made).
         eta = None if rem is None else text[rem[0]:rem[1]] if plan.eta_text else clock(text[rem[0]:rem[1]])
@@ -407,12 +424,12 @@ class State:
                     rate = value
         self._bar(before, done, total, rate, eta, line)
 
-    def _bar(self, before: str, done: float, total: float, rate: Optional[float], eta: Optional[float],
+    def _bar(self, before: str, done: float, total: float, rate: Optional[float], eta: Eta,
              line: int) -> None:
         self._labelled_bar(self._bar_label(before, line), done, total, rate, eta, line)
 
     def _labelled_bar(self, hit: tuple[str, Optional[str], str], done: float, total: float, rate: Optional[float],
-                      eta: Optional[float], line: int) -> None:
+                      eta: Eta, line: int) -> None:
         label, named_phase, key_label = hit
         phase = named_phase or self._unnamed_bar_phase()
         if phase == "loading" and total and done >= total:
@@ -478,10 +495,10 @@ class State:
                 self._set_progress("bar", "building", "build", float(m.group(1)), 100.0, None, None, line, ts,
                                    sig="make [n%]")
                 return
-        m = labelled_bracket(body)
-        if m is not None:                    # the generic layer: a labelled [N/M] anywhere in the line
-            self._set_progress("bar", m.phase or "unknown", m.label, float(m.group("n")),
-                               float(m.group("N")), None, None, line, ts, sig="labelled [n/N]")
+        named = labelled_bracket(body)
+        if named is not None:                # the generic layer: a labelled [N/M] anywhere in the line
+            self._set_progress("bar", named.phase or "unknown", named.label, float(named.group("n")),
+                               float(named.group("N")), None, None, line, ts, sig="labelled [n/N]")
             return
         if c == "{":
             m = LOSS_DICT.match(body)
@@ -551,7 +568,7 @@ class State:
         return None
 
     def _set_progress(self, source: str, phase: str, label: str, done: float, total: Optional[float],
-                      rate: Optional[float], eta: Optional[float], line: int, ts: Optional[tuple[str, str]],
+                      rate: Optional[float], eta: Eta, line: int, ts: Optional[tuple[str, str]],
                       key_label: Optional[str] = None, sig: str = "tqdm bar") -> None:
         # (the hot path of every progress update: locals, no helper calls; done and total are floats)
         self.seq = seq = self.seq + 1
@@ -836,11 +853,11 @@ class State:
         engine = self.engine()
         why: dict[str, str] = {}
         if self.engine_strong:
-            why["engine"] = self.why["engine"]
+            why["engine"] = _why_text(self.why["engine"])
         elif self.engine_path:
-            why["engine"] = self.why["engine_path"]
+            why["engine"] = _why_text(self.why["engine_path"])
         elif engine:
-            why["engine"] = self.why.get("engine_weak", "weak hints")
+            why["engine"] = _why_text(self.why.get("engine_weak", "weak hints"))
         if failure is not None:
             phase = "failed"
             why["phase"] = "the failure"

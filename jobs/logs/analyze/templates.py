@@ -6,7 +6,7 @@ from bisect import bisect_right
 from enum import IntEnum
 from itertools import accumulate
 from operator import itemgetter
-from typing import Optional, Union
+from typing import Literal, Optional, Union
 
 from .model import ALL_FAMILIES, F, Family, GIANT_SEGMENT, M, P, S, SERVING_KEYS, W
 from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, FAMILY, FRAME, JIT, KV_PRESSURE, LOSS_DICT, MAKE,
@@ -14,8 +14,9 @@ from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, FAMILY, FRAME, JIT, K
                        TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, clock, families_in, label_phase, parse_serving_stats_line, prefilter_in, prefix_ts_span,
                        serving_stats_spans, strip_prefixes, ts_seconds)
 from .generic import labelled_bracket, labelled_count
+from .cause import Spec
 from .signatures import MARKERS, engine_signals
-from .state import (ONLY_NVRM, ONLY_STALL, PG_LOSS, PG_MAKE, PG_NINJA, PG_STEP, Spec, State, bar_label)
+from .state import (ONLY_NVRM, ONLY_STALL, PG_LOSS, PG_MAKE, PG_NINJA, PG_STEP, State, bar_label)
 
 
 # --------------------------------------------------------------------------- the fast scanner's templates
@@ -70,6 +71,10 @@ RUN_GROUPS: dict = {}
 SKIP_GROUP = ("skip",)
 
 
+# A template's plan: None until planned, False where no plan fits (see record_plan).
+Plan = Union[None, Literal[False], "RecordPlan"]
+
+
 class Template:
     """What examining any segment of one template can do (see classify_template)."""
     __slots__ = ("fams", "kind", "named", "keys", "strong", "path", "weak", "group", "plan", "seen")
@@ -81,7 +86,7 @@ class Template:
         self.named = named          # K_BAR / K_BAR_GLUED: the phase the bar's label names (None: unnamed)
         self.keys = keys            # K_SERVING: bit set of the SERVING_KEYS the line provides
         self.strong, self.path, self.weak = hits   # what _engine() would find in it (engine not yet known)
-        self.plan: Union[None, bool, RecordPlan] = None   # built on the second examination; False: none fits
+        self.plan: Plan = None      # built on the second examination; False: none fits
         self.seen = 0
         # Consecutive segments with one group key are handled together: a run of redraws of
         # bars naming one phase, of build steps, of stats lines. Anything else, and anything
@@ -106,7 +111,7 @@ def _engine_hits(text: str, body: str) -> tuple[bool, bool, frozenset]:
     return strong is not None, path is not None, weak
 
 
-def _progress_kind(body: str, ts: Optional[tuple[str, str]]) -> int:
+def _progress_kind(body: str, ts: Optional[tuple[str, str]]) -> Kind:
     """Mirror of State._progress_record's branches: K_INERT (does nothing), K_BUILD (ninja/make step), K_OTHER."""
     c = body[0]
     if c == "[" and (NINJA.match(body) or MAKE.match(body)):
@@ -172,11 +177,11 @@ def classify_template(tpl: bytes, engine_known: bool) -> Union[int, Template]:
     text = raw.decode("utf-8", "replace")
     no_hits = _NO_HITS
     if fams & P and "%" in text:                      # _examine_text: a tqdm bar
-        m = TQDM.search(text)
-        if m is not None:
-            label = strip_prefixes(text[:m.start()].strip())[0].strip().rstrip(":").strip()[:100]
+        bar = TQDM.search(text)
+        if bar is not None:
+            label = strip_prefixes(text[:bar.start()].strip())[0].strip().rstrip(":").strip()[:100]
             hits = no_hits if engine_known else _engine_hits(label, label)
-            rest = text[m.end():]
+            rest = text[bar.end():]
             # What is glued after the bar matters only if examining it can do something: a bar
             # with an inert record glued on is a plain redraw (it joins runs of its phase's bars).
             kind = K_BAR_GLUED if rest.strip() and not (engine_known and _glued_inert(rest, fams)) else K_BAR
@@ -298,8 +303,8 @@ class RecordPlan:
         self.step_stretch: Optional[tuple] = None
 
 
-def record_plan(tpl: bytes, fams: int) -> Optional[RecordPlan]:
-    """The plan for segments of template `tpl` (prefiltered into `fams`), or None to read them in full."""
+def record_plan(tpl: bytes, fams: int) -> RecordPlan:
+    """The plan for segments of template `tpl` (prefiltered into `fams`)."""
     ansi = b"\x1b" in tpl
     raw = ANSI.sub(b"", tpl) if ansi else tpl
     text = raw.decode("utf-8", "replace")
@@ -310,8 +315,8 @@ def record_plan(tpl: bytes, fams: int) -> Optional[RecordPlan]:
         # "is this loading bar full?" without decoding: plain UTF-8 and ASCII numbers only.
         n0, n1, n_scale, t0, t1, t_scale = plan.bar[:6]
         if text[n0:n1].isascii() and text[t0:t1].isascii() and text.encode("utf-8") == raw:
-            at = [len(text[:k].encode("utf-8")) for k in (n0, n1, t0, t1)]
-            plan.bar_bytes = (at[0], at[1], n_scale, at[2], at[3], t_scale)
+            offsets = [len(text[:k].encode("utf-8")) for k in (n0, n1, t0, t1)]
+            plan.bar_bytes = (offsets[0], offsets[1], n_scale, offsets[2], offsets[3], t_scale)
     if plan.stats_at is not None and not ansi and plan.bar_at < 0 and tpl.isascii():
         # ASCII: the text's offsets are the bytes'; float() reads bytes as it reads their text
         b0 = plan.body[0]
@@ -383,7 +388,7 @@ def _text_plan(text: str, fams: int, depth: int) -> RecordPlan:
         plan.stats_at = serving_stats_spans(body)
     if fams & M:
         m = MARKERS.search(body)
-        if m is not None:
+        if m is not None and m.lastgroup is not None:     # (always named: each branch of MARKERS is a group)
             plan.marker = (m.lastgroup, m.start(), m.end())
     plan.progress = bool(fams & P) and _progress_kind(body, ts) != K_INERT
     if plan.progress:
