@@ -513,3 +513,20 @@ def test_a_box_that_refuses_the_link_is_down_at_once_and_says_why():
     assert one(found, "gpudeck_box_up", host="gone").value == 0.0
     assert changes == [("gone", False, "gone: cannot connect: Connection refused")]
 
+
+def test_the_exporter_reaches_every_remote_box_read_only(tmp_path, monkeypatch):
+    import argparse
+
+    from gpudeck.console.commands.exporter import box_specs
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[hosts.a]\nssh = "a"\n\n[hosts.b]\nssh = "b"\nreadonly = true\n')
+    monkeypatch.setenv("GPUDECK_HOSTS", str(hosts))
+
+    def specs(**kw):
+        ns = argparse.Namespace(**{"host": None, "hosts": None, "all_hosts": False, "readonly": False, **kw})
+        return [(s.name, s.readonly) for s in box_specs(ns)]
+    assert specs() == []                                            # no --host: this machine, as always
+    assert specs(host="a") == [("a", True)]                         # `gpudeck --host a exporter`
+    assert specs(hosts=["b", "a", "b"]) == [("b", True), ("a", True)]
+    assert specs(all_hosts=True) == [("local", False), ("a", True), ("b", True)]
+    assert specs(hosts=["local"]) == []                             # `--host local` alone: the plain exporter
