@@ -11,6 +11,10 @@ own target label, which a scrape would rename to `exported_job`) and `host`; GPU
 and labels of NVIDIA's dcgm-exporter (`DCGM_FI_DEV_GPU_UTIL{gpu, UUID, device, modelName,
 Hostname}`, its default-counters.csv units) so its dashboards and alert rules work unchanged.
 docs/EXPORTER.md has the whole table beside nvitop-exporter's and DCGM's.
+
+Remote boxes (`gpudeck exporter --host NAME`) are read through the Box seam (`BoxSource`: Box.status()
+and Box.jobs(), bounded in time) and served by a `FleetCollector` beside this machine's, their series
+labelled host="NAME", with `gpudeck_box_up` saying whether each answered.
 """
 from __future__ import annotations
 
@@ -21,13 +25,16 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 
 from gpudeck.jobs import __version__
 from gpudeck.jobs.strictjson import number
 from gpudeck.jobs.view import JobView, job_views
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 # Every state a job can be in (supervisor.JobState.state): the one-hot state gauge has a series
 # for each, so `gpudeck_job_state{state="running"} == 1` works without knowing what is absent.
@@ -266,6 +273,19 @@ class Reading:
     now: float = 0.0
     simulated: bool = False
     gpu_source: str = ""
+    box: Optional["BoxState"] = None          # a remote box: whether it answered (None: this machine)
+
+
+@dataclass(frozen=True)
+class BoxState:
+    """How a remote box answered one scrape."""
+
+    up: bool
+    seconds: float
+    error: Optional[str] = None
+    hostname: str = ""
+    version: str = ""
+    readonly: bool = False
 
 
 JOB_LABELS = ("job_name", "host")
@@ -357,6 +377,22 @@ class _Families:
 def families(reading: Reading) -> list[Metric]:
     """Every metric family of one scrape (pure: the same reading gives the same text)."""
     fams = _Families({"simulated": "true"} if reading.simulated else {})
+    add_families(fams, reading)
+    return list(fams)
+
+
+def add_families(fams: _Families, reading: Reading) -> None:
+    """One box's series added to `fams`: several boxes share the families, told apart by `host`."""
+    if reading.box is not None:
+        _box_families(fams, reading)
+        if not reading.box.up:
+            # Nothing else is known of a box that did not answer: its series go stale in Prometheus.
+            fams.gauge("gpudeck_exporter_jobs_up", "1 when the jobs file and run directories were read, else 0.",
+                       ("host",), (reading.host,), 0.0)
+            if reading.gpus_read:
+                fams.gauge("gpudeck_exporter_gpus_up", "1 when the GPU driver answered with at least one GPU, else 0.",
+                           ("host",), (reading.host,), 0.0)
+            return
     fams.info("gpudeck_exporter", "The gpudeck exporter: version, host, GPU source; simulated=true on the demo box.",
               {"version": __version__, "host": reading.host, "gpu_source": reading.gpu_source,
                "simulated": "true" if reading.simulated else "false"})
@@ -376,7 +412,19 @@ def families(reading: Reading) -> list[Metric]:
             if value is not None:
                 # dcgm-exporter reports whole MiB; NVML's bytes would print as 130413.19999980927.
                 fams.gauge(name, doc, GPU_LABELS, labels, float(round(value * scale)) if scale != 1 else value)
-    return list(fams)
+
+
+def _box_families(fams: _Families, reading: Reading) -> None:
+    box = reading.box
+    assert box is not None
+    fams.gauge("gpudeck_box_up", "1 when the remote box (hosts.toml) answered within the scrape's bound, else 0.",
+               ("host",), (reading.host,), 1.0 if box.up else 0.0)
+    fams.gauge("gpudeck_box_read_seconds", "Seconds the remote box took to answer (the bound, when it did not).",
+               ("host",), (reading.host,), box.seconds)
+    if box.up:
+        fams.info("gpudeck_box", "The remote box: its own hostname, its agent's version, whether the agent "
+                  "refuses to act.", {"host": reading.host, "hostname": box.hostname, "agent_version": box.version,
+                                      "readonly": "true" if box.readonly else "false"})
 
 
 def _job_families(fams: _Families, job: JobView, reading: Reading) -> None:
@@ -521,7 +569,181 @@ class GpudeckCollector:
         yield duration
 
 
-def make_registry(collector: GpudeckCollector) -> Any:
+# ------------------------------------------------------------------------------------------ remote boxes
+
+# A remote box that has not answered within this is down for that scrape (Prometheus's own default
+# scrape_timeout is 10 s; a box's answer over a kept SSH link takes a few round trips).
+BOX_TIMEOUT_S = 3.0
+# At start the exporter waits this long for every box's first answer (link and agent started once).
+WARM_WAIT_S = 20.0
+
+
+class BoxSource:
+    """One remote box (`gpudeck.jobs.box.Box`) read for a scrape: `Box.status()` for the GPUs and `Box.jobs()`
+    for the jobs, in a thread of its own, waited for at most the scrape's bound.
+
+    A read has the bound from its own start; one still going when a later scrape comes is shared
+    with it (two Prometheus servers scraping at once ask the box once). A read stuck past its bound
+    (a frozen box) is neither waited for again nor repeated while it hangs: each scrape says the box
+    is down at once, and the one after the stuck read returns asks afresh. A frozen box costs one
+    blocked thread, never a slow scrape.
+    """
+
+    def __init__(self, box: Any, *, gpus: bool = True, timeout_s: float = BOX_TIMEOUT_S,
+                 clock: Callable[[], float] = time.monotonic, now: Callable[[], float] = time.time) -> None:
+        self.box = box
+        self.name = str(box.name)
+        self.gpus = gpus
+        self.timeout_s = timeout_s
+        self._clock = clock
+        self._now = now
+        self._lock = threading.Lock()
+        self._inflight: Optional[tuple[float, "Future[Reading]"]] = None     # (started, its answer)
+        self.last_error: Optional[str] = None
+
+    def begin(self) -> tuple[float, "Future[Reading]"]:
+        """The read this scrape waits for: a new one, or the one in flight (even a stuck one: never two)."""
+        from concurrent.futures import Future
+        with self._lock:
+            if self._inflight is not None and not self._inflight[1].done():
+                return self._inflight
+            future: Future[Reading] = Future()
+            started = self._clock()
+            self._inflight = (started, future)
+        threading.Thread(target=self._run, args=(future, started), name=f"gpudeck-exporter-{self.name}",
+                         daemon=True).start()
+        return started, future
+
+    def _run(self, future: "Future[Reading]", started: float) -> None:
+        try:
+            future.set_result(self._read(started))
+        except BaseException as exc:        # noqa: BLE001 - a bug must show as a down box, not a dead thread
+            future.set_result(self.down(f"{type(exc).__name__}: {exc}", self._clock() - started))
+
+    def _read(self, started: float) -> Reading:
+        from gpudeck.jobs.box import BoxError
+        gpus: tuple[Any, ...] = ()
+        gpu_error: Optional[str] = None
+        gpu_source = ""
+        try:
+            if self.gpus:
+                report = self.box.status(interval_s=0, engines=False)
+                agent = report.payload.get("agent") if isinstance(report.payload.get("agent"), dict) else {}
+                snapshot = report.snapshot()
+                gpus, gpu_error = tuple(snapshot.gpus), snapshot.gpu_error
+                source = report.payload.get("source")
+                gpu_source = str(source.get("gpu") or "") if isinstance(source, dict) else ""
+                if report.simulated:
+                    gpu_source = "SIMULATED"
+            else:
+                info = self.box.info()
+                agent = {"hostname": info.hostname, "version": info.version, "readonly": info.readonly}
+            jobs: tuple[JobView, ...] = ()
+            jobs_error: Optional[str] = None
+            try:
+                jobs = tuple(job_views(self.box.jobs().payload))
+            except BoxError as exc:
+                if exc.code != 2:
+                    raise
+                jobs_error = str(exc)           # the box answers but has no (good) jobs file: GPUs still count
+        except BoxError as exc:
+            return self.down(str(exc), self._clock() - started)
+        self.last_error = None
+        return Reading(jobs=jobs, jobs_error=jobs_error, gpus=gpus, gpu_error=gpu_error, gpus_read=self.gpus,
+                       host=self.name, now=self._now(), gpu_source=gpu_source,
+                       box=BoxState(up=True, seconds=self._clock() - started,
+                                    hostname=str(agent.get("hostname") or ""), version=str(agent.get("version") or ""),
+                                    readonly=bool(agent.get("readonly"))))
+
+    def down(self, error: str, seconds: float) -> Reading:
+        self.last_error = error
+        return Reading(gpus_read=self.gpus, host=self.name, now=self._now(), jobs_error=error,
+                       box=BoxState(up=False, seconds=seconds, error=error))
+
+    def reading(self, started: float, future: "Future[Reading]", deadline: float, asked: float) -> Reading:
+        """The answer of `begin()`'s read by `deadline` (a clock() time), else the box is down for this scrape."""
+        from concurrent.futures import TimeoutError as FutureTimeout
+        if started < asked - self.timeout_s:
+            # A read started long before this scrape is stuck (a frozen box): not waited for again, and
+            # its answer, whenever it comes, is too old to be this scrape's.
+            return self.down(f"no answer for {asked - started:.0f} s", self.timeout_s)
+        deadline = min(deadline, started + self.timeout_s)     # a read has the bound from its own start
+        try:
+            got = future.result(timeout=max(0.0, deadline - self._clock()))
+        except FutureTimeout:
+            return self.down(f"no answer within {self.timeout_s:g} s", min(self.timeout_s, self._clock() - asked))
+        return got
+
+    def close(self) -> None:
+        try:
+            self.box.close()
+        except Exception:           # noqa: BLE001
+            pass
+
+
+class FleetCollector:
+    """A prometheus_client collector of several boxes in one scrape: this machine's (a `GpudeckCollector`, or
+    none) and remote ones (`BoxSource`), read side by side; the scrape answers within the boxes' bound."""
+
+    def __init__(self, local: Optional[GpudeckCollector], boxes: list[BoxSource],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.local = local
+        self.boxes = boxes
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.last_duration_s: Optional[float] = None
+        self.scrapes = 0
+        self.on_change: Optional[Callable[[str, bool, Optional[str]], None]] = None   # (box, up, why)
+        self._was_up: dict[str, bool] = {}
+
+    def warm(self, wait_s: float = WARM_WAIT_S) -> None:
+        """This machine's runs read once, and every box asked once (its SSH link and agent started: a
+        handshake the first scrape's bound need not cover), waiting up to `wait_s` for them all."""
+        reads = [box.begin() for box in self.boxes]
+        if self.local is not None:
+            self.local.warm()
+        from concurrent.futures import wait
+        wait([future for _, future in reads], timeout=wait_s)
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def readings(self) -> list[Reading]:
+        asked = self._clock()
+        reads = [(box, *box.begin()) for box in self.boxes]       # every box asked before any is waited for
+        out: list[Reading] = []
+        if self.local is not None:
+            with self.local._lock:
+                out.append(self.local.reading())
+        for box, started, future in reads:
+            got = box.reading(started, future, asked + box.timeout_s, asked)
+            up = got.box is not None and got.box.up
+            if self.on_change is not None and self._was_up.get(box.name) != up:
+                self.on_change(box.name, up, None if up else got.jobs_error)
+            self._was_up[box.name] = up
+            out.append(got)
+        return out
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            started = time.perf_counter()
+            fams = _Families({})
+            for r in self.readings():
+                add_families(fams, r)
+            self.last_duration_s = time.perf_counter() - started
+            self.scrapes += 1
+        duration = GaugeMetricFamily("gpudeck_exporter_collect_seconds",
+                                     "Seconds this scrape took to read the jobs and the GPUs.", labels=[])
+        duration.add_metric([], self.last_duration_s)
+        yield from fams
+        yield duration
+
+    def close(self) -> None:
+        for box in self.boxes:
+            box.close()
+
+
+def make_registry(collector: Any) -> Any:
     """A registry of its own holding only the collector (no process_/python_ metrics of the default one)."""
     from prometheus_client import CollectorRegistry
     registry = CollectorRegistry(auto_describe=False)

@@ -416,3 +416,117 @@ def test_the_jobs_file_is_reread_when_it_changes_and_a_broken_edit_keeps_the_las
     assert {s.labels["job_name"] for s in found["gpudeck_job_state"]} == {"a", "b"}
     assert one(found, "gpudeck_exporter_jobs_up").value == 0.0
     assert "gpudeck_exporter_gpus_up" not in found          # --no-gpus: not even the up gauge
+
+
+# ------------------------------------------------------------------------------- remote boxes (Box seam)
+
+class FakeBox:
+    """A Box answering status() and jobs() from dicts, or hanging until released (a frozen link)."""
+
+    local = False
+
+    def __init__(self, name: str, jobs: list[dict], *, hang: bool = False, fail: Optional[str] = None) -> None:
+        import threading
+        self.name = name
+        self._jobs = jobs
+        self.release = threading.Event()
+        if not hang:
+            self.release.set()
+        self.fail = fail
+        self.calls = 0
+
+    def status(self, *, interval_s: float = 0.1, engines: bool = True, simulated: bool = False):
+        from gpudeck.jobs.box import BoxError, StatusReport
+        self.calls += 1
+        self.release.wait(30)
+        if self.fail:
+            raise BoxError(self.fail, code=1)
+        gpu = {"index": 0, "name": "NVIDIA H200", "uuid": "GPU-r0", "util": 55.0, "mem_used": 2**30,
+               "mem_total": 141 * 2**30, "processes": []}
+        return StatusReport({"time": NOW, "simulated": False, "host": {"name": self.name}, "gpus": [gpu],
+                             "gpu_error": None, "ports": [], "source": {"gpu": "nvml"},
+                             "agent": {"hostname": f"{self.name}.example", "version": "9.9", "readonly": True}})
+
+    def jobs(self):
+        from gpudeck.jobs.box import JobsListing
+        return JobsListing({"jobs": self._jobs, "pipelines": []})
+
+    def close(self) -> None:
+        self.release.set()
+
+
+def test_remote_boxes_share_the_local_names_told_apart_by_host():
+    boxes = [core.BoxSource(FakeBox("gpu-7", [TRAIN, SERVE])), core.BoxSource(FakeBox("gpu-8", [CRASHED]))]
+    collector = core.FleetCollector(FixedCollector(reading([HUNG])), boxes)
+    found = samples(scrape_text(collector))
+    assert one(found, "gpudeck_job_state", host="gpu-7", job_name="train", state="running").value == 1.0
+    assert one(found, "gpudeck_job_exit_code", host="gpu-8", job_name="build").value == 137.0
+    assert one(found, "gpudeck_job_stalled", host="box1", job_name="sglang").value == 1.0      # this machine
+    assert one(found, "gpudeck_engine_requests_running", host="gpu-7", job_name="vllm-k2").value == 4.0
+    assert one(found, "DCGM_FI_DEV_GPU_UTIL", Hostname="gpu-8").value == 55.0
+    for name in ("gpu-7", "gpu-8"):
+        assert one(found, "gpudeck_box_up", host=name).value == 1.0
+        info = one(found, "gpudeck_box_info", host=name)
+        assert (info.labels["hostname"], info.labels["readonly"]) == (f"{name}.example", "true")
+        assert one(found, "gpudeck_exporter_info", host=name).labels["gpu_source"] == "nvml"
+    # this machine's series are what the local exporter alone serves: no box_up of its own
+    assert not [s for s in found["gpudeck_box_up"] if s.labels["host"] == "box1"]
+    assert {s.labels["host"] for s in found["gpudeck_exporter_jobs_up"]} == {"box1", "gpu-7", "gpu-8"}
+
+
+def test_a_hanging_box_is_down_within_the_bound_and_not_asked_again_while_stuck():
+    frozen = FakeBox("frozen", [TRAIN], hang=True)
+    boxes = [core.BoxSource(FakeBox("ok", [SERVE]), timeout_s=0.3), core.BoxSource(frozen, timeout_s=0.3)]
+    collector = core.FleetCollector(None, boxes)
+    try:
+        t0 = time.monotonic()
+        found = samples(scrape_text(collector))
+        first = time.monotonic() - t0
+        assert first < 0.3 + 0.5
+        assert one(found, "gpudeck_box_up", host="frozen").value == 0.0
+        assert one(found, "gpudeck_exporter_jobs_up", host="frozen").value == 0.0
+        assert one(found, "gpudeck_exporter_gpus_up", host="frozen").value == 0.0
+        assert not [s for s in found["gpudeck_job_state"] if s.labels["host"] == "frozen"]
+        assert one(found, "gpudeck_box_up", host="ok").value == 1.0
+        time.sleep(0.35)
+        t0 = time.monotonic()
+        found = samples(scrape_text(collector))
+        assert time.monotonic() - t0 < 0.2            # the stuck read is not waited for again
+        assert one(found, "gpudeck_box_up", host="frozen").value == 0.0
+        assert frozen.calls == 1                      # nor is a second read piled onto the stuck link
+        frozen.release.set()                          # it thaws: the old answer is dropped, a new read answers
+        time.sleep(0.05)
+        found = samples(scrape_text(collector))
+        assert one(found, "gpudeck_box_up", host="frozen").value == 1.0 and frozen.calls == 2
+    finally:
+        collector.close()
+
+
+def test_a_box_that_refuses_the_link_is_down_at_once_and_says_why():
+    source = core.BoxSource(FakeBox("gone", [], fail="gone: cannot connect: Connection refused"), timeout_s=5)
+    changes = []
+    collector = core.FleetCollector(None, [source])
+    collector.on_change = lambda *change: changes.append(change)
+    t0 = time.monotonic()
+    found = samples(scrape_text(collector))
+    assert time.monotonic() - t0 < 1.0
+    assert one(found, "gpudeck_box_up", host="gone").value == 0.0
+    assert changes == [("gone", False, "gone: cannot connect: Connection refused")]
+
+
+def test_the_exporter_reaches_every_remote_box_read_only(tmp_path, monkeypatch):
+    import argparse
+
+    from gpudeck.console.commands.exporter import box_specs
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[hosts.a]\nssh = "a"\n\n[hosts.b]\nssh = "b"\nreadonly = true\n')
+    monkeypatch.setenv("GPUDECK_HOSTS", str(hosts))
+
+    def specs(**kw):
+        ns = argparse.Namespace(**{"host": None, "hosts": None, "all_hosts": False, "readonly": False, **kw})
+        return [(s.name, s.readonly) for s in box_specs(ns)]
+    assert specs() == []                                            # no --host: this machine, as always
+    assert specs(host="a") == [("a", True)]                         # `gpudeck --host a exporter`
+    assert specs(hosts=["b", "a", "b"]) == [("b", True), ("a", True)]
+    assert specs(all_hosts=True) == [("local", False), ("a", True), ("b", True)]
+    assert specs(hosts=["local"]) == []                             # `--host local` alone: the plain exporter

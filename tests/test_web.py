@@ -198,3 +198,40 @@ def test_served_command_is_read_only_unless_actions_are_allowed(tmp_path, monkey
     monkeypatch.setattr(web, "make_server", lambda command, *a, **kw: NoServe(command))
     assert main(["web", "--allow-actions"]) == 0
     assert " --readonly" in NoServe.command
+
+
+def test_web_host_is_served_to_every_tab_read_only(tmp_path, monkeypatch, capsys) -> None:
+    """`gpudeck web --host box`: the served command carries `--host box` (and `--readonly` unless actions are
+    allowed, or the host is readonly in hosts.toml); an unknown host is refused at start, not in each tab."""
+    import gpudeck.console.commands.web as web
+    from gpudeck.console.cli import main
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[hosts.box]\nssh = "box"\n\n[hosts.watched]\nssh = "watched"\nreadonly = true\n')
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.setenv("GPUDECK_HOSTS", str(hosts))
+    monkeypatch.delenv("GPUDECK_READONLY", raising=False)
+    served: list[str] = []
+
+    class NoServe:
+        def serve(self) -> None:
+            pass
+    monkeypatch.setattr(web, "make_server", lambda command, *a, **kw: served.append(command) or NoServe())
+
+    def tab(*argv: str) -> list[str]:
+        assert main(list(argv)) == 0
+        return served[-1].split()
+    argv = tab("web", "--host", "box")
+    assert argv[:3] == [sys.executable, "-m", "gpudeck"] and "--readonly" in argv
+    assert argv[argv.index("--host") + 1] == "box"
+    out = capsys.readouterr().out
+    assert "read-only" in out and "box box (its agent refuses to act)" in out, out
+    assert tab("--host", "box", "web")[-2:] == ["--host", "box"]          # the global form, the same
+    assert "--readonly" in tab("--readonly", "web", "--host", "box", "--allow-actions")
+    acting = tab("web", "--host", "box", "--allow-actions")
+    assert "--readonly" not in acting and acting[-2:] == ["--host", "box"]
+    # a host that is readonly in hosts.toml stays so, --allow-actions or not, and the line says why
+    assert "--readonly" in tab("web", "--host", "watched", "--allow-actions")
+    assert "host watched has readonly = true" in capsys.readouterr().out
+    served.clear()
+    assert main(["web", "--host", "nosuch"]) == 2 and not served
+    assert "no host named 'nosuch'" in capsys.readouterr().err

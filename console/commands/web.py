@@ -28,6 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"address to listen on (default {DEFAULT_LISTEN}; [::1]:8765 for IPv6)")
     p.add_argument("--allow-actions", action="store_true",
                    help="let the browser start, stop, restart and pivot jobs (else it only watches)")
+    p.add_argument("--host", metavar="NAME", dest="web_host", default=None,
+                   help="the hosts.toml box the served console shows (as `gpudeck --host NAME web`); "
+                        "read-only, it is reached through an agent that refuses to act")
     p.set_defaults(handler=run_web, remote_ok=True)
 
 
@@ -105,9 +108,17 @@ def make_server(command: str, host: str, port: int, token: Optional[str]) -> Any
 
 
 def run_web(args: argparse.Namespace) -> int:
+    from gpudeck.console.commands._host import host_spec
     from gpudeck.console.readonly import readonly_source
     host, port = parse_listen(args.listen, DEFAULT_LISTEN)
+    if getattr(args, "web_host", None):
+        args.host = args.web_host
+    # The box is named once here, not in every browser tab: an unknown host is refused at start (exit 2).
+    spec = host_spec(args)
     source = readonly_source(args)
+    if source is None and spec.readonly:
+        from gpudeck.jobs.hosts.config import hosts_file
+        source = f"host {spec.name} has readonly = true in {hosts_file()}"
     readonly = source is not None or not args.allow_actions
     try:
         import textual_serve.server  # noqa: F401
@@ -123,6 +134,8 @@ def run_web(args: argparse.Namespace) -> int:
     url = f"http://{shown}:{port}/" + (f"{token}/" if token else "")
     mode = (f"read-only ({source})" if source else "read-only (--allow-actions lets it act)") if readonly \
         else "actions ALLOWED: the browser can start, stop and pivot jobs"
+    if not spec.local:
+        mode += f"; box {spec.name}" + (" (its agent refuses to act)" if readonly else "")
     print(f"gpudeck web: {url}  {mode}", flush=True)
     if args.allow_actions and source is not None:
         print(f"gpudeck web: --allow-actions ignored: {source} keeps it read-only", flush=True)
