@@ -17,6 +17,7 @@ from gpudeck.console.listen import is_loopback, parse_listen
 
 if TYPE_CHECKING:
     from gpudeck.jobs.exporter import JobsReader
+    from prometheus_client import CollectorRegistry
     from gpudeck.jobs.hosts.config import HostSpec
 
 DEFAULT_LISTEN = "127.0.0.1:9402"
@@ -138,7 +139,7 @@ def run_exporter(args: argparse.Namespace) -> int:
     return _serve(args, host, port, registry, f"{where}; GPUs: {gpu_note}", close)
 
 
-def _fleet(args: argparse.Namespace, specs: list[HostSpec]) -> tuple[object, str, Callable[[], None]]:
+def _fleet(args: argparse.Namespace, specs: list[HostSpec]) -> tuple[CollectorRegistry, str, Callable[[], None]]:
     """(registry, what is served, close) for boxes named by hosts.toml: remote ones through the Box seam."""
     import sys
 
@@ -174,7 +175,7 @@ def _fleet(args: argparse.Namespace, specs: list[HostSpec]) -> tuple[object, str
     return registry, f"boxes {names} (remote ones read-only, each bounded to {timeout:g} s a scrape)", close
 
 
-def _serve(args: argparse.Namespace, host: str, port: int, registry: object, where: str,
+def _serve(args: argparse.Namespace, host: str, port: int, registry: CollectorRegistry, where: str,
            close: Optional[Callable[[], None]]) -> int:
     from prometheus_client import start_http_server
     try:
