@@ -306,7 +306,7 @@ class HistoryScreen(DeckScreen):
         job, run_id = str(run.get("job") or ""), str(run.get("run_id") or "")
         box = self.listed_box
         local = box is None or getattr(box, "local", True)
-        if local and not Path(str(path or "")).is_dir():
+        if local and not (isinstance(path, str) and path and Path(path).is_dir()):
             self.notify(safe_text(f"{job} run {run_id}: its directory is gone ({path})", 300),
                         severity="error", timeout=5, markup=False)
             return None
