@@ -9,6 +9,7 @@ from gpudeck.jobs.replay import Mark, ReplaySession, jobs_snapshot
 from gpudeck.jobs.view import JobsSnapshot
 
 from gpudeck.console.feeds import RearmedSource
+from gpudeck.console.format import safe_text
 
 # A frame a second while playing, the live path's own cadence, so a replay costs what live jobs
 # cost (the core's part is ~4 ms a frame for the demo's four runs); a key shows its frame at
@@ -124,6 +125,44 @@ class NoJobsSource(RearmedSource):
 
     def _next_delay(self) -> Optional[float]:
         return None
+
+
+def record_dir(box: Any, job: str, run_id: str, path: Optional[str] = None) -> Path:
+    """The directory on this machine holding a run's record (blocking: a worker calls it).
+
+    On this machine that is the run itself (its indexed path, when it is one: a --demo run lives
+    outside the state dir); for a remote box, `box.run_record` — the run fetched by offset into a
+    private copy (a second call fetches only what grew). A remote box's `path` is never opened here."""
+    if getattr(box, "local", False) and path:
+        local = Path(path)
+        if local.is_dir():
+            return local
+    return Path(box.run_record(job, run_id))
+
+
+def replay_from_box(app: Any, box: Any, runs: Sequence[tuple[str, str, Optional[str]]]) -> None:
+    """Play these (job, run_id, path) runs of `box` in the jobs view (`app.replay_runs`). A remote box's
+    records are fetched first, off the UI thread, with a notice; a fetch that fails is one line."""
+    if not runs:
+        return
+    replay = getattr(app, "replay_runs", None)
+    if replay is None:
+        app.notify("replay is not available in this console", severity="warning", timeout=3, markup=False)
+        return
+    what = (f"{runs[0][0]} run {runs[0][1]}" if len(runs) == 1 else f"{len(runs)} runs")
+    if not getattr(box, "local", False):
+        app.notify(safe_text(f"fetching {what} from {box.name} for the replay…", 300), timeout=4, markup=False)
+
+    def fetch() -> None:
+        try:
+            paths = [record_dir(box, job, run_id, path) for job, run_id, path in runs]
+        except Exception as exc:  # noqa: BLE001 - BoxError (the link, a refusal) or a local OSError: one line
+            app.call_from_thread(app.notify, safe_text(f"cannot replay {what}: {exc}", 400), severity="error",
+                                 timeout=6, markup=False)
+            return
+        app.call_from_thread(replay, paths)
+
+    app.run_worker(fetch, thread=True, exclusive=True, group="replay-fetch", exit_on_error=False)
 
 
 def open_session(paths: Sequence[Path], **kwargs: Any) -> ReplaySession:

@@ -154,3 +154,22 @@ async def test_start_and_stop_toasts_and_the_confirmation_of_a_remote_job_are_ne
             assert not toast.markup, toast.message
             _assert_inert(toast.message)
         _assert_inert(_rendered(app))
+
+
+@pilot_test
+async def test_the_fleet_overview_of_a_spoofed_box_is_inert_and_counts_only() -> None:
+    """The fleet row's why column is the box's own error text: sanitised, never markup; its jobs are only counted."""
+    from gpudeck.console.screens.hosts import HostsTable
+    app = HostsApp()
+    app.initial_host = None
+    async with app.run_test(size=(200, 50)) as pilot:
+        table = await wait_for(pilot, lambda: isinstance(app.screen, HostsScreen)
+                               and app.screen.query_one(HostsTable).row_keys == ["box"]
+                               and app.screen.query_one(HostsTable), "the fleet row")
+        row = [c if isinstance(c, str) else c[0] for c in table._rows["box"]]
+        assert row[4:7] == ["1", "0", "0"]          # running; its "stall" alert is not a stall code
+        _assert_inert(row[8])
+        assert MARKUP in row[8]
+        await pilot.pause(0.1)
+        _assert_inert(_rendered(app))
+        assert app.is_running

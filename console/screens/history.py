@@ -19,6 +19,7 @@ from gpudeck.console.format import human_age, human_bytes, safe_text
 
 # A run that ends shows up within this long while the view is open (the index is synced lazily).
 REFRESH_S = 5.0
+REMOTE_REFRESH_S = 15.0
 # The view lists this many runs at most (newest first); `gpudeck runs` lists them all.
 MAX_ROWS = 2000
 # (key, label, cap on its width); "why" is last and takes what is left, so the table never scrolls sideways.
@@ -58,10 +59,14 @@ def why_text(row: dict) -> str:
         from gpudeck.jobs.history.index import stopper
         return f"stopped by {stopper(row['stopped_by'])}"
     alerts = [a for a in row.get("alerts") or [] if isinstance(a, str)]
-    peak = row.get("peak_gpu_mem") if isinstance(row.get("peak_gpu_mem"), dict) else {}
+    peak_mem = row.get("peak_gpu_mem")
+    peak: dict = peak_mem if isinstance(peak_mem, dict) else {}
     parts = [", ".join(alerts)] if alerts else []
-    if peak:
-        parts.append(f"peak GPU {human_bytes(max(v for v in peak.values() if isinstance(v, (int, float))) or 0)}")
+    top = row.get("peak_gpu_mem_max")
+    if not isinstance(top, (int, float)) or isinstance(top, bool):
+        top = max((v for v in peak.values() if isinstance(v, (int, float)) and not isinstance(v, bool)), default=None)
+    if peak or top:
+        parts.append(f"peak GPU {human_bytes(top or 0)}")
     return "; ".join(parts)
 
 
@@ -82,14 +87,30 @@ def row_texts(row: dict, now: float) -> dict[str, str]:
 
 
 class RunsListed(Message):
-    def __init__(self, rows: list[dict], error: Optional[str] = None) -> None:
+    def __init__(self, rows: list[dict], error: Optional[str] = None, box: Any = None) -> None:
         super().__init__()
         self.rows = rows
         self.error = error
+        self.box = box                       # the box asked (a listing of a box since left is dropped)
+
+
+def run_rows(rows: list[dict]) -> list[dict]:
+    """The job runs of a listing (pipelines and pivots have views of their own), each with a unique key:
+    a remote box's rows are its words, and two rows of one key would break the table."""
+    out, seen = [], set()
+    for row in rows:
+        if not isinstance(row, dict) or row.get("kind", "job") != "job":
+            continue
+        key = str(row.get("key") or f"job/{row.get('job')}/{row.get('run_id')}")
+        while key in seen:
+            key += "'"
+        seen.add(key)
+        out.append({**row, "key": key})
+    return out
 
 
 class HistoryScreen(DeckScreen):
-    """Runs of every job (the run index), failed ones in red; Enter: post-mortem, R: replay."""
+    """Runs of every job on the console's box (its run index), failed ones in red; Enter: post-mortem, R: replay."""
 
     DEFAULT_CSS = """
     HistoryScreen #history-reason { height: auto; color: $warning; padding: 0 1; display: none; }
@@ -107,18 +128,17 @@ class HistoryScreen(DeckScreen):
         Binding("escape", "clear_filters", "All runs", show=False, id="history.clear"),
     ]
 
-    def __init__(self, *, state_dir: Optional[Path] = None, run_dirs: Optional[list[Path]] = None,
-                 clock: Any = time.time, **kwargs: Any) -> None:
-        """The runs of the state dir's index; `run_dirs` lists those run directories instead (in --demo:
-        the demo's recorded runs, so the view never shows this box's real runs under SIMULATED)."""
+    def __init__(self, *, run_dirs: Optional[list[Path]] = None, clock: Any = time.time, **kwargs: Any) -> None:
+        """The runs of the app's box (`app.box.runs`); `run_dirs` lists those run directories instead (in
+        --demo: the demo's recorded runs, so the view never shows this box's real runs under SIMULATED)."""
         super().__init__(**kwargs)
-        self.state_dir = state_dir
         self.run_dirs = run_dirs
         self.clock = clock
         self.rows: list[dict] = []
         self.failed_only = False
         self.job_filter: Optional[str] = None
         self.loads = 0                      # completed loads (tests wait on it)
+        self.listed_box: Any = None         # the box the rows are of
         self._timer: Optional[Timer] = None
         self._shown: Optional[list[tuple]] = None
         self._widths: Optional[tuple[int, ...]] = None
@@ -141,6 +161,9 @@ class HistoryScreen(DeckScreen):
             from gpudeck.jobs.replay import demo_run_dirs
             self.run_dirs = demo_run_dirs()
         self.query_one(DataTable).focus()
+        feed = getattr(self.app, "box_feed", None)       # the box switcher's: another box, its runs
+        if feed is not None:
+            feed.follow(self, self._box_switched)
         self._load()
 
     def on_resize(self) -> None:
@@ -150,25 +173,43 @@ class HistoryScreen(DeckScreen):
     def on_screen_resume(self) -> None:
         self._load()
 
-    # -- loading (a worker asks the core; the handler owns the rows) ------------------------------
-    @work(thread=True, exclusive=True, group="history-load", exit_on_error=False)
+    @property
+    def box(self) -> Any:
+        """The box this view lists: the console's (`app.box`)."""
+        return getattr(self.app, "box")
+
+    def _box_switched(self, box: Any) -> None:
+        if box is not self.listed_box and self.listed_box is not None:
+            self.rows, self._shown, self.job_filter = [], None, None
+            self._render_rows()
+            self._load()
+
+    # -- loading (a worker asks the box; the handler owns the rows) ------------------------------
     def _load(self) -> None:
+        self._load_from(self.box if self.run_dirs is None else None, self.job_filter, self.failed_only)
+
+    @work(thread=True, exclusive=True, group="history-load", exit_on_error=False)
+    def _load_from(self, box: Any, job: Optional[str], failed: bool) -> None:
         try:
-            from gpudeck.jobs.history.index import RunIndex, rows_of
-            if self.run_dirs is not None:
-                rows = rows_of(self.run_dirs, job=self.job_filter, failed=self.failed_only)[:MAX_ROWS]
+            if box is None:
+                from gpudeck.jobs.history.index import rows_of
+                rows = rows_of(self.run_dirs or [], job=job, failed=failed)[:MAX_ROWS]
             else:
-                with RunIndex(self.state_dir) as index:
-                    index.sync()
-                    rows = index.query(job=self.job_filter, failed=self.failed_only, kinds=["job"], limit=MAX_ROWS)
-        except Exception as exc:        # a broken index is a line on screen, never a crash
-            self.post_message(RunsListed(self.rows, error=f"run index unavailable: {type(exc).__name__}: {exc}"))
+                rows = run_rows(box.runs(job=job, failed=failed, limit=MAX_ROWS).rows)
+        except Exception as exc:        # a broken index or a dead link is a line on screen, never a crash
+            from gpudeck.jobs.box import BoxError
+            why = str(exc) if isinstance(exc, BoxError) else f"{type(exc).__name__}: {exc}"
+            where = f" on {box.name}" if box is not None and not getattr(box, "local", True) else ""
+            self.post_message(RunsListed(self.rows, error=f"run index{where} unavailable: {why}", box=box))
             return
-        self.post_message(RunsListed(rows))
+        self.post_message(RunsListed(rows, box=box))
 
     @on(RunsListed)
     def _listed(self, message: RunsListed) -> None:
+        if message.box is not None and message.box is not self.box:
+            return                        # asked before the console switched box
         self.loads += 1
+        self.listed_box = message.box
         reason = self.query_one("#history-reason", Static)
         reason.update(safe_text(message.error or "", 500))
         reason.set_class(bool(message.error), "-shown")
@@ -176,8 +217,11 @@ class HistoryScreen(DeckScreen):
         self._render_rows()
         if self._timer is not None:
             self._timer.stop()
-        # Re-armed after each load completes, so a slow index never stacks loads up.
-        self._timer = self.set_timer(REFRESH_S, self._reload_if_shown, name="history-refresh")
+        # Re-armed after each load completes, so a slow index never stacks loads up; a remote box's
+        # listing crosses the link, so it is asked for less often.
+        remote = message.box is not None and not getattr(message.box, "local", True)
+        self._timer = self.set_timer(REMOTE_REFRESH_S if remote else REFRESH_S, self._reload_if_shown,
+                                     name="history-refresh")
 
     def _reload_if_shown(self) -> None:
         if self.is_current:
@@ -189,6 +233,9 @@ class HistoryScreen(DeckScreen):
         shown = [(r.get("key"), r.get("state"), r.get("ended_at"), r.get("failed"), r.get("final_phase"))
                  for r in self.rows]
         filters = ["SIMULATED demo runs"] if getattr(self.app, "demo_replay", False) and self.run_dirs is not None else []
+        box = self.listed_box
+        if box is not None and not getattr(box, "local", True):
+            filters.insert(0, f"box {safe_text(str(box.name), 60)}")
         if self.job_filter:
             filters.append(f"job {self.job_filter}")
         if self.failed_only:
@@ -249,33 +296,39 @@ class HistoryScreen(DeckScreen):
         self._shown = None
         self._load()
 
-    def _selected_path(self) -> Optional[Path]:
+    def _selected(self) -> Optional[tuple[str, str, Optional[str]]]:
+        """The selected run as (job, run_id, path): the path is the box's (on a remote box, not this machine's)."""
         run = self.selected_run
         if run is None:
-            self.notify("no run selected", severity="warning", timeout=3)
+            self.notify("no run selected", severity="warning", timeout=3, markup=False)
             return None
-        path = Path(str(run.get("path") or ""))
-        if not path.is_dir():
-            self.notify(safe_text(f"{run.get('job')} run {run.get('run_id')}: its directory is gone ({path})", 300),
+        path = run.get("path")
+        job, run_id = str(run.get("job") or ""), str(run.get("run_id") or "")
+        box = self.listed_box
+        local = box is None or getattr(box, "local", True)
+        if local and not (isinstance(path, str) and path and Path(path).is_dir()):
+            self.notify(safe_text(f"{job} run {run_id}: its directory is gone ({path})", 300),
                         severity="error", timeout=5, markup=False)
             return None
-        return path
+        return job, run_id, str(path) if isinstance(path, str) and path else None
 
     def action_replay(self) -> None:
-        path = self._selected_path()
-        if path is not None:
-            replay = getattr(self.app, "replay_runs", None)
-            if replay is None:
-                self.notify("replay is not available in this console", severity="warning", timeout=3)
-                return
-            replay([path])
+        selected = self._selected()
+        if selected is not None:
+            from gpudeck.console.replay import replay_from_box
+            replay_from_box(self.app, self.listed_box or self.box, [selected])
 
     def action_postmortem(self) -> None:
-        path = self._selected_path()
-        if path is None:
+        selected = self._selected()
+        if selected is None:
             return
+        job, run_id, path = selected
         from gpudeck.console.screens.postmortem import PostmortemScreen
-        self.app.push_screen(PostmortemScreen(path))
+        box = self.listed_box
+        if box is None:                       # --demo's recorded runs: their directories, read here
+            self.app.push_screen(PostmortemScreen(Path(str(path))))
+        else:
+            self.app.push_screen(PostmortemScreen(box=box, job=job, run_id=run_id, path=path))
 
     @on(DataTable.RowSelected, "#history-table")
     def _row_selected(self, event: DataTable.RowSelected) -> None:

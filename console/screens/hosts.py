@@ -1,4 +1,9 @@
-"""The hosts view: an overview row per host and one tab per host, all drawn from the fleet's cached views.
+"""The hosts view, the fleet overview: one row per box (this one, then hosts.toml's) and one tab per box.
+
+Each row: the link (LIVE, STALE or DOWN with the age of the data and why), GPUs busy of
+total, jobs running / stalled / failed, alerts. Enter on a row (or in a box's tab) enters
+that box — the console's views then show it (`app.switch_box`), as k9s enters a context.
+A remote box's tab keeps its quick actions (`s` / `x` on a picked job, through the fleet).
 
 Nothing here touches the network: the core's Fleet polls the remote hosts on its own
 thread, the app publishes `fleet.views()` (instant) on a timer, and switching tabs only
@@ -27,6 +32,7 @@ TAIL_JOBS = 3           # log tails under a remote host's jobs
 TAIL_LINES = 20
 TAIL_EVERY_S = 2.0      # a shown tab refreshes its tails this often (off the UI thread, from the fleet)
 _GIB = 1 << 30
+BUSY_UTIL = 10.0        # a GPU is busy when a process holds it or its utilisation is at least this (%)
 
 
 def link_cell(summary: dict) -> tuple[str, str]:
@@ -44,28 +50,61 @@ def link_cell(summary: dict) -> tuple[str, str]:
     return (text, "bold $error" if level == "red" or link == "DOWN" else "bold $warning" if level == "amber" else "")
 
 
-def overview_cells(summary: dict) -> tuple[Cell, ...]:
-    gpus = summary.get("gpus") or 0
-    util = summary.get("gpu_util")
-    gpu_text = f"{gpus} × {util:.0f}%" if gpus and util is not None else (f"{gpus}" if gpus else "-")
+def fleet_counts(status: Optional[dict], jobs: Optional[dict]) -> dict:
+    """What a fleet row counts from a box's cached payloads: GPUs busy of total, jobs running / stalled / failed
+    (the jobs view's own health words). Whatever the box sent, this only counts: nothing here is shown raw."""
+    from gpudeck.jobs.view import job_views
+    gpus = [g for g in ((status or {}).get("gpus") or []) if isinstance(g, dict)]
+
+    def busy(gpu: dict) -> bool:
+        util = gpu.get("util")
+        return bool(gpu.get("processes")) or (isinstance(util, (int, float)) and util >= BUSY_UTIL)
+    views = job_views(jobs) if jobs is not None else []
+    return {"gpus": len(gpus), "gpus_busy": sum(1 for g in gpus if busy(g)),
+            "running": sum(1 for j in views if j.live), "stalled": sum(1 for j in views if j.health == "stalled"),
+            "failed": sum(1 for j in views if j.health == "failed"), "jobs_known": jobs is not None}
+
+
+def overview_cells(summary: dict, counts: Optional[dict] = None, current: bool = False) -> tuple[Cell, ...]:
+    """A fleet row: box (▸ the one the console shows), link, GPUs busy/total, GPU memory, jobs running /
+    stalled / failed, alerts, and why the link is not LIVE (else where the box is)."""
+    counts = counts if counts is not None else {"gpus": summary.get("gpus") or 0, "gpus_busy": None,
+                                                "running": summary.get("jobs_running") or 0, "stalled": 0,
+                                                "failed": summary.get("jobs_failed") or 0, "jobs_known": True}
+    gpus = counts["gpus"]
+    busy = counts.get("gpus_busy")
+    gpu_text = (f"{busy}/{gpus}" if busy is not None else f"{gpus}") if gpus else "-"
     mem = ("-" if not summary.get("gpu_mem_total") else
            f"{summary['gpu_mem_used'] / _GIB:.0f}/{summary['gpu_mem_total'] / _GIB:.0f} GiB")
-    failed = summary.get("jobs_failed") or 0
     alerts = summary.get("alerts") or 0
     note = safe_text(summary.get("error") or summary.get("ssh") or "this machine", 200)
     if summary.get("simulated"):
         note = "SIMULATED · " + note
-    return (summary["host"], link_cell(summary), gpu_text, mem, str(summary.get("jobs_running") or 0),
-            (str(failed), "bold $error") if failed else "0", (str(alerts), "bold $warning") if alerts else "0", note)
+    name = safe_text(str(summary["host"]), 80)
+
+    def count(n: int, style: str) -> Cell:
+        if not counts.get("jobs_known"):
+            return "-"
+        return (str(n), style) if n else "0"
+    return (("▸ " + name, "bold") if current else "  " + name, link_cell(summary), gpu_text, mem,
+            count(counts["running"], ""), count(counts["stalled"], "bold $warning"),
+            count(counts["failed"], "bold $error"), (str(alerts), "bold $warning") if alerts else "0",
+            (note, "$error") if summary.get("error") else note)
 
 
 class HostsTable(RowsTable):
-    """One row per host: GPUs (count × mean util), GPU memory, jobs running / failed, alerts, link."""
+    """One row per box: link, GPUs busy/total, GPU memory, jobs running / stalled / failed, alerts, why / where."""
 
-    COLUMNS = (Column("host", 14), Column("link", 22), Column("GPUs", 9), Column("GPU mem", 14),
-               Column("run", 4, right=True), Column("fail", 4, right=True), Column("alerts", 6, right=True),
-               Column("where"))
-    EMPTY = "no hosts"
+    COLUMNS = (Column("box", 16), Column("link", 22), Column("GPUs", 6, right=True), Column("GPU mem", 14),
+               Column("run", 4, right=True), Column("stall", 5, right=True), Column("fail", 4, right=True),
+               Column("alerts", 6, right=True), Column("why / where"))
+    EMPTY = "no boxes"
+
+
+def shown_box(app: Any) -> str:
+    """The name of the box the console shows (this machine until another is entered)."""
+    box = getattr(app, "box", None)
+    return str(getattr(box, "name", None) or "local")
 
 
 def detail_text(summary: dict, status: Optional[dict], jobs: Optional[dict], agent: dict,
@@ -118,7 +157,7 @@ def _tail_jobs(jobs: Optional[dict]) -> list[dict]:
 
 
 class HostsScreen(DeckScreen):
-    """Tabs: the overview, then one per host (local first). Follows the app's hosts feed."""
+    """Tabs: the fleet overview, then one per box (local first). Follows the app's hosts feed."""
 
     DEFAULT_CSS = """
     HostsScreen #host-detail-scroll { height: 1fr; }
@@ -128,6 +167,8 @@ class HostsScreen(DeckScreen):
     """
 
     BINDINGS = [
+        Binding("enter", "enter_box", "Enter box", id="hosts.enter",
+                tooltip="show this box in every view (dashboard, jobs, history, post-mortem, replay)"),
         Binding("left", "tab(-1)", "Prev host", id="hosts.tab.prev"),
         Binding("right", "tab(1)", "Next host", id="hosts.tab.next"),
         Binding("j", "pick_job(1)", "Next job", id="hosts.job.next"),
@@ -148,7 +189,7 @@ class HostsScreen(DeckScreen):
         self._tails_asked: dict[str, float] = {}   # host -> when its tails were last asked for
 
     def compose(self) -> ComposeResult:
-        yield Tabs(Tab(OVERVIEW, id=f"tab-{OVERVIEW}"), id="host-tabs")
+        yield Tabs(Tab("fleet", id=f"tab-{OVERVIEW}"), id="host-tabs")
         yield HostsTable(id="hosts-table")
         with VerticalScroll(id="host-detail-scroll"):
             yield Static("", id="host-detail")
@@ -156,12 +197,16 @@ class HostsScreen(DeckScreen):
 
     def on_mount(self) -> None:
         self.set_class(True, "-overview")
+        self.query_one(HostsTable).focus()
         jobs = getattr(self.app, "jobs_feed", None)
         if jobs is not None:
             jobs.follow(self, lambda _snapshot: None)     # the local row counts this box's jobs
         feed = getattr(self.app, "hosts_feed", None)
         if feed is not None:
             feed.follow(self, self.apply_hosts)
+        boxes = getattr(self.app, "box_feed", None)        # another box entered: its row gets the ▸ at once
+        if boxes is not None:
+            boxes.follow(self, lambda _box: self.apply_hosts(self._hosts) if hasattr(self, "_hosts") else None)
         wanted = getattr(self.app, "initial_host", None)
         if wanted:
             self.call_after_refresh(self.select, wanted)
@@ -172,8 +217,13 @@ class HostsScreen(DeckScreen):
         for name in hosts:
             if f"tab-{name}" not in have:
                 tabs.add_tab(Tab(name, id=f"tab-{name}"))
-        self.query_one(HostsTable).sync({name: overview_cells(h["summary"]) for name, h in hosts.items()},
-                                        f"hosts ({len(hosts)})", False)
+        current = shown_box(self.app)
+        table = self.query_one(HostsTable)
+        table.sync({name: overview_cells(h["summary"], fleet_counts(h.get("status"), h.get("jobs")), name == current)
+                    for name, h in hosts.items()}, f"fleet ({len(hosts)}) · Enter: enter a box", False)
+        if table.cursor_key is None and hosts:
+            keys = table.row_keys
+            table.action_cursor_to(keys.index(current) if current in keys else 0)
         self._hosts = hosts
         if self.selected != OVERVIEW:
             self._draw_detail()
@@ -244,6 +294,24 @@ class HostsScreen(DeckScreen):
             if host is not None:
                 self.query_one("#host-detail", Static).update(detail_text(
                     host["summary"], host.get("status"), host.get("jobs"), host.get("agent") or {}, tails))
+
+    # -- entering a box: the console's views show it (the app's box switcher) -------------------
+    def target_box(self) -> Optional[str]:
+        """The box Enter enters: the overview's cursor row, or the box whose tab is shown."""
+        if self.selected != OVERVIEW:
+            return self.selected
+        return self.query_one(HostsTable).cursor_key
+
+    def action_enter_box(self) -> None:
+        name = self.target_box()
+        if name is None:
+            self.notify("no box selected", severity="warning", timeout=3, markup=False)
+            return
+        switch = getattr(self.app, "switch_box", None)
+        if switch is None:
+            self.notify("this console cannot enter another box", severity="warning", timeout=4, markup=False)
+            return
+        switch(name)
 
     def action_tab(self, delta: int) -> None:
         tabs = self.query_one(Tabs)

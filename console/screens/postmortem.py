@@ -141,10 +141,28 @@ def build_view(run_dir: Path) -> PostmortemView:
     return view_of(build_run(run_dir))
 
 
+def box_view(box: Any, target: str) -> PostmortemView:
+    """The post-mortem of `target` (a run's path on the box, or its run id) as the box reports it
+    (`box.postmortem`, built on the box that holds the run; blocking). A remote box's report names
+    files of that box: its log is never opened here (the screen fetches the run's record instead)."""
+    view = view_of(box.postmortem(target).report)
+    if not getattr(box, "local", True):
+        view.log_path = None
+    return view
+
+
 class PostmortemBuilt(Message):
     def __init__(self, view: Optional[PostmortemView], error: Optional[str] = None) -> None:
         super().__init__()
         self.view = view
+        self.error = error
+
+
+class RecordFetched(Message):
+    """A remote run's record copied here: its log can be shown (and the run replayed from it)."""
+    def __init__(self, path: Optional[Path], error: Optional[str] = None) -> None:
+        super().__init__()
+        self.path = path
         self.error = error
 
 
@@ -170,13 +188,29 @@ class PostmortemScreen(DeckScreen):
         Binding("tab", "focus_next", "Lines / log", show=False, id="postmortem.focus"),
     ]
 
-    def __init__(self, run_dir: Path, **kwargs: Any) -> None:
+    def __init__(self, run_dir: Optional[Path] = None, *, box: Any = None, job: Optional[str] = None,
+                 run_id: Optional[str] = None, path: Optional[str] = None, **kwargs: Any) -> None:
+        """The post-mortem of a run directory read here (`run_dir`: --demo's recorded runs), or of the run
+        `job`/`run_id` of `box` (its `path` there names it exactly), reported by the box itself."""
         super().__init__(**kwargs)
-        self.run_dir = Path(run_dir)
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.box = box
+        self.job = job
+        self.run_id = run_id
+        self.path = path
         self.view: Optional[PostmortemView] = None
+        self.record: Optional[Path] = None        # a remote run's record, copied here (its log, its replay)
+
+    @property
+    def remote(self) -> bool:
+        return self.box is not None and not getattr(self.box, "local", True)
 
     def compose(self) -> ComposeResult:
-        yield Static(Text(f"post-mortem of {safe_text(str(self.run_dir), 200)} …"), id="pm-verdict")
+        if self.run_dir is not None:
+            what = str(self.run_dir)
+        else:
+            what = f"{self.job} run {self.run_id}" + (f" on {self.box.name}" if self.remote else "")
+        yield Static(Text(f"post-mortem of {safe_text(what, 200)} …"), id="pm-verdict")
         with Vertical(id="pm-top"):
             with VerticalScroll(id="pm-report"):
                 yield Static("", id="pm-body")
@@ -193,8 +227,17 @@ class PostmortemScreen(DeckScreen):
 
     @work(thread=True, exclusive=True, group="postmortem", exit_on_error=False)
     def _build(self) -> None:
+        from gpudeck.jobs.box import BoxError
         try:
-            view = build_view(self.run_dir)
+            if self.box is None:
+                view = build_view(self.run_dir or Path())
+            else:
+                if not self.remote and self.path and not Path(self.path).is_dir():
+                    raise FileNotFoundError(f"{self.path}: the run directory is gone")
+                view = box_view(self.box, self.path or self.run_id or str(self.job))
+        except BoxError as exc:         # a run the box does not know, a dead link, a bad reply: one line
+            self.post_message(PostmortemBuilt(None, str(exc)))
+            return
         except OSError as exc:          # a deleted or unreadable run dir
             self.post_message(PostmortemBuilt(None, str(exc)))
             return
@@ -226,12 +269,39 @@ class PostmortemScreen(DeckScreen):
             options.add_option(Option(label, id=str(key_line.line)))
         if view.log_path is not None:
             self.query_one(LogView).open(view.log_path, title=safe_text(view.title, 80))
+        elif self.remote:
+            self._fetch_record()
         if view.lines:
             options.focus()
             # The cursor starts on the line an operator wants first: the root cause, if the log names one.
             ranked = [i for word in ("root cause", "first error") for i, k in enumerate(view.lines) if word in k.label]
             options.highlighted = ranked[0] if ranked else 0
             self.call_after_refresh(options.scroll_to_highlight)
+
+    # -- a remote run: its record fetched here (off the UI thread) for the log pane and a replay ----------
+    def _fetch_record(self) -> None:
+        self.notify(safe_text(f"fetching the log of {self.job} run {self.run_id} from {self.box.name}…", 300),
+                    timeout=3, markup=False)
+        self._fetch(self.box, str(self.job), str(self.run_id))
+
+    @work(thread=True, exclusive=True, group="postmortem-record", exit_on_error=False)
+    def _fetch(self, box: Any, job: str, run_id: str) -> None:
+        try:
+            path = Path(box.run_record(job, run_id))
+        except Exception as exc:  # noqa: BLE001 - BoxError (the link, a refusal) or a local OSError: one line
+            self.post_message(RecordFetched(None, str(exc)))
+            return
+        self.post_message(RecordFetched(path))
+
+    @on(RecordFetched)
+    def _record_fetched(self, message: RecordFetched) -> None:
+        if message.path is None:
+            self.notify(safe_text(f"the log of {self.job} run {self.run_id}: {message.error}", 400),
+                        severity="error", timeout=6, markup=False)
+            return
+        self.record = message.path
+        title = safe_text(self.view.title if self.view is not None else f"{self.job} run {self.run_id}", 80)
+        self.query_one(LogView).open(message.path / "output.log", title=title)
 
     def _report_text(self, view: PostmortemView) -> Text:
         out = Text()
@@ -282,7 +352,13 @@ class PostmortemScreen(DeckScreen):
         self.dismiss(None)
 
     def action_replay(self) -> None:
-        replay = getattr(self.app, "replay_runs", None)
-        if replay is not None:
+        if getattr(self.app, "replay_runs", None) is None:
+            return
+        if self.box is None:
             self.dismiss(None)
-            replay([self.run_dir])
+            getattr(self.app, "replay_runs")([self.run_dir])
+            return
+        from gpudeck.console.replay import replay_from_box
+        self.dismiss(None)
+        # A remote run's record was fetched for the log pane: the replay's fetch takes only what grew.
+        replay_from_box(self.app, self.box, [(str(self.job), str(self.run_id), self.path)])

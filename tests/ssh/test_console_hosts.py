@@ -16,8 +16,8 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-async def until(pilot, predicate, timeout: float, what: str):
-    return await pilot_wait_for(pilot, predicate, what, timeout)
+async def until(pilot, predicate, timeout: float, what: str, detail=None):
+    return await pilot_wait_for(pilot, predicate, what, timeout, detail=detail)
 
 
 def links(app) -> dict:
@@ -162,6 +162,60 @@ def test_host_option_opens_the_console_on_that_hosts_tab(console_env):
                         30, "the hosts view on box2's tab")
             await until(pilot, lambda: "LIVE" in str(app.screen.query_one("#host-detail").render()), 60,
                         "box2's tab drawn")
+        app.hosts_feed.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_fleet_overview_counts_each_box_and_enter_enters_one(console_env):
+    """One row per box: link (DOWN with why), GPUs busy/total, jobs running / stalled / failed; Enter on a row
+    asks the app to enter that box (`switch_box`), the row of the box shown carries the ▸."""
+    lab = console_env
+    from gpudeck.console.app import make_app
+    from gpudeck.console.screens.hosts import HostsTable
+    from gpudeck.jobs.box import open_box
+    with open_box("box") as box:
+        box.start("sleeper")
+
+    def cells(app, name):
+        table = app.screen.query_one(HostsTable)
+        return [c if isinstance(c, str) else c[0] for c in table._rows.get(name, ())]
+
+    async def scenario():
+        app = make_app(demo=True, refresh=0.5, jobs_file=str(lab.work / "jobs.toml"))
+        entered: list[str] = []
+        app.switch_box = entered.append                 # the box switcher (the tui branch's), recorded
+        async with app.run_test(size=(160, 40)) as pilot:
+            await pilot.press("4")
+            await until(pilot, lambda: links(app) == {"local": "LIVE", "box": "LIVE", "box2": "LIVE"}
+                        and all((app.hosts_feed.latest[n].get("jobs") or {}).get("jobs") for n in ("box", "box2")),
+                        60, "three LIVE boxes")
+            table = app.screen.query_one(HostsTable)
+            await until(pilot, lambda: cells(app, "box")[4:7] == ["1", "0", "0"], 30, "box: the sleeper running",
+                        detail=lambda: cells(app, "box"))
+            assert table.row_keys == ["local", "box", "box2"]
+            assert cells(app, "local")[0] == "▸ local" and cells(app, "box")[0] == "  box"     # the box shown
+            busy, total = cells(app, "box")[2].split("/")
+            assert total == "8" and 0 <= int(busy) <= 8                                         # SIMULATED 8 GPUs
+            assert cells(app, "box")[1] == "LIVE" and cells(app, "box2")[4] == "0"
+            assert table.has_focus and table.cursor_key == "local"
+            await pilot.press("down", "enter")
+            assert entered == ["box"]
+            lab.box2.freeze()
+            try:
+                await until(pilot, lambda: cells(app, "box2")[1].startswith("DOWN"), 30, "box2 DOWN",
+                            detail=lambda: cells(app, "box2"))
+                assert cells(app, "box2")[8] and cells(app, "box2")[8] != "box2"   # why, not only where
+                assert cells(app, "box")[1] == "LIVE"
+                await pilot.press("down", "enter")        # a dead box can be entered: its views say DOWN
+                assert entered == ["box", "box2"]
+            finally:
+                lab.box2.thaw()
+            # In a box's tab, Enter enters that box.
+            await pilot.press("right", "right")
+            assert app.screen.selected == "box"
+            await pilot.press("enter")
+            assert entered == ["box", "box2", "box"]
         app.hosts_feed.close()
 
     asyncio.run(scenario())

@@ -174,3 +174,82 @@ def test_a_hello_of_the_wrong_shape_is_refused_in_one_line(lab, evil):
                        "hostname": ESCAPES}, jobs=[{"jobs": []}])
     line = _one_line_failure(gd(lab, "--host", "evil", "jobs"))
     assert "evil: bad reply to hello: pid is a str, not an integer" in line
+
+
+def _drawn(app) -> str:
+    """What the screen shows: each widget's rendered lines, and the toasts."""
+    out = []
+    for widget in app.screen.walk_children():
+        try:
+            strips = widget.render_lines(widget.region.reset_offset) if widget.region.area else []
+        except Exception:  # noqa: BLE001 - a widget that cannot render alone (containers)
+            continue
+        out.extend("".join(seg.text for seg in strip) for strip in strips)
+    out.extend(n.message for n in app._notifications)
+    return "\n".join(out)
+
+
+def test_history_and_post_mortem_of_a_spoofed_box_are_inert_and_its_paths_never_opened(lab, evil, monkeypatch):
+    """The console's box is the spoofed one: its run rows, report and run names reach the screen sanitised
+    and literal; a report naming a file of this machine never opens it; a run name that is not a path part
+    fetches nothing (one line), and the console runs on."""
+    for key, value in lab.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    secret = lab.work / "secret.log"
+    secret.write_text("not for the box\n")
+    row = {"run_id": RUN, "job": JOB, "kind": "job", "started_at": time.time() - 60, "ended_at": time.time() - 30,
+           "duration_s": 30.0, "state": "exited", "exit_code": 1, "failed": True,
+           "failure_cause": f"cuda_oom{ESCAPES}{MARKUP}", "path": str(lab.work), "key": {"not": "a str"},
+           "peak_gpu_mem": {"0": "lots"}}
+    report = {"verdict": f"crashed {ESCAPES}{MARKUP}", "source": {"job": JOB, "run_id": RUN, "log": str(secret)},
+              "outcome": {"exit_code": 1, "state": "exited"},
+              "lines": [{"label": f"root cause{MARKUP}", "line": 1,
+                         "context": [{"key": True, "line": 1, "text": f"boom {ESCAPES}{MARKUP}"}]}]}
+    evil.answer(runs=[{"runs": [row, row]}], postmortem=[{"report": report}])
+    from gpudeck.console.app import make_app
+    from gpudeck.console.screens.history import HistoryScreen
+    from gpudeck.console.screens.postmortem import PostmortemScreen
+    from gpudeck.console.widgets.log_view import LogViewPane
+    from gpudeck.jobs.box import open_box
+    from gpudeck.jobs.telemetry.sampler import make_sampler
+
+    def inert(text: str) -> None:
+        assert not CONTROLS.search(text), sorted({hex(ord(c)) for c in CONTROLS.findall(text)})
+
+    async def scenario():
+        app = make_app(sampler=make_sampler(demo=True), start_sampling=False, refresh=0.3)
+        app._box = open_box("evil")
+        async with app.run_test(size=(200, 50)) as pilot:
+            await pilot.press("3")
+            history = await pilot_wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen) and app.screen,
+                                           "the history view")
+            await pilot_wait_for(pilot, lambda: len(history.rows) == 2, "the spoofed rows", 60,
+                                 detail=lambda: str(history.query_one("#history-reason").render()))
+            await pilot.pause(0.2)
+            drawn = _drawn(app)
+            inert(drawn)
+            assert "[/zz]x[@click" in drawn and app.is_running
+            await pilot.press("enter")
+            pm = await pilot_wait_for(pilot, lambda: isinstance(app.screen, PostmortemScreen) and app.screen, "pm")
+            await pilot_wait_for(pilot, lambda: pm.view is not None, "the spoofed report", 30)
+            await pilot_wait_for(pilot, lambda: any("the log of" in n.message for n in app._notifications),
+                                 "the record refused in one line", 30,
+                                 detail=lambda: [n.message for n in app._notifications])
+            assert pm.view.log_path is None and pm.record is None
+            assert pm.query_one(LogViewPane).path != secret          # the box's "log" is never opened here
+            await pilot.pause(0.2)
+            drawn = _drawn(app)
+            inert(drawn)
+            assert MARKUP in drawn and "not for the box" not in drawn
+            await pilot.press("R")                                   # a replay: nothing fetched, one line
+            await pilot_wait_for(pilot, lambda: any("cannot replay" in n.message for n in app._notifications),
+                                 "the replay refused in one line", 30)
+            for toast in app._notifications:
+                assert not toast.markup, toast.message
+                inert(toast.message)
+            assert app.is_running and not app.replaying
+            assert not evil.requests("run_file")
+        app._box.close()
+
+    asyncio.run(scenario())
