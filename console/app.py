@@ -74,8 +74,8 @@ class GpuDeckApp(App[int]):
         Binding("r", "sample_now", "Refresh", id="app.sample.now"),
         Binding("p", "toggle_pause", "Pause", id="app.sample.pause"),
         # Not in the footers (their snapshots stay as they are); `?` lists them.
-        Binding("b", "pick_box", "Box", show=False, id="app.box.pick", tooltip="show another box: local or a hosts.toml host"),
-        Binding("colon", "prompt", "Command", key_display=":", show=False, id="app.prompt",
+        Binding("b", "pick_box", "Switch box", show=False, id="app.box.pick", tooltip="show another box: local or a hosts.toml host"),
+        Binding("colon", "prompt", "Command (box NAME)", key_display=":", show=False, id="app.prompt",
                 tooltip="`box NAME` (k9s's :ctx), or a view: dashboard, jobs, history, hosts"),
         *[
             Binding(key, f"show_view('{mode}')", title, show=len(VIEWS) > 1, id=f"app.view.{mode}")
