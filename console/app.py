@@ -122,6 +122,7 @@ class GpuDeckApp(App[int]):
         self._box: Optional[Box] = None            # the box every view shows and acts on (see `box`)
         self._box_link: Optional[BoxLink] = None   # a remote box's one delta poll (telemetry and jobs)
         self.box_feed: Feed[Box] = Feed(self, "box")
+        self._local_last: tuple = (None, None)     # this machine's last snapshot and jobs, while another box is shown
         self.initial_box: Optional[str] = None     # --host NAME: the console opens on that box
         self.initial_host: Optional[str] = None    # the hosts view opens on this host's tab
 
@@ -163,6 +164,25 @@ class GpuDeckApp(App[int]):
         return max(0.5, float(self.refresh_s or 1.0))
 
     # -- the box: which machine every view shows and acts on ----------------------------------------
+    @property
+    def local_snapshot(self) -> Optional[Snapshot]:
+        """This machine's latest telemetry: the live one, or (another box shown) the last one before the switch."""
+        return self.snapshot if self.box.local else self._local_last[0]
+
+    @property
+    def local_jobs(self) -> Any:
+        """This machine's latest JobsSnapshot, as local_snapshot."""
+        if self.box.local:
+            return self._jobs_feed.latest if self._jobs_feed is not None else None
+        return self._local_last[1]
+
+    @property
+    def local_error(self) -> Optional[str]:
+        """Why this machine's figures are not live (its own sampling failed, or another box is shown)."""
+        if self.box.local:
+            return self.sample_error
+        return f"not sampled while the console shows box {self.box.name} (b to come back)"
+
     def box_specs(self) -> list:
         """local, then every hosts.toml host (--demo: local only; a broken hosts.toml: local, and why)."""
         from gpudeck.jobs.hosts.config import HostSpec
@@ -211,6 +231,8 @@ class GpuDeckApp(App[int]):
                         severity="error", timeout=6, markup=False)
             return False
         old_box, old_link = self._box, self._box_link
+        if self.box.local:                     # what the hosts view's local row keeps showing meanwhile
+            self._local_last = (self.snapshot, self._jobs_feed.latest if self._jobs_feed is not None else None)
         if spec.local:
             from gpudeck.jobs.box.local import LocalBox
             box: Box = LocalBox(jobs_file=self.jobs_file, name=spec.name)

@@ -44,12 +44,13 @@ class HostsFeed(Feed[dict]):
     def _local(self) -> dict:
         from gpudeck.jobs.hosts.fleet import HostView
         from gpudeck.jobs.telemetry.status import status_payload
-        snapshot = getattr(self.app, "snapshot", None)
+        # This machine's own figures, also while the console shows another box (then the last ones, STALE).
+        snapshot = getattr(self.app, "local_snapshot", getattr(self.app, "snapshot", None))
         status = status_payload(snapshot) if snapshot is not None else None
-        jobs_snapshot = self.app.jobs_feed.latest
+        jobs_snapshot = getattr(self.app, "local_jobs", None) if hasattr(self.app, "local_jobs") else self.app.jobs_feed.latest
         jobs = ({"jobs": [job.payload for job in jobs_snapshot.jobs], "pipelines": list(jobs_snapshot.pipelines)}
                 if jobs_snapshot is not None else None)
-        error = getattr(self.app, "sample_error", None)
+        error = getattr(self.app, "local_error", getattr(self.app, "sample_error", None))
         view = HostView(name="local", ssh=None, state="LIVE" if snapshot is not None and not error else
                         ("STALE" if snapshot is not None else "CONNECTING"),
                         data_age_s=max(0.0, time.time() - snapshot.time) if snapshot is not None else None,

@@ -138,7 +138,10 @@ async def test_a_remote_box_shows_its_jobs_and_says_down_in_every_view(tmp_path:
     monkeypatch.setattr(boxes, "BoxLink", fake_link)
     app = console(tmp_path, [HostSpec("local"), HostSpec("gpu7", ssh="gpu7.example")])
     async with app.run_test(size=(170, 36)) as pilot:
+        local = await wait_for(pilot, lambda: app.snapshot, "this machine's first sample")
         assert app.switch_box("gpu7")
+        # The hosts view's local row keeps this machine's last figures, said to be not sampled now.
+        assert app.local_snapshot is local and "not sampled while the console shows box gpu7" in app.local_error
         assert not app.box.local and app.box.name == "gpu7"
         dashboard = app.screen
         await wait_for(pilot, lambda: app.snapshot is not None and "box gpu7" in header(dashboard), "gpu7 telemetry")

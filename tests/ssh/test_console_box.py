@@ -56,6 +56,16 @@ def test_jobs_view_log_pane_and_keys_on_a_remote_box(console_env):
                                  "box's telemetry", detail=lambda: app.sample_error)
             header = dashboard.query_one(BoxHeaderPanel).render_line(0).text
             assert "box box" in header and "8 GPUs" in header and "SIMULATED" in header
+            # Telemetry and jobs come from one delta poll a round: at most 2 KB a round (2 KB/s at 1 Hz).
+            link = app._box_link
+            await asyncio.sleep(2.0)
+            before, t0 = link.view(), time.monotonic()
+            await asyncio.sleep(4.0)
+            after, dt = link.view(), time.monotonic() - t0
+            moved = (after.bytes_in + after.bytes_out) - (before.bytes_in + before.bytes_out)
+            rounds = dt / link.fleet.interval
+            print(f"box link: {moved / dt:.0f} B/s at {1 / link.fleet.interval:g} Hz, {moved / rounds:.0f} B a round")
+            assert moved / rounds <= 2048, (moved, rounds)
 
             await pilot.press("2")
             screen = await until(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen, 10,
