@@ -171,3 +171,51 @@ async def test_a_remote_box_shows_its_jobs_and_says_down_in_every_view(tmp_path:
         assert app.switch_box("local")
         await wait_for(pilot, lambda: links[-1].closed, "gpu7's link let go")
         assert "box gpu7" not in header(app.screen)
+
+
+@pilot_test
+async def test_a_readonly_remote_box_offers_no_acting_key(tmp_path: Path, state, monkeypatch) -> None:
+    import gpudeck.console.boxes as boxes
+    monkeypatch.setattr(boxes, "BoxLink", FakeLink)
+    app = console(tmp_path, [HostSpec("local"), HostSpec("ro", ssh="ro.example", readonly=True)])
+    async with app.run_test(size=(140, 36)) as pilot:
+        assert app.switch_box("ro")
+        await pilot.press("2")
+        screen = await wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen, "jobs view")
+        await wait_for(pilot, lambda: screen.jobs, "ro's jobs")
+        assert screen.actions_off == "read-only"
+        assert not screen.check_action("start_job", ()) and not screen.check_action("stop_job", ())
+        await pilot.press("s")
+        await wait_for(pilot, lambda: any("actions off: read-only" in n.message for n in app._notifications),
+                       "the refusal")
+
+
+def test_remote_stop_plan_stacks_and_pivot_steps_read_the_box_results() -> None:
+    from gpudeck.jobs.box.results import StacksResult
+
+    from gpudeck.console.boxes import box_stacks
+    from gpudeck.console.screens.jobs import box_stop_plan, step_line
+
+    class Box:
+        local, name = False, "gpu7"
+
+        def __init__(self, result):
+            self.result = result
+
+        def stacks(self, job):
+            return self.result
+
+    plan = box_stop_plan(Box(None), "sleeper", REMOTE_JOBS["jobs"][0])
+    assert (plan.run_id, plan.pgid, plan.processes, plan.where) == ("r1", 4242, [(4242, "(as last reported by the box)")],
+                                                                    " on gpu7")
+    assert box_stop_plan(Box(None), "sleeper", {"state": "stopped", "pid": None}).processes == []
+    dump = box_stacks(Box(StacksResult(dump={"verdict": "waiting on a lock"}, lines=["verdict: x", "1 process"])),
+                      "sleeper")
+    assert dump.verdict == "waiting on a lock" and dump.lines == ("verdict: x", "1 process")
+    try:
+        box_stacks(Box(StacksResult(refused="py-spy is not installed (on gpu7)", code=2)), "sleeper")
+    except RuntimeError as exc:
+        assert "py-spy" in str(exc)
+    else:
+        raise AssertionError("a refusal must raise its line")
+    assert step_line({"name": "stop job a", "ok": True, "duration_s": 1.25, "detail": ""}) == "[ok] stop job a (1.2 s)"
