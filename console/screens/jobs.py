@@ -703,7 +703,9 @@ class JobsScreen(DeckScreen):
         except Exception as exc:
             self.app.call_from_thread(self._say, f"cannot replay {job}: {exc}", severity="error", timeout=6)
             return
-        self.app.call_from_thread(self.app.replay_runs, [record])
+        replay = getattr(self.app, "replay_runs", None)
+        if replay is not None:
+            self.app.call_from_thread(replay, [record])
 
     # -- actions -------------------------------------------------------------------------------------
     def _selected_name(self) -> Optional[str]:

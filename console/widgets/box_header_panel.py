@@ -98,7 +98,7 @@ class BoxHeaderPanel(FollowsTelemetry, PaintedLines, Widget):
             parts.append((f"{safe_text(self.box_name, 40)} ", "bold $accent"))
             link = link_word(view.error if view else None, self.box_name)
         error = view.error if view else None
-        if link is not None and error:
+        if link is not None and error and self.box_name is not None:
             # "NAME: DOWN — why": the badge says the state and the box is named already; the why follows.
             error = error[len(self.box_name) + 2 + len(link):].lstrip(" —") or error
         if snap is not None:
@@ -110,7 +110,7 @@ class BoxHeaderPanel(FollowsTelemetry, PaintedLines, Widget):
         if view is None or (snap is None and not view.error):
             parts.append(("waiting for the first sample…", "$text-muted"))
         elif snap is None and link == "CONNECTING":
-            parts.append((f"connecting to {safe_text(self.box_name, 40)}…", "$text-muted"))
+            parts.append((f"connecting to {safe_text(self.box_name or '?', 40)}…", "$text-muted"))
         elif snap is None:
             parts.append((f" {link or 'UNAVAILABLE'} ", "bold reverse $error"))
             parts.append((f" {safe_text(error, 120)}", "$error"))

@@ -92,8 +92,18 @@ def test_jobs_view_log_pane_and_keys_on_a_remote_box(console_env):
             assert [line for line in text.splitlines()] == [f"line {i}" for i in range(400)]
             await until(pilot, lambda: job(screen, "count").get("state") == "exited", 60, "count exited")
 
-            # x stops sleeper after the confirmation; the table shows the state the box reports.
+            # R replays count's run: its record copied from the box by offset, played in this view.
             await pilot.press("escape")
+            await select(pilot, screen, "count")
+            await pilot.press("R")
+            await until(pilot, lambda: screen.replay is not None and [j.name for j in screen.jobs] == ["count"], 60,
+                        "count's replay", detail=lambda: [n.message for n in app._notifications][-3:])
+            assert (app.jobs_feed.source.paths[0] / "output.log").read_text().count("\n") == 400
+            await pilot.press("escape")                           # out of the replay: the box's live jobs
+            await until(pilot, lambda: screen.replay is None and len(screen.jobs) == 5 and screen.remote, 60,
+                        "box's live jobs again")
+
+            # x stops sleeper after the confirmation; the table shows the state the box reports.
             await select(pilot, screen, "sleeper")
             await pilot.press("s")
             await until(pilot, lambda: job(screen, "sleeper").get("state") == "running", 60,
