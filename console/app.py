@@ -6,7 +6,7 @@ import asyncio
 import contextvars
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -31,6 +31,7 @@ from gpudeck.console.telemetry_view import TelemetryView
 from gpudeck.themes import DEFAULT_THEME, GPUDECK_THEMES, THEME_CYCLE, is_known_theme, next_theme, unknown_theme
 
 if TYPE_CHECKING:                  # imported where first used: the hosts view, a replay, make_app's defaults
+    from gpudeck.console.boxes import BoxLink
     from gpudeck.jobs.box import Box
     from gpudeck.console.hosts_feed import HostsFeed
     from gpudeck.jobs.replay import ReplaySession
@@ -72,6 +73,10 @@ class GpuDeckApp(App[int]):
         Binding("t", "cycle_theme", "Theme", id="app.theme.cycle"),
         Binding("r", "sample_now", "Refresh", id="app.sample.now"),
         Binding("p", "toggle_pause", "Pause", id="app.sample.pause"),
+        # Not in the footers (their snapshots stay as they are); `?` lists them.
+        Binding("b", "pick_box", "Switch box", show=False, id="app.box.pick", tooltip="show another box: local or a hosts.toml host"),
+        Binding("colon", "prompt", "Command (box NAME)", key_display=":", show=False, id="app.prompt",
+                tooltip="`box NAME` (k9s's :ctx), or a view: dashboard, jobs, history, hosts"),
         *[
             Binding(key, f"show_view('{mode}')", title, show=len(VIEWS) > 1, id=f"app.view.{mode}")
             for mode, key, title, _ in VIEWS
@@ -99,6 +104,7 @@ class GpuDeckApp(App[int]):
             self.register_theme(definition)
         self.theme = theme
         self.sampler = sampler
+        self._local_sampler = sampler      # this machine's: kept while another box is shown, to come back to
         self.refresh_s = refresh
         self.history = history
         self.start_sampling = start_sampling
@@ -114,7 +120,11 @@ class GpuDeckApp(App[int]):
         self._hosts_feed: Optional[HostsFeed] = None
         self.host_specs: Optional[list] = None     # None: read hosts.toml when the hosts view opens
         self._box: Optional[Box] = None            # the box every view shows and acts on (see `box`)
-        self.initial_host: Optional[str] = None    # --host NAME: the hosts view opens on its tab
+        self._box_link: Optional[BoxLink] = None   # a remote box's one delta poll (telemetry and jobs)
+        self.box_feed: Feed[Box] = Feed(self, "box")
+        self._local_last: tuple = (None, None)     # this machine's last snapshot and jobs, while another box is shown
+        self.initial_box: Optional[str] = None     # --host NAME: the console opens on that box
+        self.initial_host: Optional[str] = None    # the hosts view opens on this host's tab
 
     @property
     def box(self) -> Box:
@@ -144,7 +154,172 @@ class GpuDeckApp(App[int]):
         ones (`s` would start them, their on_alert would post), and the screen says SIMULATED."""
         if self.demo_replay:
             return self._demo_source()
-        return LiveJobsSource(JobsWatcher(self.jobs_file), lambda: max(0.5, float(self.refresh_s or 1.0)))
+        if self._box_link is not None:
+            from gpudeck.console.boxes import RemoteJobsSource
+            return RemoteJobsSource(self.box, self._box_link, self._poll_interval())
+        return LiveJobsSource(JobsWatcher(self.jobs_file), lambda: max(0.5, float(self.refresh_s or 1.0)),
+                              box=self.box)
+
+    def _poll_interval(self) -> float:
+        return max(0.5, float(self.refresh_s or 1.0))
+
+    # -- the box: which machine every view shows and acts on ----------------------------------------
+    @property
+    def local_snapshot(self) -> Optional[Snapshot]:
+        """This machine's latest telemetry: the live one, or (another box shown) the last one before the switch."""
+        return self.snapshot if self.box.local else self._local_last[0]
+
+    @property
+    def local_jobs(self) -> Any:
+        """This machine's latest JobsSnapshot, as local_snapshot."""
+        if self.box.local:
+            return self._jobs_feed.latest if self._jobs_feed is not None else None
+        return self._local_last[1]
+
+    @property
+    def local_error(self) -> Optional[str]:
+        """Why this machine's figures are not live (its own sampling failed, or another box is shown)."""
+        if self.box.local:
+            return self.sample_error
+        return f"not sampled while the console shows box {self.box.name} (b to come back)"
+
+    def box_specs(self) -> list:
+        """local, then every hosts.toml host (--demo: local only; a broken hosts.toml: local, and why)."""
+        from gpudeck.jobs.hosts.config import HostSpec
+        if self.host_specs is not None:
+            specs = list(self.host_specs)
+        elif self.demo_replay:
+            specs = []
+        else:
+            from gpudeck.jobs.hosts.config import HostConfigError, load_hosts
+            try:
+                specs = list(load_hosts().values())
+            except HostConfigError as exc:
+                self.notify(safe_text(str(exc), 400), severity="error", timeout=10, markup=False)
+                specs = []
+        if not any(spec.local for spec in specs):
+            specs.insert(0, HostSpec("local"))
+        return specs
+
+    def box_link_state(self, spec: Any) -> str:
+        """LIVE / STALE / DOWN / CONNECTING for a box whose link is watched (this one, or the hosts view's);
+        "this machine" for local; "not watched" otherwise (opening it connects)."""
+        name = spec.name
+        if spec.local:
+            return "this machine"
+        if self._box_link is not None and self._box_link.name == name:
+            return self._box_link.view().state
+        fleet = getattr(self._hosts_feed, "fleet", None)
+        if fleet is not None:
+            view = fleet.views().get(name)
+            if view is not None:
+                return view.state
+        return "not watched"
+
+    def switch_box(self, name: str) -> bool:
+        """Show box `name` ("local" or a hosts.toml host) in every view: its telemetry, its jobs, its
+        actions. A remote box is polled once a second with deltas (status and jobs in one round trip).
+        False (and a notice) for a name that is no box."""
+        name = (name or "").strip()
+        if name == self.box.name:
+            self.notify(f"already showing box {name}", timeout=2, markup=False)
+            return True
+        specs = {spec.name: spec for spec in self.box_specs()}
+        spec = specs.get(name)
+        if spec is None:
+            self.notify(safe_text(f"no box named {name!r} (boxes: {', '.join(specs)})", 400),
+                        severity="error", timeout=6, markup=False)
+            return False
+        old_box, old_link = self._box, self._box_link
+        if self.box.local:                     # what the hosts view's local row keeps showing meanwhile
+            self._local_last = (self.snapshot, self._jobs_feed.latest if self._jobs_feed is not None else None)
+        if spec.local:
+            from gpudeck.jobs.box.local import LocalBox
+            box: Box = LocalBox(jobs_file=self.jobs_file, name=spec.name)
+            link: Optional[BoxLink] = None
+            sampler: Sampler = self._local_sampler
+        else:
+            import dataclasses
+
+            from gpudeck.console.boxes import BoxLink, RemoteSampler
+            from gpudeck.jobs.box.remote import RemoteBox
+            if self.readonly and not spec.readonly:
+                spec = dataclasses.replace(spec, readonly=True)   # its agent refuses to act, whatever is sent
+            box = RemoteBox(spec)
+            link = BoxLink(spec, self._poll_interval()).start()
+            sampler = RemoteSampler(link)  # type: ignore[assignment]
+        self._box, self._box_link = box, link
+        self.sampler = sampler
+        # Another box's figures are not this one's: no last snapshot, a history of its own.
+        self.snapshot, self.sample_error = None, None
+        if self.history is not None:
+            from gpudeck.jobs.telemetry.history import History
+            self.history = History(capacity=HISTORY_CAPACITY)
+        if self._sampling_thread is not None:
+            self._sampling_thread.set_sample(sampler.sample)
+        elif self.is_running and self.start_sampling:
+            self.action_sample_now()
+        if self._jobs_feed is not None:
+            self._jobs_feed.switch(self._home_source())
+        self.initial_host = None if spec.local else spec.name     # the hosts view opens on its tab
+        self._push_telemetry()
+        self.box_feed.publish(box)
+        self.notify(f"box: {name}" + ("" if spec.local else " (over SSH)"), timeout=2, markup=False)
+        self._let_go(old_box, old_link)
+        return True
+
+    def _let_go(self, box: Optional[Box], link: Optional[BoxLink]) -> None:
+        """Close a box's link off the UI thread (a wedged one takes seconds); its jobs are never touched."""
+        if box is None and link is None:
+            return
+        import threading
+
+        def close() -> None:
+            for part in (link, box):
+                if part is not None:
+                    try:
+                        part.close()
+                    except Exception:  # noqa: BLE001 - a dead link must not fail the switch
+                        pass
+        threading.Thread(target=close, name="gpudeck-box-close", daemon=True).start()
+
+    def action_pick_box(self) -> None:
+        from gpudeck.console.screens.box_picker import BoxPickerScreen
+        if isinstance(self.screen, BoxPickerScreen):
+            self.screen.dismiss(None)
+            return
+        rows = [(spec.name, spec.ssh, self.box_link_state(spec)) for spec in self.box_specs()]
+
+        def picked(name: Optional[str]) -> None:
+            if name:
+                self.switch_box(name)
+        self.push_screen(BoxPickerScreen(rows, current=self.box.name), picked)
+
+    def action_prompt(self) -> None:
+        from gpudeck.console.screens.box_picker import PromptScreen
+        if isinstance(self.screen, PromptScreen):
+            return
+        self.push_screen(PromptScreen(), self.run_prompt)
+
+    def run_prompt(self, line: Optional[str]) -> None:
+        """A `:` command: `box NAME` (also `ctx NAME`, k9s's word), `box` alone for the picker, or a view."""
+        words = (line or "").split()
+        if not words:
+            return
+        verb, rest = words[0].lower(), words[1:]
+        if verb in ("box", "ctx", "context", "host"):
+            if rest:
+                self.switch_box(rest[0])
+            else:
+                self.action_pick_box()
+            return
+        for mode, _, title, _ in VIEWS:
+            if verb in (mode, title.lower()):
+                self.action_show_view(mode)
+                return
+        self.notify(safe_text(f"unknown command {line!r}: try `box NAME` or a view "
+                              f"({', '.join(mode for mode, _, _, _ in VIEWS)})", 300),
+                    severity="warning", timeout=4, markup=False)
 
     def _demo_source(self) -> JobsSource:
         from gpudeck.console.replay import NoJobsSource, ReplayJobsSource
@@ -222,6 +397,10 @@ class GpuDeckApp(App[int]):
             self._sampling_thread.stop()      # before the sampler is closed (run_console closes it)
         if self._hosts_feed is not None:
             self._hosts_feed.close()
+        if self._box_link is not None:
+            self._box_link.close()
+            if self.sampler is not self._local_sampler:
+                self.sampler = self._local_sampler       # run_console closes the one it made
 
     # -- sampling loop -----------------------------------------------------------------------
 
@@ -239,7 +418,10 @@ class GpuDeckApp(App[int]):
         if self.readonly and not self.demo_replay:
             self.notify(f"read-only ({self.readonly}): nothing here starts, stops, restarts or pivots a job",
                         title="gpudeck --readonly", timeout=8, markup=False)
-        if self.initial_host:
+        self.box_feed.publish(self.box)
+        if self.initial_box and self.initial_box != self.box.name:
+            self.switch_box(self.initial_box)
+        elif self.initial_host:
             self.switch_mode("hosts")
 
     def _show_sample(self, snapshot: Optional[Snapshot], error: Optional[str]) -> None:
@@ -355,6 +537,10 @@ class GpuDeckApp(App[int]):
         for mode, key, title, _ in VIEWS:
             yield SystemCommand(f"View: {title}", f"Show the {title.lower()} (key {key})",
                                 lambda mode=mode: self.action_show_view(mode))
+        for spec in self.box_specs():
+            where = "this machine" if spec.local else f"over SSH ({spec.ssh})"
+            yield SystemCommand(f"Box: {spec.name}", f"Show and act on box {spec.name}, {where}",
+                                lambda name=spec.name: self.switch_box(name))
         yield SystemCommand("Sample now", "Take a telemetry sample immediately", self.action_sample_now)
         yield SystemCommand("Pause / resume sampling", "Freeze the display, or resume live updates",
                             self.action_toggle_pause)
@@ -417,7 +603,7 @@ def run_console(args: argparse.Namespace) -> int:
         from gpudeck.console.commands._host import host_spec
         spec = host_spec(args)          # --host / $GPUDECK_HOST: a bad name is one line before the app opens
         if not spec.local:
-            app.initial_host = spec.name
+            app.initial_box = spec.name     # the whole console on that box (`b` or `:box NAME` switches)
         result = app.run()
         # Invariant 1: quitting never stops a job, and the operator is told what still runs.
         note = live_jobs_note(app.jobs_file)

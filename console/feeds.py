@@ -1,7 +1,7 @@
 """The console's push paths: a Feed is a Textual Signal plus its latest value; widgets follow it.
 
-The app owns two: `telemetry_feed` (a TelemetryView after every sampling tick) and `jobs_feed`
-(a JobsSnapshot from a jobs source). A source is anything that calls `feed.publish(snapshot)` on
+The app owns three: `telemetry_feed` (a TelemetryView after every sampling tick), `jobs_feed`
+(a JobsSnapshot from a jobs source) and `box_feed` (the Box every view shows, after a switch). A source is anything that calls `feed.publish(snapshot)` on
 the UI thread: `LiveJobsSource` polls the core's JobsWatcher off the UI thread; a replay source
 publishes recorded snapshots through exactly the same path, so the views cannot tell them apart.
 """
@@ -21,6 +21,7 @@ from gpudeck.jobs.watch import JobsWatcher
 
 if TYPE_CHECKING:
     from gpudeck.console.telemetry_view import TelemetryView
+    from gpudeck.jobs.box import Box
     from gpudeck.jobs.supervisor import Supervisor
 
 T = TypeVar("T")
@@ -71,7 +72,9 @@ class JobsSource(Protocol):
     """What feeds the jobs view: live polling or a replay."""
 
     @property
-    def supervisor(self) -> Optional[Supervisor]: ...   # acts on jobs (start/stop/pivot); None: read-only
+    def supervisor(self) -> Optional[Supervisor]: ...   # the local jobs file's, once loaded; None otherwise
+
+    # A live source may also have `box`: the Box its jobs are on (what the jobs view acts through).
 
     def start(self, feed: "JobsFeed", host: DOMNode) -> None: ...   # begin publishing to `feed`
 
@@ -209,9 +212,11 @@ class LiveJobsSource(RearmedSource):
 
     worker_group = "jobs-poll"
 
-    def __init__(self, watcher: JobsWatcher, refresh_s: Union[float, Callable[[], float]]) -> None:
+    def __init__(self, watcher: JobsWatcher, refresh_s: Union[float, Callable[[], float]],
+                 box: Optional[Box] = None) -> None:
         super().__init__()
         self.watcher = watcher
+        self.box = box                       # the LocalBox these jobs are on (None: the view makes its own)
         self._refresh_s = refresh_s
         self.polls = 0                       # polls published (tests wait on it)
 

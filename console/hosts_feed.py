@@ -47,22 +47,18 @@ class HostsFeed(Feed[dict]):
     def _local(self) -> dict:
         from gpudeck.jobs.hosts.fleet import HostView
         from gpudeck.jobs.telemetry.status import status_payload
-        box = getattr(self.app, "_box", None)
-        here = box is None or getattr(box, "local", True)
+        # This machine's own figures, also while the console shows another box (then the last ones, STALE).
+        snapshot = getattr(self.app, "local_snapshot", getattr(self.app, "snapshot", None))
+        status = status_payload(snapshot) if snapshot is not None else None
         source = getattr(self.app.jobs_feed, "source", None)
         # A chosen replay's jobs are not this machine's live ones (--demo's recordings are its jobs).
         replaying = getattr(source, "session", None) is not None and not getattr(source, "demo", False)
-        if here:
-            snapshot = getattr(self.app, "snapshot", None)
-            jobs_snapshot = None if replaying else self.app.jobs_feed.latest
-            jobs = ({"jobs": [job.payload for job in jobs_snapshot.jobs], "pipelines": list(jobs_snapshot.pipelines)}
-                    if jobs_snapshot is not None else self._local_seen[1])
-            self._local_seen = (snapshot, jobs)
-            error = getattr(self.app, "sample_error", None)
-        else:
-            snapshot, jobs = self._local_seen
-            error = f"not sampled while the console shows {getattr(box, 'name', 'another box')}"
-        status = status_payload(snapshot) if snapshot is not None else None
+        jobs_snapshot = None if replaying else (getattr(self.app, "local_jobs") if hasattr(self.app, "local_jobs")
+                                                else self.app.jobs_feed.latest)
+        jobs = ({"jobs": [job.payload for job in jobs_snapshot.jobs], "pipelines": list(jobs_snapshot.pipelines)}
+                if jobs_snapshot is not None else self._local_seen[1])
+        self._local_seen = (snapshot, jobs)
+        error = getattr(self.app, "local_error", getattr(self.app, "sample_error", None))
         view = HostView(name="local", ssh=None, state="LIVE" if snapshot is not None and not error else
                         ("STALE" if snapshot is not None else "CONNECTING"),
                         data_age_s=max(0.0, time.time() - snapshot.time) if snapshot is not None else None,

@@ -17,7 +17,8 @@ class SamplingThread:
     `deliver(snapshot, error)` runs on the loop in `context` (the app's: widgets read the active app
     from it); the next sample is taken only after `shown()` says the last one was shown, so a slow
     source or a busy UI never stacks ticks up. `wake()` samples now (or right after the sample under
-    way); while `paused()` it only waits for a wake.
+    way); while `paused()` it only waits for a wake. `set_sample()` swaps the source (another box): a
+    sample of the old source still under way is dropped, never shown as the new one's.
     """
 
     def __init__(self, sample: Callable[[], Any], deliver: Callable[[Any, Optional[str]], None],
@@ -29,12 +30,19 @@ class SamplingThread:
         self._shown = threading.Event()
         self._stop = threading.Event()
         self.busy = False                  # a sample is being taken or waits to be shown
+        self._generation = 0               # bumped by set_sample: a result of an older source is dropped
         self._thread = threading.Thread(target=self._run, name="gpudeck-sampling", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def wake(self) -> None:
+        self._wake.set()
+
+    def set_sample(self, sample: Callable[[], Any]) -> None:
+        """Sample `sample` from now on (a sample of the old one under way is not delivered); samples now."""
+        self._sample = sample
+        self._generation += 1
         self._wake.set()
 
     def shown(self) -> None:
@@ -56,12 +64,17 @@ class SamplingThread:
                 continue
             self._wake.clear()
             self.busy = True
+            generation = self._generation
             try:
                 snapshot, error = self._sample(), None
             except Exception as exc:  # noqa: BLE001 - a broken source shows as stale data, never ends the app
-                snapshot, error = None, f"{type(exc).__name__}: {exc}"
+                # An exception that is its own sentence (a box's link state) is shown as written.
+                snapshot, error = None, str(exc) if getattr(exc, "plain", False) else f"{type(exc).__name__}: {exc}"
             if self._stop.is_set():
                 return
+            if generation != self._generation:
+                self.busy = False
+                continue                   # taken from the source set_sample replaced: not this box's
             self._shown.clear()
             try:
                 self._loop.call_soon_threadsafe(self._deliver, snapshot, error, context=self._context)

@@ -18,7 +18,7 @@ from textual.widgets import DataTable, Footer, Static
 from gpudeck.console.compositor import DeckScreen
 
 from gpudeck.console.format import safe_text
-from gpudeck.console.readonly import actions_off, refusal
+from gpudeck.console.readonly import READ_ONLY, actions_off, refusal
 from gpudeck.console.screens.confirm import ConfirmScreen
 from gpudeck.console.screens.stacks import StacksScreen
 from gpudeck.console.widgets.border_titles import set_border_titles
@@ -26,6 +26,7 @@ from gpudeck.console.widgets.box_header_panel import BoxHeaderPanel
 from gpudeck.console.widgets.engine_panel import EnginePanel
 from gpudeck.console.widgets.log_view import LogView, LogViewPane
 from gpudeck.console.widgets.replay_bar import ReplayBar
+from gpudeck.console.boxes import box_stacks, is_remote_log_ref
 from gpudeck.console.feeds import JobsFeed, LiveJobsSource
 from gpudeck.jobs.view import COLUMNS as VIEW_COLUMNS
 from gpudeck.jobs.view import STATE_WORDS, JobsSnapshot, JobView
@@ -33,6 +34,11 @@ from gpudeck.jobs.watch import JobsWatcher
 
 # Style per health level, by theme variable, so every theme colours the same meaning.
 # (DataTable measures Rich renderables: the variables are resolved to colours per refresh.)
+# A remote run's log pane starts from its last lines (not the whole log over SSH), then follows by offset;
+# each read waits on the box this long for new bytes.
+REMOTE_LOG_TAIL = 2000
+REMOTE_LOG_WAIT_S = 2.0
+
 HEALTH_STYLES = {
     "ok": "$success",
     "idle": "dim",
@@ -162,6 +168,8 @@ class StopPlan:
     run_id: Optional[str]
     pgid: Optional[int]
     processes: list[tuple[int, str]]       # (pid, command line)
+    how: str = ""                          # the signal line: "SIGTERM to the group, SIGKILL after 10s."
+    where: str = ""                        # " on NAME" for a remote box
 
 
 class StopPlanned(Message):
@@ -197,6 +205,9 @@ class JobsScreen(DeckScreen):
     DEFAULT_CSS = """
     JobsScreen #jobs-reason { height: auto; color: $warning; padding: 0 1; display: none; }
     JobsScreen #jobs-reason.-shown { display: block; }
+    JobsScreen #jobs-stale { height: 1; color: $error; text-style: bold; padding: 0 1; display: none;
+                             text-wrap: nowrap; text-overflow: ellipsis; }
+    JobsScreen #jobs-stale.-shown { display: block; }
     JobsScreen #jobs-banner { height: auto; max-height: 4; color: $error; background: $error 15%;
                               padding: 0 1; display: none; text-wrap: nowrap; text-overflow: ellipsis; }
     JobsScreen #jobs-banner.-shown { display: block; }
@@ -277,11 +288,17 @@ class JobsScreen(DeckScreen):
         self._layout: Optional[TableLayout] = None
         self.replay: Any = None                  # the SessionFrame of the replayed snapshot shown; None: live
         self._log_limits: dict[str, int] = {}
+        self._jobs_file = jobs_file
+        self._own_box: Any = None                # a LocalBox of `jobs_file` for a view with its own feed
+        self.stale: Optional[str] = None         # why the jobs shown are not fresh (a box STALE / DOWN)
+        self._mirror_dir: Optional[str] = None   # where a remote box's followed logs are written
+        self._mirror_seq = 0
 
     def compose(self) -> ComposeResult:
         yield BoxHeaderPanel("jobs", id="header")
         yield ReplayBar(id="jobs-replay")
         yield Static("", id="jobs-reason", markup=False)
+        yield Static("", id="jobs-stale", markup=False)
         yield Static("", id="jobs-banner", markup=False)
         with Vertical(id="jobs-body"):
             # No cell padding: each cell carries its own gap, so a row's style has no holes.
@@ -336,17 +353,47 @@ class JobsScreen(DeckScreen):
 
     @property
     def actions_off(self) -> Optional[str]:
-        """"demo" or "read-only": the view acts on no job (keys hidden, each says why), else None."""
-        return actions_off(self.app)
+        """"demo" or "read-only": the view acts on no job (keys hidden, each says why), else None.
+        A remote box with readonly = true in hosts.toml is read-only too (its agent refuses anyway)."""
+        off = actions_off(self.app)
+        if off is None and getattr(getattr(self.box, "spec", None), "readonly", False):
+            return READ_ONLY
+        return off
+
+    @property
+    def box(self) -> Any:
+        """The Box these jobs are on and every action goes through: the live source's (the app's box),
+        else the app's box, else (a view with its own feed) a LocalBox of its jobs file."""
+        box = getattr(getattr(self.feed, "source", None), "box", None)
+        if box is not None:
+            return box
+        app_box = getattr(self.app, "box", None)
+        if app_box is not None and (self._feed is getattr(self.app, "_jobs_feed", None)):
+            return app_box
+        if self._own_box is None:
+            from gpudeck.jobs.box.local import LocalBox
+            self._own_box = LocalBox(jobs_file=self._jobs_file or getattr(self.app, "jobs_file", None))
+        return self._own_box
+
+    @property
+    def remote(self) -> bool:
+        """The jobs shown are on a remote box (read and acted on over SSH)."""
+        return not getattr(getattr(getattr(self.feed, "source", None), "box", None), "local", True)
+
+    @property
+    def live(self) -> bool:
+        """The jobs shown are live ones an action can reach (not a replay, not a jobs file that failed to load)."""
+        if self.demo or self.replay is not None:
+            return False
+        return self.remote or self.feed.supervisor is not None
 
     def _acting(self) -> Any:
-        """The supervisor a worker acts through, or an error that says why there is none."""
-        if self.actions_off:                  # read-only still reads through the supervisor; it never acts
+        """The Box a worker acts through, or an error that says why there is none."""
+        if self.actions_off:                  # read-only still reads; it never acts
             raise RuntimeError(refusal(self.app))
-        supervisor = self.supervisor
-        if supervisor is None:
+        if not self.live:
             raise RuntimeError("read-only: these jobs are not live here")
-        return supervisor
+        return self.box
 
     def on_resize(self, event: events.Resize) -> None:
         # The columns depend on the width: lay them out again once the table has its new size.
@@ -388,8 +435,13 @@ class JobsScreen(DeckScreen):
         if snapshot.reason is not None:
             reason_box.update(safe_text(snapshot.reason, 500))
         reason_box.set_class(snapshot.reason is not None, "-shown")
+        stale_box = self.query_one("#jobs-stale", Static)
         if snapshot.error:
-            self._say(f"jobs refresh failed: {snapshot.error}", severity="error", timeout=4)
+            if self.stale is None:            # said once as it happens; the line stays while it lasts
+                self._say(f"jobs refresh failed: {snapshot.error}", severity="error", timeout=4)
+            stale_box.update(safe_text(f"STALE: {snapshot.error} — the jobs shown are the last ones seen", 300))
+        self.stale = snapshot.error
+        stale_box.set_class(snapshot.error is not None, "-shown")
         self.jobs = list(snapshot.jobs)
         self.log_paths = dict(snapshot.log_paths)
         panel = self.query_one(EnginePanel)
@@ -469,9 +521,69 @@ class JobsScreen(DeckScreen):
         self._log_job = job
         self._log_path = path
         run_id = Path(path).parent.name
+        if is_remote_log_ref(path):
+            # A remote run's output is read through the box by offset into a local file the pane follows
+            # (search, wrap and the index work as on a local log); the last lines first, not the whole log.
+            box = self.box
+            self._mirror_seq += 1
+            mirror = self._mirror_path(f"{job}-{run_id}-{self._mirror_seq}.log")
+            self._follow_remote_log(box, job, run_id, mirror)
+            self.query_one(LogView).open(str(mirror), title=f"{job} · run {run_id} · on {box.name}")
+            return
+        self.workers.cancel_group(self, "log-mirror")
         replayed = " · REPLAY" if self.replay is not None else ""
         limit = self._log_limits.get(job) if self.replay is not None else None
         self.query_one(LogView).open(path, title=f"{job} · run {run_id}{replayed}", limit=limit)
+
+    def _mirror_path(self, name: str) -> Path:
+        import tempfile
+        if self._mirror_dir is None:
+            self._mirror_dir = tempfile.mkdtemp(prefix="gpudeck-boxlog-")
+        path = Path(self._mirror_dir) / name.replace("/", "_")
+        path.write_bytes(b"")
+        return path
+
+    @work(thread=True, exclusive=True, group="log-mirror", exit_on_error=False)
+    def _follow_remote_log(self, box: Any, job: str, run_id: str, dest: Path) -> None:
+        """Append the run's bytes to `dest` as they arrive on the box: the last REMOTE_LOG_TAIL lines, then
+        every read by offset (waiting on the box for new bytes), until the run ended or the pane moved on.
+        A dropped link is retried where it left off: no gap, no repeat."""
+        from textual.worker import get_current_worker
+
+        from gpudeck.jobs.box import BoxError
+        worker = get_current_worker()
+        offset: Optional[int] = None
+        failed = False
+        with open(dest, "ab") as out:
+            while not worker.is_cancelled:
+                try:
+                    chunk = box.read_log(job, run=run_id, offset=offset,
+                                         tail=REMOTE_LOG_TAIL if offset is None else None,
+                                         wait_s=0.0 if offset is None else REMOTE_LOG_WAIT_S)
+                except BoxError as exc:
+                    if worker.is_cancelled:
+                        return
+                    if not failed:
+                        failed = True
+                        self.app.call_from_thread(self._say, f"{job}'s log on {box.name}: {exc}; retrying",
+                                                  severity="warning", timeout=4)
+                    time.sleep(1.0)
+                    continue
+                failed = False
+                if worker.is_cancelled:
+                    return
+                if chunk.data:
+                    out.write(chunk.data)
+                    out.flush()
+                offset = chunk.next_offset
+                if chunk.ended and not chunk.data:
+                    return
+
+    def on_unmount(self) -> None:
+        self.workers.cancel_group(self, "log-mirror")
+        if self._mirror_dir is not None:
+            import shutil
+            shutil.rmtree(self._mirror_dir, ignore_errors=True)
 
     def action_open_log(self) -> None:
         job = self.selected_job
@@ -504,6 +616,7 @@ class JobsScreen(DeckScreen):
                 leave()
 
     def _close_log(self) -> None:
+        self.workers.cancel_group(self, "log-mirror")
         self.remove_class("-log-open")
         self._log_job = None
         self._log_path = None
@@ -576,14 +689,30 @@ class JobsScreen(DeckScreen):
         if self.has_class("-log-open"):
             # The open log follows: the replay's first frame re-attaches it to this job's replayed run.
             self._log_job = job.name
+        if is_remote_log_ref(path):
+            self._say(f"fetching {job.name}'s run {Path(path).parent.name} from {self.box.name}…", timeout=2)
+            self._fetch_and_replay(self.box, job.name, Path(path).parent.name)
+            return
         replay([Path(path).parent])
+
+    @work(thread=True, group="jobs-action", exit_on_error=False)
+    def _fetch_and_replay(self, box: Any, job: str, run_id: str) -> None:
+        """A remote run's record copied here by offset (a second time only what grew), then replayed."""
+        try:
+            record = box.run_record(job, run_id)
+        except Exception as exc:
+            self.app.call_from_thread(self._say, f"cannot replay {job}: {exc}", severity="error", timeout=6)
+            return
+        replay = getattr(self.app, "replay_runs", None)
+        if replay is not None:
+            self.app.call_from_thread(replay, [record])
 
     # -- actions -------------------------------------------------------------------------------------
     def _selected_name(self) -> Optional[str]:
         if self.actions_off:
             self.action_actions_refused()
             return None
-        if self.supervisor is None:
+        if not self.live:
             self._say(self.reason or ("read-only: these jobs are not live here" if self.jobs else "no jobs loaded"),
                       severity="warning", timeout=3)
             return None
@@ -608,8 +737,8 @@ class JobsScreen(DeckScreen):
         name = self._selected_name()
         if name is None:
             return
-        supervisor = self.supervisor
-        self.app.push_screen(StacksScreen(name, lambda: supervisor.stacks(name)))
+        box = self.box
+        self.app.push_screen(StacksScreen(name, lambda: box_stacks(box, name)))
 
     def _recorded_stack_dump(self, source: Any) -> None:
         from gpudeck.jobs.stacks import read_stored_dump
@@ -636,11 +765,13 @@ class JobsScreen(DeckScreen):
     @work(thread=True, group="jobs-action", exit_on_error=False)
     def _start(self, name: str) -> None:
         try:
-            run_id = self._acting().start(name)
+            box = self._acting()
+            started = box.start(name)
         except Exception as exc:
             self.post_message(JobActionFinished(name, "start", False, [str(exc)]))
         else:
-            self.post_message(JobActionFinished(name, "start", True, [f"started {name} (run {run_id})"]))
+            self.post_message(JobActionFinished(name, "start", True,
+                                                [f"started {name}{_on(box)} (run {started.run_id})"]))
 
     def action_stop_job(self) -> None:
         self._plan_stop_for_selected(restart=False)
@@ -652,12 +783,13 @@ class JobsScreen(DeckScreen):
         name = self._selected_idle_name()
         if name is None:
             return
-        self._plan_stop(name, restart)
+        job = self.selected_job
+        self._plan_stop(name, restart, dict(job.payload) if job is not None else {})
 
     @work(thread=True, group="jobs-action", exit_on_error=False)
-    def _plan_stop(self, name: str, restart: bool) -> None:
+    def _plan_stop(self, name: str, restart: bool, shown: Optional[dict] = None) -> None:
         try:
-            plan = stop_plan(self._acting(), name)
+            plan = box_stop_plan(self._acting(), name, shown or {})
         except Exception as exc:
             self.post_message(JobActionFinished(name, "stop", False, [f"cannot stop {name}: {exc}"]))
             return
@@ -678,14 +810,13 @@ class JobsScreen(DeckScreen):
                 self._say(f"{plan.job} is not running", severity="warning", timeout=3)
             return
         verb = "Restart" if restart else "Stop"
-        spec = self.supervisor.spec(plan.job)
-        lines = [f"Job {plan.job} (run {plan.run_id}), process group {plan.pgid}:"]
+        lines = [f"Job {plan.job}{plan.where} (run {plan.run_id}), process group {plan.pgid}:"]
         lines += [f"  pid {pid}  {safe_text(cmd, 90)}" for pid, cmd in plan.processes[:12]]
         if len(plan.processes) > 12:
             lines.append(f"  … and {len(plan.processes) - 12} more")
-        lines.append(f"SIG{spec.stop_signal.removeprefix('SIG')} to the group, SIGKILL after {spec.stop_timeout:g}s.")
+        lines.append(plan.how)
         if restart:
-            lines.append("Then a new run starts.")
+            lines.append("Then a new run starts (only if the stop was clean).")
 
         def answered(yes: bool | None) -> None:
             if not yes:
@@ -694,19 +825,24 @@ class JobsScreen(DeckScreen):
             self._say(f"{'restarting' if restart else 'stopping'} {plan.job}…", timeout=2)
             self._stop(plan.job, restart)
 
-        self.app.push_screen(ConfirmScreen(f"{verb} {plan.job}?", lines, confirm_label=verb), answered)
+        self.app.push_screen(ConfirmScreen(f"{verb} {plan.job}{plan.where}?", lines, confirm_label=verb), answered)
 
     @work(thread=True, group="jobs-action", exit_on_error=False)
     def _stop(self, name: str, restart: bool) -> None:
         action = "restart" if restart else "stop"
         try:
-            supervisor = self._acting()
-            report = supervisor.stop(name)
-            lines = report.lines() or [f"stopped {name}"]
-            ok = report.clean
+            box = self._acting()
             if restart:
-                run_id = supervisor.start(name)
-                lines.append(f"started {name} (run {run_id})")
+                restarted = box.restart(name)
+                stopped = restarted.stopped
+                lines = list(stopped.lines) or [f"stopped {name}{_on(box)}"]
+                lines.append(f"started {name}{_on(box)} (run {restarted.run_id})" if restarted.run_id else
+                             f"{name} was not started again: the stop was not clean")
+                ok = stopped.clean and restarted.run_id is not None
+            else:
+                stopped = box.stop(name)
+                lines = list(stopped.lines) or [f"stopped {name}{_on(box)}"]
+                ok = stopped.clean
         except Exception as exc:
             self.post_message(JobActionFinished(name, action, False, [str(exc)]))
             return
@@ -734,12 +870,11 @@ class JobsScreen(DeckScreen):
     @work(thread=True, group="jobs-action", exit_on_error=False)
     def _plan_pivot(self, target: str) -> None:
         try:
-            from gpudeck.jobs.engines.pivot import plan_pivot
-            plan = plan_pivot(self._acting(), target)
-        except Exception as exc:      # PivotError says why in words; anything else too
+            plan = self._acting().pivot_plan(target)
+        except Exception as exc:      # BoxError says why in words; anything else too
             self.post_message(PivotPlanned(target, [], error=str(exc)))
             return
-        self.post_message(PivotPlanned(target, plan.lines(), plan=plan))
+        self.post_message(PivotPlanned(target, list(plan.lines), plan=plan))
 
     @on(PivotPlanned)
     def _pivot_planned(self, message: PivotPlanned) -> None:
@@ -761,19 +896,16 @@ class JobsScreen(DeckScreen):
 
     @work(thread=True, group="jobs-action", exit_on_error=False)
     def _pivot(self, target: str, plan: Any) -> None:
-        from gpudeck.jobs.engines.pivot import PivotStep
-
-        def stepped(step: PivotStep) -> None:
-            self.post_message(PivotStepped(target, step.line(), step.ok))
+        def stepped(step: dict) -> None:
+            self.post_message(PivotStepped(target, step_line(step), bool(step.get("ok"))))
 
         try:
-            from gpudeck.jobs.engines.pivot import execute_pivot
-            result = execute_pivot(self._acting(), plan, on_step=stepped)
+            result = self._acting().pivot(plan, on_step=stepped)
         except Exception as exc:
             self.post_message(JobActionFinished(target, "pivot", False, [str(exc)]))
             return
         lines = [result.message or ("pivot done" if result.ok else "pivot failed")]
-        lines += [step.line() for step in result.steps]
+        lines += [step_line(step) for step in result.steps]
         self.post_message(JobActionFinished(target, "pivot", result.ok, lines))
 
     @on(PivotStepped)
@@ -783,6 +915,39 @@ class JobsScreen(DeckScreen):
 
 
 # -- core calls used by the workers (no widget access) ----------------------------------------------
+
+def _on(box: Any) -> str:
+    return "" if getattr(box, "local", True) else f" on {box.name}"
+
+
+def step_line(step: dict) -> str:
+    """A pivot step ({name, ok, duration_s, detail}) as the core's PivotStep.line() writes it."""
+    from gpudeck.jobs.engines.pivot import PivotStep
+    duration = step.get("duration_s")
+    return PivotStep(name=str(step.get("name") or "?"), ok=bool(step.get("ok")),
+                     duration_s=float(duration) if isinstance(duration, (int, float)) else 0.0,
+                     detail=str(step.get("detail") or "")).line()
+
+
+def box_stop_plan(box: Any, name: str, shown: dict) -> StopPlan:
+    """What a stop will signal. This machine: exactly its processes, named, and the job's signal; a remote
+    box: the run, its pid and process group as the box last reported them (the box verifies the stop)."""
+    local_supervisor = getattr(box, "supervisor", None) if getattr(box, "local", True) else None
+    if callable(local_supervisor):
+        supervisor = local_supervisor()
+        plan = stop_plan(supervisor, name)
+        spec = supervisor.spec(name)
+        plan.how = f"SIG{spec.stop_signal.removeprefix('SIG')} to the group, SIGKILL after {spec.stop_timeout:g}s."
+        return plan
+    state = shown.get("state")
+    pid = shown.get("pid")
+    live = state in ("starting", "running", "stopping")
+    processes = [(pid, "(as last reported by the box)")] if live and isinstance(pid, int) else []
+    pgid = shown.get("pgid") if isinstance(shown.get("pgid"), int) else None
+    return StopPlan(name, shown.get("run_id") if live else None, pgid, processes,
+                    how="Stop signal to its process group, SIGKILL after its stop_timeout, then verified on the box.",
+                    where=_on(box))
+
 
 def stop_plan(supervisor: Any, name: str) -> StopPlan:
     """Exactly the processes a stop will signal, named (pid and command line)."""
