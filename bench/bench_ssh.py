@@ -6,8 +6,11 @@ Starts an OpenSSH server on 127.0.0.1 (as the SSH tests do), with the remote age
 reporting the SIMULATED 8-GPU box, and puts a byte-counting TCP relay between gpudeck
 and sshd, so the bandwidth is what crosses the wire: SSH framing, MACs and keepalives
 included. Target: <= 2 KB/s per host at 1 Hz. Then times `start` + `stop` of a short job
-through the CLI locally and with --host (cold: a new connection per command, as the
-CLI does), and over a kept link (as the console does). Target: <= 0.3 s added.
+through the CLI on the local box (`gpudeck --jobs FILE start/stop`, the baseline, measured in
+the same run, interleaved) and with `--host box`: through the link keeper (the default), with
+a new connection per command (GPUDECK_SSH_MUX=0), and over a kept link in-process (the
+console's path). Each prints what --host adds and its ratio to the local baseline.
+Target: <= 0.3 s added to start + stop.
 """
 from __future__ import annotations
 
@@ -110,15 +113,35 @@ def timed(argv: list[str], env: dict) -> float:
     return took
 
 
+KEYS = ("local start", "ssh start", "local stop", "ssh stop", "local start+stop", "ssh start+stop")
+
+
+def medians(res: dict[str, list[float]]) -> dict:
+    """Each figure's median; start+stop is the median of each round's sum (one action pair)."""
+    for where in ("local", "ssh"):
+        res[f"{where} start+stop"] = [a + b for a, b in zip(res[f"{where} start"], res[f"{where} stop"])]
+    return {k: statistics.median(v) for k, v in res.items()}
+
+
 def actions(env: dict, jobs: Path, rounds: int) -> dict:
-    local_env = dict(env, GPUDECK_STATE_DIR=str(jobs.parent / "local-state"), GPUDECK_SSH_MUX="0")
-    res: dict[str, list[float]] = {k: [] for k in ("local start", "ssh start", "local stop", "ssh stop")}
+    """`gpudeck start/stop nap` on the local box (--jobs, its own state dir) and with --host box, interleaved."""
+    local_env = dict(env, GPUDECK_STATE_DIR=str(jobs.parent / "local-state"))
+    res: dict[str, list[float]] = {k: [] for k in KEYS[:4]}
     for _ in range(rounds):
         res["local start"].append(timed(["--jobs", str(jobs), "start", "nap"], local_env))
         res["ssh start"].append(timed(["--host", "box", "start", "nap"], env))
         res["local stop"].append(timed(["--jobs", str(jobs), "stop", "nap"], local_env))
         res["ssh stop"].append(timed(["--host", "box", "stop", "nap"], env))
-    return {k: statistics.median(v) for k, v in res.items()}
+    return medians(res)
+
+
+def print_actions(title: str, res: dict, remote: str = "--host") -> None:
+    print(title)
+    for op in ("start", "stop", "start+stop"):
+        here, there = res[f"local {op}"], res[f"ssh {op}"]
+        target = "  (target <= +0.300 s)" if op == "start+stop" else ""
+        print(f"  {op:<10} local {here:.3f} s, {remote} {there:.3f} s: added {there - here:+.3f} s, "
+              f"{there / here:.2f}x local{target}")
 
 
 def cold_breakdown(rounds: int) -> dict:
@@ -149,14 +172,14 @@ def cold_breakdown(rounds: int) -> dict:
 
 
 def warm_actions(rounds: int) -> dict:
-    """start/stop over one kept link (the console's path), against the same calls in-process locally."""
+    """start/stop over one kept link (the console's path), against the same Box calls on a LocalBox here."""
+    from gpudeck.jobs.box.local import LocalBox
     from gpudeck.jobs.hosts.config import load_hosts
     from gpudeck.jobs.hosts.ssh import HostLink
-    from gpudeck.jobs.spec import load_jobs
-    from gpudeck.jobs.supervisor import Supervisor
     spec = load_hosts()["box"]
-    sup = Supervisor(load_jobs(Path(spec.jobs)), Path(spec.state_dir).parent / "local-state-warm")
-    res: dict[str, list[float]] = {k: [] for k in ("local start", "ssh start", "local stop", "ssh stop")}
+    # What the agent serves on the box: a LocalBox (its jobs file read for each request, as there).
+    box = LocalBox(jobs_file=spec.jobs, state_dir=Path(spec.state_dir).parent / "local-state-warm")
+    res: dict[str, list[float]] = {k: [] for k in KEYS[:4]}
 
     async def run() -> None:
         link = HostLink(spec)
@@ -166,14 +189,14 @@ def warm_actions(rounds: int) -> dict:
                 for op in ("start", "stop"):
                     t0 = time.perf_counter()
                     if where == "local":
-                        getattr(sup, op)("nap")
+                        getattr(box, op)("nap")
                     else:
                         await link.call(op, {"job": "nap"}, timeout=120, retry=False)
                     res[f"{where} {op}"].append(time.perf_counter() - t0)
         await link.close()
 
     asyncio.run(run())
-    return {k: statistics.median(v) for k, v in res.items()}
+    return medians(res)
 
 
 RELAY: Relay
@@ -215,28 +238,24 @@ def main() -> int:
         bw = bandwidth(home, args.seconds, args.interval)
         print(f"\nbandwidth, one host, SIMULATED 8-GPU box, status+jobs every {args.interval:g} s, "
               f"{args.seconds:g} s measured:")
+        wire = bw["wire_down"] + bw["wire_up"]
         print(f"  on the wire (TCP, both SSH directions): {bw['wire_down']:.0f} B/s down + {bw['wire_up']:.0f} B/s up"
-              f" = {bw['wire_down'] + bw['wire_up']:.0f} B/s  (target <= 2048)")
+              f" = {wire:.0f} B/s, {wire / 2048:.2f}x the target (<= 2048 B/s; the local box sends nothing)")
         print(f"  agent payload (JSON lines):             {bw['payload_in']:.0f} B/s in + {bw['payload_out']:.0f} B/s out")
         first = timed(["--host", "box", "jobs"], env)
         print(f"\nfirst `gpudeck --host box jobs` (starts the host's link keeper): {first:.3f} s")
         kept = actions(env, jobs, args.rounds)
-        print(f"actions through the CLI with the link keeper (the default), median of {args.rounds}:")
-        for op in ("start", "stop"):
-            added = kept[f"ssh {op}"] - kept[f"local {op}"]
-            print(f"  {op}: local {kept[f'local {op}']:.3f} s, --host {kept[f'ssh {op}']:.3f} s, added {added:+.3f} s")
+        print_actions(f"the CLI, local box vs --host box through the link keeper (the default), "
+                      f"median of {args.rounds}:", kept)
         cold = actions(dict(env, GPUDECK_SSH_MUX="0"), jobs, args.rounds)
-        print(f"actions through the CLI without it (GPUDECK_SSH_MUX=0: a new connection each), median of {args.rounds}:")
-        for op in ("start", "stop"):
-            added = cold[f"ssh {op}"] - cold[f"local {op}"]
-            print(f"  {op}: local {cold[f'local {op}']:.3f} s, --host {cold[f'ssh {op}']:.3f} s, added {added:+.3f} s")
+        print_actions(f"the CLI without the keeper (GPUDECK_SSH_MUX=0: a new connection each), "
+                      f"median of {args.rounds}:", cold)
         parts = cold_breakdown(args.rounds)
         print("  of which: " + ", ".join(f"{k} {v:.3f} s" for k, v in parts.items()))
         warm = warm_actions(args.rounds)
-        print(f"\nactions over a kept link (the console's path), median of {args.rounds}:")
-        for op in ("start", "stop"):
-            added = warm[f"ssh {op}"] - warm[f"local {op}"]
-            print(f"  {op}: local {warm[f'local {op}']:.3f} s, over SSH {warm[f'ssh {op}']:.3f} s, added {added:+.3f} s")
+        print()
+        print_actions(f"in-process over a kept link (the console's path) vs a LocalBox here, "
+                      f"median of {args.rounds}:", warm, remote="over SSH")
     finally:
         home.stop_keepers()
         sshd.stop()

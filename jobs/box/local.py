@@ -388,8 +388,7 @@ class LocalBox(Box):
         try:
             result = sup.stacks(job, native=native)
         except StacksUnavailable as exc:
-            where = "" if self.name == "local" else f" (on {socket.gethostname()})"
-            return StacksResult(refused=f"{exc}{where}", code=2)
+            return StacksResult(refused=str(exc), code=2)
         except SupervisorError as exc:
             return StacksResult(refused=str(exc), code=1)
         return StacksResult(dump=result.to_jsonable(), lines=render_lines(result))

@@ -185,7 +185,12 @@ class RemoteBox(Box):
         return result
 
     def stacks(self, job: str, *, native: bool = False) -> StacksResult:
-        return StacksResult.from_json(self.call("stacks", {"job": job, "native": native}))
+        result = StacksResult.from_json(self.call("stacks", {"job": job, "native": native}))
+        if result.refused is not None:
+            # A refusal is a result, not an error reply: it names the box as every refused request does.
+            import dataclasses
+            result = dataclasses.replace(result, refused=f"{self.name}: {result.refused}")
+        return result
 
     # -- remember -------------------------------------------------------------------------------
     def runs(self, *, job: Optional[str] = None, failed: bool = False, since: Optional[float] = None,
