@@ -47,6 +47,7 @@ VIEWS: list[tuple[str, str, str, type[Screen]]] = [
     ("hosts", "4", "Hosts", HostsScreen),
 ]
 
+CONSOLE_QUERY_TIMEOUT_S = 10.0   # a remote box's answer to one view's query (history, post-mortem…)
 HISTORY_CAPACITY = 900   # 15 minutes at the default 1 s refresh: more than the 10 the issue asks
 
 
@@ -245,7 +246,8 @@ class GpuDeckApp(App[int]):
             from gpudeck.jobs.box.remote import RemoteBox
             if self.readonly and not spec.readonly:
                 spec = dataclasses.replace(spec, readonly=True)   # its agent refuses to act, whatever is sent
-            box = RemoteBox(spec)
+            # A view's query waits 10 s, not a CLI command's 60: a box gone silent says so in every view soon.
+            box = RemoteBox(spec, query_timeout_s=CONSOLE_QUERY_TIMEOUT_S)
             link = BoxLink(spec, self._poll_interval()).start()
             sampler = RemoteSampler(link)  # type: ignore[assignment]
         self._box, self._box_link = box, link

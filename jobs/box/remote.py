@@ -31,8 +31,11 @@ class RemoteBox(Box):
 
     local = False
 
-    def __init__(self, spec: HostSpec) -> None:
-        from gpudeck.jobs.hosts.remote import RemoteHost
+    def __init__(self, spec: HostSpec, *, query_timeout_s: Optional[float] = None) -> None:
+        """`query_timeout_s`: how long a query waits for its answer (default QUERY_TIMEOUT_S, 60 s: a CLI
+        command); a console asks with less, so a box gone silent says so within seconds."""
+        from gpudeck.jobs.hosts.remote import QUERY_TIMEOUT_S, RemoteHost
+        self.query_timeout_s = float(query_timeout_s) if query_timeout_s is not None else QUERY_TIMEOUT_S
         self.spec = spec
         self.name = spec.name
         self.host: RemoteHost = RemoteHost(spec)
@@ -49,6 +52,7 @@ class RemoteBox(Box):
 
     def call(self, op: str, params: Optional[dict] = None, **kw: Any) -> Any:
         """One request to the agent, its reply checked (a query: re-sent once over a new link if one dropped)."""
+        kw.setdefault("timeout", self.query_timeout_s)
         return self._guard(self.host.call, op, params, **kw)
 
     def action(self, op: str, params: dict) -> Any:
@@ -100,8 +104,7 @@ class RemoteBox(Box):
         else:
             params["offset"] = offset
         # The first read fails at once on a box that is down; a follow's later ones wait for the reconnect.
-        from gpudeck.jobs.hosts.remote import QUERY_TIMEOUT_S
-        timeout = RECONNECT_TIMEOUT_S + wait_s if offset is not None else QUERY_TIMEOUT_S
+        timeout = RECONNECT_TIMEOUT_S + wait_s if offset is not None else self.query_timeout_s
         return LogChunk.from_json(self.call("logs", params, timeout=timeout))
 
     # -- act ------------------------------------------------------------------------------------

@@ -134,6 +134,8 @@ def test_a_remote_box_gone_dark_keeps_its_rows_and_says_why(console_env, tmp_pat
     async def scenario():
         app = make_app(sampler=make_sampler(demo=True), start_sampling=False, refresh=0.3)
         app._box = box
+        from gpudeck.console.app import CONSOLE_QUERY_TIMEOUT_S
+        box.query_timeout_s = CONSOLE_QUERY_TIMEOUT_S      # as switch_box makes it
         async with app.run_test(size=(140, 40)) as pilot:
             await pilot.press("3")
             history = await pilot_wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen) and app.screen,
