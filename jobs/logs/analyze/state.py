@@ -76,7 +76,7 @@ _NAN = float("nan")
 # The branches of _progress_record a planned body takes (templates.progress_plan).
 PG_NINJA, PG_MAKE, PG_LOSS, PG_STEP = range(4)
 # RecordPlan.only for a stall notice (beside a Spec: see candidate_is_noop), and for an NVRM driver
-# line (a no-op only where the scanner knows it is: see LogAnalyzer._scan_templates).
+# line (a no-op only where the scanner knows it is: see scanner._Chunk).
 ONLY_STALL, ONLY_NVRM = -2, -3
 
 # The label of a bar that has none, by its phase.
