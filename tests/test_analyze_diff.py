@@ -24,6 +24,17 @@ FIXES = {
     ("reference 14_vllm_nccl_watchdog_timeout_worker_died.log", "engine"): "vllm",      # behind a pasted '  | '
     ("reference 46_sglang_capture_jit_ninja_build_failed.log", "failure"): ("build_failed", 9),   # CalledProcessError
     ("reference 70_train_fairseq_multigpu_interleaved_tqdm.log", "progress"): (51, 11265, "epoch 001"),  # no '| '
+    # the generic layer: a bare "label N/M" (no anchor before), any label that names what is counted
+    ("fixture datagen_processing_shard_counter.log", "progress"): (3, 8, "Processing shard"),
+    ("fixture datagen_processing_shard_counter.log", "phase"): "loading",               # "shard" names it
+    ("fixture generic_exception.log", "progress"): (9800, 10000, "generated"),         # where datagen got to
+    ("fixture launcher_exit_code_137.log", "progress"): (2, 8, "Packing shard"),
+    ("fixture pipeline_returncode_minus9.log", "progress"): (1, 3, "stage"),
+    # the generic layer: SIGKILL's exit code in HOST_OOM's missing spellings (KILLED_EXIT)
+    ("fixture launcher_exit_code_137.log", "failure"): ("host_oom", 6),                # `Exit code: 137`
+    ("fixture launcher_exit_code_137.log", "phase"): "failed",
+    ("fixture pipeline_returncode_minus9.log", "failure"): ("host_oom", 4),            # `returncode=-9`
+    ("fixture pipeline_returncode_minus9.log", "phase"): "failed",
 }
 
 

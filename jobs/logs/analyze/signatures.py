@@ -210,6 +210,10 @@ FAILURES: tuple[Signature, ...] = (
               "c++: fatal error: Killed signal terminated program cc1plus", SPECIFIC, verdict=_host_oom),
     Signature("SIGKILLED", "cause", generic.SIGKILLED, "host_oom", 165, "Go os/exec, supervisors, launchers",
               "worker 3: signal: killed", SPECIFIC, "host_oom"),
+    Signature("KILLED_EXIT", "cause", generic.KILLED_EXIT, "host_oom", 166,
+              "SIGKILL's exit code in spellings HOST_OOM misses: CI runners / k8s `Exit code: 137`, Python "
+              "subprocess `returncode=-9`", "CompletedProcess(args=['python', 'prep.py'], returncode=-9)",
+              SPECIFIC, verdict=_host_oom),
     Signature("OUT_OF_MEMORY", "cause", re.compile("out of memory"), "cuda_oom", 160, "any",
               "RuntimeError: out of memory", SPECIFIC, verdict=_plain_oom),
     Signature("CUDA_ERR", "cause", CUDA_ERR, "cuda_error", 150, "torch, CUDA runtime (all)",
@@ -469,7 +473,9 @@ PROGRESS: tuple[Signature, ...] = (
          "(`BUILD_STEP_ANYWHERE`: ninja behind a prefix nobody listed)",
          "rank0: Loading checkpoint shard [3/8] from /models/x", "3/8"),
     _row("labelled n/N", "progress", generic.LABELLED_COUNT, "n/N; phase from the label", 22,
-         "any: the generic layer, `label N/M` (a whole token, N <= M) in a line with no step/epoch word",
+         "any: the generic layer, `label N/M` (a whole token, N <= M) in a line with no step/epoch word, no "
+         "other anchor needed (`Processing shard 3/8`); a label naming no phase: phase unknown; one naming who "
+         "counts (rank, GPU, channel, attempt): none",
          "rank0: Loading checkpoint 3/8 from /models/x", "3/8"),
 )
 SERVING: tuple[Signature, ...] = (
