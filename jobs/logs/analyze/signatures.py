@@ -12,6 +12,12 @@ generic.py with the pattern each uses. Every row carries one
 example line; tests/test_analyze_table.py reads each example through the analyzer and
 checks the row's field comes out as the row says, and docs/LOG_SIGNATURES.md is generated
 from this table (``python docs/make_log_signatures.py``; a test checks the checked-in copy).
+
+A new row comes with one fixture in tests/fixtures/logs/ whose first lines say what it reads and
+which row reads it (``# expect: {"phase": "failed", "failure": ["hang", 9]}``, ``# fix: ROW``):
+tests/test_analyze_table.py checks that reading and that the row decided it, and the differential
+test (tests/test_analyze_diff.py) takes the fixture's differences from the old analyzer as the
+row's fix. Nothing else is listed anywhere.
 """
 from __future__ import annotations
 
@@ -527,7 +533,10 @@ def markdown() -> str:
            "Every row is one signature: what it matches (its pattern), the field it decides, its priority,",
            "the releases that print it and one example line (tests/test_analyze_table.py reads each example",
            "through the analyzer and checks the row's field). `LogAnalysis.decided_by` names the row that",
-           "decided each field.", ""]
+           "decided each field.", "",
+           "Adding a signature is one row in the table and one fixture in `tests/fixtures/logs/` whose first",
+           "lines say what it reads and which row reads it (`# expect: {\"failure\": [\"hang\", 9]}`, `# fix: ROW`):",
+           "the tests pick both up.", ""]
     for field, title in _SECTIONS:
         rows = [r for r in TABLE if r.field == field]
         out += [f"## {title}", ""]
