@@ -236,6 +236,11 @@ FAILURES: tuple[Signature, ...] = (
               "any watchdog/timeout family: SGLang 2026 `Scheduler watchdog timeout (…, self.soft=False)`",
               "[2026-05-02 10:09:10 PP1 TP1] Scheduler watchdog timeout (self.watchdog_timeout=300, "
               "self.soft=False)", SPECIFIC, verdict=_watchdog),
+    Signature("HEALTH_CHECK_STUCK", "cause", re.compile(r"Health check failed\. Server couldn't get a response from "
+              r"detokenizer"), "hang", 112, "SGLang 2024-2026 /health_generate (http_server.py: 503 after "
+              "HEALTH_CHECK_TIMEOUT s without output); outranked by any specific error, before or after it",
+              "[2026-05-02 10:09:41] Health check failed. Server couldn't get a response from detokenizer for last "
+              "20 seconds. tic start time: 10:09:21. last_heartbeat time: 10:05:20", EXCEPTION, "hang_timeout"),
     Signature("IMPORT", "cause", IMPORT, "import_error", 110, "Python, ld.so (all)",
               "ImportError: /x/sgl_kernel/common_ops.abi3.so: undefined symbol: cuGreenCtxStreamCreate",
               SPECIFIC, verdict=_import, test=_import_test),
