@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -63,6 +64,27 @@ def summary(result: Any) -> dict[str, Any]:
             "progress": prog and (prog["done"], prog["total"], prog["label"]),
             "failure": fail and (fail["cause"], fail["line"]), "ready_line": j["ready_line"],
             "serving": j["serving"], "warnings": sorted(w["code"] for w in j["warnings"])}
+
+
+def plain(value: Any) -> Any:
+    """A summary() value as JSON reads it back (tuples are lists)."""
+    return json.loads(json.dumps(value))
+
+
+def expectation(data: bytes) -> Optional[dict[str, Any]]:
+    """A fixture's own expected reading, from its annotation header (the leading `#` lines the analyzer
+    skips): `# expect: {...}`, fields of summary() as JSON (a failure [cause, line], a progress [done,
+    total, label]), and `# fix: ROW`, the table row whose reading it is when it is new since BASE (the
+    differential test takes those differences as that row's fix). None without an expect line."""
+    expect, fix = None, None
+    for line in data.split(b"\n", 8)[:8]:
+        if not line.startswith(b"#"):
+            break
+        if line.startswith(b"# expect: "):
+            expect = json.loads(line[len(b"# expect: "):])
+        elif line.startswith(b"# fix: "):
+            fix = line[len(b"# fix: "):].split()[0].decode()
+    return None if expect is None else {"expect": expect, "fix": fix}
 
 
 def run(analyzer_cls: Any, data: bytes) -> dict[str, Any]:

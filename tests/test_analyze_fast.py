@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from analyze_reference import ReferenceAnalyzer
 from gpudeck.jobs.logs import analyze as an
-from gpudeck.jobs.logs.analyze import LogAnalyzer, patterns, scanner, templates
+from gpudeck.jobs.logs.analyze import LogAnalyzer, generic, patterns, scanner, templates
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 FIXTURE_LINES = [ln for p in sorted(FIXTURES.glob("*.log")) for ln in p.read_bytes().split(b"\n")]
@@ -220,9 +220,10 @@ def test_only_known_patterns_name_digit_values() -> None:
     outside the contexts the fast scanner always examines in full (_DIGIT_VALUE_WORDS)."""
     import re
 
-    allowed = {"BUILD_SPECIFIC", "HOST_OOM", "_KV_UNSAFE_USAGE"}   # the last one reads raw bytes, not templates
+    allowed = {"BUILD_SPECIFIC", "HOST_OOM", "_KV_UNSAFE_USAGE",   # the last one reads raw bytes, not templates
+               "BUILD_TOOL_EXIT", "KILLED_EXIT"}                     # generic.py's exit codes
     offenders = {}
-    for name, value in [*vars(patterns).items(), *vars(templates).items()]:
+    for name, value in [*vars(patterns).items(), *vars(templates).items(), *vars(generic).items()]:
         if not isinstance(value, re.Pattern):
             continue
         pat = value.pattern if isinstance(value.pattern, str) else value.pattern.decode("latin-1")
@@ -242,7 +243,8 @@ def test_only_known_patterns_name_digit_values() -> None:
 def test_digit_value_lines_are_judged_per_segment() -> None:
     lines = [b"collect2: error: ld failed", b"collect0: error: ld failed", b"worker died due to signal 9",
              b"worker died due to signal 1", b"Process exited with exit code 137", b"Process exited with exit code 100",
-             b"NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus", b"NVRM: Xid (PCI:0000:3b:00): 43, pid=1"]
+             b"NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus", b"NVRM: Xid (PCI:0000:3b:00): 43, pid=1",
+             b"Exit code: 137", b"Exit code: 100", b"worker done, returncode=-9", b"worker done, returncode=-1"]
     for line in lines:
         for other in lines:
             data = line + b"\n" + other + b"\n"

@@ -21,6 +21,10 @@ FRESH = {
     "build_ide_runner_prefixed_ninja.log": ("building", None, None, (47, 230), None),
     "pip_wheel_envelope_cmake_error.log": ("failed", "build_failed", 12, None, None),
     "setup_py_calledprocess_ninja.log": ("failed", "build_failed", 11, None, None),
+    "datagen_processing_shard_counter.log": ("loading", None, None, (3, 8), None),
+    "launcher_exit_code_137.log": ("failed", "host_oom", 6, (2, 8), None),
+    "pipeline_returncode_minus9.log": ("failed", "host_oom", 4, (1, 3), None),
+    "supervisor_exit_status_137.log": ("failed", "host_oom", 3, None, None),
 }
 
 
@@ -168,6 +172,56 @@ def test_a_labelled_plain_counter(line: bytes, want) -> None:
         assert r.progress is None
     else:
         assert r.progress is not None and (r.phase, r.progress.done, r.progress.total) == want
+
+
+@pytest.mark.parametrize("line,want", [
+    (b"Processing shard 3/8\n", ("Processing shard", 3, 8)),         # no anchor but the counter itself
+    (b"2026-03-02 09:14:03,517 - INFO - prep - Tokenizing batch 12/40 (4096 docs)\n", ("Tokenizing batch", 12, 40)),
+    (b"[2026-03-02 09:14:03] Writing chunk 4/16 to s3://bucket/x\n", ("Writing chunk", 4, 16)),
+    (b"rank 3/8 joined the rendezvous\n", None),                     # who counts, not how far
+    (b"NCCL INFO Channel 01/32 : 0 1 2 3 4 5 6 7\n", None),
+    (b"supervisor: restarting worker in 5s (attempt 1/5)\n", None),  # which try
+    (b"backup started at 01/12 10:00\n", None),                      # a date
+    (b"Processing shard 9/8\n", None),                               # past its total: no count
+])
+def test_a_plain_counter_with_any_label_is_progress(line: bytes, want) -> None:
+    """A "label N/M" reads as progress with its label where nothing more specific read the line: of the
+    label's phase where it names one, else of phase "unknown" (the phase stays as it was)."""
+    r = analyze_bytes(line)
+    if want is None:
+        assert r.progress is None
+    else:
+        assert r.progress is not None and (r.progress.label, r.progress.done, r.progress.total) == want
+
+
+def test_a_plain_counter_with_no_phase_in_its_label_leaves_the_phase() -> None:
+    r = analyze_bytes(b"INFO:     Application startup complete.\nTokenizing batch 12/40\n")
+    assert r.phase == "ready" and r.progress is not None and (r.progress.done, r.progress.total) == (12, 40)
+
+
+@pytest.mark.parametrize("line", [b"Exit code: 137", b"Exit Code: 137", b"exit status 137", b"Exit status 137",
+                                   b"ERROR - pipeline - CompletedProcess(args=['python', 'x.py'], returncode=-9)",
+                                   b"worker finished, returncode=-9", b"job 7: exit_code=137", b"exitCode: 137",
+                                   b"task returned return code 137"])
+def test_sigkills_exit_code_in_any_spelling_is_host_oom_with_dmesg(line: bytes) -> None:
+    r = analyze_bytes(line + b"\n")
+    assert r.failure is not None and r.failure.cause == "host_oom" and "dmesg" in r.failure.hint, r.failure
+
+
+@pytest.mark.parametrize("line", [b"Exit code: 1", b"Exit code: 1370", b"returncode=-1", b"returncode=-90",
+                                   b"exit_code=0"])
+def test_another_exit_code_is_no_host_oom(line: bytes) -> None:
+    r = analyze_bytes(line + b"\n")
+    assert r.failure is None or r.failure.cause != "host_oom", r.failure
+
+
+@pytest.mark.parametrize("line,other", [(b"Exit code: 137", b"Exit code: 100"), (b"returncode=-9", b"returncode=-1"),
+                                         (b"exit_code=137", b"exit_code=1")])
+def test_exit_code_lines_are_judged_per_segment(line: bytes, other: bytes) -> None:
+    """Their templates are one (digits are 0 in a template): each segment's own digits decide."""
+    for data in (line + b"\n" + other + b"\n", other + b"\n" + line + b"\n", (other + b"\n") * 3 + line + b"\n"):
+        r = analyze_bytes(data * 2)
+        assert r.failure is not None and r.failure.cause == "host_oom", data
 
 
 @pytest.mark.parametrize("line,cause", [

@@ -1,15 +1,22 @@
 """The signature table: every row's example line reads as the row says; the doc is generated from it."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
-from gpudeck.jobs.logs.analyze import analyze_bytes, signatures
+from gpudeck.jobs.logs.analyze import analyze_bytes, analyze_file, signatures
 from gpudeck.jobs.logs.analyze.patterns import strip_prefixes
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import diff_analyze  # noqa: E402
+
 ROWS = {f"{r.field}:{r.id}": r for r in signatures.TABLE}
+FIXTURES = ROOT / "tests" / "fixtures" / "logs"
+# Fixtures that say what they read in their header (diff_analyze.expectation): a new row's fixture.
+HEADED = sorted(p.name for p in FIXTURES.glob("*.log") if diff_analyze.expectation(p.read_bytes()) is not None)
 
 
 def test_row_ids_are_unique_per_field() -> None:
@@ -53,6 +60,17 @@ def test_every_rows_example_reads_as_the_row_says(key: str) -> None:
     else:
         assert a.failure is not None and a.failure.cause == (r.reads or r.decides), a.failure
         assert why["failure"].startswith(r.id + " ->"), why["failure"]
+
+
+@pytest.mark.parametrize("name", HEADED)
+def test_a_fixture_reads_as_its_header_expects_through_the_row_it_names(name: str) -> None:
+    want = diff_analyze.expectation((FIXTURES / name).read_bytes())
+    a = analyze_file(FIXTURES / name)
+    got = diff_analyze.summary(a)
+    assert {field: diff_analyze.plain(got[field]) for field in want["expect"]} == want["expect"]
+    if want["fix"] is not None:
+        assert want["fix"] in {r.id for r in signatures.TABLE}, want["fix"]
+        assert any(why.startswith(want["fix"] + " ") for _, why in a.decided_by), a.decided_by
 
 
 def test_failure_rows_are_tried_by_priority_not_by_position() -> None:

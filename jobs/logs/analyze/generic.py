@@ -5,20 +5,24 @@
   ``CalledProcessError`` or a launcher's "exit status" (``BUILD_TOOL_EXIT``);
 - watchdog / timeout families, read as a hang or an NCCL failure by what they name
   (``WATCHDOG``, ``watchdog_cause``);
-- labelled counters anywhere in a line: ``[N/M]``, ``label N/M`` (``counter``);
+- labelled counters anywhere in a line: ``[N/M]``, ``label N/M`` (``counter``), the latter with
+  any label that names what is counted (``Processing shard 3/8``: progress of phase "unknown"
+  where the label names none);
 - numbers, strictly: a whole token, finite (``strict_number``): ``1e5`` is 100000, never "1",
   and ``1e400`` is rejected, never infinity.
 
-Exit codes and signals (``-9``, ``137``, ``Killed``) are read by the HOST_OOM row of the table
-(their hint says to check dmesg).
+Exit codes and signals (``-9``, ``137``, ``Killed``) are read by the HOST_OOM row of the table,
+and by KILLED_EXIT (``Exit code: 137``, ``returncode=-9``) and SIGKILLED (``signal: killed``)
+where HOST_OOM's spellings miss them (their hint says to check dmesg).
 """
 from __future__ import annotations
 
 import math
 import re
-from typing import Optional, Union
+from typing import Iterator, Optional, Union
 
 from .cause import Spec
+from .patterns import label_phase
 
 # --------------------------------------------------------------------------- exceptions by type
 
@@ -75,6 +79,12 @@ BUILD_TOOL_EXIT = re.compile(
 # supervisor's "received SIGKILL"): almost always the OOM killer. No digits: a template reads it too.
 SIGKILLED = re.compile(r"\bsignal: killed\b|\breceived SIGKILL\b|\bSIGKILL received\b|\bwas SIGKILLed\b")
 
+# SIGKILL's exit code in the spellings HOST_OOM's "exit code 137" misses: a capital (`Exit code: 137`,
+# k8s `Exit Code: 137`), a field (`exit_code=137`, `exitCode: 137`), Python's `returncode=-9`
+# (CompletedProcess, Popen) and `return code 137`. 137 is 128 + 9 (a shell's), -9 Python's: SIGKILL,
+# almost always the OOM killer. Digit values: read per segment (templates._DIGIT_VALUE_WORDS).
+KILLED_EXIT = re.compile(r"(?:\b[Ee]xit[ _]?(?:[Cc]ode|[Ss]tatus)|\bexitCode|\breturn[ _]?code)\s*[:=]?\s*(?:137|-9)\b")
+
 
 # --------------------------------------------------------------------------- watchdogs and timeouts
 
@@ -82,7 +92,8 @@ SIGKILLED = re.compile(r"\bsignal: killed\b|\breceived SIGKILL\b|\bSIGKILL recei
 # "timeout … watchdog"): what it names says which cause.
 WATCHDOG = re.compile(r"\b[Ww]atchdog\b.*?\b(?:timeout|timed out|time out|expired)"
                       r"|\b(?:[Tt]imeout|[Tt]imed out)\b.*?\b[Ww]atchdog\b")
-_NAMES_COLLECTIVE = re.compile(r"NCCL|[Cc]ollective|ProcessGroup|c10d|all_?reduce|ALLREDUCE|all_?gather|SeqNum")
+# (c10d's digits by class, as every pattern here tests them: a template's digits are 0s)
+_NAMES_COLLECTIVE = re.compile(r"NCCL|[Cc]ollective|ProcessGroup|c\d\dd|all_?reduce|ALLREDUCE|all_?gather|SeqNum")
 
 
 def watchdog_cause(body: str) -> Optional[str]:
@@ -106,6 +117,7 @@ COUNTER = re.compile(r"\[\s*(?P<bn>\d+)\s*/\s*(?P<bN>\d+)\s*\]"
 # "[N/M]" after a label, anywhere in a line ("Loading shard [3/8]", "rank0 capture [12/52]"): what
 # State reads when no signature read the line's progress and the label names a phase (label_phase).
 LABELLED_BRACKET = re.compile(r"(?P<label>[A-Za-z][\w .:\-]{0,60}?)\s*\[\s*(?P<n>\d+)\s*/\s*(?P<N>\d+)\s*\]")
+_BRACKET = re.compile(r"\s*\[\s*\d+\s*/\s*\d+\s*\]")                  # its counters alone
 
 
 # ninja's "[N/M] what" after a prefix nobody listed (">>> [47/230] Building CUDA object …"): the
@@ -113,6 +125,21 @@ LABELLED_BRACKET = re.compile(r"(?P<label>[A-Za-z][\w .:\-]{0,60}?)\s*\[\s*(?P<n
 BUILD_STEP_ANYWHERE = re.compile(r"\[(?P<n>\d+)/(?P<N>\d+)\]\s+(?P<label>\S[^\n]{0,80})")
 _BUILD_WORDS = re.compile(r"^(?:Building|Linking|Compiling|Generating|Installing)\b|\b(?:nvcc|c\+\+|g\+\+|gcc|clang"
                           r"|cicc|ptxas|ld|ar|cmake|ninja)\b")
+
+
+def _labelled(rx: "re.Pattern[str]", counters: "re.Pattern[str]", body: str) -> "Iterator[re.Match[str]]":
+    """rx.finditer(body) for a labelled counter, searched only in the window before each of its counters
+    (counters.finditer: the counter and the whitespace before it): a label is at most 61 characters, so no
+    match ending at a counter starts earlier. The same matches; a long line costs its length, not its
+    length times the label's."""
+    pos = 0
+    for c in counters.finditer(body):
+        if c.start() < pos:
+            continue
+        m = rx.search(body, max(pos, c.start() - 61), c.end())
+        if m is not None:
+            pos = m.end()
+            yield m
 
 
 class _Named:
@@ -131,8 +158,7 @@ def labelled_bracket(body: str) -> Optional[_Named]:
     (a build step) the words after it — or None. By shape only (templates ask it too)."""
     if "/" not in body or "[" not in body:
         return None
-    from .patterns import label_phase
-    for m in LABELLED_BRACKET.finditer(body):
+    for m in _labelled(LABELLED_BRACKET, _BRACKET, body):
         label = m.group("label").strip().rstrip(":").strip()
         phase = label_phase(label)
         if phase is not None:
@@ -143,22 +169,32 @@ def labelled_bracket(body: str) -> Optional[_Named]:
     return None
 
 
-# "label N/M" with N/M a whole token ("Loading checkpoint 3/8", "captured 12/52 graphs"): read where
-# no step/epoch/iteration word is in the line (those are STEP/EPOCH's) and the label names a phase.
-# Not a date ("2026/12/01"), nor "1.5/2", nor a path.
+# "label N/M" with N/M a whole token ("Loading checkpoint 3/8", "Processing shard 3/8"): read where
+# no step/epoch/iteration word is in the line (those are STEP/EPOCH's) and nothing more specific
+# read it. Not a date ("2026/12/01"), nor "1.5/2", nor a path.
 LABELLED_COUNT = re.compile(r"(?P<label>[A-Za-z][\w .:\-]{0,60}?)\s+(?P<n>\d+)/(?P<N>\d+)(?![\w./%])")
+_COUNT = re.compile(r"\s+\d+/\d+(?![\w./%])")          # its counters alone
+# A label whose last word says who counts, not how far ("rank 3/8", "GPU 1/8", NCCL's "Channel 01/32",
+# "TP 0/4"), which try ("attempt 1/5"), or when ("at 01/12"): no progress unless a word of it names a phase.
+_NOT_PROGRESS = re.compile(r"(?i)(?:^|[^a-z])(?:rank|local_rank|world|node|host|gpu|device|worker|proc|process|pid"
+                           r"|replica|channel|ring|tree|peer|tp|pp|dp|ep|cp|attempt|retry|retries|try"
+                           r"|at|on|since|until|from|by|date|day)s?$")
 
 
 def labelled_count(body: str) -> Optional["re.Match[str]"]:
-    """The first "label N/M" of a body whose label names a phase, or None. By shape only (the
-    template scanner asks it of digit-normalised bodies): is_count() judges the numbers."""
+    """The first "label N/M" of a body whose label names a phase, else the first whose label names
+    what is counted (not who: _NOT_PROGRESS), or None. By shape only (the template scanner asks it
+    of digit-normalised bodies): is_count() judges the numbers."""
     if "/" not in body:
         return None
-    from .patterns import label_phase
-    for m in LABELLED_COUNT.finditer(body):
-        if label_phase(m.group("label")):
+    plain = None
+    for m in _labelled(LABELLED_COUNT, _COUNT, body):
+        label = m.group("label")
+        if label_phase(label):
             return m
-    return None
+        if plain is None and not _NOT_PROGRESS.search(label.strip().rstrip(":").rstrip()):
+            plain = m
+    return plain
 
 
 def is_count(done: float, total: float) -> bool:

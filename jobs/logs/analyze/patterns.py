@@ -22,7 +22,8 @@ _RARE_ANCHORS: list[tuple[bytes, int]] = [
     # failures
     (b"Error", F), (b"ERROR", F), (b"xception", F), (b"Traceback", F), (b"Killed", F), (b"killed", F),
     (b"SIGKILL", F), (b"SIGSEGV", F), (b"NCCL", F), (b"Xid", F), (b"NVRM", F), (b"Watchdog", F), (b"watchdog", F),
-    (b"CUDA", F), (b"xit code", F), (b"xit status", F), (b"xited with", F), (b"quit", F), (b"Out of memory", F),
+    (b"CUDA", F), (b"xit code", F), (b"xit status", F), (b"xited with", F), (b"xit Code", F), (b"xit Status", F),
+    (b"xit_code", F), (b"xit_status", F), (b"xitCode", F), (b"quit", F), (b"Out of memory", F),
     (b"-kill", F), (b"FAILED", F), (b"Failed", F), (b"Segmentation fault", F), (b"(core dumped", F),
     (b"GLIBC", F), (b"FATAL", F), (b"CRITICAL", F), (b"_alloc", F | W), (b"Cannot allocate", F | W),
     (b"xhausted", F | W), (b"Interrupt", F), (b"File \"", F), (b"Timeout", F), (b"Not enough memory", F),
@@ -49,7 +50,7 @@ _COMMON_ANCHORS: list[tuple[bytes, int]] = [
     (b"error", F), (b"failed", F), (b"out of memory", F | W), (b"signal 9", F), (b"died", F), (b"usage:", F),
     (b"timed out", F), (b"undefined symbol", F), (b"step", P), (b"epoch", P), (b"retract", W), (b"preempted", W),
     (b"make -j", W), (b"iteration", P), (b"training ...", M), (b"did not run successfully", F), (b"exitcode", F),
-    (b"is dead", F),
+    (b"is dead", F), (b"returncode", F), (b"return code", F), (b"return_code", F),
 ]
 # Until the engine is known for sure, every line of an engine's log carries its
 # signature (a `(Worker_TP0 pid=…)` prefix, a `[… TP3]` rank tag): look at those too.
@@ -60,6 +61,7 @@ _ENGINE_ANCHORS: list[tuple[bytes, int]] = [
     (b"Model loading took", M | E),
 ]
 _NINJA_ANCHOR = rb"\[\d+/\d+\]"           # [12/345]
+_COUNT_ANCHOR = rb" \d+/\d"               # a bare counter after its label: "Processing shard 3/8"
 _RANK_ANCHOR = rb"TP\d"                   # [2025-… TP3]
 
 FAMILY: dict[bytes, int] = {}
@@ -71,7 +73,7 @@ def _family(hit: bytes) -> int:
     fam = FAMILY.get(hit)
     if fam is not None:
         return fam
-    return P if hit[:1] == b"[" else E        # the two regex anchors
+    return P if hit[:1] in b"[ " else E       # the regex anchors: the counters', the rank tag
 
 
 def _trie_pattern(literals: list[bytes], extra: list[bytes]) -> bytes:
@@ -110,7 +112,7 @@ def _prefilter_for(extra: tuple[bytes, ...]) -> re.Pattern:
         if len(_prefilters) > 256:      # bounded: combinations seen in practice are few
             _prefilters.clear()
         literals = [lit for lit, _ in _RARE_ANCHORS] + [lit for lit in extra if lit != _RANK_ANCHOR]
-        specials = [_NINJA_ANCHOR] + ([_RANK_ANCHOR] if _RANK_ANCHOR in extra else [])
+        specials = [_NINJA_ANCHOR, _COUNT_ANCHOR] + ([_RANK_ANCHOR] if _RANK_ANCHOR in extra else [])
         rx = _prefilters[extra] = re.compile(_trie_pattern(literals, specials))
     return rx
 

@@ -48,9 +48,9 @@ def _marker_node(phase: Optional[str], load_done: bool) -> tuple:
     if node is None:
         node = MARKER_NODES[(phase, load_done)] = (phase, load_done, {})
     return node
-# The group of planned failure-line templates whose whole effect is a candidate (see the scanner's loop).
+# The group of planned failure-line templates whose whole effect is a candidate (see _Chunk.candidates).
 ONLY_GROUP = ("only",)
-# The group of planned phase-marker templates that a stretch folds (see the scanner's loop).
+# The group of planned phase-marker templates that a stretch folds (see _Chunk.phase_markers).
 MARKER_GROUP = ("markers",)
 # Spec.SPECIFIC as a plain int (an IntEnum member read through its class costs ~60 ns: the group loop's tests).
 SPECIFIC = int(Spec.SPECIFIC)
@@ -241,14 +241,39 @@ class LogAnalyzer:
         left alone but counted (the engine is known then).
 
         Per segment it does C-level work only (translate, split, dict lookups, grouping);
-        Python runs per group of consecutive segments that can matter. Within the chunk, a
+        Python runs per group of consecutive segments that can matter (_Chunk). Within the chunk, a
         run of tqdm redraws or build steps is reduced to its last member (each overwrites the
         previous one's effect), a run of stats lines to one ready mark plus, at the end, the
         lines whose numbers no later line overwrites; templates proven inert are skipped.
         Everything else is examined as the exhaustive scanner would, in order.
         """
-        state = self._state
-        engine_known = state.engine_strong is not None
+        engine_known = self._state.engine_strong is not None
+        segs, infos = self._segments(data, skip, engine_known)
+        sel = list(compress(INDEXES if len(segs) <= len(INDEXES) else range(len(segs)), infos))
+        has_cr = b"\r" in data
+        # Segments of traceback-frame templates (FRAME_LINE) are not visited: their only effect is
+        # "the last frame line", which only an examination within 40 lines after one reads (a guard).
+        # So a reader (or the chunk's end) looks back at the 40 segments before it, which are 40
+        # lines when no \r splits lines; with \r, all the frames' positions are found up front.
+        frames: Any = engine_known and self._frame_templates > 0
+        if frames and has_cr:
+            frames = list(compress(range(len(segs)), map(is_, infos, repeat(FRAME_LINE))))
+        if sel:
+            return _Chunk(self, data, segs, infos, sel, has_cr, frames, engine_known).scan()
+        if frames:
+            state = self._state
+            if has_cr:
+                k = frames[-1]
+                state.last_frame_line = self._line + data.count(b"\n", 0, sum(map(len, islice(segs, k))) + k)
+            else:
+                near = infos[-40:]
+                if FRAME_LINE in near:
+                    state.last_frame_line = self._line + len(segs) - 1 - near[::-1].index(FRAME_LINE)
+        self._line += data.count(b"\n") if has_cr else len(segs)
+        return None
+
+    def _segments(self, data: bytes, skip: int, engine_known: bool) -> tuple[list[bytes], Any]:
+        """The complete segments of data (\\r and \\n both end one) and each one's template (0: inert)."""
         templates = self._templates[engine_known]
         segs = data.translate(NORMALIZE).split(b"\n")
         segs.pop()                                    # the incomplete segment after the last separator
@@ -262,685 +287,7 @@ class LogAnalyzer:
             infos = self._learn(segs, list(map(templates.get, segs)), templates, engine_known)
         if skip:
             segs[0] = piece                           # its length places the segments after it
-        sel = list(compress(INDEXES if len(segs) <= len(INDEXES) else range(len(segs)), infos))
-        base = self._line
-        has_cr = b"\r" in data
-        # Segments of traceback-frame templates (FRAME_LINE) are not visited: their only effect is
-        # "the last frame line", which only an examination within 40 lines after one reads (a guard).
-        # So a reader (or the chunk's end) looks back at the 40 segments before it, which are 40
-        # lines when no \r splits lines; with \r, all the frames' positions are found up front.
-        frames: Any = engine_known and self._frame_templates > 0
-        if frames and has_cr:
-            frames = list(compress(range(len(segs)), map(is_, infos, repeat(FRAME_LINE))))
-        if not sel:
-            if frames:
-                if has_cr:
-                    k = frames[-1]
-                    state.last_frame_line = base + data.count(b"\n", 0, sum(map(len, islice(segs, k))) + k)
-                else:
-                    near = infos[-40:]
-                    if FRAME_LINE in near:
-                        state.last_frame_line = base + len(segs) - 1 - near[::-1].index(FRAME_LINE)
-            self._line = base + (data.count(b"\n") if has_cr else len(segs))
-            return None
-        ends = list(accumulate(map(len, segs)))       # ends[i] + i: offset just past segment i
-        # Line numbers: a segment's index when no \r splits lines, else \n counted from a cursor
-        # that follows the examined segments (deferred lines lie a little behind it).
-        cursor = [0, base]
-
-        def where(i: int) -> tuple[int, int]:
-            start = ends[i] - len(segs[i]) + i
-            if not has_cr:
-                return start, base + i
-            off, line = cursor
-            if start < off:
-                return start, line - data.count(b"\n", start, off)
-            line += data.count(b"\n", off, start)
-            cursor[0], cursor[1] = start, line
-            return start, line
-
-        run_kind = K_INERT        # K_BAR / K_BUILD while a run awaits its last member
-        run_named: Optional[str] = None
-        run_len = run_last = 0
-        serving_run = False       # a ready mark was applied and nothing was examined since
-        deferred: list[tuple[int, int]] = []   # (first, last) positions in sel of stats-line groups
-        now_unset = state.now is None
-
-        apply_plan = state._apply_plan
-
-        def frame_line(i: int) -> None:
-            """Give state the line of the last frame segment before segment i, as if it had been read
-            (when it lies within 40 lines: an older one guards nothing at i or after)."""
-            if has_cr:
-                k = bisect_left(frames, i)
-                if not k:
-                    return
-                line = where(frames[k - 1])[1]
-            else:
-                near = infos[i - 40 if i > 40 else 0:i]
-                if FRAME_LINE not in near:
-                    return
-                line = base + i - 1 - near[::-1].index(FRAME_LINE)
-            if line > state.last_frame_line:
-                state.last_frame_line = line
-
-        def examine(i: int) -> None:
-            info = infos[i]
-            plan: Plan = info.plan
-            if frames and (not plan or plan.reads_frame):
-                frame_line(i)
-            if has_cr:
-                start, line = where(i)
-                stop = start + len(segs[i])
-            else:
-                stop, line = ends[i] + i, base + i
-                start = stop - len(segs[i])
-            if plan:
-                if engine_known and not plan.ansi:     # State.examine_planned, inlined: the hot path
-                    state.text = text = data[start:stop].decode("utf-8", "replace")
-                    apply_plan(text, line, plan)
-                else:
-                    state.examine_planned(data[start:stop], line, info.fams, plan)
-                return
-            kind = info.kind
-            if plan is None and kind != K_GIANT and kind != K_REFILTER:
-                # Plan a template on its second examination (one-off templates are not worth it).
-                if info.seen:
-                    info.plan = plan = record_plan(segs[i], info.fams) or False
-                    self._template_bytes += 512        # a plan's share of the template cache's bound
-                    if plan:
-                        if engine_known and not info.fams & S and info.group is info:
-                            # From the next chunk on, consecutive segments of such templates form one
-                            # group (see the scanner's loop): candidates of a known rank, phase markers.
-                            if plan.only is not None and (plan.only >= 0 or plan.only == ONLY_NVRM):
-                                info.group = ONLY_GROUP
-                            elif plan.marker_only and plan.marker is not None and plan.marker[0] not in LINE_MARKERS:
-                                info.group = MARKER_GROUP
-                        state.examine_planned(data[start:stop], line, info.fams, plan)
-                        return
-                info.seen = 1
-            if kind == K_GIANT:
-                self._examine_giant(data[start:start + HEAD_BYTES], data[stop - TAIL_BYTES:stop], line)
-                return
-            raw = data[start:stop]
-            fams = infos[i].fams
-            if kind == K_REFILTER:
-                if engine_known and len(raw) <= TEMPLATE_KEY_MAX:
-                    # The prefilter tests every digit by class but the 9 of "signal 9": its families
-                    # for the segment are those of the template with the 9s where "signal 9" is,
-                    # remembered by (template, where).
-                    nines = []
-                    at = raw.find(b"signal 9")
-                    while at >= 0:
-                        nines.append(at)
-                        at = raw.find(b"signal 9", at + 1)
-                    fkey = (segs[i], tuple(nines))
-                    fams = self._refilter_fams.get(fkey)
-                    if fams is None:
-                        rx = prefilter_in(raw, True)
-                        m = rx.search(raw)
-                        fams = 0 if m is None else families_in(rx, raw, m, len(raw))
-                        if len(self._refilter_fams) >= 256:
-                            self._refilter_fams.clear()
-                        self._refilter_fams[fkey] = fams
-                    if not fams:
-                        return
-                    # Only the prefilter's families depend on the digit ("signal 9" is an anchor):
-                    # the template's plan for those families holds for the segment.
-                    key = (segs[i], fams)
-                    plan = self._refilter_plans.get(key)
-                    if plan is None:
-                        if len(self._refilter_plans) >= 256:
-                            self._refilter_plans.clear()
-                        plan = self._refilter_plans[key] = record_plan(segs[i], fams)
-                    only = plan.only
-                    if only is not None and only != ONLY_FRAME and state.candidate_is_noop(only):
-                        return                        # as for a planned template (the scanner's loop)
-                    state.examine_planned(raw, line, fams, plan)
-                    return
-                rx = prefilter_in(raw, state.engine_strong is not None)
-                m = rx.search(raw)
-                if m is None:
-                    return
-                fams = families_in(rx, raw, m, len(raw))
-            state.examine(raw, line, fams)
-
-        def bar_full(i: int) -> bool:
-            """Whether segment i's tqdm bar is full (State._tqdm's "the load completed")."""
-            start = where(i)[0] if has_cr else ends[i] - len(segs[i]) + i
-            info = infos[i]
-            plan = info.plan
-            if plan is None:                          # planned on its second reading, as in examine()
-                if info.seen:
-                    info.plan = plan = record_plan(segs[i], info.fams) or False
-                    self._template_bytes += 512
-                info.seen = 1
-            if plan and plan.bar_bytes is not None:                # its numbers' bytes, from the template
-                n0, n1, n_scale, t0, t1, t_scale = plan.bar_bytes
-                total = float(data[start + t0:start + t1]) * t_scale
-                return bool(total) and float(data[start + n0:start + n1]) * n_scale >= total
-            raw = data[start:start + len(segs[i])]
-            if plan and plan.bar is not None and not plan.ansi:     # its numbers' spans, from the template
-                n0, n1, n_scale, t0, t1, t_scale = plan.bar[:6]
-                text = raw.decode("utf-8", "replace")
-                total = float(text[t0:t1]) * t_scale
-                return bool(total) and float(text[n0:n1]) * n_scale >= total
-            m = TQDM.search((ANSI.sub(b"", raw) if b"\x1b" in raw else raw).decode("utf-8", "replace"))
-            assert m is not None                      # a bar template's segment: its bar is there too
-            total = float(m.group("N")) * SIZE[m.group("Nu")]
-            return bool(total) and float(m.group("n")) * SIZE[m.group("nu")] >= total
-
-        def other_series(first: int, last: int, key: tuple) -> bool:
-            """Whether no bar of sel[first..last] is of the series `key` (source, phase, key label, total)
-            of the progress an error waits on, so that none of them advances it (State._set_progress
-            compares the whole key): their plans know their labels (no digit before the bar) and where
-            their totals lie."""
-            for q in range(first, last + 1):
-                i = sel[q]
-                plan = infos[i].plan
-                if not plan or plan.bar_label is None:
-                    return False
-                if plan.bar_label[2] == key[2]:
-                    at = plan.bar_bytes
-                    if at is None:
-                        return False
-                    start = where(i)[0] if has_cr else ends[i] - len(segs[i]) + i
-                    if float(data[start + at[3]:start + at[4]]) * at[5] == key[3]:
-                        return False
-            return True
-
-        def kv_raised_at_end(first: int, last: int) -> bool:
-            """Whether every stats line of sel[first..last] is read at planned spans and the last one, which
-            gives both the KV use and the waiting requests, raises kv_cache_pressure (State.serving_data)."""
-            for q in range(first, last + 1):
-                plan = infos[sel[q]].plan
-                if not plan or plan.stats_read is None:
-                    return False
-            j = sel[last]
-            keys, get, scaled = infos[j].plan.stats_read
-            start = ends[j] - len(segs[j]) + j
-            stats = dict(zip(keys, map(float, get(data[start:start + len(segs[j])]))))
-            for key, times, over in scaled:
-                stats[key] = stats[key] * times / over
-            kv = stats.get("kv_cache_pct")
-            return kv is not None and kv >= 95.0 and bool(stats.get("waiting"))
-
-        def flush_run() -> None:
-            nonlocal run_kind, serving_run
-            state.seq += run_len - 1                  # the dropped members' progress updates
-            examine(run_last)
-            run_kind = K_INERT
-            serving_run = False
-
-        def flush_deferred() -> None:
-            # Keep each line that provides a number no later line provides, and the last
-            # SPEC_WINDOW spec-decode lines (their mean is judged); apply them in order.
-            covered, spec_left, keep = 0, SPEC_WINDOW, []
-            last_spec = -1            # the last spec-decode line: only its judgement of the window lasts
-            for first, last in reversed(deferred):
-                for q in range(last, first - 1, -1):
-                    keys = infos[sel[q]].keys
-                    need = keys & ~covered
-                    if keys & SPEC_BITS and spec_left:
-                        if spec_left == SPEC_WINDOW:
-                            last_spec = sel[q]
-                        spec_left -= 1
-                        need = 1
-                    if need:
-                        keep.append(sel[q])
-                        covered |= keys
-                        if covered == ALL_SERVING_BITS and not spec_left:
-                            break
-                else:
-                    continue
-                break
-            for i in reversed(keep):
-                if has_cr:
-                    start, line = where(i)
-                else:
-                    start, line = ends[i] - len(segs[i]) + i, base + i
-                raw = data[start:start + len(segs[i])]
-                info = infos[i]
-                plan = info.plan
-                if plan is None:                      # planned on its second reading, as in examine()
-                    if info.seen:
-                        info.plan = plan = record_plan(segs[i], info.fams) or False
-                        self._template_bytes += 512
-                    info.seen = 1
-                if plan and plan.stats_read is not None:     # patterns.read_stats, inline
-                    keys, get, scaled = plan.stats_read
-                    stats = dict(zip(keys, map(float, get(raw))))
-                    for key, times, over in scaled:
-                        stats[key] = stats[key] * times / over
-                    state.serving_data(stats, line, i == last_spec)
-                elif plan and not plan.ansi and plan.bar_at < 0:    # its message's span, from the template
-                    body = raw.decode("utf-8", "replace")[plan.body[0]:plan.body[1]]
-                    at = plan.stats_at
-                    numbers = parse_serving_stats_line(body) if at is None else {
-                        key: float(body[a:b]) * times / over for key, a, b, times, over in at}
-                    if numbers:
-                        state.serving_data(numbers, line, i == last_spec)
-                else:
-                    state.serving_data_of(raw, line, i == last_spec)
-            deferred.clear()
-
-        if engine_known:
-            # sel's infos, in order (a comprehension: the interpreter's slot read beats attrgetter's lookup)
-            groups = [info.group for info in compress(infos, infos)]
-        else:
-            groups = [self._group_now(infos[i]) for i in sel]
-        # Where the group changes (C-level): consecutive members of one group are handled together.
-        bounds = list(compress(islice(INDEXES, 1, None) if len(sel) <= len(INDEXES) else range(1, len(sel)),
-                               map(is_not, islice(groups, 1, None), groups)))
-        bounds.append(len(sel))
-
-        def markers(members: list[int]) -> None:
-            # A stretch of phase markers (no line-reading kinds) with nothing examined between
-            # them: only the phase, load_done and the why texts of two of them survive it (the
-            # last marker's, and that of the last one that set why["phase"]), so the kinds are
-            # folded over (phase, load_done) and only those two segments are read.
-            node = MARKER_NODES.get((state.phase, state.load_done)) or _marker_node(state.phase, state.load_done)
-            at_p = None
-            for i in members:
-                kind = infos[i].plan.marker[0]
-                hit = node[2].get(kind) or _marker_edge(node, kind)
-                if hit[1]:
-                    p, at_p = i, node
-                before_last, node = node, hit[0]
-            last = members[-1]
-            read_p = at_p is not None and p != last
-            if infos[last].plan.ansi or read_p and infos[p].plan.ansi:
-                if read_p and at_p is not None:       # (read_p says at_p is set)
-                    state.phase, state.load_done = at_p[0], at_p[1]
-                    examine(p)
-                state.phase, state.load_done = before_last[0], before_last[1]
-                examine(last)
-                return
-            # What examining them would do (State._apply_plan on a marker-only plan), from the fold:
-            # the why texts in the same order, then the phase the fold reached (neither reads the
-            # line otherwise, and no marker of these kinds reads state.text).
-            why = state.why
-            if read_p:
-                why["marker"] = why["phase"] = marker_why(p)
-            why["marker"] = w = marker_why(last)
-            if hit[1]:
-                why["phase"] = w
-            state.phase, state.load_done = node[0], node[1]
-
-        def marker_why(i: int) -> tuple:
-            """A marker-only segment's why["marker"] (State._apply_plan's), its plan not ANSI."""
-            if has_cr:
-                start, line = where(i)
-            else:
-                start, line = ends[i] - len(segs[i]) + i, base + i
-            plan = infos[i].plan
-            at = plan.marker_at
-            if at is not None:                        # ASCII: the marker's bytes alone
-                return ("marker {}: {!r} (line {})", plan.marker[0], data[start + at[0]:start + at[1]].decode(), line)
-            b0 = plan.body[0]
-            kind, m0, m1 = plan.marker
-            return ("marker {}: {!r} (line {})", kind,
-                    data[start:start + len(segs[i])].decode("utf-8", "replace")[b0 + m0:b0 + m1], line)
-
-        next_first = 0
-        nbounds = len(bounds)
-        b = 0
-        while b < nbounds:
-            first = next_first
-            next_first = bounds[b]
-            b += 1
-            group = groups[first]
-            if group is ONLY_GROUP:
-                # Consecutive failure lines whose whole effect is a candidate of a known rank (or an
-                # NVRM line: see below), of any templates, handled as one group: all skipped at
-                # once while a SPECIFIC candidate is held, else one by one as below.
-                best = state.best
-                if best is not None and best.spec >= SPECIFIC and not has_cr:
-                    continue
-                for i in sel[first:next_first]:
-                    only = infos[i].plan.only
-                    best = state.best
-                    if best is not None and (best.spec >= only if only >= 0
-                                             else not has_cr and best.spec >= SPECIFIC):
-                        continue
-                    if run_kind:
-                        flush_run()
-                    if state.candidate_is_noop(only):
-                        continue
-                    serving_run = False
-                    examine(i)
-                continue
-            if group is SKIP_GROUP:
-                continue
-            last = next_first - 1
-            info = infos[sel[first]]
-            # The group's own plan, read once: the tests below are the group's route (False for a
-            # run or merged group, whose members may be of other templates, and before the engine).
-            own_plan: Plan = info.plan if group is info and engine_known else False
-            if own_plan:
-                plan = own_plan
-                if plan.only is not None and plan.only >= ONLY_NVRM:
-                    # Failure candidates of a rank held change nothing (State.candidate_is_noop), and
-                    # a run pending before them cannot un-hold it: runs form only while no error
-                    # waits on their series (and `best` implies an error waits), so it needs no flush.
-                    best = state.best
-                    if best is not None and not (deferred and info.fams & S):
-                        only = plan.only
-                        if only >= 0:
-                            if best.spec >= only:
-                                continue
-                        elif only == ONLY_NVRM and not has_cr and best.spec >= SPECIFIC:
-                            # An NVRM line's candidate changes nothing, and the window it joins is
-                            # read only by a later driver-fault line's candidate, walking back over
-                            # consecutive lines: a no-op too until a recovery clears `best`, which
-                            # takes a line that is no NVRM line (one line each when no \r splits
-                            # lines), so no walk after it reaches back over it.
-                            continue
-            if group is MARKER_GROUP or (own_plan and own_plan.marker_only and own_plan.marker is not None
-                                         and own_plan.marker[0] not in LINE_MARKERS
-                                         and not (deferred and info.fams & S)):
-                if group is MARKER_GROUP:             # consecutive planned markers of any templates
-                    members = sel[first:last + 1]
-                else:
-                    members = [sel[first], sel[last]] if last > first else [sel[first]]
-                while b < nbounds:                    # gather the stretch (inert groups between are skipped)
-                    g = groups[next_first]
-                    if g is MARKER_GROUP:
-                        members += sel[next_first:bounds[b]]
-                    elif g is not SKIP_GROUP:
-                        nxt = infos[sel[next_first]]
-                        plan = nxt.plan
-                        if (g is not nxt or not plan or not plan.marker_only or plan.marker[0] in LINE_MARKERS
-                                or (deferred and nxt.fams & S)):
-                            break
-                        members.append(sel[next_first])
-                        if bounds[b] - 1 > next_first:
-                            members.append(sel[bounds[b] - 1])
-                    next_first = bounds[b]
-                    b += 1
-                if run_kind:
-                    flush_run()
-                serving_run = False
-                markers(members)
-                continue
-            if (own_plan and now_unset and own_plan.hint_only
-                    and not (deferred and info.fams & S)):
-                pending = state.progress_at_failure
-                if pending is None or not pending[0] or pending[0][0] != "hint":
-                    # A stretch of loss dicts (any templates; inert groups between are skipped):
-                    # each overwrites the previous one's hint, series, phase and why texts, and no
-                    # error waits on a hint series, so only the last is read.
-                    n, i = last - first + 1, sel[last]
-                    while b < nbounds:
-                        g = groups[next_first]
-                        if g is not SKIP_GROUP:
-                            nxt = infos[sel[next_first]]
-                            if g is not nxt or not nxt.plan or not nxt.plan.hint_only or (deferred and nxt.fams & S):
-                                break
-                            n += bounds[b] - next_first
-                            i = sel[bounds[b] - 1]
-                        next_first = bounds[b]
-                        b += 1
-                    if run_kind:
-                        flush_run()
-                    serving_run = False
-                    state.seq += n - 1
-                    examine(i)
-                    continue
-            if (own_plan and now_unset and own_plan.timed_step
-                    and not (deferred and info.fams & S)):
-                pending = state.progress_at_failure
-                if pending is None or not pending[0] or pending[0][0] != "bar" or pending[0][1] != "building":
-                    # A stretch of timestamped build steps (any templates; inert groups between are
-                    # skipped): each overwrites the previous one's bar, phase and why texts, and no
-                    # error waits on a build series; what survives is the series' start (for the
-                    # rate), so the members before the last are read for their numbers only.
-                    marked = info.plan.timed_step[0]
-                    members = sel[first:last + 1]
-                    while b < nbounds:
-                        g = groups[next_first]
-                        if g is not SKIP_GROUP:
-                            nxt = infos[sel[next_first]]
-                            step = nxt.plan and nxt.plan.timed_step
-                            if g is not nxt or not step or step[0] is not marked or (deferred and nxt.fams & S):
-                                break
-                            members += sel[next_first:bounds[b]]
-                        next_first = bounds[b]
-                        b += 1
-                    if run_kind:
-                        flush_run()
-                    serving_run = False
-                    if len(members) > 1:
-                        series = state.series         # as State._set_progress would leave it
-                        for i in islice(members, len(members) - 1):
-                            _, (d0, d1), tot, (tk, t0, t1) = infos[i].plan.timed_step
-                            start = where(i)[0] if has_cr else ends[i] - len(segs[i]) + i
-                            done = float(data[start + d0:start + d1])
-                            key = ("bar", "building", "build", float(data[start + tot[0]:start + tot[1]]) if tot else 100.0)
-                            # (its time is never None: see RecordPlan.timed_step), so it is read only where
-                            # the series starts again
-                            if series is None or series[0] != key or done < series[1]:
-                                when = ts_seconds((tk, data[start + t0:start + t1].decode()))
-                                series = (key, done, when if when is not None else _NAN)
-                        state.series = series
-                        state.seq += len(members) - 1
-                    examine(members[-1])
-                    continue
-            if (own_plan and now_unset and own_plan.step_stretch
-                    and not (deferred and info.fams & S)):
-                pending = state.progress_at_failure
-                if pending is None or not pending[0] or pending[0][1] != "training":
-                    # A stretch of step/epoch records (any templates): as the timed build steps
-                    # above, when every member reports progress of one source (each overwrites
-                    # the previous one's entry, phase and why texts; no error waits on a training
-                    # series) only the series' start survives; else they are read one by one.
-                    members = sel[first:last + 1]
-                    while b < nbounds:
-                        g = groups[next_first]
-                        if g is not SKIP_GROUP:
-                            nxt = infos[sel[next_first]]
-                            if (g is not nxt or not nxt.plan or not nxt.plan.step_stretch
-                                    or (deferred and nxt.fams & S)):
-                                break
-                            members += sel[next_first:bounds[b]]
-                        next_first = bounds[b]
-                        b += 1
-                    if run_kind:
-                        flush_run()
-                    serving_run = False
-                    if len(members) > 1:
-                        series, source = state.series, None
-                        for i in members:
-                            st, ep, lossy, ts = infos[i].plan.step_stretch
-                            start = ends[i] - len(segs[i]) + i
-                            step = None if st is None else (float(data[start + st[0][0]:start + st[0][1]]), None
-                                                            if st[1] is None else float(data[start + st[1][0]:start + st[1][1]]))
-                            epoch = None if ep is None else (float(data[start + ep[0][0]:start + ep[0][1]]), None
-                                                             if ep[1] is None else float(data[start + ep[1][0]:start + ep[1][1]]))
-                            update = state.step_epoch_update(step, epoch, lossy)
-                            if update is None or (source is not None and update[0] != source):
-                                source = None
-                                break
-                            source = update[0]
-                            if i == members[-1]:
-                                break
-                            key = (source, "training", SERIES_LABELS.get(update[1]) or series_label(update[1]), update[3])
-                            when = None if ts is None else ts_seconds((ts[0], data[start + ts[1]:start + ts[2]].decode()))
-                            done = update[2]
-                            if series is None or series[0] != key or when is None or done < series[1]:
-                                series = (key, done, when if when is not None else _NAN)
-                        if source is None:
-                            for i in members:         # mixed: one by one, as the exhaustive scanner
-                                examine(i)
-                            continue
-                        state.series = series
-                        state.seq += len(members) - 1
-                    examine(members[-1])
-                    continue
-            kind = info.kind
-            if group is not info:                     # a run group (no engine to learn from it)
-                if kind == K_SERVING:
-                    i, j = sel[first], sel[last]
-                    if run_kv_safe(data, ends[i] - len(segs[i]) + i, ends[j] + j, state):
-                        if run_kind:
-                            flush_run()
-                        if not serving_run:
-                            state.ready_mark(0)       # its line is unused: a recovery names the error's line
-                            serving_run = True
-                        deferred.append((first, last))
-                        continue
-                    if engine_known:
-                        # KV-unsafe: each line's numbers are applied, in order (kv_cache_pressure keeps
-                        # the line of the last line that raised it), but the ready mark only once: it
-                        # reads nothing the numbers write, and a second one changes nothing.
-                        if run_kind:
-                            flush_run()
-                        if deferred:
-                            flush_deferred()
-                        j = sel[last]
-                        if infos[j].keys & KV_WAITING_BITS == KV_WAITING_BITS and kv_raised_at_end(first, last):
-                            # Its last line raises kv_cache_pressure with its own numbers: that replaces what
-                            # any line before it raised, so the run is applied as a KV-safe one (the lines
-                            # whose numbers no later line overwrites, and the spec-decode window), now.
-                            if not serving_run:
-                                state.ready_mark(0)
-                                serving_run = True
-                            deferred.append((first, last))
-                            flush_deferred()
-                            continue
-                        need_mark = not serving_run
-                        # Each spec-decode line judges the window (State._judge_spec), replacing the judgement
-                        # before it, and no line of the run reads it: only the last one's is made.
-                        last_spec = -1
-                        for q in range(last, first - 1, -1):
-                            if infos[sel[q]].keys & SPEC_BITS:
-                                last_spec = sel[q]
-                                break
-                        for q in range(first, last + 1):
-                            i = sel[q]
-                            plan = infos[i].plan
-                            if plan and plan.stats_at is not None and not plan.ansi and plan.bar_at < 0:
-                                if need_mark:
-                                    state.ready_mark(0)     # its line is unused (see above)
-                                    need_mark = False
-                                start = ends[i] - len(segs[i]) + i
-                                read = plan.stats_read
-                                if read is not None:          # patterns.read_stats, inline
-                                    keys, get, scaled = read
-                                    stats = dict(zip(keys, map(float, get(data[start:start + len(segs[i])]))))
-                                    for key, times, over in scaled:
-                                        stats[key] = stats[key] * times / over
-                                else:
-                                    body = data[start:start + len(segs[i])].decode("utf-8", "replace")[plan.body[0]:plan.body[1]]
-                                    stats = {key: float(body[a:b]) * times / over
-                                             for key, a, b, times, over in plan.stats_at}
-                                state.serving_data(stats, where(i)[1] if has_cr else base + i, i == last_spec)
-                            else:
-                                examine(i)                  # in full (it may do more than a stats line)
-                                need_mark = True
-                        serving_run = not need_mark
-                        continue
-                else:
-                    if run_kind:
-                        if run_kind == K_BAR and kind == K_BAR and run_named is not None and info.named is not None:
-                            # A run of named bars met at once by a run of bars of another named phase
-                            # (one excerpt's capture bars, the next one's loading bars): the new run's
-                            # examination overwrites all the pending one leaves (bar, phase and its why,
-                            # series: another key, and no clock; the last progress key), and nothing reads
-                            # them before: the new run reads only load_done, which a named non-loading bar
-                            # never sets and a loading run's "any member full?" already did, and the
-                            # progress waiting on a failure, which the pending run cannot advance (a run
-                            # forms only where that progress is of another phase). Its count of updates
-                            # is kept.
-                            state.seq += run_len
-                            run_kind = K_INERT
-                            serving_run = False
-                        else:
-                            flush_run()
-                    # A member's effect is overwritten by the next one's when nothing else depends
-                    # on it: no clock-based rate, no error waiting for progress of this very series
-                    # (its advances would prove the job carried on; another phase's bar cannot be
-                    # that series), a phase that is a fixed point (a loading bar may complete the
-                    # load, turning later bars into capture).
-                    run_phase = "building" if kind == K_BUILD else (info.named or state._unnamed_bar_phase())
-                    pending = state.progress_at_failure
-                    if now_unset and (pending is None or not pending[0] or pending[0][0] != "bar"
-                                      or pending[0][1] != run_phase
-                                      or kind == K_BAR and other_series(first, last, pending[0])) and (
-                            kind == K_BUILD or run_phase != "loading" or info.named == "loading"):
-                        if run_phase == "loading" and not state.load_done:
-                            # Bars that name loading stay loading bars; what a member leaves behind
-                            # is only that the load completed (nothing reads it before the run ends).
-                            seen = None
-                            for q in range(last, first - 1, -1):     # last first: a load's bars end full
-                                i = sel[q]
-                                member = infos[i]
-                                if member is not seen:    # (a run's members are mostly of one template)
-                                    seen, plan = member, member.plan
-                                    at = plan.bar_bytes if plan else None
-                                    if at is not None:
-                                        n0, n1, ns, t0, t1, ts = at
-                                if at is None:
-                                    full = bar_full(i)
-                                    seen = None       # (bar_full may plan it)
-                                else:                 # bar_full's planned path, inline
-                                    start = ends[i] - len(segs[i]) + i
-                                    total = float(data[start + t0:start + t1]) * ts
-                                    full = bool(total) and float(data[start + n0:start + n1]) * ns >= total
-                                if full:
-                                    state.load_done = True
-                                    break
-                        run_kind, run_named, run_len, run_last = kind, info.named, last - first + 1, sel[last]
-                        continue
-            if last > first and own_plan and own_plan.marker_only:
-                if run_kind:
-                    flush_run()
-                if deferred and info.fams & S:
-                    flush_deferred()
-                serving_run = False
-                examine(sel[first])                   # a run of one marker: its first and last (RecordPlan)
-                examine(sel[last])
-                continue
-            for q in range(first, last + 1):          # one segment at a time, as the exhaustive scanner
-                i = sel[q]
-                if not engine_known and group is info and info.kind != K_OTHER and self._absorbed(info):
-                    if info.kind == K_INERT:
-                        continue
-                if kind == K_BAR_GLUED and run_kind == K_BAR and run_named == info.named:
-                    run_kind = K_INERT                # its own bar overwrites the pending run's
-                    state.seq += run_len
-                if run_kind:
-                    flush_run()
-                if deferred and info.fams & S:
-                    flush_deferred()
-                plan = info.plan
-                if plan and engine_known and plan.only is not None:
-                    # Effects the scanner applies without reading the segment (see RecordPlan.only).
-                    if plan.only == ONLY_FRAME:
-                        state.last_frame_line = where(i)[1] if has_cr else base + i
-                        if templates.get(segs[i]) is info:
-                            templates[segs[i]] = FRAME_LINE      # from the next chunk on: see `frames`
-                            self._frame_templates += 1
-                        continue
-                    if state.candidate_is_noop(plan.only):
-                        continue
-                serving_run = False
-                examine(i)
-                if not engine_known and state.engine_strong is not None:
-                    if deferred:
-                        flush_deferred()
-                    start, line = where(i)
-                    rest = start + len(segs[i]) + 1
-                    self._line = line + (data[rest - 1] == 0x0A)
-                    return data[rest:]
-        if run_kind:
-            flush_run()
-        if deferred:
-            flush_deferred()
-        if frames:
-            frame_line(len(segs))
-        self._line = base + len(segs) if not has_cr else cursor[1] + data.count(b"\n", cursor[0])
-        return None
+        return segs, infos
 
     def _absorbed(self, info: Template) -> bool:
         """True if examining a segment of this template can no longer teach the engine anything."""
@@ -1021,6 +368,785 @@ class LogAnalyzer:
         probe._state = copy.deepcopy(self._state)
         probe.finish()
         return probe._state.result()
+
+
+def _read_stats(read: tuple, raw: bytes) -> dict[str, float]:
+    """A stats line's numbers at the spans its plan knows (patterns.read_stats, inline)."""
+    keys, get, scaled = read
+    stats = dict(zip(keys, map(float, get(raw))))
+    for key, times, over in scaled:
+        stats[key] = stats[key] * times / over
+    return stats
+
+
+class _Chunk:
+    """One pass of the template scanner (LogAnalyzer._scan_templates) over a chunk's complete segments.
+
+    segs are the chunk's segments, infos their templates, sel the indexes of those that can matter,
+    grouped (groups, bounds: where the group changes) so that consecutive members of one group are
+    handled together. What a pass holds pending: a run of bars or build steps awaiting its last
+    member (run_*), stats-line groups whose numbers are applied at the chunk's end (deferred).
+    Each handler below reads one family of the table's fields: failure candidates (cause), phase
+    markers (phase), loss dicts, build steps, step records and bars (progress), stats lines (serving).
+    """
+    __slots__ = ("an", "state", "data", "segs", "infos", "sel", "base", "has_cr", "frames", "engine_known",
+                 "ends", "cursor", "groups", "bounds", "b", "next_first", "run_kind", "run_named", "run_len",
+                 "run_last", "serving_run", "deferred", "now_unset", "apply_plan")
+
+    def __init__(self, an: LogAnalyzer, data: bytes, segs: list[bytes], infos: Any, sel: list[int], has_cr: bool,
+                 frames: Any, engine_known: bool) -> None:
+        self.an = an
+        self.state = state = an._state
+        self.data, self.segs, self.infos, self.sel = data, segs, infos, sel
+        self.base = an._line
+        self.has_cr, self.frames, self.engine_known = has_cr, frames, engine_known
+        self.ends = list(accumulate(map(len, segs)))       # ends[i] + i: offset just past segment i
+        # Line numbers: a segment's index when no \r splits lines, else \n counted from a cursor
+        # (offset, line) that follows the examined segments (deferred lines lie a little behind it).
+        self.cursor = [0, self.base]
+        self.run_kind = K_INERT        # K_BAR / K_BUILD while a run awaits its last member
+        self.run_named: Optional[str] = None
+        self.run_len = self.run_last = 0
+        self.serving_run = False       # a ready mark was applied and nothing was examined since
+        self.deferred: list[tuple[int, int]] = []   # (first, last) positions in sel of stats-line groups
+        self.now_unset = state.now is None
+        self.apply_plan = state._apply_plan
+        if engine_known:
+            # sel's infos, in order (a comprehension: the interpreter's slot read beats attrgetter's lookup)
+            groups = [info.group for info in compress(infos, infos)]
+        else:
+            groups = [an._group_now(infos[i]) for i in sel]
+        # Where the group changes (C-level): consecutive members of one group are handled together.
+        bounds = list(compress(islice(INDEXES, 1, None) if len(sel) <= len(INDEXES) else range(1, len(sel)),
+                               map(is_not, islice(groups, 1, None), groups)))
+        bounds.append(len(sel))
+        self.groups, self.bounds = groups, bounds
+        self.b = self.next_first = 0   # the loop's cursor: the next group's bound, its first member
+
+    # ----------------------------------------------------------------------- the loop
+
+    def scan(self) -> Optional[bytes]:
+        """Every group in order; what is left of data when the engine became known, else None."""
+        groups, bounds = self.groups, self.bounds
+        nbounds = len(bounds)
+        while self.b < nbounds:
+            first = self.next_first
+            self.next_first = bounds[self.b]
+            self.b += 1
+            group = groups[first]
+            if group is ONLY_GROUP:
+                self.candidates(first)
+            elif group is not SKIP_GROUP:
+                rest = self.group(first, group)
+                if rest is not None:
+                    return rest
+        if self.run_kind:
+            self.flush_run()
+        if self.deferred:
+            self.flush_deferred()
+        if self.frames:
+            self.frame_line(len(self.segs))
+        cursor = self.cursor
+        self.an._line = self.base + len(self.segs) if not self.has_cr else cursor[1] + self.data.count(b"\n", cursor[0])
+        return None
+
+    def group(self, first: int, group: Any) -> Optional[bytes]:
+        """sel[first:next_first], one group (a stretch of groups after it may join in); what is left of
+        data when its examination made the engine known, else None."""
+        last = self.next_first - 1
+        info = self.infos[self.sel[first]]
+        # The group's own plan, read once: the tests below are the group's route (False for a
+        # run or merged group, whose members may be of other templates, and before the engine).
+        own_plan = info.plan if group is info and self.engine_known else False
+        if own_plan and own_plan.only is not None and own_plan.only >= ONLY_NVRM and self.candidate_held(info):
+            return None
+        waits = self.deferred and info.fams & S        # a stats line must be applied before it
+        if group is MARKER_GROUP or (own_plan and own_plan.marker_only and own_plan.marker[0] not in LINE_MARKERS
+                                     and not waits):
+            self.phase_markers(first, last, group)
+            return None
+        if own_plan and self.now_unset and not waits:
+            if own_plan.hint_only and self.loss_dicts(first, last):
+                return None
+            if own_plan.timed_step and self.build_steps(first, last, own_plan.timed_step[0]):
+                return None
+            if own_plan.step_stretch and self.step_records(first, last):
+                return None
+        if group is not info:                         # a run group (no engine to learn from it)
+            if self.stats_run(first, last) if info.kind == K_SERVING else self.bar_run(first, last, info):
+                return None
+        if last > first and own_plan and own_plan.marker_only:
+            self.settle_run()
+            if waits:
+                self.flush_deferred()
+            self.examine(self.sel[first])             # a run of one marker: its first and last (RecordPlan)
+            self.examine(self.sel[last])
+            return None
+        return self.one_by_one(first, last, group, info)
+
+    def one_by_one(self, first: int, last: int, group: Any, info: Template) -> Optional[bytes]:
+        """sel[first..last] one segment at a time, as the exhaustive scanner (info: the first one's template)."""
+        state, sel, segs, engine_known = self.state, self.sel, self.segs, self.engine_known
+        kind = info.kind
+        for q in range(first, last + 1):
+            i = sel[q]
+            if not engine_known and group is info and info.kind != K_OTHER and self.an._absorbed(info):
+                if info.kind == K_INERT:
+                    continue
+            if kind == K_BAR_GLUED and self.run_kind == K_BAR and self.run_named == info.named:
+                self.run_kind = K_INERT               # its own bar overwrites the pending run's
+                state.seq += self.run_len
+            if self.run_kind:
+                self.flush_run()
+            if self.deferred and info.fams & S:
+                self.flush_deferred()
+            plan = info.plan
+            if plan and engine_known and plan.only is not None:
+                # Effects the scanner applies without reading the segment (see RecordPlan.only).
+                if plan.only == ONLY_FRAME:
+                    state.last_frame_line = self.where(i)[1] if self.has_cr else self.base + i
+                    templates = self.an._templates[engine_known]
+                    if templates.get(segs[i]) is info:
+                        templates[segs[i]] = FRAME_LINE      # from the next chunk on: see `frames`
+                        self.an._frame_templates += 1
+                    continue
+                if state.candidate_is_noop(plan.only):
+                    continue
+            self.serving_run = False
+            self.examine(i)
+            if not engine_known and state.engine_strong is not None:
+                if self.deferred:
+                    self.flush_deferred()
+                start, line = self.where(i)
+                rest = start + len(segs[i]) + 1
+                self.an._line = line + (self.data[rest - 1] == 0x0A)
+                return self.data[rest:]
+        return None
+
+    def stretch(self, joins: Any) -> list[tuple[int, int]]:
+        """The groups after the current one that its stretch takes in, as (first, end) positions in sel:
+        each one `joins(group, its first template)` accepts, inert groups between skipped; the loop's
+        cursor moves past them."""
+        groups, bounds, infos, sel = self.groups, self.bounds, self.infos, self.sel
+        b, at, nbounds = self.b, self.next_first, len(bounds)
+        out = []
+        while b < nbounds:
+            g = groups[at]
+            if g is not SKIP_GROUP:
+                if not joins(g, infos[sel[at]]):
+                    break
+                out.append((at, bounds[b]))
+            at = bounds[b]
+            b += 1
+        self.b, self.next_first = b, at
+        return out
+
+    # ----------------------------------------------------------------------- positions
+
+    def start(self, i: int) -> int:
+        """The offset in data of segment i."""
+        return self.ends[i] - len(self.segs[i]) + i
+
+    def where(self, i: int) -> tuple[int, int]:
+        """(offset, line) of segment i."""
+        start = self.ends[i] - len(self.segs[i]) + i
+        if not self.has_cr:
+            return start, self.base + i
+        cursor = self.cursor
+        off, line = cursor
+        if start < off:
+            return start, line - self.data.count(b"\n", start, off)
+        line += self.data.count(b"\n", off, start)
+        cursor[0], cursor[1] = start, line
+        return start, line
+
+    def frame_line(self, i: int) -> None:
+        """Give state the line of the last frame segment before segment i, as if it had been read
+        (when it lies within 40 lines: an older one guards nothing at i or after)."""
+        if self.has_cr:
+            frames = self.frames
+            k = bisect_left(frames, i)
+            if not k:
+                return
+            line = self.where(frames[k - 1])[1]
+        else:
+            near = self.infos[i - 40 if i > 40 else 0:i]
+            if FRAME_LINE not in near:
+                return
+            line = self.base + i - 1 - near[::-1].index(FRAME_LINE)
+        if line > self.state.last_frame_line:
+            self.state.last_frame_line = line
+
+    # ----------------------------------------------------------------------- examining one segment
+
+    def examine(self, i: int) -> None:
+        """Segment i, read as the exhaustive scanner would (through its template's plan where it has one)."""
+        info = self.infos[i]
+        plan = info.plan
+        if self.frames and (not plan or plan.reads_frame):
+            self.frame_line(i)
+        if self.has_cr:
+            start, line = self.where(i)
+            stop = start + len(self.segs[i])
+        else:
+            stop, line = self.ends[i] + i, self.base + i
+            start = stop - len(self.segs[i])
+        if plan:
+            if self.engine_known and not plan.ansi:     # State.examine_planned, inlined: the hot path
+                self.state.text = text = self.data[start:stop].decode("utf-8", "replace")
+                self.apply_plan(text, line, plan)
+            else:
+                self.state.examine_planned(self.data[start:stop], line, info.fams, plan)
+            return
+        kind = info.kind
+        if plan is None and kind != K_GIANT and kind != K_REFILTER:
+            plan = self.plan_now(i, info)
+            if plan:
+                if self.engine_known and not info.fams & S and info.group is info:
+                    # From the next chunk on, consecutive segments of such templates form one
+                    # group (see group()): candidates of a known rank, phase markers.
+                    if plan.only is not None and (plan.only >= 0 or plan.only == ONLY_NVRM):
+                        info.group = ONLY_GROUP
+                    elif plan.marker_only and plan.marker[0] not in LINE_MARKERS:
+                        info.group = MARKER_GROUP
+                self.state.examine_planned(self.data[start:stop], line, info.fams, plan)
+                return
+        if kind == K_GIANT:
+            self.an._examine_giant(self.data[start:start + HEAD_BYTES], self.data[stop - TAIL_BYTES:stop], line)
+            return
+        raw = self.data[start:stop]
+        if kind == K_REFILTER:
+            if self.engine_known and len(raw) <= TEMPLATE_KEY_MAX:
+                self.examine_refiltered(i, raw, line)
+                return
+            rx = prefilter_in(raw, self.state.engine_strong is not None)
+            m = rx.search(raw)
+            if m is not None:
+                self.state.examine(raw, line, families_in(rx, raw, m, len(raw)))
+            return
+        self.state.examine(raw, line, info.fams)
+
+    def plan_now(self, i: int, info: Template) -> Any:
+        """info's plan, made on its second reading (one-off templates are not worth it); None before."""
+        plan = None
+        if info.seen:
+            info.plan = plan = record_plan(self.segs[i], info.fams) or False
+            self.an._template_bytes += 512            # a plan's share of the template cache's bound
+        info.seen = 1
+        return plan
+
+    def examine_refiltered(self, i: int, raw: bytes, line: int) -> None:
+        """A segment whose template has a "signal 0" (K_REFILTER), the engine known."""
+        an = self.an
+        # The prefilter tests every digit by class but the 9 of "signal 9": its families
+        # for the segment are those of the template with the 9s where "signal 9" is,
+        # remembered by (template, where).
+        nines = []
+        at = raw.find(b"signal 9")
+        while at >= 0:
+            nines.append(at)
+            at = raw.find(b"signal 9", at + 1)
+        fkey = (self.segs[i], tuple(nines))
+        fams = an._refilter_fams.get(fkey)
+        if fams is None:
+            rx = prefilter_in(raw, True)
+            m = rx.search(raw)
+            fams = 0 if m is None else families_in(rx, raw, m, len(raw))
+            if len(an._refilter_fams) >= 256:
+                an._refilter_fams.clear()
+            an._refilter_fams[fkey] = fams
+        if not fams:
+            return
+        # Only the prefilter's families depend on the digit ("signal 9" is an anchor):
+        # the template's plan for those families holds for the segment.
+        key = (self.segs[i], fams)
+        plan = an._refilter_plans.get(key)
+        if plan is None:
+            if len(an._refilter_plans) >= 256:
+                an._refilter_plans.clear()
+            plan = an._refilter_plans[key] = record_plan(self.segs[i], fams)
+        only = plan.only
+        if only is not None and only != ONLY_FRAME and self.state.candidate_is_noop(only):
+            return                                    # as for a planned template (candidates())
+        self.state.examine_planned(raw, line, fams, plan)
+
+    # ----------------------------------------------------------------------- the pending run
+
+    def settle_run(self) -> None:
+        """Before a segment is examined: the pending run's last member first; no ready mark since."""
+        if self.run_kind:
+            self.flush_run()
+        self.serving_run = False
+
+    def flush_run(self) -> None:
+        self.state.seq += self.run_len - 1            # the dropped members' progress updates
+        self.examine(self.run_last)
+        self.run_kind = K_INERT
+        self.serving_run = False
+
+    # ----------------------------------------------------------------------- cause: failure candidates
+
+    def candidates(self, first: int) -> None:
+        """Consecutive failure lines whose whole effect is a candidate of a known rank (or an NVRM
+        line: see candidate_held), of any templates, handled as one group: all skipped at once while a
+        SPECIFIC candidate is held, else one by one."""
+        state, has_cr = self.state, self.has_cr
+        best = state.best
+        if best is not None and best.spec >= SPECIFIC and not has_cr:
+            return
+        infos = self.infos
+        for i in self.sel[first:self.next_first]:
+            only = infos[i].plan.only
+            best = state.best
+            if best is not None and (best.spec >= only if only >= 0 else not has_cr and best.spec >= SPECIFIC):
+                continue
+            if self.run_kind:
+                self.flush_run()
+            if state.candidate_is_noop(only):
+                continue
+            self.serving_run = False
+            self.examine(i)
+
+    def candidate_held(self, info: Template) -> bool:
+        """Whether a group of a failure-candidate template changes nothing: a candidate of its rank is held
+        (State.candidate_is_noop). A run pending before it cannot un-hold it: runs form only while no error
+        waits on their series (and `best` implies an error waits), so it needs no flush."""
+        best = self.state.best
+        if best is None or (self.deferred and info.fams & S):
+            return False
+        only = info.plan.only
+        if only >= 0:
+            return best.spec >= only
+        # An NVRM line's candidate changes nothing, and the window it joins is read only by a later
+        # driver-fault line's candidate, walking back over consecutive lines: a no-op too until a
+        # recovery clears `best`, which takes a line that is no NVRM line (one line each when no \r
+        # splits lines), so no walk after it reaches back over it.
+        return only == ONLY_NVRM and not self.has_cr and best.spec >= SPECIFIC
+
+    # ----------------------------------------------------------------------- phase: markers
+
+    def phase_markers(self, first: int, last: int, group: Any) -> None:
+        """A stretch of phase markers (consecutive planned markers of any templates, or a marker template's
+        group; inert groups between are skipped), folded (fold_markers)."""
+        sel = self.sel
+        if group is MARKER_GROUP:
+            members = sel[first:last + 1]
+        else:
+            members = [sel[first], sel[last]] if last > first else [sel[first]]
+        deferred = self.deferred
+
+        def joins(g: Any, nxt: Template) -> bool:
+            if g is MARKER_GROUP:
+                return True
+            plan = nxt.plan
+            return not (g is not nxt or not plan or not plan.marker_only or plan.marker[0] in LINE_MARKERS
+                        or (deferred and nxt.fams & S))
+
+        for lo, end in self.stretch(joins):
+            if self.groups[lo] is MARKER_GROUP:
+                members += sel[lo:end]
+            else:
+                members.append(sel[lo])
+                if end - 1 > lo:
+                    members.append(sel[end - 1])
+        self.settle_run()
+        self.fold_markers(members)
+
+    def fold_markers(self, members: list[int]) -> None:
+        """Phase markers (no line-reading kinds) with nothing examined between them: only the phase,
+        load_done and the why texts of two of them survive them (the last marker's, and that of the last
+        one that set why["phase"]), so the kinds are folded over (phase, load_done) and only those two
+        segments are read."""
+        state, infos = self.state, self.infos
+        node = MARKER_NODES.get((state.phase, state.load_done)) or _marker_node(state.phase, state.load_done)
+        at_p = None
+        for i in members:
+            kind = infos[i].plan.marker[0]
+            hit = node[2].get(kind) or _marker_edge(node, kind)
+            if hit[1]:
+                p, at_p = i, node
+            before_last, node = node, hit[0]
+        last = members[-1]
+        read_p = at_p is not None and p != last
+        if infos[last].plan.ansi or read_p and infos[p].plan.ansi:
+            if read_p:
+                state.phase, state.load_done = at_p[0], at_p[1]
+                self.examine(p)
+            state.phase, state.load_done = before_last[0], before_last[1]
+            self.examine(last)
+            return
+        # What examining them would do (State._apply_plan on a marker-only plan), from the fold:
+        # the why texts in the same order, then the phase the fold reached (neither reads the
+        # line otherwise, and no marker of these kinds reads state.text).
+        why = state.why
+        if read_p:
+            why["marker"] = why["phase"] = self.marker_why(p)
+        why["marker"] = w = self.marker_why(last)
+        if hit[1]:
+            why["phase"] = w
+        state.phase, state.load_done = node[0], node[1]
+
+    def marker_why(self, i: int) -> tuple:
+        """A marker-only segment's why["marker"] (State._apply_plan's), its plan not ANSI."""
+        start, line = self.where(i)
+        plan = self.infos[i].plan
+        at = plan.marker_at
+        data = self.data
+        if at is not None:                            # ASCII: the marker's bytes alone
+            return ("marker {}: {!r} (line {})", plan.marker[0], data[start + at[0]:start + at[1]].decode(), line)
+        b0 = plan.body[0]
+        kind, m0, m1 = plan.marker
+        return ("marker {}: {!r} (line {})", kind,
+                data[start:start + len(self.segs[i])].decode("utf-8", "replace")[b0 + m0:b0 + m1], line)
+
+    # ----------------------------------------------------------------------- progress: stretches
+
+    def loss_dicts(self, first: int, last: int) -> bool:
+        """A stretch of loss dicts (any templates; inert groups between are skipped): each overwrites the
+        previous one's hint, series, phase and why texts, and no error waits on a hint series, so only the
+        last is read. False (nothing done) while an error waits on a hint."""
+        pending = self.state.progress_at_failure
+        if not (pending is None or not pending[0] or pending[0][0] != "hint"):
+            return False
+        n, i = last - first + 1, self.sel[last]
+        deferred = self.deferred
+        for lo, end in self.stretch(lambda g, nxt: not (g is not nxt or not nxt.plan or not nxt.plan.hint_only
+                                                        or (deferred and nxt.fams & S))):
+            n += end - lo
+            i = self.sel[end - 1]
+        self.settle_run()
+        self.state.seq += n - 1
+        self.examine(i)
+        return True
+
+    def build_steps(self, first: int, last: int, marked: Any) -> bool:
+        """A stretch of timestamped build steps (any templates; inert groups between are skipped): each
+        overwrites the previous one's bar, phase and why texts, and no error waits on a build series;
+        what survives is the series' start (for the rate), so the members before the last are read for
+        their numbers only. False (nothing done) while an error waits on a build."""
+        pending = self.state.progress_at_failure
+        if not (pending is None or not pending[0] or pending[0][0] != "bar" or pending[0][1] != "building"):
+            return False
+        members = self.sel[first:last + 1]
+        deferred = self.deferred
+
+        def joins(g: Any, nxt: Template) -> bool:
+            step = nxt.plan and nxt.plan.timed_step
+            return not (g is not nxt or not step or step[0] is not marked or (deferred and nxt.fams & S))
+
+        for lo, end in self.stretch(joins):
+            members += self.sel[lo:end]
+        self.settle_run()
+        if len(members) > 1:
+            self.state.series = self.build_series(members)
+            self.state.seq += len(members) - 1
+        self.examine(members[-1])
+        return True
+
+    def build_series(self, members: list[int]) -> Any:
+        """The progress series the build steps before the last leave (as State._set_progress would)."""
+        data, infos = self.data, self.infos
+        series = self.state.series
+        for i in islice(members, len(members) - 1):
+            _, (d0, d1), tot, (tk, t0, t1) = infos[i].plan.timed_step
+            start = self.start(i)
+            done = float(data[start + d0:start + d1])
+            key = ("bar", "building", "build", float(data[start + tot[0]:start + tot[1]]) if tot else 100.0)
+            # (its time is never None: see RecordPlan.timed_step), so it is read only where
+            # the series starts again
+            if series is None or series[0] != key or done < series[1]:
+                series = (key, done, ts_seconds((tk, data[start + t0:start + t1].decode())))
+        return series
+
+    def step_records(self, first: int, last: int) -> bool:
+        """A stretch of step/epoch records (any templates): as the timed build steps, when every member
+        reports progress of one source (each overwrites the previous one's entry, phase and why texts; no
+        error waits on a training series) only the series' start survives; else they are read one by one.
+        False (nothing done) while an error waits on training progress."""
+        pending = self.state.progress_at_failure
+        if not (pending is None or not pending[0] or pending[0][1] != "training"):
+            return False
+        members = self.sel[first:last + 1]
+        deferred = self.deferred
+        for lo, end in self.stretch(lambda g, nxt: not (g is not nxt or not nxt.plan or not nxt.plan.step_stretch
+                                                        or (deferred and nxt.fams & S))):
+            members += self.sel[lo:end]
+        self.settle_run()
+        if len(members) > 1:
+            one_source, series = self.training_series(members)
+            if not one_source:
+                for i in members:                     # mixed: one by one, as the exhaustive scanner
+                    self.examine(i)
+                return True
+            self.state.series = series
+            self.state.seq += len(members) - 1
+        self.examine(members[-1])
+        return True
+
+    def training_series(self, members: list[int]) -> tuple[bool, Any]:
+        """(whether every member reports progress of one source, the series the members before the last
+        leave)."""
+        data, infos, state = self.data, self.infos, self.state
+        series, source = state.series, None
+        for i in members:
+            st, ep, lossy, ts = infos[i].plan.step_stretch
+            start = self.start(i)
+            step = None if st is None else (float(data[start + st[0][0]:start + st[0][1]]), None
+                                            if st[1] is None else float(data[start + st[1][0]:start + st[1][1]]))
+            epoch = None if ep is None else (float(data[start + ep[0][0]:start + ep[0][1]]), None
+                                             if ep[1] is None else float(data[start + ep[1][0]:start + ep[1][1]]))
+            update = state.step_epoch_update(step, epoch, lossy)
+            if update is None or (source is not None and update[0] != source):
+                return False, None
+            source = update[0]
+            if i == members[-1]:
+                break
+            key = (source, "training", SERIES_LABELS.get(update[1]) or series_label(update[1]), update[3])
+            when = None if ts is None else ts_seconds((ts[0], data[start + ts[1]:start + ts[2]].decode()))
+            done = update[2]
+            if series is None or series[0] != key or when is None or done < series[1]:
+                series = (key, done, when if when is not None else _NAN)
+        return True, series
+
+    # ----------------------------------------------------------------------- progress: runs of bars and build steps
+
+    def bar_run(self, first: int, last: int, info: Template) -> bool:
+        """A run group of bars or build steps: it becomes the pending run (only its last member is read,
+        when the run ends) where a member's effect is overwritten by the next one's; False where it is not
+        (the caller reads it one by one)."""
+        state, kind = self.state, info.kind
+        if self.run_kind:
+            if self.run_kind == K_BAR and kind == K_BAR and self.run_named is not None and info.named is not None:
+                # A run of named bars met at once by a run of bars of another named phase
+                # (one excerpt's capture bars, the next one's loading bars): the new run's
+                # examination overwrites all the pending one leaves (bar, phase and its why,
+                # series: another key, and no clock; the last progress key), and nothing reads
+                # them before: the new run reads only load_done, which a named non-loading bar
+                # never sets and a loading run's "any member full?" already did, and the
+                # progress waiting on a failure, which the pending run cannot advance (a run
+                # forms only where that progress is of another phase). Its count of updates
+                # is kept.
+                state.seq += self.run_len
+                self.run_kind = K_INERT
+                self.serving_run = False
+            else:
+                self.flush_run()
+        # A member's effect is overwritten by the next one's when nothing else depends
+        # on it: no clock-based rate, no error waiting for progress of this very series
+        # (its advances would prove the job carried on; another phase's bar cannot be
+        # that series), a phase that is a fixed point (a loading bar may complete the
+        # load, turning later bars into capture).
+        run_phase = "building" if kind == K_BUILD else (info.named or state._unnamed_bar_phase())
+        pending = state.progress_at_failure
+        if not (self.now_unset and (pending is None or not pending[0] or pending[0][0] != "bar"
+                                    or pending[0][1] != run_phase
+                                    or kind == K_BAR and self.other_series(first, last, pending[0])) and (
+                kind == K_BUILD or run_phase != "loading" or info.named == "loading")):
+            return False
+        if run_phase == "loading" and not state.load_done and self.load_completes(first, last):
+            # Bars that name loading stay loading bars; what a member leaves behind
+            # is only that the load completed (nothing reads it before the run ends).
+            state.load_done = True
+        self.run_kind, self.run_named, self.run_len, self.run_last = kind, info.named, last - first + 1, self.sel[last]
+        return True
+
+    def load_completes(self, first: int, last: int) -> bool:
+        """Whether any bar of sel[first..last] is full."""
+        data, infos, sel = self.data, self.infos, self.sel
+        seen = None
+        for q in range(last, first - 1, -1):          # last first: a load's bars end full
+            i = sel[q]
+            member = infos[i]
+            if member is not seen:                    # (a run's members are mostly of one template)
+                seen, plan = member, member.plan
+                at = plan.bar_bytes if plan else None
+                if at is not None:
+                    n0, n1, ns, t0, t1, ts = at
+            if at is None:
+                full = self.bar_full(i)
+                seen = None                           # (bar_full may plan it)
+            else:                                     # bar_full's planned path, inline
+                start = self.start(i)
+                total = float(data[start + t0:start + t1]) * ts
+                full = bool(total) and float(data[start + n0:start + n1]) * ns >= total
+            if full:
+                return True
+        return False
+
+    def bar_full(self, i: int) -> bool:
+        """Whether segment i's tqdm bar is full (State._tqdm's "the load completed")."""
+        start = self.start(i)
+        info = self.infos[i]
+        plan = info.plan
+        if plan is None:                              # planned on its second reading, as in examine()
+            plan = self.plan_now(i, info)
+        data = self.data
+        if plan and plan.bar_bytes is not None:       # its numbers' bytes, from the template
+            n0, n1, n_scale, t0, t1, t_scale = plan.bar_bytes
+            total = float(data[start + t0:start + t1]) * t_scale
+            return bool(total) and float(data[start + n0:start + n1]) * n_scale >= total
+        raw = data[start:start + len(self.segs[i])]
+        if plan and plan.bar is not None and not plan.ansi:     # its numbers' spans, from the template
+            n0, n1, n_scale, t0, t1, t_scale = plan.bar[:6]
+            text = raw.decode("utf-8", "replace")
+            total = float(text[t0:t1]) * t_scale
+            return bool(total) and float(text[n0:n1]) * n_scale >= total
+        m = TQDM.search((ANSI.sub(b"", raw) if b"\x1b" in raw else raw).decode("utf-8", "replace"))
+        total = float(m.group("N")) * SIZE[m.group("Nu")]
+        return bool(total) and float(m.group("n")) * SIZE[m.group("nu")] >= total
+
+    def other_series(self, first: int, last: int, key: tuple) -> bool:
+        """Whether no bar of sel[first..last] is of the series `key` (source, phase, key label, total)
+        of the progress an error waits on, so that none of them advances it (State._set_progress
+        compares the whole key): their plans know their labels (no digit before the bar) and where
+        their totals lie."""
+        for q in range(first, last + 1):
+            i = self.sel[q]
+            plan = self.infos[i].plan
+            if not plan or plan.bar_label is None:
+                return False
+            if plan.bar_label[2] == key[2]:
+                at = plan.bar_bytes
+                if at is None:
+                    return False
+                start = self.start(i)
+                if float(self.data[start + at[3]:start + at[4]]) * at[5] == key[3]:
+                    return False
+        return True
+
+    # ----------------------------------------------------------------------- serving: stats lines
+
+    def stats_run(self, first: int, last: int) -> bool:
+        """A run group of stats lines: deferred to the chunk's end where the KV pressure rule allows it
+        (run_kv_safe), else applied line by line now; False before the engine is known (the caller
+        reads them one by one)."""
+        sel, state = self.sel, self.state
+        i, j = sel[first], sel[last]
+        if run_kv_safe(self.data, self.start(i), self.ends[j] + j, state):
+            if self.run_kind:
+                self.flush_run()
+            if not self.serving_run:
+                state.ready_mark(0)                   # its line is unused: a recovery names the error's line
+                self.serving_run = True
+            self.deferred.append((first, last))
+            return True
+        if not self.engine_known:
+            return False
+        # KV-unsafe: each line's numbers are applied, in order (kv_cache_pressure keeps
+        # the line of the last line that raised it), but the ready mark only once: it
+        # reads nothing the numbers write, and a second one changes nothing.
+        if self.run_kind:
+            self.flush_run()
+        if self.deferred:
+            self.flush_deferred()
+        if self.infos[j].keys & KV_WAITING_BITS == KV_WAITING_BITS and self.kv_raised_at_end(first, last):
+            # Its last line raises kv_cache_pressure with its own numbers: that replaces what
+            # any line before it raised, so the run is applied as a KV-safe one (the lines
+            # whose numbers no later line overwrites, and the spec-decode window), now.
+            if not self.serving_run:
+                state.ready_mark(0)
+                self.serving_run = True
+            self.deferred.append((first, last))
+            self.flush_deferred()
+            return True
+        self.stats_each(first, last)
+        return True
+
+    def stats_each(self, first: int, last: int) -> None:
+        """sel[first..last], stats lines applied one by one (the ready mark once)."""
+        sel, infos, state, segs, data = self.sel, self.infos, self.state, self.segs, self.data
+        need_mark = not self.serving_run
+        # Each spec-decode line judges the window (State._judge_spec), replacing the judgement
+        # before it, and no line of the run reads it: only the last one's is made.
+        last_spec = -1
+        for q in range(last, first - 1, -1):
+            if infos[sel[q]].keys & SPEC_BITS:
+                last_spec = sel[q]
+                break
+        for q in range(first, last + 1):
+            i = sel[q]
+            plan = infos[i].plan
+            if plan and plan.stats_at is not None and not plan.ansi and plan.bar_at < 0:
+                if need_mark:
+                    state.ready_mark(0)               # its line is unused (see stats_run)
+                    need_mark = False
+                start = self.start(i)
+                read = plan.stats_read
+                if read is not None:
+                    stats = _read_stats(read, data[start:start + len(segs[i])])
+                else:
+                    body = data[start:start + len(segs[i])].decode("utf-8", "replace")[plan.body[0]:plan.body[1]]
+                    stats = {key: float(body[a:b]) * times / over for key, a, b, times, over in plan.stats_at}
+                state.serving_data(stats, self.where(i)[1] if self.has_cr else self.base + i, i == last_spec)
+            else:
+                self.examine(i)                       # in full (it may do more than a stats line)
+                need_mark = True
+        self.serving_run = not need_mark
+
+    def kv_raised_at_end(self, first: int, last: int) -> bool:
+        """Whether every stats line of sel[first..last] is read at planned spans and the last one, which
+        gives both the KV use and the waiting requests, raises kv_cache_pressure (State.serving_data)."""
+        infos, sel = self.infos, self.sel
+        for q in range(first, last + 1):
+            plan = infos[sel[q]].plan
+            if not plan or plan.stats_read is None:
+                return False
+        j = sel[last]
+        start = self.start(j)
+        stats = _read_stats(infos[j].plan.stats_read, self.data[start:start + len(self.segs[j])])
+        kv = stats.get("kv_cache_pct")
+        return kv is not None and kv >= 95.0 and bool(stats.get("waiting"))
+
+    def flush_deferred(self) -> None:
+        """Apply the deferred stats lines that count (stats_kept), in order."""
+        keep, last_spec = self.stats_kept()
+        for i in reversed(keep):
+            self.stats_line(i, i == last_spec)
+        self.deferred.clear()
+
+    def stats_kept(self) -> tuple[list[int], int]:
+        """(the deferred lines that count, latest first; the last spec-decode line): each line that
+        provides a number no later line provides, and the last SPEC_WINDOW spec-decode lines (their mean
+        is judged; only the last one's judgement of the window lasts)."""
+        covered, spec_left, keep = 0, SPEC_WINDOW, []
+        last_spec = -1
+        infos, sel = self.infos, self.sel
+        for first, last in reversed(self.deferred):
+            for q in range(last, first - 1, -1):
+                keys = infos[sel[q]].keys
+                need = keys & ~covered
+                if keys & SPEC_BITS and spec_left:
+                    if spec_left == SPEC_WINDOW:
+                        last_spec = sel[q]
+                    spec_left -= 1
+                    need = 1
+                if need:
+                    keep.append(sel[q])
+                    covered |= keys
+                    if covered == ALL_SERVING_BITS and not spec_left:
+                        return keep, last_spec
+        return keep, last_spec
+
+    def stats_line(self, i: int, judge: bool) -> None:
+        """One stats line's numbers applied (judge: it judges the spec-decode window)."""
+        state = self.state
+        start, line = self.where(i)
+        raw = self.data[start:start + len(self.segs[i])]
+        info = self.infos[i]
+        plan = info.plan
+        if plan is None:                              # planned on its second reading, as in examine()
+            plan = self.plan_now(i, info)
+        if plan and plan.stats_read is not None:
+            state.serving_data(_read_stats(plan.stats_read, raw), line, judge)
+        elif plan and not plan.ansi and plan.bar_at < 0:    # its message's span, from the template
+            body = raw.decode("utf-8", "replace")[plan.body[0]:plan.body[1]]
+            at = plan.stats_at
+            stats = parse_serving_stats_line(body) if at is None else {
+                key: float(body[a:b]) * times / over for key, a, b, times, over in at}
+            if stats:
+                state.serving_data(stats, line, judge)
+        else:
+            state.serving_data_of(raw, line, judge)
 
 
 def analyze_file(path: Any, chunk_size: int = READ_CHUNK, *, analyzer: Optional[LogAnalyzer] = None,

@@ -12,6 +12,12 @@ generic.py with the pattern each uses. Every row carries one
 example line; tests/test_analyze_table.py reads each example through the analyzer and
 checks the row's field comes out as the row says, and docs/LOG_SIGNATURES.md is generated
 from this table (``python docs/make_log_signatures.py``; a test checks the checked-in copy).
+
+A new row comes with one fixture in tests/fixtures/logs/ whose first lines say what it reads and
+which row reads it (``# expect: {"phase": "failed", "failure": ["hang", 9]}``, ``# fix: ROW``):
+tests/test_analyze_table.py checks that reading and that the row decided it, and the differential
+test (tests/test_analyze_diff.py) takes the fixture's differences from the old analyzer as the
+row's fix. Nothing else is listed anywhere.
 """
 from __future__ import annotations
 
@@ -221,6 +227,10 @@ FAILURES: tuple[Signature, ...] = (
               "c++: fatal error: Killed signal terminated program cc1plus", SPECIFIC, verdict=_host_oom),
     Signature("SIGKILLED", "cause", generic.SIGKILLED, "host_oom", 165, "Go os/exec, supervisors, launchers",
               "worker 3: signal: killed", SPECIFIC, "host_oom"),
+    Signature("KILLED_EXIT", "cause", generic.KILLED_EXIT, "host_oom", 166,
+              "SIGKILL's exit code in spellings HOST_OOM misses: CI runners / k8s `Exit code: 137`, Python "
+              "subprocess `returncode=-9`", "CompletedProcess(args=['python', 'prep.py'], returncode=-9)",
+              SPECIFIC, verdict=_host_oom),
     Signature("OUT_OF_MEMORY", "cause", re.compile("out of memory"), "cuda_oom", 160, "any",
               "RuntimeError: out of memory", SPECIFIC, verdict=_plain_oom),
     Signature("CUDA_ERR", "cause", CUDA_ERR, "cuda_error", 150, "torch, CUDA runtime (all)",
@@ -237,6 +247,11 @@ FAILURES: tuple[Signature, ...] = (
               "any watchdog/timeout family: SGLang 2026 `Scheduler watchdog timeout (…, self.soft=False)`",
               "[2026-05-02 10:09:10 PP1 TP1] Scheduler watchdog timeout (self.watchdog_timeout=300, "
               "self.soft=False)", SPECIFIC, verdict=_watchdog),
+    Signature("HEALTH_CHECK_STUCK", "cause", re.compile(r"Health check failed\. Server couldn't get a response from "
+              r"detokenizer"), "hang", 112, "SGLang 2024-2026 /health_generate (http_server.py: 503 after "
+              "HEALTH_CHECK_TIMEOUT s without output); outranked by any specific error, before or after it",
+              "[2026-05-02 10:09:41] Health check failed. Server couldn't get a response from detokenizer for last "
+              "20 seconds. tic start time: 10:09:21. last_heartbeat time: 10:05:20", EXCEPTION, "hang_timeout"),
     Signature("IMPORT", "cause", IMPORT, "import_error", 110, "Python, ld.so (all)",
               "ImportError: /x/sgl_kernel/common_ops.abi3.so: undefined symbol: cuGreenCtxStreamCreate",
               SPECIFIC, verdict=_import, test=_import_test),
@@ -487,7 +502,9 @@ PROGRESS: tuple[Signature, ...] = (
          "(`BUILD_STEP_ANYWHERE`: ninja behind a prefix nobody listed)",
          "rank0: Loading checkpoint shard [3/8] from /models/x", "3/8"),
     _row("labelled n/N", "progress", generic.LABELLED_COUNT, "n/N; phase from the label", 22,
-         "any: the generic layer, `label N/M` (a whole token, N <= M) in a line with no step/epoch word",
+         "any: the generic layer, `label N/M` (a whole token, N <= M) in a line with no step/epoch word, no "
+         "other anchor needed (`Processing shard 3/8`); a label naming no phase: phase unknown; one naming who "
+         "counts (rank, GPU, channel, attempt): none",
          "rank0: Loading checkpoint 3/8 from /models/x", "3/8"),
 )
 SERVING: tuple[Signature, ...] = (
@@ -539,7 +556,10 @@ def markdown() -> str:
            "Every row is one signature: what it matches (its pattern), the field it decides, its priority,",
            "the releases that print it and one example line (tests/test_analyze_table.py reads each example",
            "through the analyzer and checks the row's field). `LogAnalysis.decided_by` names the row that",
-           "decided each field.", ""]
+           "decided each field.", "",
+           "Adding a signature is one row in the table and one fixture in `tests/fixtures/logs/` whose first",
+           "lines say what it reads and which row reads it (`# expect: {\"failure\": [\"hang\", 9]}`, `# fix: ROW`):",
+           "the tests pick both up.", ""]
     for field, title in _SECTIONS:
         rows = [r for r in TABLE if r.field == field]
         out += [f"## {title}", ""]

@@ -19,7 +19,7 @@ import threading
 from typing import Any, Optional
 
 from .matcher import _hs
-from .patterns import _COMMON_ANCHORS, _ENGINE_ANCHORS, _NINJA_ANCHOR, _RANK_ANCHOR, _RARE_ANCHORS
+from .patterns import _COMMON_ANCHORS, _COUNT_ANCHOR, _ENGINE_ANCHORS, _NINJA_ANCHOR, _RANK_ANCHOR, _RARE_ANCHORS
 
 MIN_BYTES = 64 * 1024      # smaller chunks: the template scanner alone is as cheap
 # Compact only when at most one line in this many bytes holds an anchor: a kept line costs
@@ -41,7 +41,7 @@ def _database(engine_known: bool) -> Any:
     db = _dbs.get(engine_known)
     if db is None:
         pairs = _RARE_ANCHORS + _COMMON_ANCHORS + ([] if engine_known else _ENGINE_ANCHORS)
-        specials = [_NINJA_ANCHOR] + ([] if engine_known else [_RANK_ANCHOR])
+        specials = [_NINJA_ANCHOR, _COUNT_ANCHOR] + ([] if engine_known else [_RANK_ANCHOR])
         anchors = b"|".join([re.escape(lit) for lit in sorted({lit for lit, _ in pairs})] + specials)
         try:
             db = _hs.Database()

@@ -89,9 +89,9 @@ def _progress(done_total: tuple) -> Progress:
 
 _NAN = float("nan")
 # The branches of _progress_record a planned body takes (templates.progress_plan).
-PG_NINJA, PG_MAKE, PG_LOSS, PG_STEP = range(4)
+PG_NINJA, PG_MAKE, PG_LOSS, PG_STEP, PG_COUNT = range(5)
 # RecordPlan.only for a stall notice (beside a Spec: see candidate_is_noop), and for an NVRM driver
-# line (a no-op only where the scanner knows it is: see LogAnalyzer._scan_templates).
+# line (a no-op only where the scanner knows it is: see scanner._Chunk).
 ONLY_STALL, ONLY_NVRM = -2, -3
 
 # The label of a bar that has none, by its phase.
@@ -471,6 +471,11 @@ class State:
                 self._set_progress("hint", "training", "epoch", float(body[a:b]),
                                    float(self.num_epochs) if self.num_epochs else None, None, None, line, ts,
                                    sig="HF loss dict 'epoch'")
+        elif kind == PG_COUNT:
+            _, (a, b), phase, (c, d), (e, f) = prog
+            done, total = float(body[c:d]), float(body[e:f])
+            if is_count(done, total):                  # the generic layer: "label N/M"
+                self._set_progress("bar", phase, body[a:b], done, total, None, None, line, ts, sig="labelled n/N")
         else:
             _, step_at, epoch_at, lossy = prog
             step = epoch = None

@@ -16,7 +16,7 @@ from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, FAMILY, FRAME, JIT, K
 from .generic import labelled_bracket, labelled_count
 from .cause import Spec
 from .signatures import MARKERS, engine_signals
-from .state import (ONLY_NVRM, ONLY_STALL, PG_LOSS, PG_MAKE, PG_NINJA, PG_STEP, State, bar_label)
+from .state import (ONLY_NVRM, ONLY_STALL, PG_COUNT, PG_LOSS, PG_MAKE, PG_NINJA, PG_STEP, State, bar_label)
 
 
 # --------------------------------------------------------------------------- the fast scanner's templates
@@ -30,7 +30,7 @@ from .state import (ONLY_NVRM, ONLY_STALL, PG_LOSS, PG_MAKE, PG_NINJA, PG_STEP, 
 # Soundness rests on one property: every decision the handlers take is the same for all
 # segments of one template. Regexes test digits by class (\d), never by value, except in
 # the contexts of _DIGIT_VALUE_WORDS, whose templates are examined in full every time (Xid
-# codes, exit/signal numbers, collect2) — tests/test_analyze_fast.py checks that no other
+# codes, exit/return codes and signal numbers, collect2) — tests/test_analyze_fast.py checks that no other
 # pattern names a digit. The anchor "signal 9" names one too: templates with "signal 0"
 # are re-filtered per segment. Value-dependent verdicts (argparse usage proximity, V0
 # spec-decode token counts, step/epoch arithmetic, timestamped build steps, KV-cache
@@ -38,7 +38,7 @@ from .state import (ONLY_NVRM, ONLY_STALL, PG_LOSS, PG_MAKE, PG_NINJA, PG_STEP, 
 # tests/analyze_reference.py (ReferenceAnalyzer) examines every anchored segment; tests compare the two.
 
 NORMALIZE = bytes.maketrans(b"0123456789\r", b"0000000000\n")
-_DIGIT_VALUE_WORDS = ("Xid", "exit", "signal", "collect")
+_DIGIT_VALUE_WORDS = ("Xid", "xit", "signal", "collect", "return")
 _DIGIT_ANCHOR = b"signal 9"
 _DIGIT_ANCHOR_TEMPLATE = b"signal 0"
 assert [lit for lit in FAMILY if set(lit) & set(b"0123456789")] == [_DIGIT_ANCHOR]
@@ -464,7 +464,14 @@ def progress_plan(body: str) -> Optional[tuple]:
     if "Num" in body or "optimization" in body:
         return None
     if not ("tep" in body or "TEP" in body or "ter" in body or "poch" in body or "POCH" in body):
-        return None if labelled_count(body) is not None else (PG_STEP, None, None, False)
+        m = labelled_count(body)
+        if m is None:
+            return (PG_STEP, None, None, False)
+        # The label's span and phase hold for every segment: it starts with a letter, its end is
+        # stripped of whitespace and colons (no digits), and no word label_phase looks for has one.
+        label = m.group("label").strip().rstrip(":").strip()
+        return (PG_COUNT, (m.start("label"), m.start("label") + len(label)), label_phase(label) or "unknown",
+                m.span("n"), m.span("N"))
     sm, em = STEP.search(body), EPOCH.search(body)
     step = (sm.span(1), sm.span(2) if sm.group(2) else None) if sm else None
     epoch = (em.span(1), em.span(2) if em.group(2) else None) if em else None
