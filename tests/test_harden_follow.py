@@ -69,3 +69,27 @@ def test_off_a_terminal_a_partial_line_already_printed_is_not_printed_again_when
     printer.show_partial(b"\rstep 1/4", now=10.0)
     printer.end(LogLine(0, b"\rstep 1/4\rstep 4/4", True))
     assert out.getvalue() == b"step 1/4\nstep 4/4\n"
+
+
+def test_a_fifo_planted_as_output_log_never_blocks_a_reader(tmp_path):
+    """A FIFO in place of output.log (a tampered run dir) is read as nothing, at once, by every log reader."""
+    import threading
+
+    from gpudeck.console.widgets.log_index import LogIndex
+    from gpudeck.jobs.logs.follow import LogFollower, tail_offset
+    fifo = tmp_path / "output.log"
+    os.mkfifo(fifo)
+    answers: dict = {}
+
+    def read_all() -> None:
+        answers["follower"] = LogFollower(str(fifo), 0).read()
+        answers["tail"] = tail_offset(fifo, 10)
+        index = LogIndex(str(fifo))
+        answers["index"] = index.update()
+        answers["lines"] = index.line_count
+
+    reader = threading.Thread(target=read_all, daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    assert not reader.is_alive(), "a log reader blocked on a FIFO"
+    assert answers["follower"] == [] and answers["tail"] == 0 and answers["lines"] == 0

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
@@ -58,10 +59,15 @@ class LogIndex:
         if self._fd is not None:
             return True
         try:
-            fd = os.open(self.path, os.O_RDONLY)
+            # O_NONBLOCK: a FIFO planted as output.log opens at once and is refused below, never read.
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
             return False
         st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            return False
+        os.set_blocking(fd, True)
         self._fd = fd
         self._inode = (st.st_dev, st.st_ino)
         return True

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
+from gpudeck.jobs.paths import open_regular
 MAX_LINE_BYTES = 1 << 20
 READ_CHUNK = 1 << 20
 
@@ -60,7 +61,7 @@ class LogFollower:
         """New complete lines (and pieces of over-long ones) since the last call."""
         lines: list[LogLine] = []
         try:
-            fh = open(self.path, "rb")
+            fh = open_regular(self.path)      # a FIFO planted as output.log must not block the reader
         except OSError:
             return lines
         with fh:
@@ -132,7 +133,7 @@ def tail_offset(path: str | os.PathLike, n: int, block: int = 64 * 1024) -> int:
         except OSError:
             return 0
     try:
-        fh = open(path, "rb")
+        fh = open_regular(path)
     except OSError:
         return 0
     with fh:
