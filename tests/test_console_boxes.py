@@ -110,7 +110,7 @@ REMOTE_JOBS = {"jobs": [
 class FakeLink:
     """Stands in for BoxLink: `view()` is whatever the test set."""
 
-    def __init__(self, spec: HostSpec, interval: float) -> None:
+    def __init__(self, spec: HostSpec, interval: float, fleet=None) -> None:
         self.spec, self.name = spec, spec.name
         self.state, self.error = "LIVE", None
         self.status = status_payload(make_sampler(demo=True).sample())
@@ -132,7 +132,7 @@ async def test_a_remote_box_shows_its_jobs_and_says_down_in_every_view(tmp_path:
     import gpudeck.console.boxes as boxes
     links: list[FakeLink] = []
 
-    def fake_link(spec, interval):
+    def fake_link(spec, interval, fleet=None):
         links.append(FakeLink(spec, interval))
         return links[-1]
     monkeypatch.setattr(boxes, "BoxLink", fake_link)
