@@ -34,6 +34,7 @@ if TYPE_CHECKING:                  # imported where first used: the hosts view, 
     from gpudeck.console.boxes import BoxLink
     from gpudeck.jobs.box import Box
     from gpudeck.console.hosts_feed import HostsFeed
+    from gpudeck.jobs.hosts.fleet import Fleet
     from gpudeck.jobs.replay import ReplaySession
     from gpudeck.jobs.telemetry.history import History
     from gpudeck.jobs.telemetry.sampler import Sampler
@@ -122,6 +123,7 @@ class GpuDeckApp(App[int]):
         self.host_specs: Optional[list] = None     # None: read hosts.toml when the hosts view opens
         self._box: Optional[Box] = None            # the box every view shows and acts on (see `box`)
         self._box_link: Optional[BoxLink] = None   # a remote box's one delta poll (telemetry and jobs)
+        self._fleet: Optional[Fleet] = None        # every remote host's polling: the box's and the hosts view's
         self.box_feed: Feed[Box] = Feed(self, "box")
         self._local_last: tuple = (None, None)     # this machine's last snapshot and jobs, while another box is shown
         self.initial_box: Optional[str] = None     # --host NAME: the console opens on that box
@@ -163,6 +165,35 @@ class GpuDeckApp(App[int]):
 
     def _poll_interval(self) -> float:
         return max(0.5, float(self.refresh_s or 1.0))
+
+    @property
+    def fleet(self) -> Fleet:
+        """The console's one Fleet (made and started on first use, closed on unmount): the shown remote
+        box and every host of the hosts view are polled through it, so a host both show is polled once
+        a round over one SSH link. Which hosts it polls:
+
+        - the box shown, while it is shown;
+        - once the hosts view has been opened, every hosts.toml host, until the console quits.
+
+        So switching away from a box stops its polling only if the hosts view was never opened."""
+        if self._fleet is None:
+            from gpudeck.jobs.hosts.fleet import Fleet
+            self._fleet = Fleet([], interval=self._poll_interval()).start()
+        return self._fleet
+
+    def _release_host(self, link: Optional[BoxLink]) -> None:
+        """UI thread, on a switch: the box left stops being polled unless the hosts view still shows it
+        (`fleet`'s rule). Never blocks: its link closes on the fleet's loop."""
+        fleet = self._fleet
+        if link is None or fleet is None:
+            return
+        if getattr(link, "fleet", None) is not self._fleet:      # a link with a Fleet of its own
+            return
+        if link.name == getattr(self._box_link, "name", None):
+            return
+        if self._hosts_feed is not None and self._hosts_feed.watches(link.name):
+            return
+        fleet.unwatch(link.name)
 
     # -- the box: which machine every view shows and acts on ----------------------------------------
     @property
@@ -210,16 +241,13 @@ class GpuDeckApp(App[int]):
             return "this machine"
         if self._box_link is not None and self._box_link.name == name:
             return self._box_link.view().state
-        fleet = getattr(self._hosts_feed, "fleet", None)
-        if fleet is not None:
-            view = fleet.views().get(name)
-            if view is not None:
-                return view.state
-        return "not watched"
+        view = self._fleet.view(name) if self._fleet is not None else None
+        return view.state if view is not None else "not watched"
 
     def switch_box(self, name: str) -> bool:
         """Show box `name` ("local" or a hosts.toml host) in every view: its telemetry, its jobs, its
-        actions. A remote box is polled once a second with deltas (status and jobs in one round trip).
+        actions. A remote box is polled once a second with deltas (status and jobs in one round trip),
+        through the app's one `fleet` (its hosts-view row reads the same poll; `fleet` says when it stops).
         False (and a notice) for a name that is no box."""
         name = (name or "").strip()
         if name == self.box.name:
@@ -248,7 +276,7 @@ class GpuDeckApp(App[int]):
                 spec = dataclasses.replace(spec, readonly=True)   # its agent refuses to act, whatever is sent
             # A view's query waits 10 s, not a CLI command's 60: a box gone silent says so in every view soon.
             box = RemoteBox(spec, query_timeout_s=CONSOLE_QUERY_TIMEOUT_S)
-            link = BoxLink(spec, self._poll_interval()).start()
+            link = BoxLink(spec, self._poll_interval(), fleet=self.fleet).start()
             sampler = RemoteSampler(link)  # type: ignore[assignment]
         self._box, self._box_link = box, link
         self.sampler = sampler
@@ -267,6 +295,7 @@ class GpuDeckApp(App[int]):
         self._push_telemetry()
         self.box_feed.publish(box)
         self.notify(f"box: {name}" + ("" if spec.local else " (over SSH)"), timeout=2, markup=False)
+        self._release_host(old_link)
         self._let_go(old_box, old_link)
         return True
 
@@ -403,6 +432,8 @@ class GpuDeckApp(App[int]):
             self._box_link.close()
             if self.sampler is not self._local_sampler:
                 self.sampler = self._local_sampler       # run_console closes the one it made
+        if self._fleet is not None:
+            self._fleet.close()                           # every link, the box's and the hosts view's
 
     # -- sampling loop -----------------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 """The console on a remote box: one delta poll a second feeds both the telemetry and the jobs view.
 
-`BoxLink` is the core's Fleet for one host (one kept SSH link, `poll` with deltas: status and jobs in
-one round trip, ~1.7 KB/s at 1 Hz). `RemoteSampler` turns its latest status payload into a Snapshot for
-the sampling thread (the same path the local sampler takes); `RemoteJobsSource` turns its latest jobs
+`BoxLink` is one host of the app's Fleet (one kept SSH link, `poll` with deltas: status and jobs in
+one round trip, ~1.7 KB/s at 1 Hz; the hosts view's row of that host reads the same poll).
+`RemoteSampler` turns its latest status payload into a Snapshot for the sampling thread (the same path the local sampler takes); `RemoteJobsSource` turns its latest jobs
 payload into a JobsSnapshot for the jobs feed. Neither ever waits on the network: both read the
 poller's cached view, so a dead box shows as STALE / DOWN with its last data, never as a frozen screen.
 """
@@ -18,7 +18,7 @@ from gpudeck.console.feeds import RearmedSource
 if TYPE_CHECKING:
     from gpudeck.jobs.box import Box
     from gpudeck.jobs.hosts.config import HostSpec
-    from gpudeck.jobs.hosts.fleet import HostView
+    from gpudeck.jobs.hosts.fleet import Fleet, HostView
 
 # How a remote job's log is named in a JobsSnapshot's log_paths: "box:NAME/JOB/RUN/output.log".
 # Path(ref).parent.name is the run id, as for a local path; the jobs view reads it through the box.
@@ -56,28 +56,42 @@ def link_problem(view: HostView) -> Optional[str]:
 
 
 class BoxLink:
-    """One remote box polled in the background (the core's Fleet of one host); `view()` never blocks."""
+    """One remote box polled in the background; `view()` never blocks.
 
-    def __init__(self, spec: HostSpec, interval: float) -> None:
+    Given a `fleet` (the app's one Fleet, `GpuDeckApp.fleet`), the box is one more host watched there:
+    a host the hosts view also shows is polled once, over one link, for both. Without one it runs a
+    Fleet of its own (closed by `close()`)."""
+
+    def __init__(self, spec: HostSpec, interval: float, fleet: Optional[Fleet] = None) -> None:
         from gpudeck.jobs.hosts.fleet import Fleet
         self.spec = spec
         self.name = spec.name
-        self.fleet = Fleet([spec], interval=interval)
+        self.owned = fleet is None
+        self.fleet = Fleet([], interval=interval) if fleet is None else fleet
         self._started = False
 
     def start(self) -> "BoxLink":
         if not self._started:
             self._started = True
-            self.fleet.start()
+            self.fleet.watch(self.spec)        # idempotent: a host already watched keeps its poller
+            if self.owned:
+                self.fleet.start()
         return self
 
     def view(self) -> HostView:
         self.start()
-        return self.fleet.views()[self.name]
+        view = self.fleet.view(self.name)
+        if view is None:                       # let go of (a switch away): said, never a KeyError
+            from gpudeck.jobs.hosts.fleet import HostView
+            return HostView(name=self.name, ssh=self.spec.ssh, state="DOWN", data_age_s=None,
+                            error="no longer watched (the console shows another box)")
+        return view
 
     def close(self) -> None:
-        """Blocks up to a few seconds on a wedged link: call it off the UI thread."""
-        self.fleet.close()
+        """Its own Fleet closed (blocks up to a few seconds on a wedged link: call it off the UI thread).
+        On a shared fleet nothing: the fleet's owner decides when the host stops being polled."""
+        if self.owned:
+            self.fleet.close()
 
 
 class RemoteSampler:

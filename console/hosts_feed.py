@@ -11,8 +11,12 @@ from gpudeck.console.feeds import Feed
 
 
 class HostsFeed(Feed[dict]):
-    """{host name: {"summary", "status", "jobs", "agent"}}, local first. Starts the Fleet (the core's SSH
-    polling, on its own thread) when a view first follows it; each publish reads the fleet's cached
+    """{host name: {"summary", "status", "jobs", "agent"}}, local first, then `specs`' remote hosts in order.
+
+    When a view first follows it, every remote host is watched on the app's one Fleet (`app.fleet`: the
+    core's SSH polling, on its own thread), the one the shown box's BoxLink polls through too: a host
+    both show is polled once. From then on they stay watched until the console quits (the hosts view
+    may be opened again at any time; its rows keep their data). Each publish reads the fleet's cached
     views, so it never waits on the network."""
 
     def __init__(self, app: Any, specs: list, refresh_s: float) -> None:
@@ -31,18 +35,26 @@ class HostsFeed(Feed[dict]):
         if self._timer is None:
             remote = [s for s in self.specs if not s.local]
             if remote:
-                from gpudeck.jobs.hosts.fleet import Fleet
-                self.fleet = Fleet(remote, interval=self.refresh_s).start()
+                fleet = self.app.fleet
+                for spec in remote:
+                    fleet.watch(spec)          # idempotent: the shown box's poller is kept as it is
+                self.fleet = fleet
             self.publish_now()
             self._timer = self.app.set_interval(self.refresh_s, self.publish_now, name="hosts-feed")
 
     def publish_now(self) -> None:
         hosts = {"local": self._local()}
         if self.fleet is not None:
-            for name, view in self.fleet.views().items():
-                hosts[name] = {"summary": view.summary(), "status": view.status, "jobs": view.jobs,
-                               "agent": view.agent}
+            for spec in self.specs:
+                view = None if spec.local else self.fleet.view(spec.name)
+                if view is not None:
+                    hosts[spec.name] = {"summary": view.summary(), "status": view.status, "jobs": view.jobs,
+                                        "agent": view.agent}
         self.publish(hosts)
+
+    def watches(self, name: str) -> bool:
+        """Whether this feed keeps host `name` polled (it has been followed and lists that host)."""
+        return self.fleet is not None and any(spec.name == name and not spec.local for spec in self.specs)
 
     def _local(self) -> dict:
         from gpudeck.jobs.hosts.fleet import HostView
@@ -66,6 +78,5 @@ class HostsFeed(Feed[dict]):
         return {"summary": view.summary(), "status": status, "jobs": jobs, "agent": {}}
 
     def close(self) -> None:
-        if self.fleet is not None:
-            self.fleet.close()
-            self.fleet = None
+        """Publish no more remote rows; the fleet is the app's (closed when the app unmounts)."""
+        self.fleet = None

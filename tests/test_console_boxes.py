@@ -110,7 +110,7 @@ REMOTE_JOBS = {"jobs": [
 class FakeLink:
     """Stands in for BoxLink: `view()` is whatever the test set."""
 
-    def __init__(self, spec: HostSpec, interval: float) -> None:
+    def __init__(self, spec: HostSpec, interval: float, fleet=None) -> None:
         self.spec, self.name = spec, spec.name
         self.state, self.error = "LIVE", None
         self.status = status_payload(make_sampler(demo=True).sample())
@@ -132,7 +132,7 @@ async def test_a_remote_box_shows_its_jobs_and_says_down_in_every_view(tmp_path:
     import gpudeck.console.boxes as boxes
     links: list[FakeLink] = []
 
-    def fake_link(spec, interval):
+    def fake_link(spec, interval, fleet=None):
         links.append(FakeLink(spec, interval))
         return links[-1]
     monkeypatch.setattr(boxes, "BoxLink", fake_link)
@@ -219,3 +219,73 @@ def test_remote_stop_plan_stacks_and_pivot_steps_read_the_box_results() -> None:
     else:
         raise AssertionError("a refusal must raise its line")
     assert step_line({"name": "stop job a", "ok": True, "duration_s": 1.25, "detail": ""}) == "[ok] stop job a (1.2 s)"
+
+
+# -- the history view and the post-mortem follow the box on a switch ---------------------------------
+
+@pilot_test
+async def test_history_reloads_for_the_new_box_and_a_postmortem_says_its_box_was_left(
+        tmp_path: Path, state, monkeypatch) -> None:
+    """Each LocalBox lists runs named after it (a listing says whose it is). The view's first listing (of
+    local) is held back until the console has switched to lab2: lab2's runs must be listed all the same,
+    and local's late listing dropped, never shown as lab2's."""
+    import threading
+
+    from gpudeck.jobs.box.local import LocalBox
+    from gpudeck.jobs.box.results import RunsListing
+
+    from gpudeck.console.screens.history import HistoryScreen
+    from gpudeck.console.screens.postmortem import PostmortemScreen
+
+    run_dir = tmp_path / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    hold_first = threading.Event()
+    asked: list[str] = []
+
+    def runs(self, *, job=None, failed=False, since=None, limit=None, columns=None):
+        asked.append(self.name)
+        if self.name == "local":
+            hold_first.wait(10)             # local's listings hang until the test lets them go
+        return RunsListing(rows=[{"job": f"{self.name}-job", "run_id": "r1", "kind": "job", "state": "exited",
+                                  "exit_code": 0, "started_at": NOW - 30, "ended_at": NOW - 20,
+                                  "path": str(run_dir)}])
+    monkeypatch.setattr(LocalBox, "runs", runs)
+
+    def jobs(screen):
+        return [r["job"] for r in screen.rows]
+
+    app = console(tmp_path, LOCALS)
+    async with app.run_test(size=(140, 36)) as pilot:
+        await pilot.press("3")
+        screen = await wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen) and app.screen, "history view")
+        await wait_for(pilot, lambda: asked and set(asked) == {"local"}, "local's first listing asked (and held)")
+
+        # The switch lands before the view ever listed a box: lab2's runs, at once.
+        assert app.switch_box("lab2")
+        await wait_for(pilot, lambda: jobs(screen) == ["lab2-job"] and screen.listed_box is app.box,
+                       "lab2's runs", detail=lambda: (asked, jobs(screen)))
+        hold_first.set()
+        await pilot.pause(0.3)
+        assert jobs(screen) == ["lab2-job"] and screen.listed_box is app.box   # local's late listing dropped
+
+        # And back: local's runs, lab2's cleared meanwhile.
+        loads = screen.loads
+        assert app.switch_box("local")
+        await wait_for(pilot, lambda: jobs(screen) == ["local-job"] and screen.listed_box is app.box,
+                       "local's runs again", detail=lambda: (asked, jobs(screen)))
+        assert screen.loads > loads
+
+        # A post-mortem of local's run: a switch says whose run it is, and R no longer asks the box left.
+        await pilot.press("enter")
+        pm = await wait_for(pilot, lambda: isinstance(app.screen, PostmortemScreen) and app.screen, "post-mortem")
+        assert pm.box is app.box and pm.left_for is None
+        assert app.switch_box("lab2")
+        await wait_for(pilot, lambda: pm.left_for == "lab2", "the post-mortem follows the switch")
+        left = str(pm.query_one("#pm-left").render())
+        assert "a run of box local" in left and "now shows box lab2" in left
+        await pilot.press("R")
+        await wait_for(pilot, lambda: any("b back to local" in n.message for n in app._notifications), "R refused")
+        assert isinstance(app.screen, PostmortemScreen)
+        assert app.switch_box("local")
+        await wait_for(pilot, lambda: pm.left_for is None and not pm.query_one("#pm-left").has_class("-shown"),
+                       "back on local: the line gone")

@@ -139,6 +139,7 @@ class HistoryScreen(DeckScreen):
         self.job_filter: Optional[str] = None
         self.loads = 0                      # completed loads (tests wait on it)
         self.listed_box: Any = None         # the box the rows are of
+        self.asked_box: Any = None          # the box the last load asked (its listing may be on its way)
         self._timer: Optional[Timer] = None
         self._shown: Optional[list[tuple]] = None
         self._widths: Optional[tuple[int, ...]] = None
@@ -161,10 +162,10 @@ class HistoryScreen(DeckScreen):
             from gpudeck.jobs.replay import demo_run_dirs
             self.run_dirs = demo_run_dirs()
         self.query_one(DataTable).focus()
+        self._load()
         feed = getattr(self.app, "box_feed", None)       # the box switcher's: another box, its runs
         if feed is not None:
             feed.follow(self, self._box_switched)
-        self._load()
 
     def on_resize(self) -> None:
         self._shown = None
@@ -179,14 +180,20 @@ class HistoryScreen(DeckScreen):
         return getattr(self.app, "box")
 
     def _box_switched(self, box: Any) -> None:
-        if box is not self.listed_box and self.listed_box is not None:
-            self.rows, self._shown, self.job_filter = [], None, None
-            self._render_rows()
+        """The console shows another box: its runs, at once (also when the first listing of the box
+        left is still on its way: that one is dropped when it lands)."""
+        if self.run_dirs is None and box is not self.asked_box:
             self._load()
 
     # -- loading (a worker asks the box; the handler owns the rows) ------------------------------
     def _load(self) -> None:
-        self._load_from(self.box if self.run_dirs is None else None, self.job_filter, self.failed_only)
+        box = self.box if self.run_dirs is None else None
+        if box is not None and self.listed_box is not None and box is not self.listed_box:
+            # Another box's rows (and a job filter of its jobs) are not this one's: cleared while it lists.
+            self.rows, self._shown, self.job_filter = [], None, None
+            self._render_rows()
+        self.asked_box = box
+        self._load_from(box, self.job_filter, self.failed_only)
 
     @work(thread=True, exclusive=True, group="history-load", exit_on_error=False)
     def _load_from(self, box: Any, job: Optional[str], failed: bool) -> None:

@@ -172,6 +172,8 @@ class PostmortemScreen(DeckScreen):
     DEFAULT_CSS = """
     PostmortemScreen #pm-verdict { height: auto; padding: 0 1; text-style: bold; }
     PostmortemScreen #pm-verdict.-failed { color: $error; background: $error 15%; }
+    PostmortemScreen #pm-left { height: auto; padding: 0 1; color: $warning; display: none; }
+    PostmortemScreen #pm-left.-shown { display: block; }
     PostmortemScreen #pm-top { height: 1fr; }
     PostmortemScreen #pm-report { height: 1fr; border: round $primary; padding: 0 1;
                                   border-title-color: $foreground; border-title-style: bold; }
@@ -200,6 +202,7 @@ class PostmortemScreen(DeckScreen):
         self.path = path
         self.view: Optional[PostmortemView] = None
         self.record: Optional[Path] = None        # a remote run's record, copied here (its log, its replay)
+        self.left_for: Optional[str] = None       # the box the console switched to, away from this run's box
 
     @property
     def remote(self) -> bool:
@@ -211,6 +214,7 @@ class PostmortemScreen(DeckScreen):
         else:
             what = f"{self.job} run {self.run_id}" + (f" on {self.box.name}" if self.remote else "")
         yield Static(Text(f"post-mortem of {safe_text(what, 200)} …"), id="pm-verdict")
+        yield Static("", id="pm-left", markup=False)
         with Vertical(id="pm-top"):
             with VerticalScroll(id="pm-report"):
                 yield Static("", id="pm-body")
@@ -224,6 +228,19 @@ class PostmortemScreen(DeckScreen):
     def on_mount(self) -> None:
         self.query_one("#pm-report").border_title = "timeline"
         self._build()
+        feed = getattr(self.app, "box_feed", None)      # the box switcher's: this run's box may be left
+        if feed is not None and self.box is not None:
+            feed.follow(self, self._box_switched, while_hidden=True)
+
+    def _box_switched(self, box: Any) -> None:
+        """The console now shows another box: this run stays shown (it is still that box's), said so, and
+        nothing more is asked of the box left (its link may be closed): R refuses until it is back."""
+        mine, shown = getattr(self.box, "name", None), getattr(box, "name", None)
+        self.left_for = shown if box is not None and shown != mine else None
+        line = self.query_one("#pm-left", Static)
+        line.update(safe_text(f"a run of box {mine}; the console now shows box {self.left_for} "
+                              f"(Esc: {self.left_for}'s runs, b: back to {mine})", 300) if self.left_for else "")
+        line.set_class(self.left_for is not None, "-shown")
 
     @work(thread=True, exclusive=True, group="postmortem", exit_on_error=False)
     def _build(self) -> None:
@@ -357,6 +374,10 @@ class PostmortemScreen(DeckScreen):
         if self.box is None:
             self.dismiss(None)
             getattr(self.app, "replay_runs")([self.run_dir])
+            return
+        if self.left_for is not None:
+            self.notify(safe_text(f"the console shows box {self.left_for}: b back to {self.box.name} "
+                                  "to replay this run", 300), severity="warning", timeout=4, markup=False)
             return
         from gpudeck.console.replay import replay_from_box
         self.dismiss(None)

@@ -6,7 +6,7 @@ import concurrent.futures
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Sequence
 
 from gpudeck.jobs.hosts.config import HostSpec
 from gpudeck.jobs.hosts.protocol import unpack_status
@@ -79,6 +79,7 @@ class _Poller:
         self.poll_error: Optional[str] = None        # why the last poll gave no data (bad reply, no answer)
         self.poll_error_at = 0.0
         self.last_data: Optional[float] = None
+        self.task: Optional[asyncio.Task] = None      # its run(), on the fleet's loop (set there)
 
     def _apply(self, state: DeltaState, reply: dict, kind: str) -> dict:
         """The payload after a delta reply, checked whole: a delta that does not apply is a bad reply too."""
@@ -146,22 +147,37 @@ class _Poller:
 
 
 class Fleet:
-    """Polls every remote host at `interval` on one background event loop; `views()` is instant.
+    """Polls every watched remote host at `interval` on one background event loop; `views()` is instant.
 
     One host's dead link costs only its own task: each host has its own
     connection, timeouts and backoff, so the others (and the UI) never wait.
+
+    The hosts polled may change while it runs, from any thread: `watch(spec)` adds a host (idempotent:
+    a host already watched with the same spec keeps its poller, link and data; another spec under the
+    same name, hosts.toml edited, replaces it), `unwatch(name)` drops one. Neither waits on the network:
+    the poller starts or closes on the fleet's loop. `views()` lists a host from its `watch` until its
+    `unwatch`; `close()` closes every link. One Fleet per process (the console's `app.fleet`) means one
+    link and one poll a round per host, however many views show it.
     """
 
-    def __init__(self, specs: list[HostSpec], interval: float = 1.0, poll_timeout: Optional[float] = None) -> None:
-        self.specs = [s for s in specs if not s.local]
+    def __init__(self, specs: Sequence[HostSpec] = (), interval: float = 1.0,
+                 poll_timeout: Optional[float] = None) -> None:
         self.interval = interval
-        self._pollers = {s.name: _Poller(s, interval, poll_timeout) for s in self.specs}
-        self.specs_by_name = {s.name: s for s in self.specs}
+        self.poll_timeout = poll_timeout
+        self._lock = threading.Lock()            # guards the watched set: watch/unwatch/views from any thread
+        self._pollers: dict[str, _Poller] = {}
+        self.specs: list[HostSpec] = []            # the watched hosts, in the order they were watched
+        self.specs_by_name: dict[str, HostSpec] = {}
         self._loop = asyncio.new_event_loop()
         self._thread: Optional[threading.Thread] = None
-        self._tasks: list[asyncio.Task] = []
+        self._closed = False
+        for spec in specs:
+            if not spec.local:
+                self.watch(spec)
 
     def start(self) -> "Fleet":
+        if self._closed:
+            raise RuntimeError("this fleet is closed")
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="gpudeck-fleet", daemon=True)
             self._thread.start()
@@ -169,30 +185,104 @@ class Fleet:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        for poller in self._pollers.values():
-            self._tasks.append(self._loop.create_task(poller.run()))
+        self._spawn()
         self._loop.run_forever()
 
+    def _spawn(self) -> None:
+        """On the loop: a task for every watched poller that has none yet."""
+        with self._lock:
+            pollers = list(self._pollers.values())
+        for poller in pollers:
+            if poller.task is None:
+                poller.task = self._loop.create_task(poller.run())
+
+    async def _retire(self, poller: _Poller) -> None:
+        """On the loop: a poller no longer watched stops and closes its link (a wedged one: bounded)."""
+        task, poller.task = poller.task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        try:
+            await asyncio.wait_for(poller.link.close(), 5)
+        except Exception:  # noqa: BLE001 - closing never fails the caller
+            pass
+
+    def watch(self, spec: HostSpec) -> bool:
+        """Poll `spec`'s host from now on (any thread, never blocks); True when a poller was added.
+
+        Watching a host already watched with the same spec is a no-op (False): one poller per host."""
+        if spec.local:
+            raise ValueError(f"{spec.name}: this machine is not polled over SSH")
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("this fleet is closed")
+            old = self._pollers.get(spec.name)
+            if old is not None and old.spec == spec:
+                return False
+            self._pollers[spec.name] = _Poller(spec, self.interval, self.poll_timeout)
+            self.specs = [s for s in self.specs if s.name != spec.name] + [spec]
+            self.specs_by_name = {s.name: s for s in self.specs}
+            running = self._thread is not None
+        if running:
+            self._loop.call_soon_threadsafe(self._spawn)
+            if old is not None:
+                asyncio.run_coroutine_threadsafe(self._retire(old), self._loop)
+        return True
+
+    def unwatch(self, name: str) -> Optional[concurrent.futures.Future]:
+        """Stop polling host `name` (any thread, never blocks): gone from `views()` at once, its link
+        closed on the loop (the returned future completes then). None when it was not watched."""
+        with self._lock:
+            poller = self._pollers.pop(name, None)
+            if poller is None or self._closed:
+                return None
+            self.specs = [s for s in self.specs if s.name != name]
+            self.specs_by_name = {s.name: s for s in self.specs}
+            running = self._thread is not None
+        if not running:
+            return None
+        return asyncio.run_coroutine_threadsafe(self._retire(poller), self._loop)
+
+    def watching(self, name: str) -> bool:
+        with self._lock:
+            return name in self._pollers
+
+    def view(self, name: str) -> Optional[HostView]:
+        """The latest view of one watched host (None: not watched); never blocks on the network."""
+        with self._lock:
+            poller = self._pollers.get(name)
+        return poller.view() if poller is not None else None
+
     def views(self) -> dict[str, HostView]:
-        """The latest view of every remote host (never blocks on the network)."""
-        return {name: poller.view() for name, poller in self._pollers.items()}
+        """The latest view of every watched remote host (never blocks on the network)."""
+        with self._lock:
+            pollers = list(self._pollers.items())
+        return {name: poller.view() for name, poller in pollers}
 
     def call(self, host: str, op: str, params: Optional[dict] = None, timeout: float = 600.0,
              retry: bool = False, wake: bool = True) -> concurrent.futures.Future:
-        """Send one request (an action) to a host; the returned future completes off the UI thread."""
-        link = self._pollers[host].link
+        """Send one request (an action) to a watched host; the returned future completes off the UI thread."""
+        with self._lock:
+            link = self._pollers[host].link
         return asyncio.run_coroutine_threadsafe(link.call(op, params, timeout=timeout, retry=retry, wake=wake), self._loop)
 
     def close(self) -> None:
+        """Every poller stopped and its link closed (bounded: a wedged link must not block quitting)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            pollers = list(self._pollers.values())
         if self._thread is None:
             return
 
         async def shutdown() -> None:
-            for task in self._tasks:
-                task.cancel()
             # Wait for the pollers to finish cancelling: a loop stopped under them warns at exit.
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-            await asyncio.gather(*(p.link.close() for p in self._pollers.values()), return_exceptions=True)
+            tasks = [p.task for p in pollers if p.task is not None]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*(p.link.close() for p in pollers), return_exceptions=True)
 
         try:
             asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(timeout=5)

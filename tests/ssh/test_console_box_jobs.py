@@ -130,3 +130,71 @@ def test_jobs_view_log_pane_and_keys_on_a_remote_box(console_env):
     asyncio.run(scenario())
     run = sorted((lab.state_dir("box") / "runs" / "sleeper").glob("2*"))
     assert run and (run[-1] / "exit.json").exists()
+
+
+def test_one_fleet_one_poll_a_round_for_the_box_shown_and_in_the_hosts_view(console_env, monkeypatch):
+    """The box shown and the hosts view share the app's one Fleet: with both on, the shown box's agent gets
+    one `poll` a round over one SSH link (not two), at the same ≤ 2 KB a round; a switch keeps polling
+    a host the hosts view shows, and before it was ever opened, lets the box left go."""
+    lab = console_env
+    import collections
+
+    from gpudeck.jobs.hosts import ssh as hostssh
+    from gpudeck.console.app import make_app
+
+    polls: collections.Counter = collections.Counter()      # every `poll` sent to each host, whatever link
+    real_call = hostssh.HostLink.call
+
+    async def counting_call(self, op, params=None, timeout=None, retry=True, wake=True):
+        if op == "poll":
+            polls[self.spec.name] += 1
+        return await real_call(self, op, params, timeout=timeout, retry=retry, wake=wake)
+    monkeypatch.setattr(hostssh.HostLink, "call", counting_call)
+
+    def links(app):
+        return {name: h["summary"]["link"] for name, h in (app.hosts_feed.latest or {}).items()}
+
+    async def scenario():
+        app = make_app(demo=True, refresh=0.5, jobs_file=str(lab.work / "no-local-jobs.toml"))
+        app.initial_box = "box"
+        async with app.run_test(size=(160, 44)) as pilot:
+            await until(pilot, lambda: app.box.name == "box" and app.snapshot is not None, 60, "on box")
+            assert sorted(app.fleet.views()) == ["box"]
+            # The hosts view never opened: the box left is let go of at once.
+            assert app.switch_box("box2")
+            assert sorted(app.fleet.views()) == ["box2"] and not app.fleet.watching("box")
+            await until(pilot, lambda: app.snapshot is not None and app.sample_error is None, 60, "box2's telemetry",
+                        detail=lambda: app.sample_error)
+            link = app._box_link
+            sessions = len(lab.box2.sessions())
+
+            await pilot.press("4")
+            # (local is never sampled here: the console opened on box; its row says CONNECTING)
+            await until(pilot, lambda: links(app).get("box") == links(app).get("box2") == "LIVE", 60,
+                        "box and box2 LIVE in the hosts view", detail=lambda: links(app))
+            # One Fleet, one poller per host: the hosts view reads the shown box's poll.
+            assert app.hosts_feed.fleet is app.fleet is link.fleet
+            assert sorted(app.fleet.views()) == ["box", "box2"]
+            assert len(lab.box2.sessions()) <= sessions, "the hosts view opened a second SSH link to box2"
+            await asyncio.sleep(1.0)
+            count0, before, t0 = polls["box2"], link.view(), time.monotonic()
+            await asyncio.sleep(5.0)
+            count, after, dt = polls["box2"] - count0, link.view(), time.monotonic() - t0
+            rounds = dt / app.fleet.interval
+            moved = (after.bytes_in + after.bytes_out) - (before.bytes_in + before.bytes_out)
+            print(f"box2 shown + hosts view: {count} polls in {dt:.1f}s ({rounds:.1f} rounds), "
+                  f"{moved / dt:.0f} B/s, {moved / rounds:.0f} B a round; box: {polls['box']} polls in all")
+            assert 0.5 * rounds <= count <= rounds + 1.5, (count, rounds)      # two Fleets: ~2 x rounds
+            assert moved / rounds <= 2048, (moved, rounds)
+
+            # A switch keeps every host the hosts view shows polled, over the link it already has.
+            connects = {name: view.connects for name, view in app.fleet.views().items()}
+            assert app.switch_box("box")
+            assert app._box_link.fleet is app.fleet and sorted(app.fleet.views()) == ["box", "box2"]
+            await until(pilot, lambda: app.snapshot is not None and app.sample_error is None, 30, "box's telemetry")
+            assert {name: view.connects for name, view in app.fleet.views().items()} == connects
+            assert links(app)["box2"] == "LIVE"
+            fleet = app.fleet
+        assert fleet._closed and fleet._thread is None                  # closed with the app
+
+    asyncio.run(scenario())
