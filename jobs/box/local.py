@@ -48,8 +48,8 @@ class LocalBox(Box):
         from gpudeck.jobs.paths import find_jobs_file
         return find_jobs_file(self.jobs_file_arg)
 
-    def jobs_file(self) -> JobsFile:
-        """The jobs file, loaded strictly; BoxError (code 2) with the first located error, or why there is none."""
+    def _readable_jobs_path(self) -> Path:
+        """The jobs file's path if it is there and a regular file; BoxError (code 2) saying why not."""
         from gpudeck.jobs.paths import check_regular
         path = self.jobs_path()
         if path is None:
@@ -60,6 +60,11 @@ class LocalBox(Box):
             check_regular(path)             # a FIFO would block the read, /dev/zero never end it
         except OSError as exc:
             raise BoxError(str(exc), code=2) from None
+        return path
+
+    def jobs_file(self) -> JobsFile:
+        """The jobs file, loaded strictly; BoxError (code 2) with the first located error, or why there is none."""
+        path = self._readable_jobs_path()
         from gpudeck.jobs.spec import SpecError, load_jobs     # only with a file to read (`status` loads no spec)
         try:
             return load_jobs(path)
@@ -170,16 +175,7 @@ class LocalBox(Box):
 
     def check(self) -> CheckResult:
         from gpudeck.jobs.spec import SpecError, load_jobs, load_user_notify
-        path = self.jobs_path()
-        if path is None:
-            raise BoxError(self._no_jobs_file, code=2)
-        if not path.exists():
-            raise BoxError(f"{path}: no such file", code=2)
-        from gpudeck.jobs.paths import check_regular
-        try:
-            check_regular(path)
-        except OSError as exc:
-            raise BoxError(str(exc), code=2) from None
+        path = self._readable_jobs_path()
         # config.toml's [notify.*]: the runs started here deliver with them
         everyone, user_problems = load_user_notify()
         user_errors = [str(e) for e in user_problems]
