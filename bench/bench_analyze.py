@@ -1,27 +1,39 @@
-"""Benchmark: analyze_file on a generated few-hundred-MB GPU-box log vs `grep -c .` on the same file; speed ratio and peak memory.
+"""Benchmark: `gpudeck analyze F --json` vs `grep -c .` on the same files, in one run: speed ratios, peak memory.
 
-    python bench/bench_analyze.py [--mb 300] [--dense-mb 200] [--reference-logs DIR] [--keep] [--exhaustive]
+    python bench/bench_analyze.py [--dense-mb 200] [--fixtures-mb 200] [--serving-mb 200] [--mb 0]
+                                  [--runs 3] [--reference-logs DIR] [--keep] [--exhaustive]
 
-The log mixes what a long day on the box writes: a vLLM startup and hours of serving
-(access lines, stats + spec-decode lines, the odd request traceback), SGLang decode
-batches, an HF-Trainer run (tqdm redrawn with \\r, loss dicts glued on), a kernel build
-(ninja lines, compiler warnings) and NCCL_DEBUG=INFO chatter, ending in a CUDA OOM.
-A second, *dense* file is built from the real excerpts in shared/reference-logs (when
-present): all of them concatenated and repeated to --dense-mb MB, so that nearly every
-other line is one the analyzer must read. Each file is timed against `grep -c .` (wall
-and CPU time: the machine is shared, CPU time is the steadier figure).
-Analysis runs in a child process so its peak RSS is its own. --exhaustive times the
-reference scanner (every anchored segment examined: the analyzer before its template scanner).
+The default run measures the three files issue "read" holds the analyzer to:
+- *dense reference mix*: the real excerpts in shared/reference-logs, concatenated and repeated
+  to --dense-mb MB, so that nearly every other line is one the analyzer must read (target:
+  >= 0.05x grep's speed);
+- *dense fixture mix*: the project's own fixtures (tests/fixtures/logs/*.log), the same way,
+  to --fixtures-mb MB (>= 0.05x): a second mix the scanner was not tuned on;
+- *serving log*: a realistic --serving-mb MB serving log, a vLLM startup then uvicorn access
+  lines with one `Engine 000:` stats line in 200 (>= 0.5x).
+--mb N adds the synthetic GPU-box mix (vLLM serving, SGLang decode batches, an HF-Trainer run
+with \\r-redrawn bars, a kernel build, NCCL chatter, ending in a CUDA OOM).
+
+Each file is timed against `grep -c .` (best of three) in the same run, wall and CPU time (the
+machine is shared: CPU time is the steadier figure); the CLI runs are child processes, so their
+peak RSS is their own, and a 1-line file gives the CLI's floor (interpreter, imports, the JSON).
+The CLI runs alternate two ways of getting the hyperscan databases: *compile* (no usable cache:
+$XDG_CACHE_HOME points below a regular file, so every process compiles them, as before the
+cache) and *cached* (a cache filled by one run first); the ratio of the two is printed.
+--exhaustive also times the reference scanner in process (every anchored segment examined: the
+analyzer before its template scanner).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import random
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -129,21 +141,20 @@ _CHILD = """
 import resource, sys, time
 sys.path.insert(0, {root!r})
 sys.path.insert(0, {root!r} + "/tests")
-from gpudeck.jobs.logs.analyze import LogAnalyzer, analyze_file
+from gpudeck.jobs.logs.analyze import analyze_file
 from analyze_reference import ReferenceAnalyzer
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t, c = time.perf_counter(), time.process_time()
-r = analyze_file({path!r}, analyzer=ReferenceAnalyzer() if {exhaustive!r} else LogAnalyzer())
-dt, dc = time.perf_counter() - t, time.process_time() - c
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(dt, dc, base, peak, r.phase, r.failure.cause if r.failure else None, r.failure.line if r.failure else None)
+r = analyze_file({path!r}, analyzer=ReferenceAnalyzer())
+print(time.perf_counter() - t, time.process_time() - c, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
 REFERENCE_LOGS = ROOT.parent / "shared" / "reference-logs"
+FIXTURE_LOGS = ROOT / "tests" / "fixtures" / "logs"
+TARGETS = {"dense reference mix": 0.05, "dense fixture mix": 0.05, "serving log": 0.5, "synthetic mix": None}
 
 
 def make_dense(path: Path, folder: Path, mb: int) -> int:
-    """The reference logs concatenated, repeated to `mb` MB: real logs where nearly every other line matters."""
+    """The folder's logs concatenated, repeated to `mb` MB: real logs where nearly every other line matters."""
     blob = b"".join(p.read_bytes().rstrip(b"\n") + b"\n" for p in sorted(folder.glob("*.log")))
     with open(path, "wb") as fh:
         for _ in range(max(1, mb * 1_000_000 // len(blob))):
@@ -151,76 +162,162 @@ def make_dense(path: Path, folder: Path, mb: int) -> int:
     return path.stat().st_size
 
 
+def make_serving(path: Path, mb: int, seed: int = 11) -> int:
+    """A vLLM server's log: its startup, then uvicorn access lines with one `Engine 000:` stats line in 200."""
+    rng = random.Random(seed)
+    paths = ["/v1/chat/completions"] * 6 + ["/v1/completions"] * 2 + ["/v1/models", "/health", "/metrics"]
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(STARTUP)
+        t = 8 * 3600
+        target = mb * 1_000_000
+        while fh.tell() < target:
+            lines = [f'(APIServer pid=1) INFO:     10.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}:'
+                     f'{rng.randint(30000, 60999)} - "{"POST" if "completions" in p else "GET"} {p} HTTP/1.1" '
+                     f'{"200 OK" if rng.random() < 0.995 else "400 Bad Request"}\n'
+                     for p in (rng.choice(paths) for _ in range(199))]
+            t += 10
+            lines.append(f"(APIServer pid=1) INFO 05-07 {t // 3600 % 24:02d}:{t // 60 % 60:02d}:{t % 60:02d} "
+                         f"[loggers.py:271] Engine 000: Avg prompt throughput: {rng.uniform(0, 900):.1f} tokens/s, "
+                         f"Avg generation throughput: {rng.uniform(20, 300):.1f} tokens/s, Running: "
+                         f"{rng.randint(0, 64)} reqs, Waiting: {rng.randint(0, 9)} reqs, GPU KV cache usage: "
+                         f"{rng.uniform(0, 90):.1f}%, Prefix cache hit rate: {rng.uniform(0, 60):.1f}%\n")
+            fh.write("".join(lines))
+    return path.stat().st_size
+
+
+def run_child(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, int, bytes]:
+    """(wall s, CPU s, peak RSS KiB, stdout) of one child process, from its own rusage (os.wait4)."""
+    with tempfile.TemporaryFile() as err:
+        t = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=env)
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t
+        proc.stdout.close()
+        proc.returncode = os.waitstatus_to_exitcode(status)      # reaped here: Popen must not wait again
+        if proc.returncode:
+            err.seek(0)
+            raise RuntimeError(f"{' '.join(cmd[:3])} exited {proc.returncode}: {err.read()[-400:]!r}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, out
+
+
+def gpudeck_cli() -> list[str]:
+    script = Path(sys.executable).parent / "gpudeck"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "gpudeck"]
+
+
+class Cli:
+    """`gpudeck analyze F --json` children under the two cache settings (see the module's docstring)."""
+
+    def __init__(self, work: Path) -> None:
+        blocker = work / "no-cache"
+        blocker.write_text("a regular file: no cache directory can be made below it\n")
+        self.envs = {"compile": {**os.environ, "XDG_CACHE_HOME": str(blocker / "cache")},
+                     "cached": {**os.environ, "XDG_CACHE_HOME": str(work / "cache")}}
+
+    def run(self, path: Path, how: str) -> tuple[float, float, int, dict]:
+        """(wall s, CPU s, peak RSS KiB, the JSON answer)."""
+        wall, cpu, rss, out = run_child(gpudeck_cli() + ["analyze", str(path), "--json"], self.envs[how])
+        return wall, cpu, rss, json.loads(out)
+
+    def best(self, path: Path, runs: int) -> dict[str, tuple[float, float, int, dict]]:
+        """Best (by CPU time) of `runs` runs each way, alternated (the shared machine's load drifts)."""
+        self.run(path, "cached")                     # fills the cache (and warms the page cache)
+        results: dict[str, list[tuple[float, float, int, dict]]] = {"compile": [], "cached": []}
+        for _ in range(runs):
+            for how in results:
+                results[how].append(self.run(path, how))
+        return {how: min(rs, key=lambda r: r[1]) for how, rs in results.items()}
+
+
 def time_grep(path: Path) -> tuple[float, float]:
     """Best (wall, CPU) seconds of `grep -c .` over three runs."""
     best = (float("inf"), float("inf"))
     for _ in range(3):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t = time.perf_counter()
-        subprocess.run(["grep", "-c", ".", str(path)], check=True, capture_output=True)
-        wall = time.perf_counter() - t
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        wall, cpu, _, _ = run_child(["grep", "-c", ".", str(path)])
         best = min(best, (wall, cpu))
     return best
 
 
-def measure(path: Path, runs: int, exhaustive: bool) -> None:
-    size = path.stat().st_size
-    with open(path, "rb") as fh:       # warm the page cache so both tools read from memory
+def warm(path: Path) -> None:
+    with open(path, "rb") as fh:       # the page cache holds it: both tools read from memory
         while fh.read(16 << 20):
             pass
+
+
+def measure(name: str, path: Path, cli: Cli, runs: int, exhaustive: bool) -> dict[str, float]:
+    warm(path)
+    mb = path.stat().st_size / 1e6
     grep_s, grep_cpu = time_grep(path)
-    results = []
-    for _ in range(runs):
-        out = subprocess.run([sys.executable, "-c", _CHILD.format(root=str(ROOT), path=str(path), exhaustive=exhaustive)],
+    best = cli.best(path, runs)
+    target = TARGETS.get(name)
+    print(f"== {name}: {path.name}, {mb:.0f} MB (load average {os.getloadavg()[0]:.1f})")
+    print(f"  grep -c .          : {grep_s:.3f} s wall, {grep_cpu:.3f} s CPU  ({mb / grep_s:.0f} MB/s wall)")
+    for how, (wall, cpu, rss, answer) in best.items():
+        failure = answer.get("failure") or {}
+        print(f"  analyze ({how:7s}) : {wall:.3f} s wall, {cpu:.3f} s CPU, peak RSS {rss / 1024:.1f} MiB: "
+              f"{grep_s / wall:.3f}x grep (wall), {grep_cpu / cpu:.3f}x (CPU)"
+              + (f"  [target {target}x: {'met' if grep_s / wall >= target else 'NOT met'}]" if target else "")
+              + f"  -> {answer.get('engine')}, {answer.get('phase')}, {failure.get('cause')} at {failure.get('line')}")
+    (cw, cc, _, ca), (hw, hc, _, ha) = best["compile"], best["cached"]
+    same = "same answer" if ca == ha else "ANSWERS DIFFER"
+    print(f"  cache gain         : {cw / hw:.3f}x wall, {cc / hc:.3f}x CPU ({same})")
+    if exhaustive:
+        out = subprocess.run([sys.executable, "-c", _CHILD.format(root=str(ROOT), path=str(path))],
                              check=True, capture_output=True, text=True).stdout.split()
-        results.append(out)
-    best = min(results, key=lambda r: float(r[1]))
-    analyze_s, analyze_cpu, base_kb, peak_kb = float(best[0]), float(best[1]), int(best[2]), int(best[3])
-    mb = size / 1e6
-    print(f"file: {path.name}, {mb:.0f} MB, {platform.machine()}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}")
-    print(f"grep -c .    : {grep_s:.3f} s wall, {grep_cpu:.3f} s CPU  ({mb / grep_s:.0f} MB/s wall)")
-    name = "exhaustive" if exhaustive else "analyze_file"
-    print(f"{name:13s}: {analyze_s:.3f} s wall, {analyze_cpu:.3f} s CPU  ({mb / analyze_cpu:.1f} MB/s CPU)  "
-          f"-> {best[4]}, failure {best[5]} at line {best[6]}")
-    print(f"ratio        : {100 * grep_s / analyze_s:.1f}% of grep's speed (wall), "
-          f"{100 * grep_cpu / analyze_cpu:.1f}% (CPU time)")
-    print(f"peak RSS     : {peak_kb / 1024:.1f} MiB (interpreter + imports alone: {base_kb / 1024:.1f} MiB)")
+        print(f"  exhaustive (in-process): {float(out[0]):.3f} s wall, {float(out[1]):.3f} s CPU, "
+              f"peak RSS {int(out[2]) / 1024:.1f} MiB")
+    return {"grep": grep_s, "wall": hw, "cpu": hc}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mb", type=int, default=300, help="size of the generated (synthetic) log")
-    parser.add_argument("--path", default="/tmp/gpudeck-bench.log")
-    parser.add_argument("--dense-mb", type=int, default=200, help="size of the dense file (0: skip it)")
-    parser.add_argument("--dense-path", default="/tmp/gpudeck-bench-dense.log")
+    parser.add_argument("--dense-mb", type=int, default=200, help="dense mix of the reference logs (0: skip)")
+    parser.add_argument("--fixtures-mb", type=int, default=200, help="dense mix of tests/fixtures/logs (0: skip)")
+    parser.add_argument("--serving-mb", type=int, default=200, help="serving log (0: skip)")
+    parser.add_argument("--mb", type=int, default=0, help="synthetic GPU-box mix (0: skip)")
+    parser.add_argument("--dir", default="/tmp", help="where the generated logs are written")
     parser.add_argument("--reference-logs", default=str(REFERENCE_LOGS),
-                        help="folder of real log excerpts the dense file is made of (skipped when absent)")
+                        help="folder of real log excerpts the dense mix is made of (skipped when absent)")
     parser.add_argument("--keep", action="store_true", help="keep (and reuse) the generated logs")
-    parser.add_argument("--runs", type=int, default=2)
-    parser.add_argument("--exhaustive", action="store_true", help="time the reference (exhaustive) scanner")
+    parser.add_argument("--runs", type=int, default=3, help="CLI runs each way (compile, cached) per file")
+    parser.add_argument("--exhaustive", action="store_true", help="also time the reference (exhaustive) scanner")
     args = parser.parse_args(argv)
-    path = Path(args.path)
-    if args.mb:
-        if not (args.keep and path.exists()):
-            t = time.perf_counter()
-            generate(path, args.mb)
-            print(f"generated {path} in {time.perf_counter() - t:.1f}s")
-        measure(path, args.runs, args.exhaustive)
-        if not args.keep:
-            path.unlink()
-    dense, folder = Path(args.dense_path), Path(args.reference_logs)
-    if args.dense_mb and folder.is_dir():
-        if not (args.keep and dense.exists()):
-            make_dense(dense, folder, args.dense_mb)
-            print(f"made {dense} from {folder}")
-        measure(dense, args.runs, args.exhaustive)
-        if not args.keep:
-            dense.unlink()
-    elif args.dense_mb:
-        print(f"dense file skipped: {folder} not found")
+    base = Path(args.dir)
+    folder = Path(args.reference_logs)
+    files = [("dense reference mix", "gpudeck-bench-dense.log", args.dense_mb,
+              (lambda p, mb: make_dense(p, folder, mb)) if folder.is_dir() else None),
+             ("dense fixture mix", "gpudeck-bench-fixtures.log", args.fixtures_mb,
+              lambda p, mb: make_dense(p, FIXTURE_LOGS, mb)),
+             ("serving log", "gpudeck-bench-serving.log", args.serving_mb, make_serving),
+             ("synthetic mix", "gpudeck-bench.log", args.mb, generate)]
+    print(f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"CLI: {' '.join(gpudeck_cli())}")
+    with tempfile.TemporaryDirectory(prefix="gpudeck-bench-") as work:
+        cli = Cli(Path(work))
+        one_line = Path(work) / "one-line.log"
+        one_line.write_text("(APIServer pid=1) INFO:     Application startup complete.\n")
+        floor = cli.best(one_line, args.runs)
+        print(f"== CLI floor (a 1-line file): compile {floor['compile'][0]:.3f} s wall, {floor['compile'][1]:.3f} s "
+              f"CPU, {floor['compile'][2] / 1024:.1f} MiB; cached {floor['cached'][0]:.3f} s wall, "
+              f"{floor['cached'][1]:.3f} s CPU, {floor['cached'][2] / 1024:.1f} MiB")
+        for name, filename, mb, make in files:
+            if not mb:
+                continue
+            if make is None:
+                print(f"== {name} skipped: {folder} not found")
+                continue
+            path = base / filename
+            if not (args.keep and path.exists()):
+                t = time.perf_counter()
+                make(path, mb)
+                print(f"(made {path} in {time.perf_counter() - t:.1f} s)")
+            try:
+                measure(name, path, cli, args.runs, args.exhaustive)
+            finally:
+                if not args.keep:
+                    path.unlink()
     return 0
 
 

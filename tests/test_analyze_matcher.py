@@ -89,7 +89,8 @@ def test_a_record_no_row_can_match_asks_only_the_rows_without_a_pattern() -> Non
 
 
 @pytest.mark.skipif("hyperscan" not in matcher.BACKENDS, reason="hyperscan is not installed")
-def test_a_database_hyperscan_refuses_degrades_to_asking_every_row(monkeypatch) -> None:
+def test_a_database_hyperscan_refuses_degrades_to_asking_every_row(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))   # an empty cache: the database is compiled (hscache.py)
     m = matcher.Matcher(signatures._ORDERED, "hyperscan")
 
     class Refusing:

@@ -4,9 +4,10 @@ Backends, same answers (each candidate row still confirms with its own Python pa
 backend only decides which rows are worth asking):
 - ``hyperscan`` (optional: the PyPI wheel, imported if it installs): every row's pattern in one
   database, compiled in prefilter mode (a superset of the row's matches: hyperscan has no
-  lookarounds) on first use (~0.1 s, not at import); one scan names the rows. Its classes are
-  ASCII's (Unicode ones cost seconds to compile), so a record that is not printable ASCII asks
-  every row: there Python's \\w, \\s, \\d may match what hyperscan's do not;
+  lookarounds) on first use (~0.2 s, not at import; cached on disk from then on: hscache.py);
+  one scan names the rows. Its classes are ASCII's (Unicode ones cost seconds to compile), so a
+  record that is not printable ASCII asks every row: there Python's \\w, \\s, \\d may match what
+  hyperscan's do not;
 - ``re`` (stdlib, always there): every row is asked, by priority, each with its own compiled
   pattern (what the analyzer did before the table). A combined alternation of all the rows as a
   gate was measured and dropped: 25.3 us a fixture record against 19.5 us without it (its
@@ -45,10 +46,10 @@ class Matcher:
 
     def _compile(self) -> Any:
         flags = _hs.HS_FLAG_PREFILTER | _hs.HS_FLAG_SINGLEMATCH
+        from .hscache import compile_database     # (hscache imports this module)
         try:
-            db = _hs.Database()
-            db.compile(expressions=[p.encode() for _, p in self._indexed], ids=[i for i, _ in self._indexed],
-                       elements=len(self._indexed), flags=[flags] * len(self._indexed))
+            db = compile_database([p.encode() for _, p in self._indexed], [i for i, _ in self._indexed],
+                                  [flags] * len(self._indexed))
         except Exception:                     # a CPU or a pattern hyperscan refuses: degrade, never crash
             self.backend = "re"
             return None

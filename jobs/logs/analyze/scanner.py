@@ -404,7 +404,7 @@ class _Chunk:
         # Line numbers: a segment's index when no \r splits lines, else \n counted from a cursor
         # (offset, line) that follows the examined segments (deferred lines lie a little behind it).
         self.cursor = [0, self.base]
-        self.run_kind = K_INERT        # K_BAR / K_BUILD while a run awaits its last member
+        self.run_kind: int = K_INERT   # K_BAR / K_BUILD while a run awaits its last member
         self.run_named: Optional[str] = None
         self.run_len = self.run_last = 0
         self.serving_run = False       # a ready mark was applied and nothing was examined since
@@ -457,12 +457,13 @@ class _Chunk:
         info = self.infos[self.sel[first]]
         # The group's own plan, read once: the tests below are the group's route (False for a
         # run or merged group, whose members may be of other templates, and before the engine).
-        own_plan = info.plan if group is info and self.engine_known else False
-        if own_plan and own_plan.only is not None and own_plan.only >= ONLY_NVRM and self.candidate_held(info):
+        own_plan: Plan = info.plan if group is info and self.engine_known else False
+        if (own_plan and own_plan.only is not None and own_plan.only >= ONLY_NVRM
+                and self.candidate_held(info, own_plan.only)):
             return None
         waits = self.deferred and info.fams & S        # a stats line must be applied before it
-        if group is MARKER_GROUP or (own_plan and own_plan.marker_only and own_plan.marker[0] not in LINE_MARKERS
-                                     and not waits):
+        if group is MARKER_GROUP or (own_plan and own_plan.marker_only and own_plan.marker is not None
+                                     and own_plan.marker[0] not in LINE_MARKERS and not waits):
             self.phase_markers(first, last, group)
             return None
         if own_plan and self.now_unset and not waits:
@@ -707,14 +708,13 @@ class _Chunk:
             self.serving_run = False
             self.examine(i)
 
-    def candidate_held(self, info: Template) -> bool:
-        """Whether a group of a failure-candidate template changes nothing: a candidate of its rank is held
-        (State.candidate_is_noop). A run pending before it cannot un-hold it: runs form only while no error
-        waits on their series (and `best` implies an error waits), so it needs no flush."""
+    def candidate_held(self, info: Template, only: int) -> bool:
+        """Whether a group of a failure-candidate template (`only`: its plan's) changes nothing: a candidate
+        of its rank is held (State.candidate_is_noop). A run pending before it cannot un-hold it: runs form
+        only while no error waits on their series (and `best` implies an error waits), so it needs no flush."""
         best = self.state.best
         if best is None or (self.deferred and info.fams & S):
             return False
-        only = info.plan.only
         if only >= 0:
             return best.spec >= only
         # An NVRM line's candidate changes nothing, and the window it joins is read only by a later
@@ -739,7 +739,8 @@ class _Chunk:
             if g is MARKER_GROUP:
                 return True
             plan = nxt.plan
-            return not (g is not nxt or not plan or not plan.marker_only or plan.marker[0] in LINE_MARKERS
+            return not (g is not nxt or not plan or not plan.marker_only or plan.marker is None
+                        or plan.marker[0] in LINE_MARKERS
                         or (deferred and nxt.fams & S))
 
         for lo, end in self.stretch(joins):
@@ -769,7 +770,7 @@ class _Chunk:
         last = members[-1]
         read_p = at_p is not None and p != last
         if infos[last].plan.ansi or read_p and infos[p].plan.ansi:
-            if read_p:
+            if read_p and at_p is not None:           # (read_p says at_p is set)
                 state.phase, state.load_done = at_p[0], at_p[1]
                 self.examine(p)
             state.phase, state.load_done = before_last[0], before_last[1]
@@ -855,7 +856,8 @@ class _Chunk:
             # (its time is never None: see RecordPlan.timed_step), so it is read only where
             # the series starts again
             if series is None or series[0] != key or done < series[1]:
-                series = (key, done, ts_seconds((tk, data[start + t0:start + t1].decode())))
+                when = ts_seconds((tk, data[start + t0:start + t1].decode()))
+                series = (key, done, when if when is not None else _NAN)
         return series
 
     def step_records(self, first: int, last: int) -> bool:
@@ -992,6 +994,7 @@ class _Chunk:
             total = float(text[t0:t1]) * t_scale
             return bool(total) and float(text[n0:n1]) * n_scale >= total
         m = TQDM.search((ANSI.sub(b"", raw) if b"\x1b" in raw else raw).decode("utf-8", "replace"))
+        assert m is not None                          # a bar template's segment: its bar is there too
         total = float(m.group("N")) * SIZE[m.group("Nu")]
         return bool(total) and float(m.group("n")) * SIZE[m.group("nu")] >= total
 

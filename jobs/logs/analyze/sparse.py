@@ -18,6 +18,7 @@ import re
 import threading
 from typing import Any, Optional
 
+from .hscache import compile_database
 from .matcher import _hs
 from .patterns import _COMMON_ANCHORS, _COUNT_ANCHOR, _ENGINE_ANCHORS, _NINJA_ANCHOR, _RANK_ANCHOR, _RARE_ANCHORS
 
@@ -44,8 +45,7 @@ def _database(engine_known: bool) -> Any:
         specials = [_NINJA_ANCHOR, _COUNT_ANCHOR] + ([] if engine_known else [_RANK_ANCHOR])
         anchors = b"|".join([re.escape(lit) for lit in sorted({lit for lit, _ in pairs})] + specials)
         try:
-            db = _hs.Database()
-            db.compile(expressions=[b"(?:" + anchors + rb")[^\n]*\n"], ids=[0], elements=1, flags=[0])
+            db = compile_database([b"(?:" + anchors + rb")[^\n]*\n"], [0], [0])    # (cached on disk: hscache.py)
         except Exception:              # a CPU hyperscan refuses: no compaction (degrade, never crash)
             db = False
         _dbs[engine_known] = db
