@@ -16,10 +16,13 @@ from runsupport import cleanup_state
 def no_user_config(tmp_path_factory):
     """The suite never reads the developer's own ~/.config/gpudeck: a config.toml with [notify.*] webhooks,
     `readonly = true` or a theme there would reach every job the tests start. Set in os.environ, so the
-    runners and CLIs the tests start inherit it; a test that wants a config sets its own."""
+    runners and CLIs the tests start inherit it; a test that wants a config sets its own. Nor does it write
+    the developer's ~/.cache/gpudeck (hyperscan databases, remote run records): a cache of its own."""
     import os
-    saved = {key: os.environ.get(key) for key in ("XDG_CONFIG_HOME", "GPUDECK_READONLY", "GPUDECK_HOST")}
+    saved = {key: os.environ.get(key) for key in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "GPUDECK_READONLY",
+                                                  "GPUDECK_HOST")}
     os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("xdg-config"))
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
     os.environ.pop("GPUDECK_READONLY", None)
     os.environ.pop("GPUDECK_HOST", None)
     yield
