@@ -235,10 +235,10 @@ class GpuDeckApp(App[int]):
 
     def box_link_state(self, spec: Any) -> str:
         """LIVE / STALE / DOWN / CONNECTING for a box whose link is watched (this one, or the hosts view's);
-        "this machine" for local; "not watched" otherwise (opening it connects)."""
+        "LIVE" for local (sampled here); "not watched" otherwise (opening it connects)."""
         name = spec.name
         if spec.local:
-            return "this machine"
+            return "LIVE"
         if self._box_link is not None and self._box_link.name == name:
             return self._box_link.view().state
         view = self._fleet.view(name) if self._fleet is not None else None

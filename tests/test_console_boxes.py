@@ -73,7 +73,7 @@ async def test_b_picks_a_box_and_the_prompt_takes_box_name(tmp_path: Path, state
         await pilot.press("b")
         picker = await wait_for(pilot, lambda: isinstance(app.screen, BoxPickerScreen) and app.screen, "picker")
         assert picker.names == ["local", "lab2"] and picker.current == "local"
-        assert [state for _, _, state in picker.rows] == ["this machine", "this machine"]
+        assert [state for _, _, state in picker.rows] == ["LIVE", "LIVE"]
         await pilot.press("down", "enter")
         await wait_for(pilot, lambda: app.box.name == "lab2", "lab2 picked")
         assert not isinstance(app.screen, BoxPickerScreen)
