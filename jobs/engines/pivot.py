@@ -335,6 +335,7 @@ def stop_foreign(stop: PlannedStop, *, grace_s: float = FOREIGN_GRACE_S) -> tupl
 def execute_pivot(supervisor: Supervisor, plan: PivotPlan, *, wait: bool = False,
                   on_step: Callable[[PivotStep], None] = lambda step: None,
                   gpu_deadline_s: float = GPU_RELEASE_DEADLINE_S,
+                  port_deadline_s: float = PORT_FREE_DEADLINE_S,
                   ready_deadline_s: float = READY_DEADLINE_S) -> PivotResult:
     """Carry `plan` out; the first failed step ends the pivot (the target is then not started)."""
     from gpudeck.jobs.runs import find_run
@@ -388,7 +389,7 @@ def execute_pivot(supervisor: Supervisor, plan: PivotPlan, *, wait: bool = False
     ports = [plan.target_settings.port] + [s.port for s in plan.stops if s.port]
     details = []
     for port in dict.fromkeys(ports):
-        ok, detail = verify_port_free(port)
+        ok, detail = verify_port_free(port, deadline_s=port_deadline_s)
         details.append(detail)
         if not ok:
             break

@@ -110,7 +110,8 @@ def test_pivot_fails_clearly_when_the_target_port_is_taken(box, tmp_path):
     squatter.listen()
     try:
         started = time.monotonic()
-        result = pivot(sup, "eng-b")
+        # The squatter never lets go: a 3 s wait for the port proves what the default 15 s would.
+        result = pivot(sup, "eng-b", port_deadline_s=3)
     finally:
         squatter.close()
     assert time.monotonic() - started < 30

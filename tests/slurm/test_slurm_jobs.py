@@ -2,8 +2,9 @@
 job that ignores SIGTERM, OUT_OF_MEMORY, TIMEOUT — each read by `jobs`, `analyze`, `runs` and `postmortem` as
 Slurm reported it.
 
-The time-limit job takes Slurm's minimum (1 minute), so it is submitted first (module fixture) and judged last;
-the other tests run while it waits for its limit.
+The time-limit job takes Slurm's minimum (1 minute), so it is submitted first (a session fixture) and judged at the
+end of the session (marker `late`): the other tests, of this file and of the rest of the suite, run while it waits
+for its limit.
 """
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ def sacct_state(job_id: str, env: dict) -> str:
     return out[0] if out else ""
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def timeout_job(slurm_cluster, tmp_path_factory):
     """A job past its 1-minute limit, submitted before the other tests so they run while it waits."""
     base = tmp_path_factory.mktemp("slurm-timeout")
@@ -346,6 +347,7 @@ def test_a_state_dir_with_percent_signs_keeps_its_log(slurm_cluster, tmp_path):
         cancel_all(state, env)
 
 
+@pytest.mark.late
 def test_time_limit(timeout_job):
     jobs, env, state, run_id = timeout_job
     final = wait_state(jobs, env, "slowpoke", ("exited", "stopped", "lost"), timeout=180)
