@@ -32,7 +32,8 @@ READY_DEADLINE_S = 300          # ~30 s alone on 2 cores; two at once and a busy
 def vllm_job(env, port: int, cache) -> dict:
     serve_env = env.serve_env(cache)
     job_env = {k: serve_env[k] for k in ("VLLM_CPU_KVCACHE_SPACE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
-                                         "VLLM_NO_USAGE_STATS", "VLLM_CACHE_ROOT", "PYTHONUNBUFFERED")}
+                                         "VLLM_NO_USAGE_STATS", "VLLM_CACHE_ROOT", "PYTHONUNBUFFERED",
+                                         "PYTHONDONTWRITEBYTECODE")}
     return {"engine": "vllm", "port": port, "stop_timeout": "30s", "env": job_env,
             "cmd": env.serve_argv(port)}
 
@@ -53,11 +54,11 @@ def alive(pid: int) -> bool:
 def test_real_vllm_ready_serving_pivot_and_foreign(vllm_env, tmp_path):
     p1, p2, pf = free_port(), free_port(), free_port()
     path = write_jobs(tmp_path / "jobs.toml", {
-        "vllm-a": vllm_job(vllm_env, p1, tmp_path / "cache-a"),
-        "vllm-b": vllm_job(vllm_env, p2, tmp_path / "cache-b")})
+        "vllm-a": vllm_job(vllm_env, p1, vllm_env.cache_root),
+        "vllm-b": vllm_job(vllm_env, p2, vllm_env.cache_root)})
     sup = Supervisor(load_jobs(path), state_dir=tmp_path / "state")
     foreign_log = open(tmp_path / "foreign.log", "wb")
-    foreign_env = {k: v for k, v in vllm_env.serve_env(tmp_path / "cache-f").items()
+    foreign_env = {k: v for k, v in vllm_env.serve_env(vllm_env.cache_root).items()
                    if not k.startswith("GPUDECK_")}
     # A vLLM started by hand, outside gpudeck, in its own session like an operator's nohup.
     foreign = subprocess.Popen(vllm_env.serve_argv(pf), env=foreign_env, stdout=foreign_log,

