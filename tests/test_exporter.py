@@ -8,7 +8,6 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
-from pathlib import Path
 from typing import Optional
 
 import pytest
@@ -19,7 +18,8 @@ from gpudeck.jobs import exporter as core
 from gpudeck.jobs.telemetry.snapshot import GpuSample
 from gpudeck.jobs.view import JobView
 
-from runsupport import PY, REPO, cli, cli_env, free_port, wait_for, write_jobs
+from runsupport import PY, REPO, cli, cli_env, wait_for, write_jobs
+from promsupport import prom_query, start_prometheus
 
 NOW = 1_800_000_000.0
 
@@ -299,29 +299,12 @@ def prometheus(tmp_path):
     procs: list[subprocess.Popen] = []
 
     def start(target: str) -> str:
-        port = free_port()
-        config = tmp_path / "prometheus.yml"
-        config.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                          "scrape_configs:\n  - job_name: gpudeck\n    scrape_interval: 1s\n"
-                          f"    scrape_timeout: 1s\n    static_configs:\n      - targets: ['{target}']\n")
-        proc = subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                                stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "w"))
+        proc, base = start_prometheus(binary, target, tmp_path)
         procs.append(proc)
-        return f"http://127.0.0.1:{port}"
+        return base
     yield start
     for proc in procs:
         _stop(proc)
-
-
-def prom_query(base: str, query: str) -> list[dict]:
-    url = f"{base}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
-    try:
-        with urllib.request.urlopen(url, timeout=2) as reply:
-            data = json.loads(reply.read())
-    except OSError:
-        return []                      # not up yet
-    return data["data"]["result"] if data.get("status") == "success" else []
 
 
 def test_a_real_prometheus_scrapes_the_phase_of_a_real_running_job(exporter_of_a_running_job, prometheus):

@@ -100,3 +100,13 @@ def lab(ssh_lab, tmp_path):
                                                                      "GPUDECK_STATE_DIR": str(state)},
                                capture_output=True, timeout=60)
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+@pytest.fixture
+def console_env(lab, monkeypatch):
+    """The lab's laptop environment for an in-process console (the Pilot tests): its HOME, hosts.toml and
+    known_hosts, and no ssh-agent of the developer's."""
+    for key, value in lab.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    return lab

@@ -16,14 +16,6 @@ async def until(pilot, predicate, timeout: float, what: str, detail=None):
     return await pilot_wait_for(pilot, predicate, what, timeout, detail)
 
 
-@pytest.fixture
-def console_env(lab, monkeypatch):
-    for key, value in lab.env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    return lab
-
-
 def test_jobs_view_log_pane_and_keys_on_a_remote_box(console_env):
     lab = console_env
     from gpudeck.console.app import make_app

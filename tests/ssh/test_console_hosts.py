@@ -25,14 +25,6 @@ def links(app) -> dict:
     return {name: h["summary"]["link"] for name, h in hosts.items()}
 
 
-@pytest.fixture
-def console_env(lab, monkeypatch):
-    for key, value in lab.env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    return lab
-
-
 def test_overview_and_tabs_while_one_box_goes_dark(console_env):
     lab = console_env
     from gpudeck.console.app import make_app

@@ -2,7 +2,6 @@
 labelled host="BOX"; a box that stops answering is `gpudeck_box_up 0` within the bound, and the scrape never hangs."""
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -16,7 +15,8 @@ from typing import Optional
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from runsupport import free_port, wait_for
+from promsupport import prom_query, start_prometheus
+from runsupport import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -155,31 +155,13 @@ def _prometheus() -> Optional[str]:
     return shutil.which("prometheus") or ("/usr/bin/prometheus" if os.path.exists("/usr/bin/prometheus") else None)
 
 
-def prom_query(base: str, query: str) -> list[dict]:
-    url = f"{base}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
-    try:
-        with urllib.request.urlopen(url, timeout=2) as reply:
-            data = json.loads(reply.read())
-    except OSError:
-        return []
-    return data["data"]["result"] if data.get("status") == "success" else []
-
-
 def test_a_real_prometheus_scrapes_a_remote_boxs_job(lab, tmp_path):
     binary = _prometheus()
     if binary is None:
         pytest.skip("prometheus is not installed (tests/test_exporter.py installs it where it can)")
     assert gd(lab, "--host", "box", "start", "sleeper").returncode == 0
     exporter = Exporter(lab, "--host", "box", "--no-gpus")
-    port = free_port()
-    config = tmp_path / "prometheus.yml"
-    config.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                      "scrape_configs:\n  - job_name: gpudeck\n    scrape_interval: 1s\n    scrape_timeout: 1s\n"
-                      f"    static_configs:\n      - targets: ['127.0.0.1:{exporter.port}']\n")
-    prom = subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "w"))
-    base = f"http://127.0.0.1:{port}"
+    prom, base = start_prometheus(binary, f"127.0.0.1:{exporter.port}", tmp_path)
     try:
         t0 = time.monotonic()
         result = wait_for(lambda: prom_query(base, 'gpudeck_job_state{host="box",job_name="sleeper",'
