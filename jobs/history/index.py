@@ -454,6 +454,11 @@ class IndexUnavailable(sqlite3.Error):
     The message is one line (the file and why); the file is left as it is."""
 
 
+class _ReplacedWhileOpened(IndexUnavailable):
+    """Another process moved a broken file aside and put a new one in its place between our check and
+    our connect: the new file is the one to open, so the caller retries."""
+
+
 class IndexLocked(IndexUnavailable):
     """Another process held the index's lock past the busy timeout."""
 
@@ -625,7 +630,7 @@ class RunIndex:
         try:
             now = os.lstat(self.path)
             if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
-                raise IndexUnavailable(f"index {self.path} was replaced while it was opened: refusing to use it")
+                raise _ReplacedWhileOpened(f"index {self.path} was replaced while it was opened: refusing to use it")
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
@@ -658,7 +663,7 @@ class RunIndex:
         from gpudeck.jobs.runs import state_root
         state_root(self.state_dir)             # created 0700, refused if not ours
         try:
-            self._conn = self._connect()
+            self._conn = self._connect_settled()
         except IndexUnavailable:
             raise
         except sqlite3.DatabaseError as exc:
@@ -668,6 +673,16 @@ class RunIndex:
                 raise
             return self._replace(exc)
         return self._conn
+
+    def _connect_settled(self, attempts: int = 5) -> sqlite3.Connection:
+        """_connect, again when another process replaced the file under it (its replacement is sound:
+        a replacer holds the lock and moves a file aside only once); a file that keeps changing is refused."""
+        for _ in range(attempts - 1):
+            try:
+                return self._connect()
+            except _ReplacedWhileOpened:
+                time.sleep(0.05)
+        return self._connect()
 
     def _replace(self, exc: BaseException) -> sqlite3.Connection:
         """Move the broken file aside (kept, timestamped) and start a new one, one process at a time:
@@ -684,7 +699,7 @@ class RunIndex:
             if broken is not None and current is not None and (current.st_dev, current.st_ino) == broken:
                 self.kept_as = self._move_aside()
             # else: another process replaced it while we waited for the lock: its new file is used.
-            self._conn = conn = self._connect()
+            self._conn = conn = self._connect_settled()
         finally:
             os.close(lock_fd)
         kept = f"; the old file is kept as {self.kept_as.name}" if self.kept_as else ""
