@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 
 from gpudeck.jobs import __version__
+from gpudeck.jobs import strictjson
 from gpudeck.jobs.strictjson import number
 from gpudeck.jobs.view import JobView, job_views
 
@@ -121,8 +122,6 @@ class AlertEventCounts:
         self._seen: dict[Path, tuple[int, int, dict[str, int]]] = {}     # run dir -> (inode, offset, counts)
 
     def __call__(self, run_dir: Path) -> dict[str, int]:
-        import json
-
         from gpudeck.jobs.runs import EVENTS
         run_dir = Path(run_dir)
         path = run_dir / EVENTS
@@ -147,7 +146,7 @@ class AlertEventCounts:
                 if b"AlertRaised" not in line:
                     continue
                 try:
-                    event = json.loads(line)
+                    event = strictjson.parse(line, path=path)    # a record nested 100,000 deep is skipped
                 except ValueError:
                     continue
                 if isinstance(event, dict) and event.get("event") == "AlertRaised" and isinstance(event.get("code"), str):

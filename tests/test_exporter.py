@@ -377,6 +377,10 @@ def test_alerts_raised_are_counted_from_events_jsonl_reading_only_new_bytes(tmp_
     assert counts(run) == {"oom_risk": 2, "stalled": 1}
     events.write_text(json.dumps({"t": 9, "event": "AlertRaised", "code": "crashed"}) + "\n")   # replaced
     assert counts(run) == {"crashed": 1}
+    with open(events, "a") as fh:         # a tampered record nested past any writer: skipped, not a RecursionError
+        fh.write('{"event": "AlertRaised", "code": "stalled", "x": ' + "[" * 200_000 + "]" * 200_000 + "}\n")
+    add(t=10, event="AlertRaised", code="stalled")
+    assert counts(run) == {"crashed": 1, "stalled": 1}
     found = samples(scrape_text(FixedCollector(reading([dict(CRASHED, alerts_raised={"crashed": 1, "oom_risk": 3})]))))
     assert found["gpudeck_job_alerts_raised"][0].name == "gpudeck_job_alerts_raised_total"
     assert one(found, "gpudeck_job_alerts_raised", job_name="build", code="oom_risk").value == 3.0

@@ -209,3 +209,51 @@ def test_a_delta_that_does_not_apply_is_a_bad_reply():
         assert "bad reply to poll: status: the delta does not apply" in poller.view().error
 
     asyncio.run(scenario())
+
+
+# -- a reply nested past any honest writer (stop 26: json.loads raised RecursionError in the link's reader,
+#    which died without closing the channel, so every later call only timed out) ------------------------
+
+DEEP = b"[" * 200_000 + b"]" * 200_000
+
+
+def test_a_deeply_nested_agent_line_is_refused_as_a_bad_line_not_a_recursion_error():
+    from gpudeck.jobs.hosts.protocol import decode
+    for line in (DEEP, b'{"id": 1, "ok": true, "result": ' + DEEP + b"}", DEEP.decode()):
+        with pytest.raises(ValueError, match="nests"):
+            decode(line)
+    assert decode(b'{"id": 1, "ok": true, "result": [[[1]]]}')["result"] == [[[1]]]
+
+
+class _FakeProcess:
+    """An agent process whose stdout is fed by the test, as asyncssh's SSHClientProcess reads."""
+
+    def __init__(self) -> None:
+        self.lines: asyncio.Queue = asyncio.Queue()
+        self.sent: list[bytes] = []
+        self.stdout = self
+        self.stdin = self
+
+    async def readline(self) -> bytes:
+        return await self.lines.get()
+
+    def write(self, data: bytes) -> None:
+        self.sent.append(data)
+
+
+def test_the_link_reader_survives_a_deeply_nested_reply_and_delivers_the_next_good_one():
+    from gpudeck.jobs.hosts.ssh import AgentChannel
+
+    async def scenario() -> Any:
+        process = _FakeProcess()
+        channel = AgentChannel(HostSpec(name="box", ssh="box"), conn=None, process=process, hello={})
+        call = asyncio.ensure_future(channel.call("ping", timeout=5.0))
+        await asyncio.sleep(0)
+        await process.lines.put(b'{"id": 1, "ok": true, "result": ' + DEEP + b"}\n")
+        await process.lines.put(b'{"id": 1, "ok": true, "result": "pong"}\n')
+        result = await call
+        assert not channel.closed
+        channel._reader.cancel()
+        return result
+
+    assert asyncio.run(scenario()) == "pong"

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
+from gpudeck.jobs.strictjson import MAX_DEPTH, nesting
+
 # Bumped whenever a request or reply changes shape: a gpudeck installed on the
 # remote box is used only when it speaks exactly this protocol.
 PROTOCOL = 1
@@ -19,7 +21,15 @@ def encode(message: dict) -> bytes:
 
 
 def decode(line: bytes | str) -> dict:
-    data = json.loads(line)
+    """One message; ValueError for anything that is not a JSON object of bounded depth (a hostile box
+    nesting a reply 100,000 deep would otherwise raise RecursionError in the link's reader and kill it)."""
+    raw = line.encode("utf-8", "surrogatepass") if isinstance(line, str) else line
+    if nesting(raw) > MAX_DEPTH:
+        raise ValueError(f"agent message nests deeper than {MAX_DEPTH}")
+    try:
+        data = json.loads(raw)
+    except RecursionError:
+        raise ValueError("agent message nests too deep") from None
     if not isinstance(data, dict):
         raise ValueError("agent message is not an object")
     return data

@@ -344,6 +344,8 @@ class AgentChannel:
             reason = f"connection lost: {_reason(exc)}"
         except asyncio.CancelledError:
             reason = "closed"
+        except Exception as exc:           # a reply nothing above foresaw: the link closes (and is remade), never wedges
+            reason = f"unreadable reply ({type(exc).__name__})"
         self._fail_all(reason)
 
     def _fail_all(self, reason: str) -> None:
