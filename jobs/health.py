@@ -217,6 +217,8 @@ class HealthMonitor:
         self._dumps: list[StallDump] = []            # dumps whose alert has not gone out yet
         self._dumps_taken = 0
         self.stacks: dict[tuple, dict] = {}          # (code, since) -> {"verdict", "path"} of its episode's dump
+        # The (code, since) of the alert that dumped (or tried to) for the stall episode now open, else None.
+        self._episode: Optional[tuple] = None
 
     @classmethod
     def for_run(cls, run_dir: Path, meta: Optional[Mapping[str, Any]] = None, **overrides: Any) -> "HealthMonitor":
@@ -368,6 +370,12 @@ class HealthMonitor:
         }
 
     def _publish(self, update: HealthUpdate, now: float) -> None:
+        # A stall episode lasts while any alert of DUMP_ON stays raised: `stalled` and `nccl_hang` are often
+        # one stall seen by two rules, at once or one after the other, and it takes one dump. Only once none
+        # is left standing from an earlier tick does the next one open a new episode (and dump again).
+        raised_now = {a.code for a in update.raised}
+        if not any(a.code in DUMP_ON and a.code not in raised_now for a in update.active):
+            self._episode = None
         # Each record on its own: one that cannot be written (a full disk) loses only itself.
         for alert in update.raised:
             if self._start_dump(alert, now):
@@ -400,6 +408,9 @@ class HealthMonitor:
         """Start this episode's dump in a thread; False (the alert goes out at once) when none can be taken."""
         if not self.dump_on_stall or alert.code not in DUMP_ON or (alert.code, alert.since) in self.stacks:
             return False
+        if self._episode is not None:
+            return False                # this stall's episode already has its dump (or was refused one)
+        self._episode = (alert.code, alert.since)
         from gpudeck.jobs import stacks
         from gpudeck.jobs.procs import identity
         procs = [ident for ident in (identity(pid) for pid in self._pids[:stacks.MAX_PROCESSES * 2])

@@ -139,3 +139,92 @@ def test_jobs_health_without_health_json_judges_the_exit(run_dir):
     [alert] = health["alerts"]
     assert alert["code"] == "crashed" and alert["cause"] == "host_oom"
     assert job_health(None) == {"phase": None, "progress": None, "alerts": []}
+
+
+# -- the stack dump a stall takes by itself: one per episode, bounded (py-spy stands in: a fake dumper) ----
+
+class FakeDumper:
+    """stacks.dump's stand-in: records each call, answers a numbered verdict at once."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[int]] = []
+
+    def __call__(self, procs, **_kw):
+        from gpudeck.jobs import stacks
+        self.calls.append([p.pid for p in procs])
+        return stacks.StackDump(taken_at=0.0, native=False, verdict=f"dump {len(self.calls)}: 1 of 1 process idle")
+
+
+@pytest.fixture
+def dumper(monkeypatch) -> FakeDumper:
+    from gpudeck.jobs import stacks
+    fake = FakeDumper()
+    monkeypatch.setattr(stacks, "dump", fake)
+    monkeypatch.setattr(stacks, "find_py_spy", lambda: "/usr/bin/py-spy")
+    monkeypatch.setattr(stacks, "ptrace_refusal", lambda: None)
+    return fake
+
+
+class StuckServer:
+    """An engine run the rules see as stuck two ways: requests in flight whose generation does not advance
+    (`stalled`) and its GPU pinned at 100 % on idle power with the log silent (`nccl_hang`)."""
+
+    def __init__(self, run_dir: Path, t0: float) -> None:
+        import os
+        self.analyzer = ScriptedAnalyzer()
+        self.analyzer.answer = {"phase": "ready", "warnings": [],
+                                "serving": {"running": 2, "waiting": 1, "gen_tokens_total": 1000}}
+        self.mon = HealthMonitor(run_dir, kind="engine", port=8000, stall_after=10, dump_on_stall=True,
+                                 analyzer=self.analyzer, listening=lambda port: True)
+        self.run_dir, self.t, self.pid = run_dir, t0, os.getpid()     # a Python process py-spy could read
+
+    def tick(self, *, pinned: bool = True, progress: bool = False) -> list[str]:
+        if progress:
+            # Tokens flow and the log grows: both rules clear.
+            self.analyzer.answer["serving"]["gen_tokens_total"] += 50
+            append(self.run_dir / "output.log", b"Decode batch. #running-req: 2, gen throughput (token/s): 50\n")
+        gpu = {"util": {"0": 100 if pinned else 0}, "power_w": {"0": 90.0}, "power_limit_w": {"0": 700.0}}
+        up = self.mon.tick({"pids": [self.pid], "gpu": gpu}, alive=True, now=self.t)
+        for dump in list(self.mon._dumps):         # the dump's thread: the fake answers at once
+            dump.thread.join(10)
+        self.t += 1
+        return [a.code for a in up.raised]
+
+    def events(self, name: str) -> list[dict]:
+        return [e for e in (json.loads(line) for line in (self.run_dir / "events.jsonl").read_text().splitlines())
+                if e["event"] == name]
+
+
+def test_one_stall_raising_stalled_and_nccl_hang_at_once_takes_one_dump(run_dir, dumper):
+    t0 = 1_800_000_000.0
+    server = StuckServer(run_dir, t0)
+    raised = [server.tick() for _ in range(12)]
+    assert raised[10] == ["stalled", "nccl_hang"]            # the same tick, the same since
+    assert len(dumper.calls) == 1 and dumper.calls[0] == [server.pid]
+    [dumped] = server.events("StacksDumped")
+    assert (dumped["code"], dumped["since"], dumped["verdict"]) == ("stalled", t0, "dump 1: 1 of 1 process idle")
+    assert len(list((run_dir / "stacks").glob("*.json"))) == 1
+    # The first code's alert waited for the verdict; the second went out at once, without a dump of its own.
+    pending = {e["code"]: e.get("stacks_pending", False) for e in server.events("AlertRaised")}
+    assert pending == {"stalled": True, "nccl_hang": False}
+    assert not server.events("StacksUnavailable")
+    alerts = {a["code"]: a for a in read_health(run_dir)["alerts"]}
+    assert alerts["stalled"]["stacks"]["verdict"] == "dump 1: 1 of 1 process idle" and "stacks" not in alerts["nccl_hang"]
+
+
+def test_a_second_rule_raised_later_in_the_same_stall_takes_no_dump_and_a_stall_that_comes_back_does(run_dir,
+                                                                                                      dumper):
+    t0 = 1_800_000_000.0
+    server = StuckServer(run_dir, t0)
+    raised = [server.tick(pinned=i >= 5) for i in range(17)]
+    assert raised[10] == ["stalled"] and raised[15] == ["nccl_hang"]     # stalled still up: the same episode
+    assert len(dumper.calls) == 1
+    # Generation advances, the log grows: both clear; then the server wedges again.
+    assert server.tick(progress=True) == []
+    assert not read_health(run_dir)["alerts"]
+    again = [server.tick() for _ in range(12)]
+    assert ["stalled"] in again and ["nccl_hang"] in again
+    assert len(dumper.calls) == 2
+    first, second = server.events("StacksDumped")
+    assert first["since"] == t0 and second["since"] > first["since"] and second["verdict"].startswith("dump 2:")
+    assert len(list((run_dir / "stacks").glob("*.json"))) == 2
