@@ -31,7 +31,8 @@ DUMP_ON = ("stalled", "nccl_hang")
 STACKS_DIR = "stacks"
 # on_alert waits at most this long for the dump's verdict, then goes out without it.
 DUMP_WAIT_S = 45.0
-# A stored dump larger than this keeps its groups and verdict but not the per-process detail.
+# A stored dump's .json and .txt are each at most this big, as written (read_stored_dump reads no more):
+# past it the .json drops the per-process detail, then groups from the end; the verdict stays.
 MAX_STORED_DUMP_BYTES = 2 * 1024 * 1024
 # A stall that flaps all night dumps at most this many times per run.
 MAX_DUMPS_PER_RUN = 20
@@ -460,14 +461,12 @@ class HealthMonitor:
         from gpudeck.jobs.stacks import render_lines
         folder = ensure_private_dir(self.run_dir / STACKS_DIR)
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)) + f"-{int(now * 1000) % 1000:03d}"
-        data = result.to_jsonable(frames=False)
-        if len(strictjson.dumps(data)) > MAX_STORED_DUMP_BYTES:
-            data["processes"], data["truncated"] = [], True
-        write_json_atomic(folder / f"{stamp}.json", data)
-        text = "\n".join(render_lines(result)) + "\n"
+        write_json_atomic(folder / f"{stamp}.json", _bounded_dump(result.to_jsonable(frames=False)))
+        # Cut in bytes, not characters (a chain's arrows and a frame's name are UTF-8), on a character's edge.
+        text = ("\n".join(render_lines(result)) + "\n").encode("utf-8")[:MAX_STORED_DUMP_BYTES]
         fd = open_private(folder / f"{stamp}.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        with open(fd, "w", encoding="utf-8") as fh:
-            fh.write(text[:MAX_STORED_DUMP_BYTES])
+        with open(fd, "wb") as fh:
+            fh.write(text.decode("utf-8", "ignore").encode("utf-8"))
         return f"{STACKS_DIR}/{stamp}.json"
 
     def _record_event(self, record: dict) -> None:
@@ -550,6 +549,34 @@ class HealthMonitor:
     def _reap(self) -> None:
         # The runner lives as long as the job: collect finished hooks so they do not linger as zombies.
         self._children = [c for c in self._children if c.poll() is None]
+
+
+def _stored_size(data: Mapping[str, Any]) -> int:
+    # As write_json_atomic writes it (indented, ASCII): the size read_stored_dump has to read back whole.
+    return len(strictjson.dumps(data, indent=1, sort_keys=True, default=str)) + 1
+
+
+def _bounded_dump(data: dict) -> dict:
+    """A stored dump of at most MAX_STORED_DUMP_BYTES: the per-process detail goes first, then the groups
+    from the end (idle helpers and the rarest stacks: group() sorts the telling ones first); the verdict stays."""
+    if _stored_size(data) <= MAX_STORED_DUMP_BYTES:
+        return data
+    data["processes"], data["truncated"] = [], True
+    groups = data.get("groups") or []
+    data["groups_left_out"] = 0
+    if _stored_size(data) <= MAX_STORED_DUMP_BYTES:
+        data.pop("groups_left_out")
+        return data
+    low, high = 0, len(groups)          # the most groups that fit: a few measures, not one per group
+    while low < high:
+        mid = (low + high + 1) // 2
+        data["groups"], data["groups_left_out"] = groups[:mid], len(groups) - mid
+        if _stored_size(data) <= MAX_STORED_DUMP_BYTES:
+            low = mid
+        else:
+            high = mid - 1
+    data["groups"], data["groups_left_out"] = groups[:low], len(groups) - low
+    return data
 
 
 def _hook_timeout(env: Mapping[str, str]) -> float:
