@@ -31,7 +31,8 @@ DUMP_ON = ("stalled", "nccl_hang")
 STACKS_DIR = "stacks"
 # on_alert waits at most this long for the dump's verdict, then goes out without it.
 DUMP_WAIT_S = 45.0
-# A stored dump larger than this keeps its groups and verdict but not the per-process detail.
+# A stored dump's .json and .txt are each at most this big, as written (read_stored_dump reads no more):
+# past it the .json drops the per-process detail, then groups from the end; the verdict stays.
 MAX_STORED_DUMP_BYTES = 2 * 1024 * 1024
 # A stall that flaps all night dumps at most this many times per run.
 MAX_DUMPS_PER_RUN = 20
@@ -217,6 +218,8 @@ class HealthMonitor:
         self._dumps: list[StallDump] = []            # dumps whose alert has not gone out yet
         self._dumps_taken = 0
         self.stacks: dict[tuple, dict] = {}          # (code, since) -> {"verdict", "path"} of its episode's dump
+        # The (code, since) of the alert that dumped (or tried to) for the stall episode now open, else None.
+        self._episode: Optional[tuple] = None
 
     @classmethod
     def for_run(cls, run_dir: Path, meta: Optional[Mapping[str, Any]] = None, **overrides: Any) -> "HealthMonitor":
@@ -368,6 +371,12 @@ class HealthMonitor:
         }
 
     def _publish(self, update: HealthUpdate, now: float) -> None:
+        # A stall episode lasts while any alert of DUMP_ON stays raised: `stalled` and `nccl_hang` are often
+        # one stall seen by two rules, at once or one after the other, and it takes one dump. Only once none
+        # is left standing from an earlier tick does the next one open a new episode (and dump again).
+        raised_now = {a.code for a in update.raised}
+        if not any(a.code in DUMP_ON and a.code not in raised_now for a in update.active):
+            self._episode = None
         # Each record on its own: one that cannot be written (a full disk) loses only itself.
         for alert in update.raised:
             if self._start_dump(alert, now):
@@ -400,6 +409,9 @@ class HealthMonitor:
         """Start this episode's dump in a thread; False (the alert goes out at once) when none can be taken."""
         if not self.dump_on_stall or alert.code not in DUMP_ON or (alert.code, alert.since) in self.stacks:
             return False
+        if self._episode is not None:
+            return False                # this stall's episode already has its dump (or was refused one)
+        self._episode = (alert.code, alert.since)
         from gpudeck.jobs import stacks
         from gpudeck.jobs.procs import identity
         procs = [ident for ident in (identity(pid) for pid in self._pids[:stacks.MAX_PROCESSES * 2])
@@ -449,14 +461,12 @@ class HealthMonitor:
         from gpudeck.jobs.stacks import render_lines
         folder = ensure_private_dir(self.run_dir / STACKS_DIR)
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)) + f"-{int(now * 1000) % 1000:03d}"
-        data = result.to_jsonable(frames=False)
-        if len(strictjson.dumps(data)) > MAX_STORED_DUMP_BYTES:
-            data["processes"], data["truncated"] = [], True
-        write_json_atomic(folder / f"{stamp}.json", data)
-        text = "\n".join(render_lines(result)) + "\n"
+        write_json_atomic(folder / f"{stamp}.json", _bounded_dump(result.to_jsonable(frames=False)))
+        # Cut in bytes, not characters (a chain's arrows and a frame's name are UTF-8), on a character's edge.
+        text = ("\n".join(render_lines(result)) + "\n").encode("utf-8")[:MAX_STORED_DUMP_BYTES]
         fd = open_private(folder / f"{stamp}.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        with open(fd, "w", encoding="utf-8") as fh:
-            fh.write(text[:MAX_STORED_DUMP_BYTES])
+        with open(fd, "wb") as fh:
+            fh.write(text.decode("utf-8", "ignore").encode("utf-8"))
         return f"{STACKS_DIR}/{stamp}.json"
 
     def _record_event(self, record: dict) -> None:
@@ -539,6 +549,34 @@ class HealthMonitor:
     def _reap(self) -> None:
         # The runner lives as long as the job: collect finished hooks so they do not linger as zombies.
         self._children = [c for c in self._children if c.poll() is None]
+
+
+def _stored_size(data: Mapping[str, Any]) -> int:
+    # As write_json_atomic writes it (indented, ASCII): the size read_stored_dump has to read back whole.
+    return len(strictjson.dumps(data, indent=1, sort_keys=True, default=str)) + 1
+
+
+def _bounded_dump(data: dict) -> dict:
+    """A stored dump of at most MAX_STORED_DUMP_BYTES: the per-process detail goes first, then the groups
+    from the end (idle helpers and the rarest stacks: group() sorts the telling ones first); the verdict stays."""
+    if _stored_size(data) <= MAX_STORED_DUMP_BYTES:
+        return data
+    data["processes"], data["truncated"] = [], True
+    groups = data.get("groups") or []
+    data["groups_left_out"] = 0
+    if _stored_size(data) <= MAX_STORED_DUMP_BYTES:
+        data.pop("groups_left_out")
+        return data
+    low, high = 0, len(groups)          # the most groups that fit: a few measures, not one per group
+    while low < high:
+        mid = (low + high + 1) // 2
+        data["groups"], data["groups_left_out"] = groups[:mid], len(groups) - mid
+        if _stored_size(data) <= MAX_STORED_DUMP_BYTES:
+            low = mid
+        else:
+            high = mid - 1
+    data["groups"], data["groups_left_out"] = groups[:low], len(groups) - low
+    return data
 
 
 def _hook_timeout(env: Mapping[str, str]) -> float:

@@ -332,7 +332,11 @@ PYTHON_RULES: tuple[tuple[str, str, str, str], ...] = (
     ("socket", "urllib3 {fn}", r"urllib3/.*\.py$", r"(recv|read|_make_request|getresponse)"),
     ("pipe", "multiprocessing Connection.{short}", r"multiprocessing/connection\.py$",
      r"(_recv|recv|recv_bytes|_recv_bytes|poll|_poll|wait|accept)"),
-    ("disk", "{fn}", r"(torch/serialization\.py|safetensors/.*\.py)$", r"^(load|_load|load_file|safe_open)"),
+    # torch's nested readers (`_load.<locals>.load_tensor`) and the API the job called are one torch.load.
+    ("disk", "torch.load", r"torch/serialization\.py$", r"^_?load"),
+    ("disk", "torch.save", r"torch/serialization\.py$", r"^_?save"),
+    # Not safetensors' `load(bytes)`: that one parses memory the job already read.
+    ("disk", "safetensors {fn}", r"safetensors/[^/]+\.py$", r"^(load_file|safe_open|save_file)$"),
     ("select", "selectors.{fn}", r"/selectors\.py$", r"select"),
     ("select", "asyncio event loop", r"asyncio/base_events\.py$", r"_run_once"),
     ("lock", "multiprocessing.{fn}", r"multiprocessing/synchronize\.py$", r"(acquire|wait|__enter__)"),
@@ -353,8 +357,12 @@ SOURCE_RULES: tuple[tuple[str, str, str], ...] = (
     ("subprocess", "{m}", r"\b(os\.waitpid|os\.wait|os\.waitid|\.communicate)\s*\("),
     ("select", "select", r"\b(select\.select|select\.poll|\.poll|epoll)\s*\("),
     ("sleep", "time.sleep", r"\b(time\.)?sleep\s*\("),
-    ("pipe", "os.read", r"\bos\.read\s*\("),
+    ("disk", "{m}", r"\bos\.(fsync|fdatasync)\s*\("),
+    # An os.read is on a file, a socket or a pipe: the kernel's fd says which (_FD_KINDS); a pipe if it cannot.
+    ("fd_read", "os.read", r"\bos\.read\s*\("),
 )
+# What a read on an fd waits on, by what the fd is (kernel_state's "read on file").
+_FD_KINDS = {"file": "disk", "socket": "socket", "pipe": "pipe"}
 
 # Native (C/C++) frame names, read only with --native.
 NATIVE_RULES: tuple[tuple[str, str, str], ...] = (
@@ -482,7 +490,7 @@ def _python_wait(frames: Sequence[Frame]) -> Optional[Wait]:
     return best[2] if best else None
 
 
-def _source_wait(frames: Sequence[Frame]) -> Optional[Wait]:
+def _source_wait(frames: Sequence[Frame], kernel: Optional[str] = None) -> Optional[Wait]:
     py = [f for f in frames if not f.native]
     if not py:
         return None
@@ -493,6 +501,8 @@ def _source_wait(frames: Sequence[Frame]) -> Optional[Wait]:
         m = re.search(pattern, text)
         if m:
             what = m.group(0).rstrip("( ").lstrip(".").strip()
+            if kind == "fd_read":
+                kind = _FD_KINDS.get((kernel or "").partition(" on ")[2], "pipe")
             return Wait(kind, label.format(m=what), py[0], py[0], "source")
     return None
 
@@ -574,7 +584,8 @@ def explain(thread: ThreadStack) -> Wait:
         return Wait("spinning", top.name if top else "?", top, _caller(frames, 0), "sampling")
     if wait is None and thread.active:
         return Wait("running", top.name if top else "?", top, _caller(frames, 0), "sampling")
-    wait = wait or _native_wait(frames) or _source_wait(frames) or _kernel_wait(thread.kernel, frames)
+    wait = (wait or _native_wait(frames) or _source_wait(frames, thread.kernel)
+            or _kernel_wait(thread.kernel, frames))
     if wait is not None:
         return wait
     return Wait("idle", top.name if top else "no Python frames", top, _caller(frames, 0), "sampling")

@@ -604,7 +604,8 @@ async def test_demo_D_shows_the_deadlocks_recorded_dump_once_the_replay_has_pass
 @pilot_test
 async def test_demo_post_mortem_of_the_deadlock_shows_its_stack_dump_and_verdict(state) -> None:
     """History (3) → enter on the deadlocked SGLang run: the post-mortem lists the recorded dump, its verdict
-    and its groups; `gpudeck postmortem` on that run says the same in every format."""
+    and its groups, and the stall it was taken for carries its verdict and its time; `gpudeck postmortem` on
+    that run says the same in every format."""
     import subprocess
     from textual.widgets import DataTable, Static
     from gpudeck.console.screens.history import HistoryScreen
@@ -614,6 +615,10 @@ async def test_demo_post_mortem_of_the_deadlock_shows_its_stack_dump_and_verdict
     [dumped] = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()
                 if json.loads(line)["event"] == "StacksDumped"]
     verdict = dumped["verdict"]
+    started = next(json.loads(line)["t"] for line in (run_dir / "events.jsonl").read_text().splitlines()
+                   if json.loads(line)["event"] == "JobStarted")
+    at = f"{int(round(dumped['t'] - started)) // 60}:{int(round(dumped['t'] - started)) % 60:02d}"   # 0:57
+    stall_note = f"stacks at {at}: {verdict}"
     app = make_console(None, demo_replay=True)
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.press("3")
@@ -627,6 +632,10 @@ async def test_demo_post_mortem_of_the_deadlock_shows_its_stack_dump_and_verdict
         assert "          SIMULATED: a recorded demo dump (docs/make_demo_runs.py); no process was traced" in pm.view.stacks
         body = str(pm.query_one("#pm-body", Static).render())
         assert "stack dumps" in body and "4 of 6 processes [MainThread] — in a collective" in body
+        # The stall's own line on the timeline, then its dump's verdict and time just below it.
+        stall = next(i for i, line in enumerate(pm.view.timeline) if "stalled for" in line)
+        assert pm.view.timeline[stall + 1] == f"          {stall_note}"
+        assert f"stalled for ? (never cleared)\n          {stall_note}\n" in body
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUDECK_")}
     env["GPUDECK_STATE_DIR"] = str(state)
 
@@ -638,10 +647,60 @@ async def test_demo_post_mortem_of_the_deadlock_shows_its_stack_dump_and_verdict
     report = json.loads(postmortem("json"))
     [entry] = report["stacks"]
     assert entry["verdict"] == verdict and entry["simulated"] is True and entry["path"] == dumped["path"]
-    assert [s.get("stacks") for s in report["stalls"]] == [verdict]
+    assert [(s.get("stacks"), s.get("stacks_at_s")) for s in report["stalls"]] == [(verdict, entry["at_s"])]
     assert "4 of 6 processes [MainThread] — in a collective (torch.distributed.all_reduce)" in entry["lines"]
     md = postmortem("md")
     assert "## Stack dumps" in md and f"on **stalled**: {verdict[:60]}" in md
+    [window] = [line for line in md.splitlines() if line.startswith("- stall window")]
+    assert window == f"- stall window (stalled): from 0:26 for ? (until the end); {stall_note}"
     assert "  4 of 6 processes [MainThread] — in a collective (torch.distributed.all_reduce)" in md
     page = postmortem("html")
     assert '<pre class="stack-dump">' in page and "SIMULATED: a recorded demo dump" in page
+    assert f"<li>stall window (stalled): from 0:26 for ? (until the end); {stall_note}</li>" in page
+
+
+HOSTILE_VERDICT = ("[bold red]evil[/] [link=https://evil.example]x[/link] <script>alert(1)</script> "
+                   "| a | `tick` [y](javascript:alert(1)) \x1b]52;c;U0VDUkVU\x07")
+
+
+@pilot_test
+async def test_a_hostile_dump_verdict_on_a_stall_stays_text_in_the_console_md_and_html(state, tmp_path) -> None:
+    """A verdict is made of the job's frame names: on the stall's line it is shown as written, never as
+    markup, Markdown or HTML, and with no escape sequence."""
+    import shutil
+    from textual.widgets import Static
+    from gpudeck.console.screens.postmortem import PostmortemScreen
+    from gpudeck.jobs.history import render_html, render_md
+    from gpudeck.jobs.history.postmortem import build_run
+    from gpudeck.jobs.replay import demo_run_dirs
+    [demo] = [d for d in demo_run_dirs() if d.parent.name == "sglang-k2"]
+    run_dir = tmp_path / "runs" / "sglang-k2" / demo.name
+    shutil.copytree(demo, run_dir)
+    lines = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    for e in lines:
+        if e["event"] == "StacksDumped":
+            e["verdict"] = HOSTILE_VERDICT
+    (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    report = build_run(run_dir)
+    [stall] = report["stalls"]
+    assert stall["stacks"] == HOSTILE_VERDICT
+    md = render_md.render(report)
+    [window] = [line for line in md.splitlines() if line.startswith("- stall window")]
+    assert (r"; stacks at 0:57: \[bold red\]evil\[/\] \[link=https://evil.example\]x\[/link\] "
+            r"\<script\>alert(1)\</script\> \| a \| \`tick\` \[y\](javascript:alert(1))") in window
+    from markdown_it import MarkdownIt
+    rendered = MarkdownIt("commonmark", {"html": True}).render(window)     # as GitHub would, raw HTML allowed
+    assert "<script" not in rendered and "<a " not in rendered and "<code>" not in rendered
+    page = render_html.render(report)
+    [item] = [li for li in page.split("<li>") if li.startswith("stall window")]
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in item and "<script>" not in page
+    assert "\x1b" not in md + page and "U0VDUkVU" not in md + page
+    app = make_console(None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        app.push_screen(PostmortemScreen(run_dir))
+        pm = await pilot_wait_for(pilot, lambda: isinstance(app.screen, PostmortemScreen) and app.screen, "pm")
+        await pilot_wait_for(pilot, lambda: pm.view is not None, "the post-mortem built")
+        body = str(pm.query_one("#pm-body", Static).render())
+        shown = "stacks at 0:57: [bold red]evil[/] [link=https://evil.example]x[/link] <script>alert(1)</script>"
+        assert shown in body                                 # as written: not parsed as markup
+        assert "\x1b" not in body and "U0VDUkVU" not in body

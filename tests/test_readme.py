@@ -58,3 +58,18 @@ def test_the_readme_slurm_example_loads(tmp_path):
     jobs = load_jobs(path).jobs
     assert jobs["drafter-train"].backend == "slurm" and jobs["drafter-train"].gpus_per_node == 8
     assert jobs["hidden-states"].time == "360" and jobs["drafter-train"].needs == ("hidden-states",)
+
+
+# Commands that take --host but are not "the same command, run on box": the exporter and web serve boxes
+# of their own (their sections say how), and `hosts` reads this machine's hosts.toml about them.
+HOST_OWN_SECTIONS = {"exporter", "web", "hosts"}
+
+
+def test_every_command_that_runs_on_a_box_is_in_the_readmes_host_list():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    remote = {name for name, p in sub.choices.items() if p.get_default("remote_ok")} - HOST_OWN_SECTIONS
+    start = README.index("Then `gpudeck --host box start finetune`")
+    paragraph = README[start:README.index("behave as they do locally", start)]
+    listed = {m.split()[0] for m in re.findall(r"`(?:gpudeck --host box\s+)?([^`]+)`", paragraph)}
+    assert remote - listed == set(), f"--host commands the README's list leaves out: {sorted(remote - listed)}"

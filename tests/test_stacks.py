@@ -706,6 +706,79 @@ def test_a_pool_worker_blocked_on_a_socket_is_not_an_idle_helper():
     assert proc.wait.kind == "socket"
 
 
+def alone(frames: list[dict], kernel: str | None = None, pid: int = 20) -> str:
+    """The verdict of one process whose main thread has `frames` (and, as /proc would say, `kernel`)."""
+    raw = [thread(pid, frames)]
+    return verdict_of([stacks.build_process(procs.ProcessId(pid, 1), "x", raw, raw, {pid: kernel})])[0]
+
+
+TORCH_LOAD = [frame("_load.<locals>.load_tensor", f"{SITE}/torch/serialization.py", 1813),
+              frame("_load.<locals>.persistent_load", f"{SITE}/torch/serialization.py", 1848),
+              frame("_load", f"{SITE}/torch/serialization.py", 1857),
+              frame("load", f"{SITE}/torch/serialization.py", 1097),
+              frame("restore", "/work/ckpt.py", 12)]
+
+
+def test_a_torch_load_and_a_safetensors_load_file_are_disk_io_named_by_the_call():
+    # torch's nested readers are one torch.load, named as the job called it (not a bare "load").
+    assert alone(TORCH_LOAD) == "1 of 1 process in disk I/O (torch.load) at ckpt.py:12 (restore)"
+    assert alone([frame("load_file", f"{SITE}/safetensors/torch.py", 315),
+                  frame("load_weights", "/work/serve.py", 30)]) == (
+        "1 of 1 process in disk I/O (safetensors load_file) at serve.py:30 (load_weights)")
+    # safetensors.torch.load(bytes) parses memory already read: not disk I/O.
+    assert "disk" not in alone([frame("load", f"{SITE}/safetensors/torch.py", 338), frame("f", "/work/m.py", 3)])
+
+
+def test_an_os_read_of_a_file_an_fsync_and_a_file_read_are_disk_io(tmp_path):
+    # A C call leaves no Python frame: the job's own source line, then the kernel's fd, say what it waits on.
+    src = tmp_path / "save.py"
+    src.write_text("import os\n"
+                   "data = os.read(fd, 1 << 20)\n"
+                   "os.fsync(fh.fileno())\n"
+                   "blob = fh.read()\n")
+    at = str(src)
+    assert alone([frame("<module>", at, 2)], "read on file") == (
+        "1 of 1 process in disk I/O (os.read) at save.py:2 (<module>)")
+    # The same line on a pipe or a socket is that; with no word from the kernel, a pipe as before.
+    assert alone([frame("<module>", at, 2)], "read on pipe") == (
+        "1 of 1 process blocked reading a pipe (os.read) at save.py:2 (<module>)")
+    assert alone([frame("<module>", at, 2)], "read on socket") == (
+        "1 of 1 process blocked on a socket (os.read) at save.py:2 (<module>)")
+    assert alone([frame("<module>", at, 2)]) == "1 of 1 process blocked reading a pipe (os.read) at save.py:2 (<module>)"
+    # fsync is named from its line, whatever the kernel shows (often just state D).
+    assert alone([frame("<module>", at, 3)]) == "1 of 1 process in disk I/O (os.fsync) at save.py:3 (<module>)"
+    assert alone([frame("<module>", at, 3)], "uninterruptible (D)") == (
+        "1 of 1 process in disk I/O (os.fsync) at save.py:3 (<module>)")
+    # A file object's read is C all the way down: the kernel's "read on file" names it.
+    assert alone([frame("<module>", at, 4)], "read on file") == (
+        "1 of 1 process in disk I/O (read of a file) at save.py:4 (<module>)")
+
+
+def barrier_rank(pid: int) -> stacks.ProcessStacks:
+    raw = [thread(pid, [frame("barrier", f"{SITE}/torch/distributed/distributed_c10d.py", 4159),
+                        frame("wrapper", f"{SITE}/torch/distributed/c10d_logger.py", 83),
+                        frame("main", "/work/train.py", 20)])]
+    return stacks.build_process(procs.ProcessId(pid, 1), "python train.py", raw, raw)
+
+
+def test_ranks_in_torch_distributed_barrier_are_a_collective_and_the_late_rank_is_named():
+    text, groups = verdict_of([barrier_rank(300 + i) for i in range(4)])
+    assert text == "4 of 4 processes in a collective (torch.distributed.barrier) at train.py:20 (main)"
+    assert [(len(g.pids), g.helper) for g in groups] == [(4, False)]
+    # Three ranks at the barrier, the fourth still reading its checkpoint: both said, the larger share first.
+    late = stacks.build_process(procs.ProcessId(303, 1), "python train.py", [thread(303, TORCH_LOAD)], None)
+    text, _ = verdict_of([barrier_rank(300 + i) for i in range(3)] + [late])
+    assert text == ("3 of 4 processes in a collective (torch.distributed.barrier) at train.py:20 (main); "
+                    "1 in disk I/O (torch.load) at ckpt.py:12 (restore)")
+    # With C frames (gloo's wait under it), torch's Python frame still names the call.
+    raw = [thread(310, [frame("gloo::transport::tcp::UnboundBuffer::waitRecv", "/lib/libgloo.so", 0, native=True),
+                        frame("c10d::ProcessGroupGloo::AsyncWork::wait", "/lib/libtorch_cpu.so", 0, native=True),
+                        frame("barrier", f"{SITE}/torch/distributed/distributed_c10d.py", 4159),
+                        frame("main", "/work/train.py", 20)])]
+    gloo = stacks.build_process(procs.ProcessId(310, 1), "x", raw, raw)
+    assert gloo.wait.phrase() == "in a collective (torch.distributed.barrier)" and gloo.wait.source == "python"
+
+
 def test_a_notice_puts_the_dumps_verdict_before_the_rules_long_words():
     from gpudeck.jobs.view import AlertView, JobView
     verdict = "2 of 3 processes waiting on a multiprocessing.Barrier at quiet.py:5 (party)"

@@ -55,7 +55,7 @@ class PostmortemView:
 def view_of(report: dict) -> PostmortemView:
     """The screen's words for a post-mortem report (gpudeck.jobs.history.postmortem), the same data
     `gpudeck postmortem` prints; every text from the job passes safe_text where it is shown."""
-    from gpudeck.jobs.history.charts import chart_groups, fmt_value, phase_strip
+    from gpudeck.jobs.history.charts import chart_groups, fmt_value, phase_strip, stall_stacks_note
     from gpudeck.jobs.history.charts import sparkline as spark
     from gpudeck.jobs.history.postmortem import clock, span
 
@@ -70,6 +70,9 @@ def view_of(report: dict) -> PostmortemView:
     for st in report.get("stalls") or []:
         how = "" if st.get("cleared") else " (never cleared)"
         timeline.append(f"{clock(st.get('start_s')):>8}  {st.get('code')} for {span(st.get('duration_s'))}{how}")
+        note = stall_stacks_note(st)
+        if note:
+            timeline.append(f"          {note}")
     for gap in report.get("silences") or []:
         timeline.append(f"{clock(gap.get('start_s')):>8}  log silent for {span(gap.get('duration_s'))}")
     alerts = []
@@ -328,7 +331,7 @@ class PostmortemScreen(DeckScreen):
         if view.timeline:
             out.append("phases\n", style="bold")
             for line in view.timeline:
-                out.append(safe_text(line, 200) + "\n")
+                out.append(safe_text(line, 600) + "\n")       # a stall's dump verdict can be long
         if view.alerts:
             out.append("alerts and events\n", style="bold")
             for line in view.alerts:

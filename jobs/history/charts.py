@@ -4,6 +4,8 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Optional
 
+from gpudeck.jobs.strictjson import number
+
 SPARKS = "▁▂▃▄▅▆▇█"
 # One letter per phase in the Markdown phase strip (initials collide: compiling/capturing).
 PHASE_MARK = {"starting": "s", "loading": "L", "compiling": "C", "capturing": "G", "ready": "R",
@@ -169,6 +171,16 @@ def recovered_note(phase: dict) -> str:
     lines = [str(x) for x in phase.get("error_lines") or [] if x]
     where = f" (lines {', '.join(lines[:3])}{', …' if len(lines) > 3 else ''})" if lines else ""
     return f"{n} error{'s' if n > 1 else ''} logged and recovered from{where}"
+
+
+def stall_stacks_note(stall: dict) -> str:
+    """The stack dump a stall took, in words ("stacks at 0:57: <verdict>"); "" when it took none. Plain text:
+    each renderer escapes it as it escapes the rest (the verdict is made of the job's frame names)."""
+    verdict = stall.get("stacks")
+    if not verdict or not isinstance(verdict, str):
+        return ""
+    at_s = number(stall.get("stacks_at_s"))       # the console reads a box's report unshaped
+    return f"stacks{'' if at_s is None else ' at ' + _clock(at_s)}: {verdict}"
 
 
 _LOG_LINE_REF = re.compile(r"\s*\[log line [\d,]+\]")

@@ -876,7 +876,8 @@ DUMP_EXCERPT_LINES = 40
 def stack_dumps(events: list[dict], stalls: list[dict], started: Optional[float],
                 run_dir: Optional[Path] = None) -> list[dict]:
     """Each dump on the run's timeline, with the head of its grouped text (`lines`, the verdict line
-    left out) where the run dir still holds it; the stall it was taken for gets its verdict (`stacks`)."""
+    left out) where the run dir still holds it; the stall it was taken for gets its verdict (`stacks`) and
+    when it was taken (`stacks_at_s`)."""
     from gpudeck.jobs.stacks import read_stored_dump
     dumps = []
     for ev in events:
@@ -904,5 +905,5 @@ def stack_dumps(events: list[dict], stalls: list[dict], started: Optional[float]
         dumps.append(entry)
         for stall in stalls:
             if entry["verdict"] and stall.get("code") == entry["code"] and stall.get("start") == entry["since"]:
-                stall["stacks"] = entry["verdict"]
+                stall["stacks"], stall["stacks_at_s"] = entry["verdict"], entry["at_s"]
     return dumps

@@ -6,7 +6,7 @@ import time
 from typing import Any, Optional
 
 from gpudeck.jobs.history.charts import (alert_items, chart_groups, fmt_value, history_items, recovered_note, resample,
-                                         result_text)
+                                         result_text, stall_stacks_note)
 from gpudeck.jobs.history.postmortem import clock, span
 from gpudeck.jobs.history.shape import shape
 from gpudeck.jobs.logs.sanitize import terminal_text
@@ -143,8 +143,10 @@ def _alerts(report: dict) -> str:
     items = [f"<li>{esc(at)} <b>{esc(code)}</b>{esc(rest)}</li>" if code else f"<li>{esc(rest)}</li>"
              for at, code, rest in alert_items(alerts, live_run=(report.get("source") or {}).get("kind") == "run")]
     for s in stalls:
+        note = stall_stacks_note(s)
         items.append(f"<li>stall window ({esc(s['code'])}): from {clock(s.get('start_s'))} for "
-                     f"{span(s.get('duration_s'))}{'' if s.get('cleared') else ' (until the end)'}</li>")
+                     f"{span(s.get('duration_s'))}{'' if s.get('cleared') else ' (until the end)'}"
+                     f"{'; ' + esc(note, 600) if note else ''}</li>")
     for s in silences:
         items.append(f"<li>log silent from {clock(s.get('start_s'))} for {span(s['duration_s'])}</li>")
     return "<h2>Stalls and alerts</h2><ul>" + "".join(items) + "</ul>"

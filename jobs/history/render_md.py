@@ -10,7 +10,7 @@ import time
 from typing import Any, Optional
 
 from gpudeck.jobs.history.charts import (alert_items, chart_groups, fmt_value, phase_mark, phase_strip, recovered_note,
-                                         history_items, result_text, sparkline)
+                                         history_items, result_text, sparkline, stall_stacks_note)
 from gpudeck.jobs.history.postmortem import clock, span
 from gpudeck.jobs.history.shape import shape
 from gpudeck.jobs.logs.sanitize import terminal_text
@@ -127,8 +127,10 @@ def render(report: dict) -> str:
         for at, code, rest in alert_items(alerts, live_run=src.get("kind") == "run"):
             out.append(f"- {text(at)} **{text(code)}**{text(rest)}" if code else f"- {text(rest)}")
         for s in stalls:
+            note = stall_stacks_note(s)
             out.append(f"- stall window ({text(s['code'])}): from {clock(s.get('start_s'))} for "
-                       f"{span(s.get('duration_s'))}{'' if s.get('cleared') else ' (until the end)'}")
+                       f"{span(s.get('duration_s'))}{'' if s.get('cleared') else ' (until the end)'}"
+                       f"{'; ' + text(note, 600) if note else ''}")
         for s in silences:
             out.append(f"- log silent from {clock(s.get('start_s'))} for {span(s['duration_s'])}")
         out.append("")

@@ -49,7 +49,9 @@ SHAPE: dict = {
     "phases": [_ROW_PHASE],
     "alerts": [{"code": STR, "raised": NUM, "since": NUM, "cleared": NUM, "message": STR, "severity": STR,
                 "cause": STR, "hint": STR, "at_s": NUM}],
-    "stalls": [{"code": STR, "start_s": NUM, "duration_s": NUM, "cleared": BOOL, "message": STR, "stacks": STR}],
+    # `stacks`: the verdict of the dump the stall took (and `stacks_at_s`, when), "" when it took none.
+    "stalls": [{"code": STR, "start_s": NUM, "duration_s": NUM, "cleared": BOOL, "message": STR, "stacks": STR,
+                "stacks_at_s": NUM}],
     # Stack dumps the run took (jobs/stacks.py), each at its moment, with its verdict or why none.
     "stacks": [{"t": NUM, "at_s": NUM, "code": STR, "since": NUM, "verdict": STR, "path": STR, "error": STR,
                 "lines": [STR], "lines_left_out": INT, "simulated": BOOL}],
