@@ -19,6 +19,7 @@ labelled host="NAME", with `gpudeck_box_up` saying whether each answered.
 from __future__ import annotations
 
 import os
+import re
 import signal as _signal
 import socket
 import threading
@@ -328,6 +329,13 @@ def _signal_number(name: Optional[str]) -> Optional[int]:
         return int(name) if name.isdigit() else None
 
 
+def cause_label(cause: str) -> str:
+    """A failure cause as a label value: the analysis's codes (cuda_oom, nccl, …) as they are; any other
+    text (a future code, a hand-edited health.json) lower-cased to [a-z0-9_], at most 40 characters."""
+    text = re.sub(r"[^a-z0-9]+", "_", cause.lower()).strip("_")[:40].rstrip("_")
+    return text or "unknown"
+
+
 def _value(sample: Any, attr: str) -> Optional[float]:
     if attr == "mem_free":
         used, total = getattr(sample, "mem_used", None), getattr(sample, "mem_total", None)
@@ -471,6 +479,11 @@ def _job_families(fams: _Families, job: JobView, reading: Reading) -> None:
             if isinstance(code, str) and isinstance(count, int):
                 fams.counter("gpudeck_job_alerts_raised", "Alerts raised on the job's latest run so far, by code "
                              "(resets when a new run starts).", JOB_LABELS + ("code",), base + (code,), float(count))
+    cause = job.failure_cause
+    if cause is not None:
+        fams.gauge("gpudeck_job_failure_cause", "Why the job's latest run failed (1 for its cause: cuda_oom, "
+                   "host_oom, nccl, ..., lost, unknown); absent while it has not failed.",
+                   JOB_LABELS + ("cause",), base + (cause_label(cause),), 1.0)
     if job.exit_code is not None:
         fams.gauge("gpudeck_job_exit_code", "Exit code of the job's last ended run.", JOB_LABELS, base,
                    float(job.exit_code))

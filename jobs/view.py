@@ -139,6 +139,7 @@ class AlertView:
     severity: Optional[str] = None
     since: Optional[float] = None
     stacks: str = ""                        # the verdict of the episode's stack dump, once taken
+    cause: str = ""                         # crashed: the failure cause (cuda_oom, host_oom, …), when known
 
     @classmethod
     def from_payload(cls, data: Any) -> Optional["AlertView"]:
@@ -148,7 +149,8 @@ class AlertView:
         dumped: dict = stacks if isinstance(stacks, dict) else {}
         return cls(code=clean(data.get("code"), 40), message=clean(data.get("message"), 300),
                    severity=_str(data.get("severity")), since=_num(data.get("since")),
-                   stacks=clean(dumped.get("verdict"), 300) if isinstance(dumped.get("verdict"), str) else "")
+                   stacks=clean(dumped.get("verdict"), 300) if isinstance(dumped.get("verdict"), str) else "",
+                   cause=clean(data.get("cause"), 80) if isinstance(data.get("cause"), str) else "")
 
     def notice_text(self) -> str:
         """The message for a one-line notice: a dump's verdict first (it says where the job waits, and
@@ -270,6 +272,21 @@ class JobView:
         if self.state in ("idle", "?"):
             return "idle"
         return "ok"
+
+    @property
+    def failure_cause(self) -> Optional[str]:
+        """Why the latest run failed, None when it did not: the crashed alert's cause (which also names
+        a SIGKILL with nothing logged `host_oom`), else the log analysis's, else `lost` for a run whose
+        runner vanished, else `unknown`. A live run whose logged error it carried on from has none."""
+        crashed = [a for a in self.alerts if a.code in FAILURE_CODES]
+        if not crashed and self.health != "failed":
+            return None
+        for alert in crashed:
+            if alert.cause:
+                return alert.cause
+        if self.failure is not None:
+            return self.failure.cause
+        return "lost" if self.state == "lost" else "unknown"
 
     # -- the row's words -------------------------------------------------------------------------
     def state_text(self) -> str:

@@ -199,3 +199,85 @@ def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
         rows.append(bytes(line))
         previous = line
     return width, height, rows
+
+
+# -- where a text is on the page, and whether the screenshot shows it there ------------------------------
+
+# The on-screen box of each character of the first `needle` in the xterm DOM renderer's rows (a DOM
+# Range per character: xterm.js sizes every cell alike, so a Range's box is the cell it is painted in),
+# the colours its span is drawn in, and the box of the bordered panel whose top edge holds it
+# (from the `╭` left of it to the `╯` that closes that column's box).
+TEXT_BOXES_JS = r"""
+((needle) => {
+  const rows = [...document.querySelector('.xterm-rows').children];
+  const texts = rows.map(r => r.textContent);
+  const box = (r, i, j) => {
+    const walker = document.createTreeWalker(rows[r], NodeFilter.SHOW_TEXT);
+    const range = document.createRange();
+    let seen = 0, element = null;
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+      const end = seen + n.data.length;
+      if (seen <= i && i < end) { range.setStart(n, i - seen); element = n.parentElement; }
+      if (seen < j && j <= end) range.setEnd(n, j - seen);
+      seen = end;
+    }
+    const b = range.getBoundingClientRect();
+    return [{left: b.left, top: b.top, right: b.right, bottom: b.bottom}, element];
+  };
+  const row = texts.findIndex(t => t.includes(needle));
+  if (row < 0) return null;
+  const col = texts[row].indexOf(needle);
+  const chars = [...needle].map((_, k) => box(row, col + k, col + k + 1)[0]);
+  const [whole, element] = box(row, col, col + needle.length);
+  let painted = element;
+  while (painted && ['transparent', 'rgba(0, 0, 0, 0)'].includes(getComputedStyle(painted).backgroundColor))
+    painted = painted.parentElement;
+  const left = texts[row].lastIndexOf('\u256d', col);
+  const right = texts[row].indexOf('\u256e', col);
+  let bottom = -1;
+  for (let r = row + 1; r < rows.length && bottom < 0; r++) if (texts[r][left] === '\u2570') bottom = r;
+  const panel = left < 0 || right < 0 || bottom < 0 ? null : {
+    left: box(row, left, left + 1)[0].left, top: box(row, left, left + 1)[0].top,
+    right: box(bottom, right, right + 1)[0].right, bottom: box(bottom, right, right + 1)[0].bottom,
+    rows: texts.slice(row + 1, bottom)};
+  return {text: needle, box: whole, chars, panel, dpr: devicePixelRatio, fg: getComputedStyle(element).color,
+          bg: painted ? getComputedStyle(painted).backgroundColor : null};
+})
+"""
+
+
+def css_rgb(value: str) -> tuple[int, int, int]:
+    """`rgb(201, 209, 217)` (or rgba) as a tuple."""
+    inner = value[value.index("(") + 1:value.index(")")]
+    r, g, b = (int(float(part)) for part in inner.split(",")[:3])
+    return r, g, b
+
+
+def cell_pixels(rows: list[bytes], bpp: int, box: dict, fg: tuple[int, int, int], bg: tuple[int, int, int],
+                scale: float = 1.0) -> tuple[int, int, int]:
+    """(glyph, background, other) pixel counts of the screenshot inside `box` (CSS px, times `scale`).
+
+    A pixel is a glyph's when it lies on the segment from the background colour to the text colour
+    (anti-aliasing blends the two) past its middle, background when before it, other when off that
+    segment (a colour this text is not drawn in, a white page included). One pixel is left off each
+    edge: a neighbour's anti-aliased edge is not this cell's.
+    """
+    import math
+    d = [f - b for f, b in zip(fg, bg)]
+    dd = sum(x * x for x in d) or 1
+    x0, x1 = math.ceil(box["left"] * scale) + 1, math.floor(box["right"] * scale) - 1
+    y0, y1 = math.ceil(box["top"] * scale) + 1, math.floor(box["bottom"] * scale) - 1
+    glyph = back = other = 0
+    for y in range(max(0, y0), min(len(rows), y1)):
+        row = rows[y]
+        for x in range(max(0, x0), min(len(row) // bpp, x1)):
+            v = [row[x * bpp + k] - bg[k] for k in range(3)]
+            t = sum(a * b for a, b in zip(v, d)) / dd
+            off = math.sqrt(sum((v[k] - t * d[k]) ** 2 for k in range(3)))
+            if off > 40 or not -0.15 <= t <= 1.15:
+                other += 1
+            elif t > 0.5:
+                glyph += 1
+            else:
+                back += 1
+    return glyph, back, other

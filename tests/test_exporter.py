@@ -18,7 +18,7 @@ from gpudeck.jobs import exporter as core
 from gpudeck.jobs.telemetry.snapshot import GpuSample
 from gpudeck.jobs.view import JobView
 
-from runsupport import PY, REPO, cli, cli_env, wait_for, write_jobs
+from runsupport import PY, REPO, cli, cli_env, oom_trainer, wait_for, write_jobs
 from promsupport import prom_query, start_prometheus
 
 NOW = 1_800_000_000.0
@@ -107,6 +107,56 @@ def test_job_metrics_parse_with_prometheus_clients_parser():
     assert one(found, "gpudeck_job_port_open", job_name="vllm-k2", port="8000").value == 1.0
     # no label is Prometheus's own `job`: a scrape would rename it to exported_job
     assert all("job" not in s.labels for fam in found.values() for s in fam)
+
+
+def test_the_failure_cause_of_a_failed_run_is_one_series_with_a_cause_label():
+    oom = dict(CRASHED, alerts=[{"code": "crashed", "message": "host OOM kill", "cause": "host_oom"}])
+    logged = dict(CRASHED, name="serve", exit_code=1, signal=None, alerts=[{"code": "crashed", "message": "x"}],
+                  failure={"cause": "nccl", "line": 12, "hint": "check NCCL_*"})
+    bare = dict(CRASHED, name="bare", exit_code=1, signal=None, alerts=[])
+    odd = dict(CRASHED, name="odd", alerts=[{"code": "crashed", "message": "x", "cause": "Weird \x1b[31mcause!\n"}])
+    lingering = dict(TRAIN, name="zombie", phase="failed", failure={"cause": "cuda_oom"},
+                     alerts=[{"code": "crashed", "message": "tree alive", "cause": "cuda_oom"}])
+    recovered = dict(TRAIN, name="carried-on", failure={"cause": "cuda_error"}, alerts=[])
+    stopped = dict(CRASHED, name="stopped", state="stopped", exit_code=None, signal="SIGTERM", alerts=[],
+                   failure={"cause": "exception"})
+    lost = dict(IDLE, name="lost", state="lost", run_id="20261201-070000-00005")
+    found = samples(scrape_text(FixedCollector(reading([oom, logged, bare, odd, lingering, recovered, stopped,
+                                                         lost, TRAIN, IDLE]))))
+    causes = {s.labels["job_name"]: (s.labels["cause"], s.value) for s in found["gpudeck_job_failure_cause"]}
+    assert causes == {
+        "build": ("host_oom", 1.0),          # the crashed alert's cause (SIGKILL with no error logged)
+        "serve": ("nccl", 1.0),              # the log analysis's cause, when the alert names none
+        "bare": ("unknown", 1.0),            # it failed and nothing says why: still one series
+        "odd": ("weird_cause", 1.0),         # a cause that is not a code is made one: no raw text in a label
+        "zombie": ("cuda_oom", 1.0),         # crashed while its process tree lingers
+        "lost": ("lost", 1.0),               # runner and job gone, no exit record
+    }                                        # a live run that carried on, a stopped one, an idle one: none
+    assert all(set(s.labels) == {"job_name", "host", "cause"} for s in found["gpudeck_job_failure_cause"])
+
+
+def test_a_real_crashed_jobs_failure_cause_is_served(tmp_path, state):
+    """A real process prints a CUDA OOM traceback and exits 1; the exporter's text names cuda_oom."""
+    script = tmp_path / "train.py"
+    script.write_text(oom_trainer(steps=2, pause_s=0.05))
+    jobs = write_jobs(tmp_path / "jobs.toml", {"crasher": {"cmd": f"{PY} {script}", "kind": "train"},
+                                               "fine": {"cmd": "true"}})
+    env = cli_env(state)
+    for name in ("crasher", "fine"):
+        started = cli(["--jobs", str(jobs), "start", name], env, timeout=60)
+        assert started.returncode == 0, started.stderr
+    collector = core.GpudeckCollector(core.JobsFileSource(jobs, state), None, host="box1")
+
+    def ended() -> Optional[dict]:
+        found = samples(scrape_text(collector))
+        exited = [s for s in found["gpudeck_job_state"] if s.labels["state"] == "exited" and s.value == 1.0]
+        crashed = [s for s in found.get("gpudeck_job_alerts", []) if s.labels["code"] == "crashed"]
+        return found if len(exited) == 2 and crashed else None
+    found = wait_for(ended, timeout=30, what="the crasher to exit with a crashed alert", interval=0.2)
+    assert one(found, "gpudeck_job_exit_code", job_name="crasher").value == 1.0
+    cause = one(found, "gpudeck_job_failure_cause", job_name="crasher", host="box1")
+    assert (cause.labels["cause"], cause.value) == ("cuda_oom", 1.0)
+    assert not [s for s in found["gpudeck_job_failure_cause"] if s.labels["job_name"] == "fine"]   # exit 0
 
 
 def test_engine_serving_numbers_of_a_live_engine():

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from browsersupport import NO_WEBGL, DevToolsBrowser, DevToolsPage, browser, png_pixels  # noqa: F401
+from browsersupport import (NO_WEBGL, TEXT_BOXES_JS, DevToolsBrowser, DevToolsPage, browser,  # noqa: F401
+                            cell_pixels, css_rgb, png_pixels)
 from runsupport import free_port
 
 pytest.importorskip("textual_serve", reason="textual-serve is not installed (pip install -e '.[web]')")
@@ -79,6 +80,32 @@ async def wait_text(page: DevToolsPage, wanted: list[str], what: str, timeout: f
     raise AssertionError(f"{what}: {wanted} not on the page after {timeout:g}s; it shows:\n{text[-3000:]}")
 
 
+def painted_text_problems(shot: bytes, where: dict, chars: list[dict] | None = None) -> list[str]:
+    """Why the screenshot does not show `where["text"]` in the character boxes the DOM gave (none: it does).
+
+    Each character's box must hold glyph pixels in the text's colour and background around them (a
+    letter is no solid block), each space's box none, and next to nothing in a colour the text is not
+    drawn in: a blank screenshot, one of another page, or one where the text is painted elsewhere
+    than the DOM says each fail.
+    """
+    width, _, rows = png_pixels(shot)
+    bpp = len(rows[0]) // width
+    fg, bg = css_rgb(where["fg"]), css_rgb(where["bg"])
+    problems = []
+    for ch, box in zip(where["text"], chars or where["chars"]):
+        glyph, back, other = cell_pixels(rows, bpp, box, fg, bg, where["dpr"])
+        cell = glyph + back + other
+        if other > 0.1 * cell:
+            problems.append(f"{ch!r}: {other} of {cell} pixels in neither the text's nor the background's colour")
+        elif ch == " " and glyph > 2:
+            problems.append(f"{ch!r}: {glyph} glyph pixels where a space is")
+        elif ch != " " and glyph < 0.1 * cell:
+            problems.append(f"{ch!r}: {glyph} glyph pixels of {cell}: nothing painted")
+        elif ch != " " and back < 0.1 * cell:
+            problems.append(f"{ch!r}: {glyph} of {cell} pixels in the text's colour: a block, not a glyph")
+    return problems
+
+
 def test_the_console_in_chromium_renders_the_dashboard_and_takes_keys(browser, tmp_path) -> None:
     served = Served(tmp_path, "--demo", listen=f"127.0.0.1:{free_port()}")
     chromium = DevToolsBrowser(browser.binary, width=1000, height=640)
@@ -86,7 +113,7 @@ def test_the_console_in_chromium_renders_the_dashboard_and_takes_keys(browser, t
         assert served.url == f"http://127.0.0.1:{served.port}/" and "read-only" in served.lines[0]
         assert f"ssh -L {served.port}:127.0.0.1:{served.port}" in served.lines[1]
 
-        async def drive() -> tuple[str, str, bytes]:
+        async def drive() -> tuple[str, str, bytes, dict]:
             async with aiohttp.ClientSession() as session:
                 async with session.ws_connect(await chromium.page_ws_url(session), max_msg_size=0) as ws:
                     page = DevToolsPage(ws)
@@ -95,15 +122,17 @@ def test_the_console_in_chromium_renders_the_dashboard_and_takes_keys(browser, t
                     await page.call("Page.navigate", url=served.url)
                     dashboard = await wait_text(page, ["GPUs (8)", "SIMULATED", "H200", "2 Jobs"], "the dashboard")
                     await asyncio.sleep(0.5)                 # the frame painted, not only in the DOM
+                    # Where the GPU panel's title is on screen, measured in the DOM just before the shot.
+                    where = await page.evaluate(f"({TEXT_BOXES_JS})('GPUs (')")
                     shot = await page.screenshot()
                     await page.evaluate("document.querySelector('.xterm-helper-textarea').focus()")
                     await page.press("2")
                     jobs = await wait_text(page, ["SIMULATED REPLAY", "vllm-k2", "sglang-k2"], "the jobs view after 2")
                     await page.press("s")                    # refused: a notice, nothing started
                     jobs = await wait_text(page, ["actions off"], "the refusal of s")
-                    return dashboard, jobs, shot
+                    return dashboard, jobs, shot, where
 
-        dashboard, jobs, shot = asyncio.run(drive())
+        dashboard, jobs, shot, where = asyncio.run(drive())
     finally:
         chromium.close()
         served.stop()
@@ -119,9 +148,57 @@ def test_the_console_in_chromium_renders_the_dashboard_and_takes_keys(browser, t
     assert len(colours) > 40, f"a near-blank screenshot ({len(colours)} colours)"
     lit = sum(1 for row in rows[::4] for x in range(0, len(row), bpp * 2) if sum(row[x:x + 3]) > 200)
     assert lit > 0.03 * (height // 4) * (width // 2), "the screenshot is mostly dark: nothing was painted"
-    amber = sum(1 for row in rows for x in range(0, len(row), bpp)
+    # The GPU panel's title: the DOM's box of "GPUs (" lies on the top edge of the bordered panel whose
+    # rows are the eight GPUs, and the screenshot has that text's glyphs in exactly those boxes.
+    assert where is not None and where["panel"] is not None, where
+    box, panel, scale = where["box"], where["panel"], where["dpr"]
+    assert [r.split()[1:3] for r in panel["rows"]] == [[str(i), "H200"] for i in range(8)], panel["rows"]
+    assert panel["left"] <= box["left"] < box["right"] <= panel["right"], (box, panel)
+    assert panel["top"] <= box["top"] < box["bottom"] <= panel["bottom"], (box, panel)
+    assert box["bottom"] - panel["top"] <= (box["bottom"] - box["top"]) + 1, "the title is not on the top edge"
+    assert box["right"] * scale <= width and box["bottom"] * scale <= height, (box, width, height)
+    assert painted_text_problems(shot, where) == [], painted_text_problems(shot, where)
+    # ... and a check that passes on any painted page would pass one cell off too: it must not.
+    cell = where["chars"][1]["left"] - where["chars"][0]["left"]
+    shifted = [dict(c, left=c["left"] - cell, right=c["right"] - cell) for c in where["chars"]]
+    assert painted_text_problems(shot, where, shifted), "the check cannot tell where the title is painted"
+    amber = sum(1 for row in rows[int(panel["top"] * scale):int(panel["bottom"] * scale)]
+                for x in range(int(panel["left"] * scale) * bpp, int(panel["right"] * scale) * bpp, bpp)
                 if row[x] > 180 and 100 < row[x + 1] < 200 and row[x + 2] < 130)
-    assert amber > 500, f"no SIMULATED amber in the screenshot ({amber} pixels)"
+    assert amber > 500, f"no SIMULATED amber or memory bars in the GPU panel ({amber} pixels)"
+
+
+def png(width: int, height: int, paint) -> bytes:
+    """An 8-bit RGB PNG whose pixel (x, y) is paint(x, y)."""
+    import struct
+    import zlib
+    raw = b"".join(b"\0" + b"".join(bytes(paint(x, y)) for x in range(width)) for y in range(height))
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+def test_the_painted_text_check_fails_a_blank_a_foreign_or_a_misplaced_screenshot() -> None:
+    """painted_text_problems, on screenshots made by hand: the title as the DOM places it passes; the same
+    page blank, a page in other colours, or the title painted one cell over, each fail."""
+    fg, bg = (201, 209, 217), (13, 17, 23)
+    chars = [{"left": 20 + 10 * k, "right": 30 + 10 * k, "top": 18, "bottom": 36} for k in range(6)]
+    where = {"text": "GPUs (", "chars": chars, "fg": "rgb(201, 209, 217)", "bg": "rgba(13, 17, 23, 1)", "dpr": 1}
+
+    def glyphs(offset: int):
+        # a bar in the middle of each painted cell: "GPUs" and "(", not the space
+        def paint(x: int, y: int):
+            k, within = divmod(x - 20 - offset, 10)
+            return fg if 0 <= k < 6 and k != 4 and 3 <= within <= 6 and 22 <= y <= 32 else bg
+        return paint
+    assert painted_text_problems(png(100, 50, glyphs(0)), where) == []
+    assert len(painted_text_problems(png(100, 50, lambda x, y: bg), where)) == 5          # blank: nothing painted
+    assert len(painted_text_problems(png(100, 50, lambda x, y: (255, 255, 255)), where)) == 6   # another page
+    assert len(painted_text_problems(png(100, 50, lambda x, y: fg), where)) == 6          # solid text colour
+    moved = painted_text_problems(png(100, 50, glyphs(10)), where)                        # one cell to the right
+    assert moved and any("' '" in p for p in moved) and any("'G'" in p for p in moved), moved
 
 
 def test_beyond_localhost_a_token_is_needed_and_foreign_pages_are_refused(tmp_path) -> None:

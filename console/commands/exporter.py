@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "exporter", help="serve jobs, engines and GPUs as Prometheus metrics",
         description="Serve /metrics in the Prometheus text format: every job of the jobs file (state, phase, "
-                    "progress, ETA, stalled, alerts, exit, start time; labels job_name and host), the serving "
+                    "progress, ETA, stalled, alerts, failure cause, exit, start time; labels job_name and host), the serving "
                     "numbers of engine jobs, and the GPUs under dcgm-exporter's names (DCGM_FI_DEV_GPU_UTIL ...). "
                     "With --demo: the SIMULATED box and its recorded runs, every series labelled simulated=\"true\". "
                     "See docs/EXPORTER.md.")
