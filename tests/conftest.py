@@ -12,10 +12,36 @@ import pytest
 from runsupport import cleanup_state
 
 
+# Tests that share a machine-wide real part run on one xdist worker, one after another:
+# - "slurm": the one test cluster (a fixed directory under /tmp, a machine-wide lock);
+# - "engines": whatever starts an engine (a real vLLM, the SGLang stand-in) or scans the box for
+#   engines and ports, so no scan sees another test's engine and no pivot stops one.
+# Everything else (private state dirs, its own sshd ports, kernel-picked ports) runs on any worker.
+MACHINE_GROUPS = (
+    ("slurm", ("tests/slurm/",)),
+    ("engines", ("tests/engines/", "tests/ssh/test_ssh_commands.py", "tests/ssh/test_box_parity.py::test_pivot",
+                 "tests/test_jobs_watch.py", "tests/test_status_cli.py", "tests/test_cli_startup.py",
+                 "tests/test_console_jobs.py")),
+)
+
+
+def machine_group(nodeid: str):
+    for group, prefixes in MACHINE_GROUPS:
+        if nodeid.startswith(prefixes):
+            return group
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)        # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     """Tests marked `late` run after every other test of the session, in their own order: each judges a
     real clock that a session fixture started early (Slurm's 1-minute time limit), so the rest of the
-    suite runs while it ticks instead of the suite waiting for it."""
+    suite runs while it ticks instead of the suite waiting for it. Tests of a machine-wide part are
+    marked with its xdist group."""
+    for item in items:
+        group = machine_group(item.nodeid)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     late = [item for item in items if item.get_closest_marker("late")]
     if late:
         items[:] = [item for item in items if not item.get_closest_marker("late")] + late

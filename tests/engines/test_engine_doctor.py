@@ -105,7 +105,7 @@ def test_real_vllm_interpreter_passes_torch_and_engine_import(vllm_env, tmp_path
         "engine": "vllm", "cmd": f"{vllm_env.vllm_bin} serve {vllm_env.model_dir} --port 18777"}})
     rc, payload, err = doctor(tmp_path, "v", jobs=path)
     checks = by_name(payload)
-    assert checks["python"]["ok"] and "inferred from the command" in checks["python"]["detail"]
+    assert checks["python"]["ok"] and "inferred from the command" in checks["python"]["detail"], checks["python"]
     assert str(vllm_env.python) in checks["python"]["detail"]
     assert checks["torch_import"]["ok"] and "2.13.0+cpu" in checks["torch_import"]["detail"]
     assert checks["engine_import"]["ok"] and "vllm 0.32.0" in checks["engine_import"]["detail"]
