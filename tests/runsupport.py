@@ -44,6 +44,14 @@ def toml_str(text: str) -> str:
     return json.dumps(text)          # a JSON string is a valid TOML basic string
 
 
+def own_cmdline() -> str:
+    """This test process's command line as the telemetry joins it (`python -m pytest …`, or an xdist
+    worker's `python -c …`): what a listing of this process must show."""
+    with open("/proc/self/cmdline", "rb") as fh:
+        argv = fh.read().decode("utf-8", "replace").split("\0")
+    return " ".join(a for a in argv if a)
+
+
 def free_port() -> int:
     """A TCP port nothing listens on right now (the kernel picks it)."""
     with socket.socket() as s:

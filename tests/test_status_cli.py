@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpudeck.jobs.telemetry import gpu as gpu_seam
+from runsupport import own_cmdline
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -33,7 +34,7 @@ def test_json_lists_the_socket_this_test_opened_with_its_pid():
     mine = [p for p in payload["ports"] if p["port"] == port]
     assert mine == [{"port": port, "address": "127.0.0.1", "pid": os.getpid(), "process": mine[0]["process"],
                      "cmdline": mine[0]["cmdline"], "user": mine[0]["user"]}]
-    assert mine[0]["process"] and "pytest" in mine[0]["cmdline"]
+    assert mine[0]["process"] and mine[0]["cmdline"] == own_cmdline()
     assert payload["simulated"] is False
     host = payload["host"]
     assert host["cpu_count"] == os.cpu_count() and 0 < host["mem_used"] < host["mem_total"]

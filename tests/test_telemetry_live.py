@@ -17,6 +17,7 @@ from gpudeck.jobs.telemetry.ports import PortScanner, read_proc_net_listeners, r
 from gpudeck.jobs.telemetry.procs import ProcTable
 from gpudeck.jobs.telemetry.sampler import LiveSampler, make_sampler
 from gpudeck.jobs.telemetry.snapshot import PortListener
+from runsupport import own_cmdline
 
 HAS_PROC_NET = os.path.exists("/proc/net/tcp")
 
@@ -257,7 +258,7 @@ def test_proc_info_for_ourselves_and_cpu_percent_spans_ticks(proc_root):
     table = ProcTable(proc_root=proc_root)
     first = table.info(os.getpid())
     assert first.known and first.cpu_percent is None       # one reading is not a rate
-    assert "pytest" in first.cmdline and first.rss > 0 and first.age_s >= 0
+    assert first.cmdline == own_cmdline() and first.rss > 0 and first.age_s >= 0
     deadline = time.monotonic() + 0.3
     while time.monotonic() < deadline:
         sum(range(10000))

@@ -10,6 +10,7 @@ import pytest
 
 from gpudeck.jobs.telemetry.gpu.nvml import PROC_UTIL_INTERVAL_S, NvmlGpuSource, decode_throttle_reasons
 from gpudeck.jobs.telemetry.sampler import LiveSampler
+from runsupport import own_cmdline
 
 NOT_SUPPORTED = 3
 NOT_FOUND = 6
@@ -223,7 +224,7 @@ def test_unknown_pid_is_labelled_not_guessed(monkeypatch):
     # Our own process is only trusted here if this is the host PID namespace or it holds /dev/nvidia*.
     from gpudeck.jobs.telemetry.procs import in_host_pid_namespace
     if in_host_pid_namespace():
-        assert mine.proc.known is True and "pytest" in (mine.proc.cmdline or "")
+        assert mine.proc.known is True and mine.proc.cmdline == own_cmdline()
     else:
         assert mine.proc.known is False
 

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -224,16 +227,22 @@ def test_no_keeper_where_its_socket_path_would_not_fit(tmp_path, monkeypatch):
     from gpudeck.jobs.hosts import mux
     from gpudeck.jobs.hosts.config import HostSpec
     spec = HostSpec("box", ssh="box")
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    monkeypatch.delenv("GPUDECK_SSH_MUX", raising=False)
-    assert mux.enabled(spec)
-    deep = tmp_path / ("d" * 60) / ("e" * 60)
-    deep.mkdir(parents=True)
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(deep))
-    assert not mux.enabled(spec)           # the CLI then holds its own link instead
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    monkeypatch.setenv("GPUDECK_SSH_MUX", "0")
-    assert not mux.enabled(spec)
+    # A short runtime dir of its own: pytest's tmp_path (deeper still under an xdist worker) may
+    # itself be too long for a socket path.
+    short = Path(tempfile.mkdtemp(prefix="gd-", dir="/tmp"))
+    try:
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(short))
+        monkeypatch.delenv("GPUDECK_SSH_MUX", raising=False)
+        assert mux.enabled(spec)
+        deep = short / ("d" * 60) / ("e" * 60)
+        deep.mkdir(parents=True)
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(deep))
+        assert not mux.enabled(spec)           # the CLI then holds its own link instead
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(short))
+        monkeypatch.setenv("GPUDECK_SSH_MUX", "0")
+        assert not mux.enabled(spec)
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
 
 
 def test_the_readme_hosts_toml_example_loads(tmp_path):

@@ -50,7 +50,8 @@ def test_overview_and_tabs_while_one_box_goes_dark(console_env):
                 t0 = time.monotonic()
                 await pilot.press("right", "right")
                 await pilot.pause()
-                assert screen.selected == "box" and time.monotonic() - t0 < 3
+                # (A wait for the dead host would last the lab's 5 s connect timeout; 4.5 s leaves room for load.)
+                assert screen.selected == "box" and time.monotonic() - t0 < 4.5
                 detail = str(screen.query_one("#host-detail").render())
                 assert "DOWN" in detail and "NVIDIA H200" in detail      # its last data, still shown
                 await pilot.press("right")
