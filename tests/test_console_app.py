@@ -63,6 +63,18 @@ class ScriptedSampler:
         self.closed = True
 
 
+class HeldSampler(ScriptedSampler):
+    """A ScriptedSampler that stays on the item before its last until `released`: a state between
+    two ticks 0.05 s apart is held until the test has seen it, however loaded the machine."""
+
+    released = False
+
+    def sample(self) -> Snapshot:
+        if not self.released and self.calls >= len(self.script) - 1:
+            self.calls = len(self.script) - 2
+        return super().sample()
+
+
 def host(name: str = "testbox") -> HostSample:
     return HostSample(name=name, cpu_percent=12.0, cpu_per_core=(10.0, 14.0), cpu_count=2,
                       load_avg=(0.5, 0.4, 0.3), mem_total=8 << 30, mem_used=2 << 30, mem_available=6 << 30)
@@ -227,7 +239,7 @@ async def test_process_table_marks_pids_this_proc_cannot_see_and_flags_heat_and_
 @pilot_test
 async def test_a_sampler_that_raises_leaves_the_app_running_and_marks_values_stale() -> None:
     good = one_gpu_snapshot(1000.0)
-    sampler = ScriptedSampler(good, RuntimeError("NVML went away"), RuntimeError("NVML went away"), one_gpu_snapshot(1003.0))
+    sampler = HeldSampler(good, RuntimeError("NVML went away"), RuntimeError("NVML went away"), one_gpu_snapshot(1003.0))
     app = make_app(sampler=sampler, history=History(), refresh=0.05)
     seen_stale = []
     async with app.run_test(size=(100, 30)) as pilot:
@@ -241,6 +253,7 @@ async def test_a_sampler_that_raises_leaves_the_app_running_and_marks_values_sta
         text, host_marked = seen_stale[0]
         assert "RuntimeError: NVML went away" in text and host_marked
         # The loop keeps going: the source recovers and the STALE mark goes away.
+        sampler.released = True
         await wait_for(pilot, lambda: sampler.calls >= 4 and app.sample_error is None, "recovery")
         await pilot.pause()
         assert "STALE" not in rendered_text(header)

@@ -460,7 +460,7 @@ if __name__ == "__main__":
         child.start()
     print("quiet now", flush=True)
     while not os.path.exists(flag):
-        time.sleep(0.2)
+        time.sleep(1.0)       # a dump that lands between sleeps reads "running Python": keep that window small
     print("woke up once", flush=True)      # the log grows: the stall clears, then comes back
     while True:
         time.sleep(0.2)
