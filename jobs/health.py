@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from gpudeck.jobs import strictjson
 from gpudeck.jobs.procs import port_listening
-from gpudeck.jobs.runs import append_jsonl as append_event, open_private, write_json_atomic
+from gpudeck.jobs.runs import append_jsonl as append_event, json_file_text, open_private, write_json_atomic
 from gpudeck.jobs.stalls import Alert, GpuReading, HealthRules, HealthUpdate, Observation, RunEnd
 from gpudeck.jobs.strictjson import finite_number, first_number
 
@@ -552,8 +552,8 @@ class HealthMonitor:
 
 
 def _stored_size(data: Mapping[str, Any]) -> int:
-    # As write_json_atomic writes it (indented, ASCII): the size read_stored_dump has to read back whole.
-    return len(strictjson.dumps(data, indent=1, sort_keys=True, default=str)) + 1
+    # As write_json_atomic writes it: the size read_stored_dump has to read back whole.
+    return len(json_file_text(data))
 
 
 def _bounded_dump(data: dict) -> dict:

@@ -152,10 +152,15 @@ def new_run_id(now: Optional[float] = None, after: Optional[str] = None) -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime(whole))}-{millis:03d}{secrets.token_hex(1)}"
 
 
+def json_file_text(data: Any) -> str:
+    """A run file's text as write_json_atomic writes it (strict, indented, ASCII: its len is its size)."""
+    return strictjson.dumps(data, indent=1, sort_keys=True, default=str) + "\n"
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     # Readers (other CLIs, the console) must never see half a file: write, then rename.
     # O_EXCL|O_NOFOLLOW: a planted tmp symlink is never written through (rename replaces a link, not its target).
-    text = strictjson.dumps(data, indent=1, sort_keys=True, default=str) + "\n"
+    text = json_file_text(data)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)

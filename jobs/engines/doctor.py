@@ -145,8 +145,12 @@ def vllm_kernels():
 mods = {"vllm": ["vllm", "vllm._C"], "sglang": ["sglang", "sgl_kernel"]}.get(engine, [engine])
 for name in mods:
     try:
-        m = vllm_kernels() if name == "vllm._C" else __import__(name, fromlist=["_"])
-        out.setdefault("imports", {})[name] = (None if name == "vllm._C" else getattr(m, "__version__", None)) or "ok"
+        if name == "vllm._C":
+            m, version = vllm_kernels(), None       # (a kernels library has no version of its own)
+        else:
+            m = __import__(name, fromlist=["_"])
+            version = getattr(m, "__version__", None)
+        out.setdefault("imports", {})[name] = version or "ok"
         f = getattr(m, "__file__", None)
         if f:
             out.setdefault("files", {})[name] = f
