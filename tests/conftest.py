@@ -14,11 +14,13 @@ from runsupport import cleanup_state
 
 # Tests that share a machine-wide real part run on one xdist worker, one after another:
 # - "slurm": the one test cluster (a fixed directory under /tmp, a machine-wide lock);
+# - "gpu": the real GPUs (tests/gpu reads utilization and memory that any other GPU test moves);
 # - "engines": whatever starts an engine (a real vLLM, the SGLang stand-in) or scans the box for
 #   engines and ports, so no scan sees another test's engine and no pivot stops one.
 # Everything else (private state dirs, its own sshd ports, kernel-picked ports) runs on any worker.
 MACHINE_GROUPS = (
     ("slurm", ("tests/slurm/",)),
+    ("gpu", ("tests/gpu/",)),          # the box's GPUs: one test's kernel would be another's "busy GPU"
     ("engines", ("tests/engines/", "tests/ssh/test_ssh_commands.py", "tests/ssh/test_box_parity.py::test_pivot",
                  "tests/test_jobs_watch.py", "tests/test_status_cli.py", "tests/test_cli_startup.py",
                  "tests/test_console_jobs.py")),
