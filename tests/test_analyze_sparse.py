@@ -71,13 +71,14 @@ def test_compacted_chunks_read_as_the_exhaustive_scanner_reads_them(seed: int, m
     r = random.Random(seed)
     cuts = [list(range(0, len(data), 256 * 1024)), sorted(r.randrange(len(data)) for _ in range(12)), []][seed % 3]
     compacted = []
+    kept_lines = sparse.kept_lines
 
     def counting(*args, **kwargs):
-        out = sparse.compact(*args, **kwargs)
+        out = kept_lines(*args, **kwargs)
         compacted.append(out is not None)
         return out
 
-    monkeypatch.setattr(scanner, "compact", counting)
+    monkeypatch.setattr(sparse, "kept_lines", counting)
     fast = _run(LogAnalyzer(), data, cuts)
     assert any(compacted)
     assert fast == _run(ReferenceAnalyzer(), data, cuts)
@@ -124,3 +125,17 @@ def test_compaction_before_the_engine_is_known_reads_the_same(seed: int) -> None
     data = (head + "\n").encode() + _log(seed, 0.8)
     cuts = [list(range(0, len(data), 256 * 1024)), []][seed % 2]
     assert _run(LogAnalyzer(), data, cuts) == _run(ReferenceAnalyzer(), data, cuts)
+
+
+def test_mapped_numbers_each_kept_segment_by_its_physical_line() -> None:
+    lines = [b"plain access line %d" % i for i in range(20000)]
+    lines[7] = b"Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s"
+    lines[19990] = b"a\rRuntimeError: CUDA error: x\rb"
+    data = b"head\n" + b"\n".join(lines) + b"\ntail\rpiece\r"
+    got = sparse.mapped(data, len(data), 5, 2)         # data[5:] begins on line 2
+    assert got is not None
+    blob, numbers, after = got
+    assert blob == lines[7] + b"\n" + lines[19990] + b"\ntail\rpiece\r"
+    assert numbers == [9, 19992, 19992, 19992, 20002, 20002]
+    assert after == 20002                              # no newline after the \r-ended piece
+    assert sparse.mapped(data, len(data) - 11, 5, 2) == (blob[:-11], numbers[:-2], 20002)

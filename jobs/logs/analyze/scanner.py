@@ -12,7 +12,7 @@ from .model import (GIANT_SEGMENT, HEAD_BYTES, LogAnalysis, READ_CHUNK, S, SPEC_
 from .patterns import (ANSI, SERIES_LABELS, SIZE, TQDM, families_in, parse_serving_stats_line, prefilter_in,
                        series_label, ts_seconds)
 from . import sparse as _sparse
-from .sparse import DENSE_BACKOFF, compact
+from .sparse import DENSE_BACKOFF, compact, mapped
 from .cause import Spec
 from .state import (_NAN, ONLY_NVRM, State)
 from .templates import (ALL_SERVING_BITS, FRAME_LINE, K_BAR, K_BAR_GLUED, K_BUILD, K_GIANT, K_INERT, K_OTHER, K_REFILTER,
@@ -86,7 +86,7 @@ class LogAnalyzer:
         # A leading block of `#` lines is an annotation (an excerpt's `# source:` / `# expect:`
         # header), not output: its lines are counted but not read. None once the header is over.
         self._header: Optional[bytes] = b""
-        self._dense_backoff = 0          # chunks left before sparse.compact is tried again (see _compact)
+        self._dense_backoff = 0          # chunks left before a sparse read is tried again (see _read_sparse)
 
     @property
     def line(self) -> int:
@@ -129,12 +129,9 @@ class LogAnalyzer:
         if end > skip:
             if skip:
                 self._line = line                 # the line of the feed's first segment: the tail's
-                small = self._compact(buf, end, skip)
-                if small is None:
+                if not self._read_sparse(buf, end, skip, line + buf.count(b"\n", 0, skip)):
+                    self._line = line
                     self._scan_templates(buf, skip)
-                else:                             # sparse.py: unanchored lines shrank to their newline
-                    self._line = line + buf.count(b"\n", 0, skip)
-                    self._scan_all(small)
             else:
                 self._scan(buf, end)
         rest = buf[end:]
@@ -191,17 +188,39 @@ class LogAnalyzer:
             if m is not None:
                 self._state.examine(part, line, families_in(rx, part, m, len(part)))
 
-    def _compact(self, buf: bytes, end: int, begin: int = 0) -> Optional[bytes]:
-        """sparse.compact(buf, end, begin), not tried for a while after a dense chunk."""
+    def _read_sparse(self, buf: bytes, end: int, begin: int, line: int) -> bool:
+        """Read buf[begin:end] (buf[begin] on `line`) sparsely (sparse.py) if it is sparse: True if it
+        was. Not tried for a while after a dense chunk."""
         if not COMPACT or end - begin < _sparse.MIN_BYTES or not _sparse.available():
-            return None
+            return False
         if self._dense_backoff:
             self._dense_backoff -= 1
-            return None
-        small = compact(buf, end, begin, self._state.engine_strong is not None)
-        if small is None:
-            self._dense_backoff = DENSE_BACKOFF
-        return small
+            return False
+        if self._state.engine_strong is not None:
+            got = mapped(buf, end, begin, line)
+            if got is not None:
+                self._scan_mapped(*got)
+                return True
+        else:
+            small = compact(buf, end, begin, False)
+            if small is not None:
+                self._line = line
+                self._scan_all(small)
+                return True
+        self._dense_backoff = DENSE_BACKOFF
+        return False
+
+    def _scan_mapped(self, blob: bytes, lines: list[int], end_line: int) -> None:
+        """The template scanner over a sparse chunk's kept lines (sparse.mapped: `lines` numbers their
+        segments), the engine known; the next line is end_line."""
+        segs, infos = self._segments(blob, 0, True)
+        sel = list(compress(INDEXES if len(segs) <= len(INDEXES) else range(len(segs)), infos))
+        frames: Any = self._frame_templates > 0 and list(compress(range(len(segs)), map(is_, infos, repeat(FRAME_LINE))))
+        if sel:
+            _Chunk(self, blob, segs, infos, sel, True, frames, True, lines).scan()
+        elif frames:
+            self._state.last_frame_line = lines[frames[-1]]
+        self._line = end_line
 
     def _scan_all(self, data: bytes) -> None:
         """_scan_templates over all of data, again from where the engine became known (if it did)."""
@@ -211,11 +230,8 @@ class LogAnalyzer:
 
     def _scan(self, buf: bytes, end: int) -> None:
         """Examine (or prove irrelevant) every complete segment of buf[:end] (buf[end-1] is a separator)."""
-        if self._state.engine_strong is not None:
-            small = self._compact(buf, end)           # sparse.py: unanchored lines shrink to their newline
-            if small is not None:
-                self._scan_all(small)
-                return
+        if self._state.engine_strong is not None and self._read_sparse(buf, end, 0, self._line):
+            return                                    # sparse.py: only the anchored lines were read
         rest: Optional[bytes] = buf
         if self._state.engine_strong is None and end > ENGINE_PROBE * 2:
             # Most logs name their engine in the first lines, and a chunk scanned without the
@@ -228,9 +244,7 @@ class LogAnalyzer:
         while rest is not None:
             if rest is not buf:               # after the engine probe, or the engine became known
                 nl = rest.rfind(b"\n")
-                small = self._compact(rest, max(nl, rest.rfind(b"\r", nl + 1)) + 1)
-                if small is not None:
-                    self._scan_all(small)
+                if self._read_sparse(rest, max(nl, rest.rfind(b"\r", nl + 1)) + 1, 0, self._line):
                     return
             rest = self._scan_templates(rest)
 
@@ -391,11 +405,12 @@ class _Chunk:
     """
     __slots__ = ("an", "state", "data", "segs", "infos", "sel", "base", "has_cr", "frames", "engine_known",
                  "ends", "cursor", "groups", "bounds", "b", "next_first", "run_kind", "run_named", "run_len",
-                 "run_last", "serving_run", "deferred", "now_unset", "apply_plan")
+                 "run_last", "serving_run", "deferred", "now_unset", "apply_plan", "lines")
 
     def __init__(self, an: LogAnalyzer, data: bytes, segs: list[bytes], infos: Any, sel: list[int], has_cr: bool,
-                 frames: Any, engine_known: bool) -> None:
+                 frames: Any, engine_known: bool, lines: Optional[list[int]] = None) -> None:
         self.an = an
+        self.lines = lines             # each segment's line number (a sparse chunk: sparse.mapped), else None
         self.state = state = an._state
         self.data, self.segs, self.infos, self.sel = data, segs, infos, sel
         self.base = an._line
@@ -446,8 +461,9 @@ class _Chunk:
             self.flush_deferred()
         if self.frames:
             self.frame_line(len(self.segs))
-        cursor = self.cursor
-        self.an._line = self.base + len(self.segs) if not self.has_cr else cursor[1] + self.data.count(b"\n", cursor[0])
+        if self.lines is None:                        # (a sparse chunk's reader knows its next line)
+            cursor = self.cursor
+            self.an._line = self.base + len(self.segs) if not self.has_cr else cursor[1] + self.data.count(b"\n", cursor[0])
         return None
 
     def group(self, first: int, group: Any) -> Optional[bytes]:
@@ -553,6 +569,8 @@ class _Chunk:
         start = self.ends[i] - len(self.segs[i]) + i
         if not self.has_cr:
             return start, self.base + i
+        if self.lines is not None:
+            return start, self.lines[i]
         cursor = self.cursor
         off, line = cursor
         if start < off:
