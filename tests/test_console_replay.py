@@ -647,6 +647,8 @@ async def test_demo_post_mortem_of_the_deadlock_shows_its_stack_dump_and_verdict
     report = json.loads(postmortem("json"))
     [entry] = report["stacks"]
     assert entry["verdict"] == verdict and entry["simulated"] is True and entry["path"] == dumped["path"]
+    from gpudeck.jobs.hosts.replies import check_reply
+    assert check_reply("postmortem", {"report": report})     # as a remote box would send it: it fits the shape
     assert [(s.get("stacks"), s.get("stacks_at_s")) for s in report["stalls"]] == [(verdict, entry["at_s"])]
     assert "4 of 6 processes [MainThread] — in a collective (torch.distributed.all_reduce)" in entry["lines"]
     md = postmortem("md")

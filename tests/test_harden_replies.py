@@ -87,6 +87,15 @@ def test_gpu_figures_as_strings_and_absurd_numbers_are_refused():
     assert "runs[0] is a list, not an object" in _message("runs", {"runs": [[1, 2]]})
     assert "runs.runs" not in _message("runs", {"runs": [[1, 2]]})
     assert "report.phases[0].phase is missing" in _message("postmortem", {"report": {"phases": [{}]}})
+    # A stack dump's excerpt and a stall's verdict are checked too: a bad one is named, not met by the screen.
+    assert "report.stacks[0].lines is a number, not a list" in _message(
+        "postmortem", {"report": {"stacks": [{"code": "stalled", "lines": 5}]}})
+    assert "report.stalls[0].stacks" in _message(
+        "postmortem", {"report": {"stalls": [{"code": "stalled", "stacks": ["not", "text"]}]}})
+    assert check_reply("postmortem", {"report": {"stalls": [{"code": "stalled", "stacks": "waiting in recv",
+                                                             "stacks_at_s": 57.0}],
+                                                 "stacks": [{"code": "stalled", "at_s": 57.0, "verdict": "waiting",
+                                                             "lines": ["12x recv"], "lines_left_out": 0}]}})
     assert "data is not base64" in _message("logs", {"run_id": "r", "next_offset": 1, "data": "!!!!"})
     deep: Any = []
     for _ in range(100):

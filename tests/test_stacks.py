@@ -517,6 +517,8 @@ def test_a_stall_takes_one_dump_by_itself_and_every_face_carries_its_verdict(tmp
     pm = json.loads(cli(["postmortem", "quiet", "--format", "json"], env).stdout)
     [entry] = pm["stacks"]
     assert entry["verdict"] == verdict and entry["path"] == dumped["path"] and entry["at_s"] >= 0
+    from gpudeck.jobs.hosts.replies import check_reply
+    assert check_reply("postmortem", {"report": pm})          # as a remote box would send it: it fits the shape
     assert [s.get("stacks") for s in pm["stalls"]] == [verdict]
     md = cli(["postmortem", "quiet", "--format", "md"], env).stdout.decode()
     assert "## Stack dumps" in md and "on **stalled**: 2 of 3 processes waiting on a multiprocessing.Barrier" in md
