@@ -153,6 +153,7 @@ class StallDump:
     def __init__(self, monitor: "HealthMonitor", alert: Any, procs: list, now: float) -> None:
         self.alert = alert
         self.key = (alert.code, alert.since)
+        self.sharers: list[tuple] = []                # (code, since) of the episode's other alerts: its verdict is theirs
         self.deadline = time.monotonic() + DUMP_WAIT_S
         self.verdict: Optional[str] = None
         self.path: Optional[str] = None             # relative to the run dir
@@ -410,7 +411,16 @@ class HealthMonitor:
         if not self.dump_on_stall or alert.code not in DUMP_ON or (alert.code, alert.since) in self.stacks:
             return False
         if self._episode is not None:
-            return False                # this stall's episode already has its dump (or was refused one)
+            # This stall's episode already has its dump (or was refused one): the alert shares its verdict,
+            # now if it is in, else when it settles.
+            key = (alert.code, alert.since)
+            dumped = self.stacks.get(self._episode)
+            if dumped:
+                self.stacks[key] = dict(dumped)
+            for dump in self._dumps:
+                if dump.key == self._episode:
+                    dump.sharers.append(key)
+            return False
         self._episode = (alert.code, alert.since)
         from gpudeck.jobs import stacks
         from gpudeck.jobs.procs import identity
@@ -435,7 +445,8 @@ class HealthMonitor:
             if not (dump.done or final or time.monotonic() >= dump.deadline):
                 continue
             if dump.done and dump.verdict is not None:
-                self.stacks[dump.key] = {"verdict": dump.verdict, "path": dump.path}
+                for key in [dump.key] + dump.sharers:
+                    self.stacks[key] = {"verdict": dump.verdict, "path": dump.path}
             alert = dump.alert
             if dump.verdict is not None:
                 alert = dataclasses.replace(alert, message=f"{alert.message} — stacks: {dump.verdict}")

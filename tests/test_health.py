@@ -209,7 +209,10 @@ def test_one_stall_raising_stalled_and_nccl_hang_at_once_takes_one_dump(run_dir,
     assert pending == {"stalled": True, "nccl_hang": False}
     assert not server.events("StacksUnavailable")
     alerts = {a["code"]: a for a in read_health(run_dir)["alerts"]}
-    assert alerts["stalled"]["stacks"]["verdict"] == "dump 1: 1 of 1 process idle" and "stacks" not in alerts["nccl_hang"]
+    # One stall, one dump: both of its alerts carry the verdict (the second's published once it is in).
+    assert alerts["stalled"]["stacks"] == alerts["nccl_hang"]["stacks"] == {"verdict": "dump 1: 1 of 1 process idle",
+                                                                             "path": dumped["path"]}
+    assert alerts["nccl_hang"]["message"].endswith(" — stacks: dump 1: 1 of 1 process idle")
 
 
 def test_a_second_rule_raised_later_in_the_same_stall_takes_no_dump_and_a_stall_that_comes_back_does(run_dir,
@@ -219,6 +222,8 @@ def test_a_second_rule_raised_later_in_the_same_stall_takes_no_dump_and_a_stall_
     raised = [server.tick(pinned=i >= 5) for i in range(17)]
     assert raised[10] == ["stalled"] and raised[15] == ["nccl_hang"]     # stalled still up: the same episode
     assert len(dumper.calls) == 1
+    alerts = {a["code"]: a for a in read_health(run_dir)["alerts"]}
+    assert alerts["nccl_hang"]["stacks"] == alerts["stalled"]["stacks"]  # raised after the verdict: it has it at once
     # Generation advances, the log grows: both clear; then the server wedges again.
     assert server.tick(progress=True) == []
     assert not read_health(run_dir)["alerts"]
