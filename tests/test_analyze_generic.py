@@ -104,6 +104,30 @@ def test_a_final_exception_is_classified_by_its_type(line: str, cause: str) -> N
     assert r.failure is not None and (r.failure.cause, r.failure.line) == (cause, 3), r.failure
 
 
+@pytest.mark.parametrize("prefix", WRAPPERS)
+@pytest.mark.parametrize("line", [
+    "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 262144, Hardware limit: 232448.",
+    "subprocess.TimeoutExpired: Command '['nvidia-smi']' timed out after 30 seconds",
+    "jinja2.exceptions.TemplateNotFound: chat_template.jinja",
+    "ray.exceptions.RayTaskError(ValueError): ray::Worker.execute_method() (pid=4242, ip=10.0.0.2)",
+    "Exception: the tokenizer has no chat template",
+    "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised: LoweringException",
+])
+def test_a_final_exception_of_any_type_name_is_the_failure_line(line: str, prefix: str) -> None:
+    """Type names that end in neither Error nor Exception (or are Exception itself) end a traceback too:
+    the line is the failure, not "a traceback without its final exception line"."""
+    r = analyze_bytes(_wrapped(b"Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+                               b"    main()\n" + line.encode() + b"\n", prefix))
+    assert r.failure is not None and (r.failure.cause, r.failure.line) == ("exception", 4), r.failure
+    assert r.failure.message == line
+
+
+def test_a_cli_error_line_is_no_exception_type() -> None:
+    # `Error: …` and `Failed: …` are a tool's words, not a Python type: the traceback's own line decides.
+    r = analyze_bytes(b"Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nFailed: to fetch\n")
+    assert r.failure is not None and r.failure.line == 1
+
+
 def test_a_sigkilled_worker_says_check_dmesg() -> None:
     r = analyze_bytes(b"torch.distributed.elastic.multiprocessing.api: failed (exitcode: -9) local_rank: 0\n")
     assert r.failure is not None and r.failure.cause == "host_oom" and "dmesg" in r.failure.hint

@@ -18,6 +18,10 @@ from .model import E, F, M, Number, P, S, W
 # only for chunks that contain them (an exact `in` check, so which segments are
 # examined never depends on how the bytes were chunked). No ^ anchors: a segment can
 # start after \r as well as after \n.
+# How a traceback's final exception line names its type: the endings EXC_LINE accepts, each one an
+# anchor too (a type the anchors missed was never read: `triton...OutOfResources: out of resource`).
+EXCEPTION_TYPE_ENDINGS = ("Error", "Exception", "Interrupt", "Fault", "Failed", "OutOfResources", "TimeoutExpired",
+                          "NotFound")     # BackendCompilerFailed (dynamo), subprocess.TimeoutExpired, TemplateNotFound
 _RARE_ANCHORS: list[tuple[bytes, int]] = [
     # failures
     (b"Error", F), (b"ERROR", F), (b"xception", F), (b"Traceback", F), (b"Killed", F), (b"killed", F),
@@ -45,7 +49,7 @@ _RARE_ANCHORS: list[tuple[bytes, int]] = [
     # progress
     (b"%|", P), (b"% Completed", P), (b"%]", P), (b"Step", P), (b"STEP", P), (b"Epoch", P), (b"EPOCH", P),
     (b"{'", P), (b'{"', P), (b"% ", P), (b"AUTOTUNE", M), (b"No available shared memory", F),
-]
+] + [(ending.encode(), F) for ending in EXCEPTION_TYPE_ENDINGS]
 _COMMON_ANCHORS: list[tuple[bytes, int]] = [
     (b"error", F), (b"failed", F), (b"out of memory", F | W), (b"signal 9", F), (b"died", F), (b"usage:", F),
     (b"timed out", F), (b"undefined symbol", F), (b"step", P), (b"epoch", P), (b"retract", W), (b"preempted", W),
@@ -457,8 +461,12 @@ def serving_stats_spans(line: str) -> Optional[tuple[tuple[str, int, int, float,
 
 CODE_INDENT = 4     # traceback source lines are indented by >= 4 spaces; exception lines by 0
 EXC_LINE = re.compile(
-    r"^(?:-\s+)?(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Fault|Failed|OutOfResources))"
-    r"(?::\s*(?P<msg>.*))?$")   # ...Failed: torch._dynamo's BackendCompilerFailed; OutOfResources: triton
+    # A dotted name may end in the bare ending (triton.runtime.errors.OutOfResources); an undotted one is
+    # longer than it (ValueError: `Error: …` is a CLI's line), but Python's own Exception.
+    r"^(?:-\s+)?(?P<type>(?:(?:[A-Za-z_]\w*\.)+\w*|[A-Za-z_]\w*|(?=Exception|OutOfResources))"
+    r"(?:" + "|".join(EXCEPTION_TYPE_ENDINGS) + r")"
+    r"(?:\([\w.]+\))?)"          # Ray's RayTaskError(ValueError): the cause's type in brackets
+    r"(?::\s*(?P<msg>.*))?$")
 FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
 XID = re.compile(r"\bXid\b\s*(?:\([^)]*\))?\s*:?\s*(\d+)")
 XID_APP = {13, 31, 43, 45, 68, 69}           # application faults and their clean-up, not the hardware
