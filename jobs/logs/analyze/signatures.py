@@ -266,6 +266,10 @@ FAILURES: tuple[Signature, ...] = (
     Signature("BUILD_UMBRELLA", "cause", BUILD_UMBRELLA, "build_failed", 80,
               "ninja, make, pip >= 23 (box-drawing envelope), setuptools",
               "  \u00d7 Building wheel for vllm (pyproject.toml) did not run successfully.", UMBRELLA),
+    Signature("PIP_NO_WHEELS", "cause", re.compile(r"Could not build wheels for \S"), "build_failed", 78,
+              "pip (all): its last words after a failed wheel build, often all a CI log's tail keeps",
+              "ERROR: Could not build wheels for flash-attn, which is required to install pyproject.toml-based "
+              "projects", UMBRELLA, "build_failed"),
     Signature("ENGINE_UMBRELLA", "cause", ENGINE_UMBRELLA, "exception", 70,
               "vLLM V1 EngineCore, SGLang scheduler, torchrun, Python tracebacks",
               "RuntimeError: Engine core initialization failed. See root cause above.", UMBRELLA,
