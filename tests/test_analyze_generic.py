@@ -97,6 +97,8 @@ def test_watchdog_family_reads_hang_or_nccl_by_what_it_names(line: str, cause: s
     ("ModuleNotFoundError: No module named 'sgl_kernel'", "import_error"),
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "cuda_oom"),
     ("IndentationError: unexpected indent", "syntax_error"),
+    ("ray.exceptions.RayTaskError(ModuleNotFoundError): ray::Worker.init() (pid=4242, ip=10.0.0.2)", "import_error"),
+    ("ray.exceptions.RayTaskError(ValueError): ray::Worker.init() (pid=4242, ip=10.0.0.2)", "exception"),
 ])
 def test_a_final_exception_is_classified_by_its_type(line: str, cause: str) -> None:
     r = analyze_bytes(b"Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"

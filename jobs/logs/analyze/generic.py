@@ -53,7 +53,13 @@ def exception_cause_of(etype: str, body: str) -> tuple[str, int, str]:
 
 
 def exception_cause(etype: str) -> tuple[str, int, str]:
-    """(cause, rank, hint key) of a traceback's final exception line, by the exception's type."""
+    """(cause, rank, hint key) of a traceback's final exception line, by the exception's type (a wrapper's
+    bracketed cause type first: Ray's RayTaskError(ModuleNotFoundError) is an import error)."""
+    if etype.endswith(")") and "(" in etype:
+        inner = exception_cause(etype[etype.index("(") + 1:-1])
+        if inner[0] != "exception":
+            return inner
+        etype = etype[:etype.index("(")]
     name = etype.rsplit(".", 1)[-1]
     hit = EXCEPTION_TYPES.get(name)
     if hit is not None:
