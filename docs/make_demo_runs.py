@@ -84,6 +84,7 @@ class SimulatedDump:
     def __init__(self, alert, verdict: str, path: Optional[str]) -> None:
         self.alert = alert
         self.key = (alert.code, alert.since)
+        self.sharers: list[tuple] = []
         self.deadline = 0.0
         self.verdict = verdict
         self.path = path
