@@ -130,6 +130,23 @@ def test_a_cli_error_line_is_no_exception_type() -> None:
     assert r.failure is not None and r.failure.line == 1
 
 
+@pytest.mark.parametrize("prefix", WRAPPERS)
+@pytest.mark.parametrize("lines,want", [
+    ((b"iter 100: loss 2.3456, time 123.45ms, mfu 12.34%", b"iter 110: loss 2.3000, time 123.45ms, mfu 12.34%"),
+     110),                                                                        # nanoGPT
+    ((b"[2025-01-01 10:00:00,000] [INFO] [logging.py:128:log_dist] [Rank 0] step=100, skipped=0, lr=[1e-05], "
+      b"mom=[(0.9, 0.95)]",), 100),                                              # DeepSpeed
+])
+def test_a_step_count_beside_a_loss_or_learning_rate_is_training(lines, want, prefix: str) -> None:
+    r = analyze_bytes(_wrapped(b"\n".join(lines) + b"\n", prefix))
+    assert r.phase == "training" and r.progress is not None and (r.progress.done, r.progress.total) == (want, None)
+
+
+def test_a_bare_count_of_something_else_is_no_training() -> None:
+    r = analyze_bytes(b"iter 3 of the retry loop: still waiting for the server\nstep 2: copying files\n")
+    assert r.phase != "training" and r.progress is None
+
+
 def test_a_sigkilled_worker_says_check_dmesg() -> None:
     r = analyze_bytes(b"torch.distributed.elastic.multiprocessing.api: failed (exitcode: -9) local_rank: 0\n")
     assert r.failure is not None and r.failure.cause == "host_oom" and "dmesg" in r.failure.hint

@@ -18,6 +18,15 @@ from .model import E, F, M, Number, P, S, W
 # only for chunks that contain them (an exact `in` check, so which segments are
 # examined never depends on how the bytes were chunked). No ^ anchors: a segment can
 # start after \r as well as after \n.
+# The words a training step is counted by (STEP), each one an anchor too (nanoGPT's `iter 100: loss
+# 2.34` was never read: "iteration" was an anchor, "iter" not).
+STEP_WORDS = ("step", "Step", "STEP", "iter", "Iter", "iteration", "Iteration")
+
+
+def training_shaped(body: str) -> bool:
+    """A step or epoch count beside a loss (or a learning rate: DeepSpeed's `step=100, skipped=0, lr=[1e-05]`)
+    is a training step's line; a bare count of something else is not."""
+    return "loss" in body or "Loss" in body or "lr=" in body or "learning_rate" in body
 # How a traceback's final exception line names its type: the endings EXC_LINE accepts, each one an
 # anchor too (a type the anchors missed was never read: `triton...OutOfResources: out of resource`).
 EXCEPTION_TYPE_ENDINGS = ("Error", "Exception", "Interrupt", "Fault", "Failed", "OutOfResources", "TimeoutExpired",
@@ -49,7 +58,7 @@ _RARE_ANCHORS: list[tuple[bytes, int]] = [
     # progress
     (b"%|", P), (b"% Completed", P), (b"%]", P), (b"Step", P), (b"STEP", P), (b"Epoch", P), (b"EPOCH", P),
     (b"{'", P), (b'{"', P), (b"% ", P), (b"AUTOTUNE", M), (b"No available shared memory", F),
-] + [(ending.encode(), F) for ending in EXCEPTION_TYPE_ENDINGS]
+] + [(ending.encode(), F) for ending in EXCEPTION_TYPE_ENDINGS] + [(word.encode(), P) for word in STEP_WORDS]
 _COMMON_ANCHORS: list[tuple[bytes, int]] = [
     (b"error", F), (b"failed", F), (b"out of memory", F | W), (b"signal 9", F), (b"died", F), (b"usage:", F),
     (b"timed out", F), (b"undefined symbol", F), (b"step", P), (b"epoch", P), (b"retract", W), (b"preempted", W),
@@ -313,7 +322,7 @@ TQDM_RATE = re.compile(r"(?P<v>\d+(?:\.\d+)?|\?)\s*(?P<u>[kKMGT]?)(?P<a>[A-Za-z]
 NINJA = re.compile(r"^\[(\d+)/(\d+)\]\s")
 MAKE = re.compile(r"^\[\s*(\d{1,3})%\]\s")
 # n/N with N a whole token ("29/1e5" is 29 of 100000, never 29 of 1; "1e400" is no finite total).
-STEP = re.compile(r"\b(?:global[_ ])?(?:step|Step|STEP|iter|Iter|iteration|Iteration)\b\s*[:=#]?\s*\[?\s*(\d+)"
+STEP = re.compile(r"\b(?:global[_ ])?(?:" + "|".join(STEP_WORDS) + r")\b\s*[:=#]?\s*\[?\s*(\d+)"
                   r"(?![\w.])\s*(?:/\s*(\d+(?:[eE]\+?\d+)?)(?![\w.]))?")
 EPOCH = re.compile(r"\b(?:epoch|Epoch|EPOCH)\b\s*[:=#]?\s*\[?\s*(\d+(?:\.\d+)?)" + _WHOLE +
                    r"\s*(?:/\s*(\d+)" + _WHOLE + ")?")

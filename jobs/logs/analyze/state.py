@@ -16,7 +16,7 @@ from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, FRAME, GPU_FAULT, HIN
                        MAKE, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SERIES_LABELS, SIZE, SLURM_END,
                        SLURM_OOM, STALL_NOTICE, STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID,
                        XID_APP, XID_NOISE, clock, label_phase, num, parse_serving_stats_line, read_stats,
-                       series_label, strip_prefixes, ts_seconds)
+                       series_label, strip_prefixes, training_shaped, ts_seconds)
 from .signatures import ENDS_TRACEBACK, ENGINE_WEAK, MARKERS, Context, classify as classify_failure, engine_signals
 
 if TYPE_CHECKING:                      # templates imports this module
@@ -544,8 +544,8 @@ class State:
             return
         sm = STEP.search(body)
         em = EPOCH.search(body)
-        # Only training-shaped lines: "step 10/100", or step/epoch beside a loss.
-        lossy = "loss" in body or "Loss" in body
+        # Only training-shaped lines: "step 10/100", or step/epoch beside a loss (patterns.training_shaped).
+        lossy = training_shaped(body)
         step = (float(sm.group(1)), float(sm.group(2)) if sm.group(2) else None) if sm else None
         epoch = (float(em.group(1)), float(em.group(2)) if em.group(2) else None) if em else None
         self._step_epoch(step, epoch, lossy, line, ts)

@@ -12,7 +12,7 @@ from .model import ALL_FAMILIES, F, Family, GIANT_SEGMENT, M, P, S, SERVING_KEYS
 from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, FAMILY, FRAME, JIT, KV_PRESSURE, LOSS_DICT, MAKE,
                        NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STALL_NOTICE, STEP,
                        TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, clock, families_in, label_phase, parse_serving_stats_line, prefilter_in, prefix_ts_span,
-                       serving_stats_spans, strip_prefixes, ts_seconds)
+                       serving_stats_spans, strip_prefixes, training_shaped, ts_seconds)
 from .generic import labelled_bracket, labelled_count
 from .cause import Spec
 from .signatures import MARKERS, engine_signals
@@ -475,7 +475,7 @@ def progress_plan(body: str) -> Optional[tuple]:
     sm, em = STEP.search(body), EPOCH.search(body)
     step = (sm.span(1), sm.span(2) if sm.group(2) else None) if sm else None
     epoch = (em.span(1), em.span(2) if em.group(2) else None) if em else None
-    return (PG_STEP, step, epoch, "loss" in body or "Loss" in body)
+    return (PG_STEP, step, epoch, training_shaped(body))
 
 
 def bar_plan(m: "re.Match[str]") -> tuple:
