@@ -11,9 +11,10 @@ from gpudeck.jobs.logs.analyze import generic
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 
 # What a wrapper may put before every line: none, an IDE's CMake runner, docker compose, a pasted
-# compose line, kubectl --prefix (both shapes), a viewer's line numbers.
+# compose line, kubectl --prefix (both shapes), a viewer's line numbers, journald, torchrun --tee
+# (glued to the line), pdsh / clush (a host name), srun --label (a task number).
 WRAPPERS = ["", "[build] ", "web-1  | ", "  | ", "pod/vllm-7f9c ", "[pod/vllm-7f9c/main] ", "  12 | ", "[1830] ",
-            "Dec  1 10:00:01 gpu-box python3[4242]: "]
+            "Dec  1 10:00:01 gpu-box python3[4242]: ", "[default0]:", "node-3: ", "0: "]
 
 # fixture -> (phase, cause, root-cause line, progress (done, total) or None, engine)
 FRESH = {
@@ -283,3 +284,26 @@ def test_a_timeout_exception_is_read_by_what_it_names(line: str, cause: str) -> 
 def test_a_build_step_behind_a_prefix_nobody_listed(line: bytes) -> None:
     r = analyze_bytes(line + b"\n")
     assert r.phase == "building" and r.progress is not None and (r.progress.done, r.progress.total) == (47, 230)
+
+
+def _reading(r, shift: int = 0, engine: bool = True) -> tuple:
+    return (r.phase, r.engine if engine else "-", r.failure and (r.failure.cause, r.failure.line + shift),
+            r.progress and (r.progress.done, r.progress.total))
+
+
+@pytest.mark.parametrize("prefix", WRAPPERS[1:])
+def test_every_fixture_reads_the_same_behind_a_wrapper(prefix: str) -> None:
+    """A wrapper's prefix on every line changes nothing: the same phase, engine, cause, root-cause line
+    and progress as the bare log (its `#` header left out, so that the wrapper is on every line). The
+    engine too, unless the wrapper names one (a pod called vllm-7f9c is a hint of its own)."""
+    engine = "vllm" not in prefix
+    differ = []
+    for path in sorted(FIXTURES.glob("*.log")):
+        raw = path.read_bytes()
+        body = b"\n".join(line for line in raw.split(b"\n") if not line.startswith(b"#"))
+        header = raw.count(b"\n") - body.count(b"\n")
+        bare = _reading(analyze_bytes(raw), 0, engine)
+        wrapped = _reading(analyze_bytes(_wrapped(body, prefix)), header, engine)
+        if wrapped != bare:
+            differ.append(f"{path.name}: {wrapped} != {bare}")
+    assert not differ, "\n".join(differ)

@@ -190,11 +190,14 @@ _LEVEL_OF = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "FATAL"}
 # What a wrapper puts before a whole record (outermost, before any prefix above): nobody can list
 # them all, so the shapes are generic. An IDE/CMake runner's `[build] `, kubectl's `[pod/x/c] ` and
 # `pod/x-7f9 `, docker compose's `web-1  | ` (or a pasted `  | `), a viewer's line number `[1830] `,
-# `  12 | `, `12: `, journald's `Dec  1 10:00:01 host unit[pid]: `. One space after it goes with it: the
-# record's own indentation stays (tracebacks).
+# `  12 | `, `12: `, journald's `Dec  1 10:00:01 host unit[pid]: `, torchrun --tee's `[default0]:`, pdsh's
+# or clush's `node-3: ` (a host name ending in a digit). One space after it goes with it: the record's
+# own indentation stays (tracebacks).
 FOREIGN_PREFIX = re.compile(
-    r"\s*(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.\-/@]+(?:\[\d+\])?:"      # journald / syslog
+    r"\s*\[[A-Za-z][\w.\-]{0,40}\]:"          # torchrun's `[default0]:` is glued to the line: no space to take
+    r"|\s*(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.\-/@]+(?:\[\d+\])?:"      # journald / syslog
     r"|\[(?:[A-Za-z][\w.\-/ ]{0,40}|\d{1,7})\]"
+    r"|[a-z][\w.\-]{0,62}\d:(?=\s)"
     r"|(?:[\w.\-]{1,63}\s*)?\|"
     r"|pod/[\w.\-]+(?:/[\w.\-]+)?(?=\s)"
     r"|\d{1,7}(?:\s*\||:(?=\s)|\t))[ \t]?")

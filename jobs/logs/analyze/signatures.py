@@ -350,7 +350,8 @@ def _rx(row: Signature) -> RowPattern:
 PREFIXES: tuple[Signature, ...] = (
     _row("wrapper_prefix", "prefix", FOREIGN_PREFIX, "stripped", 100,
          "IDE CMake runners `[build] `, docker compose `web-1  | `, kubectl `pod/x ` / `[pod/x/c] `, pasted line "
-         "numbers, journald/syslog `Dec  1 10:00:01 host unit[pid]: `",
+         "numbers, journald/syslog `Dec  1 10:00:01 host unit[pid]: `, torchrun --tee `[default0]:`, pdsh/clush "
+         "`node-3: `",
          "web-1  | Uvicorn running on http://0.0.0.0:8000", "Uvicorn running on http://0.0.0.0:8000"),
     _row("vllm_process_prefix", "prefix", r"\((?:[A-Za-z][\w\-:]*\s+)?pid=\d+(?:,\s*ip=[^)]*)?\)", "stripped", 90, "vLLM multiproc `_add_prefix`, all V1; Ray actors",
          "(EngineCore_DP0 pid=185) INFO 03-11 09:02:10 [core.py:58] Initializing", "Initializing"),
