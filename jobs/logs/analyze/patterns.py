@@ -63,7 +63,8 @@ _COMMON_ANCHORS: list[tuple[bytes, int]] = [
     (b"error", F), (b"failed", F), (b"out of memory", F | W), (b"signal 9", F), (b"died", F), (b"usage:", F),
     (b"timed out", F), (b"undefined symbol", F), (b"step", P), (b"epoch", P), (b"retract", W), (b"preempted", W),
     (b"make -j", W), (b"iteration", P), (b"training ...", M), (b"did not run successfully", F), (b"exitcode", F),
-    (b"is dead", F), (b"returncode", F), (b"return code", F), (b"return_code", F),
+    (b"is dead", F), (b"returncode", F), (b"return code", F), (b"return_code", F), (b"fatal", F),
+    (b"enable traceback", F), (b"Killing subprocess", F),
 ]
 # Until the engine is known for sure, every line of an engine's log carries its
 # signature (a `(Worker_TP0 pid=…)` prefix, a `[… TP3]` rank tag): look at those too.
@@ -180,6 +181,7 @@ _PREFIX = re.compile(
     r"|(?P<lvl1>" + _LEVELS + r")\s+(?P<ts3>\d\d-\d\d\s\d\d:\d\d:\d\d)(?:\.\d+)?\s+(?:\[[^\]]*\]|[\w.\-]+:\d+\])"   # vLLM header
     r"|(?P<ts4>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"              # 2025-.. [- INFO -]
     r"(?:\s*[-|]\s*(?P<lvl2>" + _LEVELS + r")\s*[-|:]\s*(?:[\w.]+(?:\s*\[[^\]]*\])?\s*[:|\-]\s)?)?"
+    r"|(?P<lvl6>" + _LEVELS + r"):[A-Za-z_][\w.]*:(?=\S)"                                    # logging's ERROR:torch.x:
     r"|(?P<lvl3>" + _LEVELS + r")(?::\s*|\s+-\s+|\s+(?=\[))"                                   # INFO:  / INFO - 
     r"|\[(?P<lvl4>[EWIF])\s[^\]]*\.(?:cpp|cc|cu|h|hpp|c):\d+\]"                                 # [E ProcessGroupNCCL.cpp:563]
     r"|\[?(?P<lvl5>[EWIF])\d{3,4}\s\d\d:\d\d:\d\d\.\d+(?:\s+\d+)?\s\S+:\d+\]"                         # glog, bare or [bracketed]
@@ -221,7 +223,7 @@ def strip_prefixes(text: str) -> tuple[str, Optional[str], Optional[tuple[str, s
             continue
         outer = False
         g = m.groupdict()
-        lvl = g["lvl1"] or g["lvl2"] or g["lvl3"] or g["lvl4"] or g["lvl5"]
+        lvl = g["lvl1"] or g["lvl2"] or g["lvl3"] or g["lvl4"] or g["lvl5"] or g["lvl6"]
         if lvl:
             level = _LEVEL_OF.get(lvl, lvl)
         for key in ("ts1", "ts4", "ts3", "ts2", "ts5"):
@@ -407,7 +409,7 @@ def parse_serving_stats_line(line: str) -> Optional[dict[str, float]]:
                 if k and drafted and emitted and int(drafted.group(1)) > 0:
                     steps = int(drafted.group(1)) / max(1, int(k.group(1)))
                     out["spec_accept_len"] = int(emitted.group(1)) / steps
-    elif "batch." in line or "batch," in line:     # SGLang 2026 writes "Decode batch, #running-req: …"
+    elif "batch." in line or "batch," in line or "batch [" in line:   # 2026 "Decode batch, #…"; 0.5.4 "batch [18240], #…"
         for name, value in _SGLANG_FIELD.findall(line):
             key, scale = _SGLANG_KEY[name]
             if key not in out:
@@ -456,7 +458,7 @@ def serving_stats_spans(line: str) -> Optional[tuple[tuple[str, int, int, float,
                 out["spec_accept_rate"] = ("spec_accept_rate", m.start(1), m.end(1), 1.0, 1.0)
             else:
                 out["spec_accept_rate"] = ("spec_accept_rate", m.start(1), m.end(1), 1.0, 100.0)
-    elif "batch." in line or "batch," in line:
+    elif "batch." in line or "batch," in line or "batch [" in line:
         for m in _SGLANG_FIELD.finditer(line):
             key, scale = _SGLANG_KEY[m.group(1)]
             if key not in out:
@@ -514,14 +516,14 @@ NCCL = re.compile(
     r"|NCCL WARN NET/\w+ ?: (?:Got completion from peer|.*(?:failed|error))|NCCL WARN Call to \w+ failed"
     r"|NCCL WARN .*[Cc]onnection (?:refused|reset|closed)|NCCL WARN .*failed to extend /dev/shm")
 CUDA_ERR = re.compile(
-    r"CUDA error|Cuda error|CUDA driver error|\.cuh?:\d+: .*Assertion .* failed|illegal memory access|device-side assert|CUBLAS_STATUS_(?!SUCCESS)[A-Z_]+"
+    r"CUDA error(?!s)|Cuda error(?!s)|CUDA driver error|\.cuh?:\d+: .*Assertion .* failed|illegal memory access|device-side assert|CUBLAS_STATUS_(?!SUCCESS)[A-Z_]+"
     r"|CUDNN_STATUS_[A-Z_]+|cuDNN error|cudaError[A-Z]\w+|no kernel image is available|misaligned address"
     r"|unspecified launch failure|CUDA driver version is insufficient|illegal instruction was encountered")
 # vLLM's shm_broadcast notice (INFO, once a minute while a step waits): one is a slow compile, repeats a hang.
 STALL_NOTICE = re.compile(r"No available shared memory broadcast block found in \d+ seconds?"
                           r"|No available block found in \d+ seconds?")
 HANG = re.compile(r"Watchdog timeout \(|watchdog_timeout=\d+\)|[Hh]ang detected|detected a hang"
-                   r"|execute_model timed out|ENGINE_ITERATION_TIMEOUT")
+                   r"|execute_model timed out|ENGINE_ITERATION_TIMEOUT|Engine iteration timed out")
 IMPORT = re.compile(r"undefined symbol|cannot open shared object file|No module named|GLIBC(?:XX)?_[\d.]+'? not found"
                      r"|DLL load failed|cannot import name")
 BAD_ARGS = re.compile(
@@ -542,7 +544,14 @@ ENGINE_UMBRELLA = re.compile(
     r"Engine core initialization failed|EngineCore failed to start|\bhit an exception"
     r"|Received sigquit from a child process|EngineDeadError|EngineCore encountered a fatal error"
     r"|died unexpectedly|[Ww]orker.* died|Child process .* died|terminate called after throwing|scheduler is dead"
-    r"|Traceback \(most recent call last\)|Initialization failed\. detoken|Capture cuda graph failed")
+    r"|Traceback \(most recent call last\)|Initialization failed\. detoken|Capture cuda graph failed"
+    # launchers: torch elastic's "failed (exitcode: 1) local_rank: 0 (pid: …) of binary" and its summary's
+    # traceback field, DeepSpeed's launcher killing the other ranks after one died
+    r"|failed \(exitcode: -?\d+\) local_rank|To enable traceback see: \S*pytorch\.org/docs/\S*elastic"
+    r"|sigkill_handler\] Killing subprocess"
+    # vLLM V0's AsyncLLMEngine and its RPC server, V1's output handler: the engine is gone
+    r"|AsyncLLMEngine has failed|Engine background task failed|RPCServer process died|output_handler failed"
+    r"|Exception in ModelTpServer")                       # SGLang 0.2's scheduler
 # Slurm's step daemon writes these into the job's own output when Slurm ends the job.
 SLURM_END = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+(?: DUE TO (?P<why>[A-Z ]+?))? \*\*\*")
 SLURM_OOM = re.compile(r"Detected \d+ oom[-_ ]kill event|Exceeded (?:job|step) memory limit|exceeded memory limit")
@@ -552,7 +561,7 @@ NOT_FAILURE_LEVELS = ("INFO", "DEBUG", "NOTICE")
 OOM_RISK = re.compile(r"Allowing ninja to set a default number of workers|make -j(?:\s|$)"
                        r"|virtual memory exhausted|Cannot allocate memory|std::bad_alloc")
 KV_PRESSURE = re.compile(r"preempted by PreemptionMode|not enough KV cache space|KV cache pool is full"
-                          r"|Decode out of memory|[Rr]etract(?:ed)? requests")
+                          r"|[Dd]ecode out of memory happened|[Rr]etract(?:ed)? requests")
 JIT = re.compile(r"Prebuilt kernels not found|using JIT backend|Loading JIT ops|JIT compil")
 
 HINTS = {
@@ -581,6 +590,8 @@ HINTS = {
                     "before relaunching",
     "bad_arguments": "the command line has an option this program/version does not accept — check `--help` "
                      "(e.g. `vllm serve` given twice when the image's entrypoint already runs it)",
+    "bad_arguments_value": "an option's value does not fit this model or GPU — the error names the flag to change "
+                           "(--max-model-len, --dtype half on GPUs older than Ampere, …)",
     "build_failed": "the build failed — fix the first compiler/CMake error above; check the CUDA toolkit, "
                     "compiler and TORCH_CUDA_ARCH_LIST",
     "build_segfault": "a compiler tool crashed (segfault, not OOM) — retry; if it repeats, change the CUDA "

@@ -112,6 +112,8 @@ def _host_oom(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
 
 
 def _plain_oom(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    if "ecode out of memory happened" in body:
+        return None             # SGLang 0.2-0.4 retracting requests (KV cache pressure, a warning): it serves on
     if ctx.building or "cc1plus" in body or "allocating" in body:
         return (SPECIFIC, "host_oom", "host_oom_build")
     return (SPECIFIC, "cuda_oom", "cuda_oom")
@@ -142,6 +144,8 @@ def _watchdog(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
 
 
 def _import(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    if body.startswith("Ignore import error when loading"):
+        return None             # SGLang skipping a model class whose optional dependency is missing: it starts on
     exc = EXC_LINE.match(body)
     if exc and not (exc.group("msg") or "").strip():
         return (UMBRELLA, "import_error", "import_error")
@@ -241,7 +245,8 @@ FAILURES: tuple[Signature, ...] = (
     Signature("PORT_IN_USE", "cause", PORT_IN_USE, "exception", 130, "uvicorn, any server",
               "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already "
               "in use", SPECIFIC, "exception_port"),
-    Signature("HANG", "cause", HANG, "hang", 120, "SGLang 2024-2025 scheduler watchdog, vLLM V1",
+    Signature("HANG", "cause", HANG, "hang", 120, "SGLang 2024-2025 scheduler watchdog, vLLM V1, vLLM V0's engine "
+              "iteration timeout",
               "[2025-03-01 10:00:00 TP3] Watchdog timeout (self.watchdog_timeout=300)", SPECIFIC),
     Signature("WATCHDOG", "cause", generic.WATCHDOG, "hang", 115,
               "any watchdog/timeout family: SGLang 2026 `Scheduler watchdog timeout (…, self.soft=False)`",
@@ -257,6 +262,12 @@ FAILURES: tuple[Signature, ...] = (
               SPECIFIC, verdict=_import, test=_import_test),
     Signature("BAD_ARGS", "cause", BAD_ARGS, "bad_arguments", 100, "argparse, click",
               "vllm: error: unrecognized arguments: --foo", SPECIFIC, verdict=_bad_args, test=_bad_args_test),
+    Signature("BAD_ARG_VALUE", "cause", re.compile(r"User-specified max_model_len \(\d+\) is greater than the derived"
+                                                  r"|Bfloat16 is only supported on GPUs with compute capability"),
+              "bad_arguments", 95, "vLLM 0.6-0.2x config checks that name the flag to change (max_model_len, dtype)",
+              "ValueError: User-specified max_model_len (65536) is greater than the derived max_model_len "
+              "(max_position_embeddings=32768 or model_max_length=None in model's config.json).", SPECIFIC,
+              "bad_arguments_value"),
     Signature("BUILD_SPECIFIC", "cause", BUILD_SPECIFIC, "build_failed", 90, "gcc, nvcc, CMake, ld",
               "csrc/attention.cu(12): error: identifier \"foo\" is undefined", SPECIFIC, verdict=_build_specific),
     Signature("BUILD_TOOL_EXIT", "cause", generic.BUILD_TOOL_EXIT, "build_failed", 85,
@@ -266,12 +277,14 @@ FAILURES: tuple[Signature, ...] = (
     Signature("BUILD_UMBRELLA", "cause", BUILD_UMBRELLA, "build_failed", 80,
               "ninja, make, pip >= 23 (box-drawing envelope), setuptools",
               "  \u00d7 Building wheel for vllm (pyproject.toml) did not run successfully.", UMBRELLA),
-    Signature("PIP_NO_WHEELS", "cause", re.compile(r"Could not build wheels for \S"), "build_failed", 78,
-              "pip (all): its last words after a failed wheel build, often all a CI log's tail keeps",
+    Signature("PIP_NO_WHEELS", "cause", re.compile(r"Could not build wheels for \S|Failed to build installable wheels"),
+              "build_failed", 78, "pip (all): its last words after a failed wheel build, often all a CI log's tail "
+              "keeps (`Could not build wheels for X` to 24.0, `Failed to build installable wheels` from 24.1)",
               "ERROR: Could not build wheels for flash-attn, which is required to install pyproject.toml-based "
               "projects", UMBRELLA, "build_failed"),
     Signature("ENGINE_UMBRELLA", "cause", ENGINE_UMBRELLA, "exception", 70,
-              "vLLM V1 EngineCore, SGLang scheduler, torchrun, Python tracebacks",
+              "vLLM V1 EngineCore, SGLang scheduler, torchrun and its elastic agent, the DeepSpeed launcher, Python "
+              "tracebacks",
               "RuntimeError: Engine core initialization failed. See root cause above.", UMBRELLA,
               verdict=_engine_umbrella),
     Signature("CRASH", "cause", CRASH, "exception", 60, "any native crash",
@@ -395,9 +408,9 @@ ENGINES: tuple[Signature, ...] = (
          "[2026-05-02 10:00:01 PP1 TP1] Init torch distributed begin."),
     _row("sglang_process", "engine", r"sglang::|sglang\.launch_server|sglang serve|\[Router \(Rust\)\]|sglang_router",
          "sglang", 3, "SGLang, sgl-router (2025)", "python3 -m sglang.launch_server --model-path /models/x"),
-    _row("sglang_stats", "engine", r"Decode batch[.,] #|Prefill batch[.,] #", "sglang", 3,
-         "SGLang (the comma form 2026)", "Prefill batch, #new-seq: 1, #new-token: 12, #running-req: 0"),
-    _row("sglang_startup", "engine", r"fired up and ready to roll|Capturing batches|Capture (?:piecewise )?cuda graph"
+    _row("sglang_stats", "engine", r"(?:Decode|Prefill) batch(?:[.,]| \[\d+\],) #", "sglang", 3,
+         "SGLang (the comma form 2026, `Decode batch [18240], #` 0.5.4)", "Prefill batch, #new-seq: 1, #new-token: 12, #running-req: 0"),
+    _row("sglang_startup", "engine", r"fired up and ready to roll|Capturing batches|Capture (?:\w+ ){0,2}(?:cuda|CUDA) graph"
          r"|Load weight (?:begin|end)|KV Cache is allocated|Memory pool end", "sglang", 3, "SGLang",
          "KV Cache is allocated. #tokens: 412331, K size: 9.84 GB"),
     _row("vllm_source_path", "engine", r"/vllm/|\bvllm\._C\b", "vllm", 2, "vLLM and forks (medium)",
@@ -453,11 +466,12 @@ PHASES: tuple[Signature, ...] = (
          "AUTOTUNE mm(128x4096, 4096x4096)", "compiling"),
     _row("compile_done", "phase", r"torch\.compile takes", "compiled", 45, "vLLM V1",
          "torch.compile takes 7.14 s in total", "starting"),
-    _row("capture_begin", "phase", r"Capture cuda graph begin|Capturing CUDA graph|Capturing cudagraph"
+    _row("capture_begin", "phase", r"Capture (?:\w+ ){0,2}(?:cuda|CUDA) graph begin|Capturing CUDA graph|Capturing cudagraph"
          r"|Capturing the model for CUDA graph|Capturing batches|Capture (?:piecewise )?cuda graph (?:bs|num tokens)",
-         "capturing", 44, "vLLM V0/V1, SGLang 2024-2026",
+         "capturing", 44, "vLLM V0/V1, SGLang 2024-2026 (0.5.18: `Capture target decode CUDA graph begin.`)",
          "Capture cuda graph begin. This can take up to several minutes.", "capturing"),
-    _row("capture_end", "phase", r"Capture cuda graph end|Graph capturing finished", "captured", 43, "SGLang, vLLM",
+    _row("capture_end", "phase", r"Capture (?:\w+ ){0,2}(?:cuda|CUDA) graph end|Graph capturing finished", "captured", 43,
+         "SGLang, vLLM",
          "Capture cuda graph end. Time elapsed: 5.37 s", "starting"),
     _row("kv_cache_sized", "phase", r"GPU KV cache size|Available KV cache memory|KV Cache is allocated|Memory pool end",
          "starting", 42, "vLLM, SGLang", "Available KV cache memory: 16.23 GiB", "starting"),
@@ -522,7 +536,7 @@ SERVING: tuple[Signature, ...] = (
          "SpecDecoding metrics: Mean acceptance length: 2.64, Accepted: 7 tokens, Drafted: 9 tokens, "
          "Avg Draft acceptance rate: 33.0%", "spec_accept_len=2.64"),
     _row("sglang_batch", "serving", _SGLANG_FIELD, "running, waiting, kv_cache_pct, gen tokens/s, accept len/rate", 18,
-         "SGLang 2024-2026 (`Decode batch.` / 2026 `Decode batch,`)",
+         "SGLang 2024-2026 (`Decode batch.`, 0.5.4 `Decode batch [18240],`, 2026 `Decode batch,`)",
          "Decode batch, #running-req: 4, #token: 2210, token usage: 0.01, gen throughput (token/s): 210.44, "
          "#queue-req: 0", "running=4"),
 )
