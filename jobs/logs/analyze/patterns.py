@@ -174,7 +174,7 @@ _LEVELS = "INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL|NOTICE"
 _PREFIX = re.compile(
     r"(?:"
     r"\((?:[A-Za-z][\w\-:]*\s+(?:[\w=]+\s+){0,3})?pid=\d+(?:,\s*ip=[^)]*)?\)"                                   # (Worker_TP0 pid=1)
-    r"|\[rank\d+\]:?"                                                                          # [rank0]:
+    r"|\[rank\d+\]:?|\[gpu=\d+\]"                                                             # [rank0]: / SGLang 0.2's [gpu=0]
     r"|\[(?:PG [^\]]*?)?Rank \d+\]"                                                            # [PG ID 0 PG GUID 0 Rank 1]
     r"|\[(?P<ts1>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:\s+[A-Z]{1,4}\d+)*\]"          # [2025-.. DP0 TP0]
     r"|\[(?P<ts2>\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:\s+[A-Z]{1,4}\d+)*\]"                            # [23:03:43 TP0]
