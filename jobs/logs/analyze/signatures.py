@@ -384,6 +384,13 @@ PREFIXES: tuple[Signature, ...] = (
          "NVRM: loading NVIDIA UNIX"),
     _row("buildkit", "prefix", r"#\d+\s\d+\.\d+(?=\s\S)", "stripped", 83, "docker build (BuildKit)", "#12 25.88 [3/9] c++ -c a.cpp",
          "[3/9] c++ -c a.cpp"),
+    _row("python_logging_default", "prefix", r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL):[A-Za-z_][\w.]*:(?=\S)", "stripped",
+         82, "Python logging's default format (basicConfig): torch elastic, the DeepSpeed launcher",
+         "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 4187)",
+         "failed (exitcode: 1) local_rank: 0 (pid: 4187)"),
+    _row("sglang_gpu_tag", "prefix", r"\[gpu=\d+\]", "stripped", 81, "SGLang 0.2 (ModelTpServer's lines)",
+         "[gpu=0] Load weight end. type=LlamaForCausalLM, dtype=torch.float16", "Load weight end. type=LlamaForCausalLM, "
+         "dtype=torch.float16"),
 )
 
 # Engines: strong signatures name the engine at once; medium ones (a source path, a header) when no
