@@ -73,6 +73,9 @@ _ENGINE_ANCHORS: list[tuple[bytes, int]] = [
     # longer spellings of other anchors: a hit names only the longest literal, so they carry its families too
     (b"Router (", E), (b"Avg prompt", S | E), (b"Capturing CUDA", M | P | E), (b"Capturing cudagraphs", M | P | E),
     (b"Model loading took", M | E),
+    # the engine's own startup words (signatures.ENGINES' vllm_startup / sglang_startup): an excerpt without its banner
+    (b"LLM engine", E), (b"init engine", E), (b"Maximum concurrency", E), (b" blocks: ", E), (b"KV cache size", E),
+    (b"compiled graph", E), (b"[gpu=", E), (b"max_total_num_tokens", E), (b"Init torch distributed", E),
 ]
 _NINJA_ANCHOR = rb"\[\d+/\d+\]"           # [12/345]
 _COUNT_ANCHOR = rb" \d+/\d"               # a bare counter after its label: "Processing shard 3/8"

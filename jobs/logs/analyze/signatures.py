@@ -408,7 +408,10 @@ ENGINES: tuple[Signature, ...] = (
          "vllm", 3, "vLLM V0 0.4-0.10 (no `Engine` field), V1",
          "Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 12.0 tokens/s"),
     _row("vllm_startup", "engine", r"Capturing CUDA graphs? (?:shapes|\()|Capturing cudagraphs for decoding"
-         r"|Model loading took|Graph capturing finished in", "vllm", 3, "vLLM V0 0.6-0.10, V1 0.9+",
+         r"|Model loading took|Graph capturing finished in|Initializing an LLM engine \(v|init engine \(profile"
+         r"|Maximum concurrency for [\d,]+ tokens per request|# (?:GPU|cuda) blocks: \d+|GPU KV cache size: [\d,]+ tokens"
+         r"|Directly load the compiled graph", "vllm", 3,
+         "vLLM V0 0.6-0.10, V1 0.9+ (mined: 0.6.0, 0.9.2, main 2026-05)",
          "Model loading took 75.79 GiB and 130.2 seconds"),
     _row("sglang_rank_tag", "engine", r"\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?(?: [A-Z_]{2,7}\d+)* TP\d+"
          r"(?: [A-Z_]{2,7}\d+)*\]", "sglang", 3, "SGLang 2024 -> 2026 (ranks in any order)",
@@ -418,8 +421,15 @@ ENGINES: tuple[Signature, ...] = (
     _row("sglang_stats", "engine", r"(?:Decode|Prefill) batch(?:[.,]| \[\d+\],) #", "sglang", 3,
          "SGLang (the comma form 2026, `Decode batch [18240], #` 0.5.4)", "Prefill batch, #new-seq: 1, #new-token: 12, #running-req: 0"),
     _row("sglang_startup", "engine", r"fired up and ready to roll|Capturing batches|Capture (?:\w+ ){0,2}(?:cuda|CUDA) graph"
-         r"|Load weight (?:begin|end)|KV Cache is allocated|Memory pool end", "sglang", 3, "SGLang",
+         r"|Load weight (?:begin|end)|KV Cache is allocated|Memory pool end|server_args=ServerArgs\(|\[gpu=\d+\] "
+         r"|max_total_num_tokens=|Init torch distributed be|Init torch distributed ends", "sglang", 3,
+         "SGLang (mined: 0.2.13 to 0.5.18)",
          "KV Cache is allocated. #tokens: 412331, K size: 9.84 GB"),
+    _row("sglang_failure", "engine", r"KV cache pool is full|[Dd]ecode out of memory happened|Scheduler hit an exception"
+         r"|[Ss]cheduler is dead|--mem-fraction-static|self\.watchdog_timeout=|get a response from detokenizer"
+         r"|Received sigquit from a child process|Exception in ModelTpServer|DetokenizerManager hit an exception",
+         "sglang", 3, "SGLang's own failure and pressure words (mined: 0.2.13 to 0.5.18)",
+         "Scheduler hit an exception: Traceback (most recent call last):"),
     _row("vllm_source_path", "engine", r"/vllm/|\bvllm\._C\b", "vllm", 2, "vLLM and forks (medium)",
          'File "/usr/lib/python3/site-packages/vllm/worker.py", line 3, in run'),
     _row("sglang_source_path", "engine", r"/sglang/|/sgl_kernel/|\bsglang\.srt\b", "sglang", 2, "SGLang (medium)",
