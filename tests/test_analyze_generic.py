@@ -307,3 +307,31 @@ def test_every_fixture_reads_the_same_behind_a_wrapper(prefix: str) -> None:
         if wrapped != bare:
             differ.append(f"{path.name}: {wrapped} != {bare}")
     assert not differ, "\n".join(differ)
+
+
+TB = "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n    main()\n"
+
+
+@pytest.mark.parametrize("prefix", WRAPPERS)
+@pytest.mark.parametrize("text,want", [
+    # a compiler's or a program's name ending in a digit is no host prefix (pdsh's `node-3: `)
+    ("gcc-12: error: unrecognized command-line option '-std=c++20'", ("build_failed", 1)),
+    ("x86_64-linux-gnu-gcc-11: fatal error: no input files", ("build_failed", 1)),
+    ("clang-14: error: unsupported option '--cuda-gpu-arch=sm_90a'", ("build_failed", 1)),
+    ("usage: train_v2 [-h] --model M\ntrain_v2: error: unrecognized arguments: --foo", ("bad_arguments", 2)),
+    # pip's `ERROR: Exception:` heads a traceback: the traceback's own last line decides
+    ("Collecting torch\nERROR: Exception:\n" + TB + "pip._vendor.urllib3.exceptions.ReadTimeoutError: "
+     "HTTPSConnectionPool(host='files.pythonhosted.org', port=443): Read timed out.", ("exception", 6)),
+    ("Exception", None),
+    ("check.health.Failed: 0 nodes", None),
+    # DeepSpeed's launcher: a rank SIGKILLed is the OOM killer's; its own SIGINT/SIGTERM handling is a stop
+    ("[2024-05-01 10:14:42,011] [ERROR] [launch.py:325:sigkill_handler] ['/usr/bin/python3', '-u', 'train.py'] "
+     "exits with return code = -9", ("host_oom", 1)),
+    ("[2026-05-18 03:37:03,778] [ERROR] [launch.py:341:sigkill_handler] [...] exits with return code = -2", None),
+    ("{'loss': 1.234, 'learning_rate': 1e-05, 'epoch': 0.5}\n[2024-05-01 10:14:41,902] [INFO] "
+     "[launch.py:319:sigkill_handler] Killing subprocess 41874\n[2024-05-01 10:14:41,950] [INFO] "
+     "[launch.py:329:sigkill_handler] Main process received SIGTERM, exiting", None),
+])
+def test_lines_that_look_like_another_kind_read_as_what_they_are(text: str, want, prefix: str) -> None:
+    r = analyze_bytes(_wrapped(text.encode(), prefix))
+    assert (r.failure and (r.failure.cause, r.failure.line)) == want, r.failure

@@ -213,6 +213,10 @@ def test_one_stall_raising_stalled_and_nccl_hang_at_once_takes_one_dump(run_dir,
     assert alerts["stalled"]["stacks"] == alerts["nccl_hang"]["stacks"] == {"verdict": "dump 1: 1 of 1 process idle",
                                                                              "path": dumped["path"]}
     assert alerts["nccl_hang"]["message"].endswith(" — stacks: dump 1: 1 of 1 process idle")
+    # The post-mortem puts the one verdict on both stalls too.
+    from gpudeck.jobs.history.postmortem import build_run
+    stalls = {st["code"]: st for st in build_run(run_dir)["stalls"]}
+    assert stalls["stalled"]["stacks"] == stalls["nccl_hang"]["stacks"] == "dump 1: 1 of 1 process idle"
 
 
 def test_a_second_rule_raised_later_in_the_same_stall_takes_no_dump_and_a_stall_that_comes_back_does(run_dir,

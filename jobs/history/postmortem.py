@@ -904,6 +904,16 @@ def stack_dumps(events: list[dict], stalls: list[dict], started: Optional[float]
                 entry["simulated"] = stored.simulated
         dumps.append(entry)
         for stall in stalls:
-            if entry["verdict"] and stall.get("code") == entry["code"] and stall.get("start") == entry["since"]:
+            if entry["verdict"] and _took_it(stall, entry):
                 stall["stacks"], stall["stacks_at_s"] = entry["verdict"], entry["at_s"]
     return dumps
+
+
+def _took_it(stall: dict, dump: dict) -> bool:
+    """Whether a stall has this dump: the one it was taken for, or another rule's stall under way when it was
+    taken (stalled and nccl_hang on one stall share one dump, as the runner's alerts do)."""
+    if stall.get("code") == dump["code"] and stall.get("start") == dump["since"]:
+        return True
+    start, end, t = number(stall.get("start")), number(stall.get("end")), dump["t"]
+    return (stall.get("code") != dump["code"] and "stacks" not in stall and t is not None and start is not None
+            and start <= t and (end is None or t <= end))

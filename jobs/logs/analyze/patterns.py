@@ -8,6 +8,21 @@ from typing import Optional, Union
 from .model import E, F, M, Number, P, S, W
 
 
+# The words a training step is counted by (STEP), each one an anchor too (nanoGPT's `iter 100: loss
+# 2.34` was never read: "iteration" was an anchor, "iter" not).
+STEP_WORDS = ("step", "Step", "STEP", "iter", "Iter", "iteration", "Iteration")
+# How a traceback's final exception line names its type: the endings EXC_LINE accepts, each one an
+# anchor too (a type the anchors missed was never read: `triton...OutOfResources: out of resource`).
+EXCEPTION_TYPE_ENDINGS = ("Error", "Exception", "Interrupt", "Fault", "Failed", "OutOfResources", "TimeoutExpired",
+                          "NotFound")     # BackendCompilerFailed (dynamo), subprocess.TimeoutExpired, TemplateNotFound
+
+
+def training_shaped(body: str) -> bool:
+    """A step or epoch count beside a loss (or a learning rate: DeepSpeed's `step=100, skipped=0, lr=[1e-05]`)
+    is a training step's line; a bare count of something else is not."""
+    return "loss" in body or "Loss" in body or "lr=" in body or "learning_rate" in body
+
+
 # --------------------------------------------------------------------------- the byte-level prefilter
 
 # Every segment that can change the analysis contains one of these anchors; each names
@@ -18,19 +33,6 @@ from .model import E, F, M, Number, P, S, W
 # only for chunks that contain them (an exact `in` check, so which segments are
 # examined never depends on how the bytes were chunked). No ^ anchors: a segment can
 # start after \r as well as after \n.
-# The words a training step is counted by (STEP), each one an anchor too (nanoGPT's `iter 100: loss
-# 2.34` was never read: "iteration" was an anchor, "iter" not).
-STEP_WORDS = ("step", "Step", "STEP", "iter", "Iter", "iteration", "Iteration")
-
-
-def training_shaped(body: str) -> bool:
-    """A step or epoch count beside a loss (or a learning rate: DeepSpeed's `step=100, skipped=0, lr=[1e-05]`)
-    is a training step's line; a bare count of something else is not."""
-    return "loss" in body or "Loss" in body or "lr=" in body or "learning_rate" in body
-# How a traceback's final exception line names its type: the endings EXC_LINE accepts, each one an
-# anchor too (a type the anchors missed was never read: `triton...OutOfResources: out of resource`).
-EXCEPTION_TYPE_ENDINGS = ("Error", "Exception", "Interrupt", "Fault", "Failed", "OutOfResources", "TimeoutExpired",
-                          "NotFound")     # BackendCompilerFailed (dynamo), subprocess.TimeoutExpired, TemplateNotFound
 _RARE_ANCHORS: list[tuple[bytes, int]] = [
     # failures
     (b"Error", F), (b"ERROR", F), (b"xception", F), (b"Traceback", F), (b"Killed", F), (b"killed", F),
@@ -58,14 +60,14 @@ _RARE_ANCHORS: list[tuple[bytes, int]] = [
     # progress
     (b"%|", P), (b"% Completed", P), (b"%]", P), (b"Step", P), (b"STEP", P), (b"Epoch", P), (b"EPOCH", P),
     (b"{'", P), (b'{"', P), (b"% ", P), (b"AUTOTUNE", M), (b"No available shared memory", F),
-] + [(ending.encode(), F) for ending in EXCEPTION_TYPE_ENDINGS] + [(word.encode(), P) for word in STEP_WORDS]
+] + [(ending.encode(), F) for ending in EXCEPTION_TYPE_ENDINGS] + [(w.encode(), P) for w in STEP_WORDS if w[0].isupper()]
 _COMMON_ANCHORS: list[tuple[bytes, int]] = [
     (b"error", F), (b"failed", F), (b"out of memory", F | W), (b"signal 9", F), (b"died", F), (b"usage:", F),
-    (b"timed out", F), (b"undefined symbol", F), (b"step", P), (b"epoch", P), (b"retract", W), (b"preempted", W),
-    (b"make -j", W), (b"iteration", P), (b"training ...", M), (b"did not run successfully", F), (b"exitcode", F),
+    (b"timed out", F), (b"undefined symbol", F), (b"epoch", P), (b"retract", W), (b"preempted", W),
+    (b"make -j", W), (b"training ...", M), (b"did not run successfully", F), (b"exitcode", F),
     (b"is dead", F), (b"returncode", F), (b"return code", F), (b"return_code", F), (b"fatal", F),
-    (b"enable traceback", F), (b"Killing subprocess", F),
-]
+    (b"enable traceback", F),
+] + [(w.encode(), P) for w in STEP_WORDS if w[0].islower()]
 # Until the engine is known for sure, every line of an engine's log carries its
 # signature (a `(Worker_TP0 pid=…)` prefix, a `[… TP3]` rank tag): look at those too.
 _ENGINE_ANCHORS: list[tuple[bytes, int]] = [
@@ -184,7 +186,7 @@ _PREFIX = re.compile(
     r"|(?P<lvl1>" + _LEVELS + r")\s+(?P<ts3>\d\d-\d\d\s\d\d:\d\d:\d\d)(?:\.\d+)?\s+(?:\[[^\]]*\]|[\w.\-]+:\d+\])"   # vLLM header
     r"|(?P<ts4>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"              # 2025-.. [- INFO -]
     r"(?:\s*[-|]\s*(?P<lvl2>" + _LEVELS + r")\s*[-|:]\s*(?:[\w.]+(?:\s*\[[^\]]*\])?\s*[:|\-]\s)?)?"
-    r"|(?P<lvl6>" + _LEVELS + r"):[A-Za-z_][\w.]*:(?=\S)"                                    # logging's ERROR:torch.x:
+    r"|(?P<lvl6>" + _LEVELS + r"):[A-Za-z_][\w.]*:(?=\S)(?!//)"                              # logging's ERROR:torch.x:
     r"|(?P<lvl3>" + _LEVELS + r")(?::\s*|\s+-\s+|\s+(?=\[))"                                   # INFO:  / INFO - 
     r"|\[(?P<lvl4>[EWIF])\s[^\]]*\.(?:cpp|cc|cu|h|hpp|c):\d+\]"                                 # [E ProcessGroupNCCL.cpp:563]
     r"|\[?(?P<lvl5>[EWIF])\d{3,4}\s\d\d:\d\d:\d\d\.\d+(?:\s+\d+)?\s\S+:\d+\]"                         # glog, bare or [bracketed]
@@ -196,13 +198,15 @@ _LEVEL_OF = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "FATAL"}
 # them all, so the shapes are generic. An IDE/CMake runner's `[build] `, kubectl's `[pod/x/c] ` and
 # `pod/x-7f9 `, docker compose's `web-1  | ` (or a pasted `  | `), a viewer's line number `[1830] `,
 # `  12 | `, `12: `, journald's `Dec  1 10:00:01 host unit[pid]: `, torchrun --tee's `[default0]:`, pdsh's
-# or clush's `node-3: ` (a host name ending in a digit). One space after it goes with it: the record's
-# own indentation stays (tracebacks).
+# or clush's `node-3: ` (a host name ending in a digit, but not `gcc-12: error: …` nor `train_v2: error:`).
+# One space after it goes with it: the record's own indentation stays (tracebacks).
 FOREIGN_PREFIX = re.compile(
     r"\s*\[[A-Za-z][\w.\-]{0,40}\]:"          # torchrun's `[default0]:` is glued to the line: no space to take
     r"|\s*(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.\-/@]+(?:\[\d+\])?:"      # journald / syslog
     r"|\[(?:[A-Za-z][\w.\-/ ]{0,40}|\d{1,7})\]"
-    r"|[a-z][\w.\-]{0,62}\d:(?=\s)"
+    # a host (letters, digits, dashes; ending in a digit), never a compiler or a tool reporting `error:`
+    r"|(?!(?:[\w.+-]*-)?(?:gcc|g\+\+|cc|c\+\+|clang|clang\+\+|ld|nvcc)(?:-\d+)*:)[a-z][a-z0-9\-]{0,62}\d:"
+    r"(?=\s)(?!\s+(?:(?:fatal )?error|warning|note):)"
     r"|(?:[\w.\-]{1,63}\s*)?\|"
     r"|pod/[\w.\-]+(?:/[\w.\-]+)?(?=\s)"
     r"|\d{1,7}(?:\s*\||:(?=\s)|\t))[ \t]?")
@@ -478,10 +482,11 @@ def serving_stats_spans(line: str) -> Optional[tuple[tuple[str, int, int, float,
 
 CODE_INDENT = 4     # traceback source lines are indented by >= 4 spaces; exception lines by 0
 EXC_LINE = re.compile(
-    # A dotted name may end in the bare ending (triton.runtime.errors.OutOfResources); an undotted one is
-    # longer than it (ValueError: `Error: …` is a CLI's line), but Python's own Exception.
-    r"^(?:-\s+)?(?P<type>(?:(?:[A-Za-z_]\w*\.)+\w*|[A-Za-z_]\w*|(?=Exception|OutOfResources))"
-    r"(?:" + "|".join(EXCEPTION_TYPE_ENDINGS) + r")"
+    # A type's last name is longer than its ending (ValueError; `Error: …` and `Failed: …` are a CLI's words),
+    # but a dotted one may be a bare ending (triton.runtime.errors.OutOfResources, subprocess.TimeoutExpired),
+    # and Python's own `Exception: message` (with a message: pip's `ERROR: Exception:` heads a traceback).
+    r"^(?:-\s+)?(?P<type>(?:(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:" + "|".join(EXCEPTION_TYPE_ENDINGS) + r")"
+    r"|(?:[A-Za-z_]\w*\.)+(?:Error|Exception|OutOfResources|TimeoutExpired|NotFound)|Exception(?=:\s*\S))"
     r"(?:\([\w.]+\))?)"          # Ray's RayTaskError(ValueError): the cause's type in brackets
     r"(?::\s*(?P<msg>.*))?$")
 FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
@@ -549,9 +554,9 @@ ENGINE_UMBRELLA = re.compile(
     r"|died unexpectedly|[Ww]orker.* died|Child process .* died|terminate called after throwing|scheduler is dead"
     r"|Traceback \(most recent call last\)|Initialization failed\. detoken|Capture cuda graph failed"
     # launchers: torch elastic's "failed (exitcode: 1) local_rank: 0 (pid: …) of binary" and its summary's
-    # traceback field, DeepSpeed's launcher killing the other ranks after one died
+    # traceback field. (DeepSpeed's launcher prints "Killing subprocess" and "exits with return code = -2"
+    # on its own SIGINT/SIGTERM too: a stop; its -9 is KILLED_EXIT's.)
     r"|failed \(exitcode: -?\d+\) local_rank|To enable traceback see: \S*pytorch\.org/docs/\S*elastic"
-    r"|sigkill_handler\] Killing subprocess"
     # vLLM V0's AsyncLLMEngine and its RPC server, V1's output handler: the engine is gone
     r"|AsyncLLMEngine has failed|Engine background task failed|RPCServer process died|output_handler failed"
     r"|Exception in ModelTpServer")                       # SGLang 0.2's scheduler

@@ -25,7 +25,7 @@ from .templates import (ALL_SERVING_BITS, FRAME_LINE, K_BAR, K_BAR_GLUED, K_BUIL
 SPLIT_FEED = 1 << 15
 # Until the engine is known, a feed's first this many bytes are scanned on their own (see _scan).
 ENGINE_PROBE = 1 << 16
-COMPACT = True       # sparse chunks go through sparse.compact first (where hyperscan is installed); tests turn it off
+COMPACT = True       # sparse chunks are read sparsely (sparse.py, where hyperscan is installed); tests turn it off
 # Marker kinds whose effect reads the segment's line (ready line, recovery): never folded.
 LINE_MARKERS = frozenset(("ready", "startup_complete"))
 # The fold of a stretch of phase markers as a graph (see State.marker_transition): (phase, load_done) ->

@@ -384,7 +384,8 @@ PREFIXES: tuple[Signature, ...] = (
          "NVRM: loading NVIDIA UNIX"),
     _row("buildkit", "prefix", r"#\d+\s\d+\.\d+(?=\s\S)", "stripped", 83, "docker build (BuildKit)", "#12 25.88 [3/9] c++ -c a.cpp",
          "[3/9] c++ -c a.cpp"),
-    _row("python_logging_default", "prefix", r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL):[A-Za-z_][\w.]*:(?=\S)", "stripped",
+    _row("python_logging_default", "prefix", r"(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL|NOTICE):[A-Za-z_][\w.]*:"
+         r"(?=\S)(?!//)", "stripped",
          82, "Python logging's default format (basicConfig): torch elastic, the DeepSpeed launcher",
          "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 4187)",
          "failed (exitcode: 1) local_rank: 0 (pid: 4187)"),

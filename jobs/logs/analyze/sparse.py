@@ -10,8 +10,9 @@ segment without an anchor is never examined (a kept line that matters to nothing
 found inert); only the work changes, from the template scanner's C passes over every byte
 (translate, split, group) to hyperscan's scan (GB/s) and a few C copies. A chunk where
 anchored lines are not rare is left whole (reading it sparsely would cost more than it
-saves): the scan stops past ``len/DENSE_BYTES`` anchored lines, and the analyzer does not try
-again for the next ``DENSE_BACKOFF`` chunks (a log's dense stretches are long). Until the
+saves): a chunk is given up past ``len/DENSE_BYTES`` kept lines (the scan halts past
+``REPORTS_PER_LINE`` times as many anchor reports), and the analyzer does not try again for the next
+``DENSE_BACKOFF`` chunks (a log's dense stretches are long). Until the
 engine is known its anchors are in the set (then a vLLM log's every line has one: nothing is
 compacted).
 """
@@ -108,7 +109,7 @@ def kept_lines(buf: bytes, end: int, begin: int = 0, engine_known: bool = True) 
 
 def compact(buf: bytes, end: int, begin: int = 0, engine_known: bool = True) -> Optional[bytes]:
     """buf[begin:end] with its unanchored lines reduced to their newline (line numbers hold: the
-    reader counts them), or None to scan it whole. (Before the engine is known: see mapped.)"""
+    reader counts them), or None to scan it whole: the reading before the engine is known (after it, mapped)."""
     spans = kept_lines(buf, end, begin, engine_known)
     if spans is None:
         return None
