@@ -57,6 +57,9 @@ FAILURE_WORDS = {
     "hang": "the engine's watchdog declared a hang",
     "gpu_fault": "GPU hardware fault",
     "exception": "unhandled exception",
+    "time_limit": "Slurm ended it at its time limit",
+    "node_fail": "its Slurm node failed",
+    "preempted": "Slurm preempted it",
 }
 
 

@@ -29,6 +29,9 @@ FAILURES = {
     "module_not_found.log": ("import_error", 4, None),
     "generic_exception.log": ("exception", 5, None),
     "sglang_ansi_ranks_cr_capture_crash.log": ("cuda_error", 8, "sglang"),
+    "slurm_time_limit.log": ("time_limit", 7, None),
+    "slurm_node_fail.log": ("node_fail", 6, "sglang"),
+    "slurm_preempted.log": ("preempted", 5, None),
 }
 
 
@@ -45,6 +48,14 @@ def test_failure_cause_and_root_line(name: str) -> None:
 
 def test_every_cause_is_covered_by_a_fixture() -> None:
     assert {c for c, _, _ in FAILURES.values()} == set(CAUSES)
+
+
+def test_every_cause_has_its_words_where_causes_are_shown() -> None:
+    """The post-mortem's and the stall notices' words cover every code the analysis emits (a code
+    without them was shown raw: Slurm's time_limit, node_fail and preempted were)."""
+    from gpudeck.jobs.history.postmortem import CAUSE_TEXT
+    from gpudeck.jobs.stalls import FAILURE_WORDS
+    assert set(CAUSES) <= set(CAUSE_TEXT) and set(CAUSES) <= set(FAILURE_WORDS)
 
 
 def test_every_fixture_is_checked_somewhere() -> None:

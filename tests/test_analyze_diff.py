@@ -22,6 +22,7 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
     ("fixture build_ide_runner_prefixed_ninja.log", "progress"): (47, 230, "build"),      # [build] prefix
+    ("fixture slurm_preempted.log", "progress"): (113, 230, "build"),                    # [build] prefix
     ("fixture pip_wheel_envelope_cmake_error.log", "failure"): ("build_failed", 12),     # not the numpy UserWarning
     ("fixture setup_py_calledprocess_ninja.log", "failure"): ("build_failed", 11),      # its own line, not the header
     ("fixture sglang_2026_pp_watchdog_timeout.log", "failure"): ("hang", 7),            # new watchdog words

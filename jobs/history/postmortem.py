@@ -44,7 +44,7 @@ CAUSE_TEXT = {
     "cuda_error": "CUDA error", "import_error": "import error", "syntax_error": "SyntaxError",
     "bad_arguments": "bad arguments", "build_failed": "build failed", "hang": "hang",
     "gpu_fault": "GPU fault", "exception": "Python exception", "lost": "lost (runner and job gone, no exit record)",
-    "slurm_timeout": "Slurm time limit", "slurm_out_of_memory": "Slurm memory limit", "slurm_node_fail": "node failure",
+    "time_limit": "Slurm time limit", "node_fail": "node failure", "preempted": "preempted by Slurm",
 }
 SERVING_LABELS = {
     "gen_tokens_per_s": "generation tokens/s", "prompt_tokens_per_s": "prompt tokens/s",

@@ -10,7 +10,8 @@ Number = Union[int, float]
 
 PHASES = ("starting", "loading", "compiling", "capturing", "ready", "building", "training", "failed", "unknown")
 CAUSES = ("cuda_oom", "host_oom", "nccl", "cuda_error", "import_error", "syntax_error", "bad_arguments",
-          "build_failed", "hang", "gpu_fault", "exception")
+          "build_failed", "hang", "gpu_fault", "exception",
+          "time_limit", "node_fail", "preempted")     # Slurm's own end of a job (SLURM_END)
 SERVING_KEYS = ("running", "waiting", "kv_cache_pct", "gen_tokens_per_s", "prompt_tokens_per_s",
                 "spec_accept_rate", "spec_accept_len")
 

@@ -561,7 +561,8 @@ ENGINE_UMBRELLA = re.compile(
     r"|AsyncLLMEngine has failed|Engine background task failed|RPCServer process died|output_handler failed"
     r"|Exception in ModelTpServer")                       # SGLang 0.2's scheduler
 # Slurm's step daemon writes these into the job's own output when Slurm ends the job.
-SLURM_END = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+(?: DUE TO (?P<why>[A-Z ]+?))? \*\*\*")
+# (slurmstepd's node failure reads "DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS")
+SLURM_END = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+(?: DUE TO (?P<why>[A-Z ,]+?))? \*\*\*")
 SLURM_OOM = re.compile(r"Detected \d+ oom[-_ ]kill event|Exceeded (?:job|step) memory limit|exceeded memory limit")
 CRASH = re.compile(r"Segmentation fault|SIGSEGV|core dumped|Aborted \(core dumped\)|Fatal Python error|^Bus error\b")
 NOT_FAILURE_LEVELS = ("INFO", "DEBUG", "NOTICE")

@@ -30,7 +30,7 @@ from .cause import Spec
 from .matcher import Matcher
 from .patterns import (_PREFIX, BAD_ARGS, BUILD_SPECIFIC, BUILD_UMBRELLA, CRASH, CUDA_ERR, CUDA_OOM, ENGINE_UMBRELLA,
                        EPOCH, EXC_LINE, FOREIGN_PREFIX, GPU_FAULT, HANG, HOST_OOM, IMPORT, JIT, KV_PRESSURE,
-                       LOSS_DICT, MAKE, NCCL, NINJA, NODE_OOM, NUM_EPOCHS, OOM_RISK, PORT_IN_USE, STEP,
+                       LOSS_DICT, MAKE, NCCL, NINJA, NODE_OOM, NUM_EPOCHS, OOM_RISK, PORT_IN_USE, SLURM_END, STEP,
                        TOTAL_STEPS, TQDM, VLLM_SPEC_RATE, _SGLANG_FIELD, _VLLM_STATS, is_build_tool)
 
 SPECIFIC, EXCEPTION, UMBRELLA, ERROR_LEVEL = Spec.SPECIFIC, Spec.EXCEPTION, Spec.UMBRELLA, Spec.ERROR_LEVEL
@@ -109,6 +109,17 @@ def _host_oom(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
     if "exitcode" in body or "SIGKILL" in body:
         return (SPECIFIC, "host_oom", "host_oom_launcher")     # torch elastic reporting its worker's SIGKILL
     return (SPECIFIC, "host_oom", "host_oom")
+
+
+_SLURM_ENDS = {"TIME LIMIT": ("time_limit", "slurm_time_limit"), "PREEMPTION": ("preempted", "slurm_preempted")}
+
+
+def _slurm_end(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    why = m.group("why") or ""
+    if why.startswith("NODE FAIL"):      # "NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS"
+        return (SPECIFIC, "node_fail", "slurm_node_fail")
+    hit = _SLURM_ENDS.get(why)
+    return None if hit is None else (SPECIFIC, hit[0], hit[1])     # none: scancel, a stop someone asked for
 
 
 def _plain_oom(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
@@ -218,6 +229,10 @@ def _exc_test(body: str, ctx: Context) -> Any:
 # --------------------------------------------------------------------------- the failure rows
 
 FAILURES: tuple[Signature, ...] = (
+    Signature("SLURM_END", "cause", SLURM_END, "time_limit", 210, "Slurm slurmstepd (all): the job's end it wrote "
+              "itself; `node_fail` and `preempted` by the same line's reason, none for a plain scancel",
+              "slurmstepd: error: *** JOB 4815162 ON gpu-node-07 CANCELLED AT 2026-05-02T14:00:03 DUE TO TIME LIMIT ***",
+              SPECIFIC, verdict=_slurm_end),
     Signature("GPU_FAULT", "cause", GPU_FAULT, "gpu_fault", 200, "NVIDIA driver (NVRM), GSP firmware R535+",
               "NVRM: GPU at PCI:0000:3b:00: GPU has fallen off the bus.", SPECIFIC),
     Signature("NODE_OOM", "cause", NODE_OOM, "host_oom", 190, "Ray >= 2.3 memory monitor",

@@ -763,16 +763,11 @@ class State:
         msg = body[:MAX_MESSAGE]
 
         if "slurmstepd" in body or body.startswith("***"):
-            end = SLURM_END.search(body)
-            if end is not None:
-                why = end.group("why") or ""
-                if why == "TIME LIMIT":
-                    return _Candidate(Spec.SPECIFIC, "time_limit", line, msg, "slurm_time_limit", sig="SLURM_END")
-                if why.startswith("NODE FAIL"):
-                    return _Candidate(Spec.SPECIFIC, "node_fail", line, msg, "slurm_node_fail", sig="SLURM_END")
-                if why == "PREEMPTION":
-                    return _Candidate(Spec.SPECIFIC, "preempted", line, msg, "slurm_preempted", sig="SLURM_END")
-                return None               # scancel: a stop someone asked for, not a failure
+            if SLURM_END.search(body) is not None:     # the table's SLURM_END row decides, before any other
+                hit = classify_failure(body, Context(self.phase, level, False))
+                if hit is None or hit[3] != "SLURM_END":
+                    return None           # scancel: a stop someone asked for, not a failure
+                return _Candidate(Spec(hit[0]), hit[1], line, msg, hit[2], sig=hit[3])
             if SLURM_OOM.search(body):
                 return _Candidate(Spec.SPECIFIC, "host_oom", line, msg, "slurm_oom", sig="SLURM_OOM")
         if "Xid" in body:
