@@ -130,7 +130,6 @@ class LogAnalyzer:
             if skip:
                 self._line = line                 # the line of the feed's first segment: the tail's
                 if not self._read_sparse(buf, end, skip, line + buf.count(b"\n", 0, skip)):
-                    self._line = line
                     self._scan_templates(buf, skip)
             else:
                 self._scan(buf, end)

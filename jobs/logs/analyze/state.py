@@ -13,7 +13,7 @@ from .model import (ALL_FAMILIES, F, Failure, KeyLine, LogAnalysis, LogWarning, 
 from .cause import Spec, is_warning
 from .generic import is_count, labelled_bracket, labelled_count
 from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, FRAME, GPU_FAULT, HINTS, JIT, KV_PRESSURE, LOSS_DICT,
-                       MAKE, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SERIES_LABELS, SIZE, SLURM_END,
+                       MAKE, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SERIES_LABELS, SIZE,
                        SLURM_OOM, STALL_NOTICE, STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID,
                        XID_APP, XID_NOISE, clock, label_phase, num, parse_serving_stats_line, read_stats,
                        series_label, strip_prefixes, training_shaped, ts_seconds)
@@ -762,14 +762,9 @@ class State:
     def _classify(self, body: str, level: Optional[str], line: int) -> Optional[_Candidate]:
         msg = body[:MAX_MESSAGE]
 
-        if "slurmstepd" in body or body.startswith("***"):
-            if SLURM_END.search(body) is not None:     # the table's SLURM_END row decides, before any other
-                hit = classify_failure(body, Context(self.phase, level, False))
-                if hit is None or hit[3] != "SLURM_END":
-                    return None           # scancel: a stop someone asked for, not a failure
-                return _Candidate(Spec(hit[0]), hit[1], line, msg, hit[2], sig=hit[3])
-            if SLURM_OOM.search(body):
-                return _Candidate(Spec.SPECIFIC, "host_oom", line, msg, "slurm_oom", sig="SLURM_OOM")
+        # (Slurm's own end of a job is the table's SLURM_END row, tried first by classify_failure below.)
+        if ("slurmstepd" in body or body.startswith("***")) and SLURM_OOM.search(body):
+            return _Candidate(Spec.SPECIFIC, "host_oom", line, msg, "slurm_oom", sig="SLURM_OOM")
         if "Xid" in body:
             x = XID.search(body)
             code = int(x.group(1)) if x else None
