@@ -23,6 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("file", metavar="FILE", help="the log file (a regular file), or - for stdin")
     p.add_argument("--max-bytes", metavar="N", type=_size, default=None,
                    help="read at most N bytes (K/M/G suffixes); default 256M for stdin, all of a file")
+    p.add_argument("-j", "--jobs", metavar="N", type=_jobs, default=None,
+                   help="processes that scan a large file's bytes (default: one per core; 1: this one alone); "
+                        "the answer is the same either way")
     p.add_argument("--json", action="store_true",
                    help='print {"engine","phase","progress","failure","ready_line","serving","warnings","key_lines"} '
                         'as JSON; key_lines: [{"kind","line","text"}] for root_cause, first_error, last_progress, ready')
@@ -46,6 +49,16 @@ def _size(text: str) -> int:
     return value
 
 
+def _jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of processes: {text!r}") from None
+    if not 1 <= value <= 1024:
+        raise argparse.ArgumentTypeError("--jobs must be 1 to 1024")
+    return value
+
+
 def run_analyze(args: argparse.Namespace) -> int:
     """FILE is a path on the box: read and analysed there, only the answer travels. `-` is this machine's stdin."""
     from gpudeck.console.commands._host import open_box
@@ -58,7 +71,7 @@ def run_analyze(args: argparse.Namespace) -> int:
             from gpudeck.jobs.box.local import analyze_stream_result
             result = analyze_stream_result(sys.stdin.buffer, max_bytes=args.max_bytes or STDIN_MAX_BYTES)
         else:
-            result = box.analyze(args.file, max_bytes=args.max_bytes)
+            result = box.analyze(args.file, max_bytes=args.max_bytes, workers=args.jobs)
     if result.truncated:
         print(f"gpudeck: analyze: read only the first {args.max_bytes or STDIN_MAX_BYTES} bytes (--max-bytes)",
               file=sys.stderr)

@@ -87,8 +87,9 @@ class Box(abc.ABC):
         """Why a job may not start here: driver, free GPUs, the job's interpreter and imports, port, disk."""
 
     @abc.abstractmethod
-    def analyze(self, path: str, *, max_bytes: Optional[int] = None) -> AnalyzeResult:
-        """A log file of the box read there (only the answer travels): engine, phase, progress, failure."""
+    def analyze(self, path: str, *, max_bytes: Optional[int] = None, workers: Optional[int] = None) -> AnalyzeResult:
+        """A log file of the box read there (only the answer travels): engine, phase, progress, failure.
+        workers: processes for a large file's byte passes (None: one per core of the box; 1: one)."""
 
     @abc.abstractmethod
     def read_log(self, job: str, *, run: Optional[str] = None, offset: Optional[int] = None,

@@ -199,11 +199,11 @@ class LocalBox(Box):
         except ImportError as exc:        # some checks need psutil on the box
             raise BoxError(f"doctor cannot run on this host: {exc}", code=2) from None
 
-    def analyze(self, path: str, *, max_bytes: Optional[int] = None) -> AnalyzeResult:
+    def analyze(self, path: str, *, max_bytes: Optional[int] = None, workers: Optional[int] = None) -> AnalyzeResult:
         from gpudeck.jobs.paths import NotARegularFile, open_regular
         try:
             with open_regular(os.path.expanduser(path)) as fh:
-                return analyze_stream_result(fh, max_bytes=max_bytes)
+                return analyze_stream_result(fh, max_bytes=max_bytes, regular=True, workers=workers)
         except NotARegularFile as exc:
             raise BoxError(f"cannot analyze {exc}", code=2) from None
         except IsADirectoryError:
@@ -489,10 +489,16 @@ def stops_key(plan: dict) -> list:
             for s in plan.get("stops") or []]
 
 
-def analyze_stream_result(stream: Any, *, max_bytes: Optional[int] = None) -> AnalyzeResult:
-    """An open byte stream (a log file of this machine, or its stdin) analysed into the Box's result."""
+def analyze_stream_result(stream: Any, *, max_bytes: Optional[int] = None, regular: bool = False,
+                          workers: Optional[int] = None) -> AnalyzeResult:
+    """An open byte stream (a log file of this machine, or its stdin) analysed into the Box's result;
+    `regular`: a regular file at its start, whose byte passes may be spread over `workers` processes."""
     from dataclasses import asdict
 
     from gpudeck.jobs.logs.analyze import analyze_stream
-    analysis, truncated = analyze_stream(stream, max_bytes=max_bytes)
+    if regular:
+        from gpudeck.jobs.logs.analyze.parallel import analyze_regular
+        analysis, truncated = analyze_regular(stream, max_bytes=max_bytes, workers=workers)
+    else:
+        analysis, truncated = analyze_stream(stream, max_bytes=max_bytes)
     return AnalyzeResult(analysis=analysis.to_json(), raw=asdict(analysis), truncated=truncated)

@@ -93,8 +93,11 @@ class RemoteBox(Box):
     def doctor(self, job: Optional[str] = None) -> DoctorReport:
         return DoctorReport.from_json(self.call("doctor", {"job": job}))
 
-    def analyze(self, path: str, *, max_bytes: Optional[int] = None) -> AnalyzeResult:
-        return AnalyzeResult.from_json(self.call("analyze", {"path": path, "max_bytes": max_bytes}))
+    def analyze(self, path: str, *, max_bytes: Optional[int] = None, workers: Optional[int] = None) -> AnalyzeResult:
+        params: dict[str, Any] = {"path": path, "max_bytes": max_bytes}
+        if workers is not None:                       # (a box of an earlier release knows no "workers")
+            params["workers"] = workers
+        return AnalyzeResult.from_json(self.call("analyze", params))
 
     def read_log(self, job: str, *, run: Optional[str] = None, offset: Optional[int] = None,
                  tail: Optional[int] = None, max_bytes: int = MAX_LOG_CHUNK, wait_s: float = 0.0) -> LogChunk:

@@ -11,6 +11,8 @@ Stdlib only: the runner process runs this on live logs. The package's parts:
 - state: the state machine one examined log record updates;
 - templates: what any segment of one digit-normalised shape can do, learned once per shape;
 - scanner: LogAnalyzer, the incremental reader that examines only what can matter.
+- parallel: a whole file's byte passes spread over worker processes (`gpudeck analyze -j`), the
+  reading still one reader's, in order.
 
 How it stays fast and flat on logs of hundreds of MB:
 - bytes are cut into *segments* at every ``\\n`` and ``\\r`` (a tqdm bar rewrites itself

@@ -87,6 +87,7 @@ class LogAnalyzer:
         # header), not output: its lines are counted but not read. None once the header is over.
         self._header: Optional[bytes] = b""
         self._dense_backoff = 0          # chunks left before a sparse read is tried again (see _read_sparse)
+        self._sparse_off = False         # a worker found this feed dense (see feed_dense): no sparse read
 
     @property
     def line(self) -> int:
@@ -141,6 +142,29 @@ class LogAnalyzer:
         else:
             self._tail = bytes(rest)
 
+    def accepts_mapped(self) -> bool:
+        """Whether a chunk's sparse reading made elsewhere (feed_mapped) can be fed now: the engine
+        is known and nothing is pending (no annotation header, no partial line)."""
+        return (COMPACT and self._state.engine_strong is not None and self._header is None
+                and self._giant_head is None and not self._tail)
+
+    def feed_mapped(self, size: int, got: tuple[bytes, list[int], int]) -> None:
+        """Consume `size` bytes that end with a newline through sparse.mapped's answer for them made
+        with line 0 (in another process: parallel.py); only when accepts_mapped(). The same as feed()."""
+        self.bytes_fed += size
+        self._state.now = None
+        blob, lines, end = got
+        base = self._line
+        self._scan_mapped(blob, [base + n for n in lines], base + end)
+
+    def feed_dense(self, data: bytes) -> None:
+        """feed(data), with no sparse read tried: another process found these bytes dense."""
+        self._sparse_off = True
+        try:
+            self.feed(data)
+        finally:
+            self._sparse_off = False
+
     def _skip_annotation_header(self, header: bytes, data: bytes) -> bytes:
         """Blank the leading `#` lines (keeping their newlines, so line numbers hold); the same
         whatever the chunking, since an undecided first line (`header`, kept) waits for its newline."""
@@ -190,7 +214,7 @@ class LogAnalyzer:
     def _read_sparse(self, buf: bytes, end: int, begin: int, line: int) -> bool:
         """Read buf[begin:end] (buf[begin] on `line`) sparsely (sparse.py) if it is sparse: True if it
         was. Not tried for a while after a dense chunk."""
-        if not COMPACT or end - begin < _sparse.MIN_BYTES or not _sparse.available():
+        if not COMPACT or self._sparse_off or end - begin < _sparse.MIN_BYTES or not _sparse.available():
             return False
         if self._dense_backoff:
             self._dense_backoff -= 1

@@ -57,6 +57,12 @@ def _database(engine_known: bool) -> Any:
     return db
 
 
+def prepare() -> None:
+    """Compile (or load) the engine-known database now: processes forked after it inherit it."""
+    with _lock:
+        _database(True)
+
+
 def available() -> bool:
     return _hs is not None
 

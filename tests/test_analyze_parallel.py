@@ -1,0 +1,136 @@
+"""The byte passes spread over worker processes (parallel.py) give the one-process answer, line numbers included."""
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpudeck.jobs.logs.analyze import analyze_file, parallel, sparse
+
+pytestmark = pytest.mark.skipif(not sparse.available(), reason="hyperscan is not installed: no sparse reading")
+
+BANNER = ("INFO 05-07 10:00:00 [__init__.py:239] Automatically detected platform cuda.\n"
+          "(APIServer pid=1) INFO 05-07 10:00:01 [api_server.py:1043] vLLM API server version 0.9.2\n"
+          "(VllmWorker rank=0 pid=7) INFO 05-07 10:00:30 [gpu_model_runner.py:1600] Model loading took 15.2 GiB\n"
+          "(APIServer pid=1) INFO 05-07 10:01:00 [launcher.py:28] Available routes are:\n"
+          "(APIServer pid=1) INFO:     Application startup complete.\n")
+
+
+def _serving(rng: random.Random, blocks: int) -> str:
+    out = []
+    for t in range(blocks):
+        out += [f'(APIServer pid=1) INFO:     10.0.0.{rng.randint(1, 250)}:{rng.randint(30000, 60000)} - '
+                f'"POST /v1/completions HTTP/1.1" 200 OK\n' for _ in range(60)]
+        out.append(f"(APIServer pid=1) INFO 05-07 10:{t // 60 % 60:02d}:{t % 60:02d} [loggers.py:271] Engine 000: "
+                   f"Avg prompt throughput: {rng.uniform(0, 900):.1f} tokens/s, Avg generation throughput: "
+                   f"{rng.uniform(20, 300):.1f} tokens/s, Running: {rng.randint(0, 64)} reqs, Waiting: "
+                   f"{rng.randint(0, 9)} reqs, GPU KV cache usage: {rng.uniform(0, 90):.1f}%, "
+                   f"Prefix cache hit rate: {rng.uniform(0, 60):.1f}%\n")
+    return "".join(out)
+
+
+def _dense(rng: random.Random, lines: int) -> str:
+    # Every line anchored (a stretch the workers hand back as dense): errors logged and recovered, bar redraws.
+    return "".join(f"(APIServer pid=1) ERROR 05-07 11:00:{i % 60:02d} [serving_chat.py:300] Error in request {i}\n"
+                   if i % 3 else f"Processing shards: {rng.randint(1, 99)}%|####      | {i}/{lines} [00:01<00:09]\r"
+                   f"Processing shards: {rng.randint(1, 99)}%|#####     | {i}/{lines} [00:01<00:08]\n"
+                   for i in range(lines))
+
+
+CRASH = ("(EngineCore_0 pid=9) ERROR 05-07 12:00:00 [core.py:600] EngineCore encountered a fatal error.\n"
+         "(EngineCore_0 pid=9) Traceback (most recent call last):\n"
+         '(EngineCore_0 pid=9)   File "/venv/lib/python3.12/site-packages/vllm/v1/engine/core.py", line 590, in run\n'
+         "(EngineCore_0 pid=9)     raise e\n"
+         "(EngineCore_0 pid=9) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+         "total capacity of 79.19 GiB of which 1.06 GiB is free.\n")
+
+
+# Run in a child process: a test worker of pytest-xdist has threads, and parallel.py forks only a
+# process that has none (it falls back to one reader otherwise). The thresholds are made small
+# enough for a few-MB file; the child reports the sizes the reader took mapped (from the workers).
+CHILD = """
+import json, sys
+from dataclasses import asdict
+from gpudeck.jobs.logs.analyze import LogAnalyzer, parallel
+parallel.MIN_FILE = 1 << 20
+parallel.TASK_BYTES = 600 * 1024          # not a multiple of READ_CHUNK: pieces straddle tasks
+taken = []
+original = LogAnalyzer.feed_mapped
+def counting(self, size, got):
+    taken.append(size)
+    original(self, size, got)
+LogAnalyzer.feed_mapped = counting
+path, max_bytes = sys.argv[1], (int(sys.argv[2]) if sys.argv[2] != "-" else None)
+out = {}
+for name, read in (("serial", lambda fh: parallel.analyze_stream(fh, max_bytes=max_bytes)),
+                   ("spread", lambda fh: parallel.analyze_regular(fh, max_bytes=max_bytes, workers=2))):
+    with open(path, "rb") as fh:
+        analysis, cut = read(fh)
+    out[name] = [asdict(analysis), analysis.to_json(), cut]
+out["mapped"] = taken
+print(json.dumps(out))
+"""
+
+
+def _both(path: Path, max_bytes: int | None = None) -> tuple[list, list, list[int]]:
+    """(the one-process reading, the spread one, the sizes read mapped), each [asdict, to_json, truncated]."""
+    done = subprocess.run([sys.executable, "-c", CHILD, str(path), "-" if max_bytes is None else str(max_bytes)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    return out["serial"], out["spread"], out["mapped"]
+
+
+def test_a_serving_log_read_by_workers_gives_the_one_process_answer(tmp_path: Path) -> None:
+    rng = random.Random(3)
+    log = tmp_path / "serving.log"
+    log.write_text(BANNER + _serving(rng, 1200) + CRASH, encoding="utf-8")
+    serial, spread, mapped = _both(log)
+    assert spread == serial
+    assert sum(mapped) > log.stat().st_size // 2, "the workers' mapped pieces were not read"
+    assert serial[1]["failure"]["cause"] == "cuda_oom"
+    assert serial[1]["failure"]["line"] == log.read_text().count("\n")   # the OOM line, the file's last
+
+
+def test_dense_stretches_a_cut_line_and_max_bytes_give_the_one_process_answer(tmp_path: Path) -> None:
+    rng = random.Random(5)
+    log = tmp_path / "mixed.log"
+    text = BANNER + _serving(rng, 400) + _dense(rng, 20000) + _serving(rng, 400) + CRASH + "a last line, unended"
+    log.write_text(text, encoding="utf-8")
+    serial, spread, mapped = _both(log)
+    assert spread == serial and serial[1]["failure"]["cause"] == "cuda_oom"
+    assert mapped and sum(mapped) < len(text) * 3 // 4, "no piece, or every piece, was read mapped"
+    for cut in (len(text) // 2 + 17, len(text) - 40):          # mid-line, mid-file and in the crash
+        serial, spread, _ = _both(log, max_bytes=cut)
+        assert spread == serial and serial[2] is True
+
+
+def test_a_log_that_names_no_engine_is_read_in_one_process(tmp_path: Path) -> None:
+    log = tmp_path / "build.log"
+    log.write_text("".join(f"[{i}/40000] Building CUDA object csrc/k{i}.cu.o\n" for i in range(1, 40001))
+                   + "FAILED: csrc/k40000.cu.o\nninja: build stopped: subcommand failed.\n", encoding="utf-8")
+    serial, spread, mapped = _both(log)
+    assert spread == serial and serial[1]["failure"]["cause"] == "build_failed"
+    assert mapped == []
+
+
+def test_a_small_file_or_one_worker_is_not_spread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(parallel, "_spread", lambda *args: calls.append(1))
+    monkeypatch.setattr(parallel.threading, "active_count", lambda: 1)   # (a test worker has threads)
+    log = tmp_path / "serving.log"
+    log.write_text(BANNER + _serving(random.Random(1), 300), encoding="utf-8")
+    with log.open("rb") as fh:
+        parallel.analyze_regular(fh, workers=8)                # under MIN_FILE
+    monkeypatch.setattr(parallel, "MIN_FILE", 1 << 10)
+    with log.open("rb") as fh:
+        parallel.analyze_regular(fh, workers=1)
+    assert calls == []
+    with log.open("rb") as fh:
+        parallel.analyze_regular(fh, workers=2)
+    assert calls == [1]
+    assert analyze_file(log).phase == "ready"
