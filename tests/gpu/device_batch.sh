@@ -2,7 +2,8 @@
 # The GPU evidence, on a machine with NVIDIA GPUs and no network. Output lands in $OUT (or ./gpu-evidence).
 #   tests/gpu/device_batch.sh tests     machine, `gpudeck status --json` timings, tests/gpu, the sampling bench
 #   tests/gpu/device_batch.sh console   console CPU, gpudeck beside nvitop, with a matmul load on every GPU
-#   tests/gpu/device_batch.sh           both
+#   tests/gpu/device_batch.sh analyze   the analyze bench (a many-core machine: the spread over cores)
+#   tests/gpu/device_batch.sh           both (tests, console)
 # Python packages the machine lacks (Textual and its deps, nvitop) come as wheels in .whl/:
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl textual==8.2.8 rich ... nvitop
 # gpudeck itself is not installed there (no setuptools from an index): a shim folder maps
@@ -72,4 +73,17 @@ EOF
   timeout $((load_s - 20)) python3 bench/bench_console_cpu.py --real --nvitop --refresh 1 2 --runs "${ROUNDS:-3}" \
       --seconds "${SECONDS_EACH:-30}" --warmup 6 --size 120x40 2>&1 | tee "$out/bench-console.txt"
   kill "$load" 2>/dev/null; wait "$load" 2>/dev/null
+fi
+
+if [ "$phase" = analyze ]; then
+  # `gpudeck analyze` on a many-core machine: parallel.py spreads a file's byte passes over the cores
+  # (-j 1, the one-process reading, is the bench's baseline). The bench runs the CLI through a venv
+  # that sees this machine's packages, the shim and the wheels (hyperscan), with a gpudeck script.
+  python3 -m venv --system-site-packages /tmp/gd-venv
+  echo "$shim:$site" | tr ':' '\n' > "$(/tmp/gd-venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/gd.pth"
+  printf '#!/tmp/gd-venv/bin/python\nimport sys\nfrom gpudeck.console.cli import main\nsys.exit(main())\n' > /tmp/gd-venv/bin/gpudeck
+  chmod +x /tmp/gd-venv/bin/gpudeck
+  { nproc; grep -m1 'model name' /proc/cpuinfo
+    timeout 500 /tmp/gd-venv/bin/python bench/bench_analyze.py --runs "${ROUNDS:-2}" --dir /tmp \
+        --dense-mb "${DENSE_MB:-0}" --fixtures-mb 200 --serving-mb 200; } 2>&1 | tee "$out/bench-analyze.txt"
 fi

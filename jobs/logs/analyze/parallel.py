@@ -15,12 +15,10 @@ log named so far), so the file is read serially until it is; a log that never na
 """
 from __future__ import annotations
 
-import multiprocessing
 import os
 import sys
 import threading
 from collections import deque
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Optional
 
 from . import sparse
@@ -49,8 +47,10 @@ def analyze_regular(fh: Any, *, max_bytes: Optional[int] = None,
     size = os.fstat(fd).st_size
     limit = size if max_bytes is None else min(size, max_bytes)
     # Forking a process with other threads can copy a lock held mid-use: then one reader it is.
-    if (workers < 2 or limit < MIN_FILE or not sparse.available() or fh.tell() != 0
-            or threading.active_count() > 1 or "fork" not in multiprocessing.get_all_start_methods()):
+    if workers < 2 or limit < MIN_FILE or not sparse.available() or fh.tell() != 0 or threading.active_count() > 1:
+        return analyze_stream(fh, max_bytes=max_bytes)
+    import multiprocessing                            # (here: its import is ~15 ms of every small file's run)
+    if "fork" not in multiprocessing.get_all_start_methods():
         return analyze_stream(fh, max_bytes=max_bytes)
     analyzer = LogAnalyzer()
     pos = 0
@@ -76,6 +76,8 @@ def _spread(analyzer: LogAnalyzer, fd: int, start: int, limit: int, workers: int
     # written yet (a `gpudeck serve` reply) would be written twice.
     sys.stdout.flush()
     sys.stderr.flush()
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_adopt, initargs=(fd,)) as pool:
         pending: deque = deque()
