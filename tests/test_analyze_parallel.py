@@ -57,7 +57,7 @@ import json, sys
 from dataclasses import asdict
 from gpudeck.jobs.logs.analyze import LogAnalyzer, parallel
 parallel.MIN_FILE = 1 << 20
-parallel.TASK_BYTES = 600 * 1024          # not a multiple of READ_CHUNK: pieces straddle tasks
+parallel.TASK_BYTES = parallel.MIN_TASK_BYTES = 600 * 1024   # not a multiple of READ_CHUNK: pieces straddle tasks
 taken = []
 original = LogAnalyzer.feed_mapped
 def counting(self, size, got):

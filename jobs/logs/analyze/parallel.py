@@ -26,7 +26,11 @@ from .model import READ_CHUNK, LogAnalysis
 from .scanner import LogAnalyzer, analyze_stream
 
 MIN_FILE = 32 << 20        # a smaller file: one process reads it in about the time the pool takes to start
-TASK_BYTES = 8 << 20       # one worker task; small enough that the last one does not leave the others idle long
+# A worker task is the stretch's share of a worker, in TASKS_PER_WORKER parts (the last tasks then
+# leave few workers idle), within these bounds: a fork and a result per task, memory per task.
+TASK_BYTES = 8 << 20
+MIN_TASK_BYTES = 1 << 20
+TASKS_PER_WORKER = 4
 IN_FLIGHT = 2              # tasks outstanding per worker: results are kept lines only, memory stays flat
 _fd = -1                   # the log's descriptor, in a worker (inherited over fork)
 
@@ -68,7 +72,8 @@ def analyze_regular(fh: Any, *, max_bytes: Optional[int] = None,
 
 def _spread(analyzer: LogAnalyzer, fd: int, start: int, limit: int, workers: int) -> None:
     """Feed the file's bytes [start, limit) (start just after a newline), the workers mapping its pieces."""
-    cuts = (_after_newline(fd, at, limit, TASK_BYTES) for at in range(start + TASK_BYTES, limit, TASK_BYTES))
+    step = max(MIN_TASK_BYTES, min(TASK_BYTES, (limit - start) // (workers * TASKS_PER_WORKER)))
+    cuts = (_after_newline(fd, at, limit, step) for at in range(start + step, limit, step))
     bounds = sorted({start, limit, *(cut for cut in cuts if cut)})
     tasks = iter(zip(bounds, bounds[1:]))
     sparse.prepare()                                  # the database compiled (or loaded) once, inherited
