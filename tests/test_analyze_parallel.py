@@ -65,6 +65,14 @@ def counting(self, size, got):
     original(self, size, got)
 LogAnalyzer.feed_mapped = counting
 path, max_bytes = sys.argv[1], (int(sys.argv[2]) if sys.argv[2] != "-" else None)
+if sys.argv[3:] == ["kill"]:             # the third task's worker dies as a worker killed by the OOM killer would
+    import os
+    mapping = parallel._map_task
+    def dying(start, stop):
+        if start > 2 * parallel.TASK_BYTES and start <= 3 * parallel.TASK_BYTES:
+            os._exit(137)
+        return mapping(start, stop)
+    parallel._map_task = dying
 out = {}
 for name, read in (("serial", lambda fh: parallel.analyze_stream(fh, max_bytes=max_bytes)),
                    ("spread", lambda fh: parallel.analyze_regular(fh, max_bytes=max_bytes, workers=2))):
@@ -76,10 +84,10 @@ print(json.dumps(out))
 """
 
 
-def _both(path: Path, max_bytes: int | None = None) -> tuple[list, list, list[int]]:
+def _both(path: Path, max_bytes: int | None = None, *extra: str) -> tuple[list, list, list[int]]:
     """(the one-process reading, the spread one, the sizes read mapped), each [asdict, to_json, truncated]."""
-    done = subprocess.run([sys.executable, "-c", CHILD, str(path), "-" if max_bytes is None else str(max_bytes)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", CHILD, str(path), "-" if max_bytes is None else str(max_bytes),
+                           *extra], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout)
     return out["serial"], out["spread"], out["mapped"]
@@ -107,6 +115,14 @@ def test_dense_stretches_a_cut_line_and_max_bytes_give_the_one_process_answer(tm
     for cut in (len(text) // 2 + 17, len(text) - 40):          # mid-line, mid-file and in the crash
         serial, spread, _ = _both(log, max_bytes=cut)
         assert spread == serial and serial[2] is True
+
+
+def test_a_worker_that_dies_leaves_its_bytes_to_the_reader(tmp_path: Path) -> None:
+    log = tmp_path / "serving.log"
+    log.write_text(BANNER + _serving(random.Random(9), 1200) + CRASH, encoding="utf-8")
+    serial, spread, mapped = _both(log, None, "kill")
+    assert spread == serial and serial[1]["failure"]["cause"] == "cuda_oom"
+    assert 0 < sum(mapped) < log.stat().st_size * 2 // 3, "the dead worker's stretch was not read by the reader"
 
 
 def test_a_log_that_names_no_engine_is_read_in_one_process(tmp_path: Path) -> None:

@@ -87,7 +87,7 @@ def _spread(analyzer: LogAnalyzer, fd: int, start: int, limit: int, workers: int
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_adopt, initargs=(fd,)) as pool:
         pending: deque = deque()
         for a, b in tasks:
-            pending.append((a, b, pool.submit(_map_task, a, b)))
+            pending.append((a, b, _submit(pool, a, b)))
             if len(pending) >= workers * IN_FLIGHT:
                 break
         while pending:
@@ -97,7 +97,7 @@ def _spread(analyzer: LogAnalyzer, fd: int, start: int, limit: int, workers: int
             except Exception:                         # a worker died (killed, out of memory): read it here
                 pieces = [(stop - at, None)]
             for a, b in tasks:                        # one more in flight for the one taken
-                pending.append((a, b, pool.submit(_map_task, a, b)))
+                pending.append((a, b, _submit(pool, a, b)))
                 break
             for length, got in pieces:
                 if got is not None and analyzer.accepts_mapped():
@@ -106,6 +106,18 @@ def _spread(analyzer: LogAnalyzer, fd: int, start: int, limit: int, workers: int
                     for a in range(at, at + length, READ_CHUNK):
                         analyzer.feed_dense(os.pread(fd, min(READ_CHUNK, at + length - a), a))
                 at += length
+
+
+def _submit(pool: Any, start: int, stop: int) -> Any:
+    """A future of the task; one that holds the error where the pool cannot take it (a fork refused,
+    the pool broken by a worker's death): the reader then reads those bytes itself."""
+    try:
+        return pool.submit(_map_task, start, stop)
+    except Exception as exc:
+        from concurrent.futures import Future
+        failed: Future = Future()
+        failed.set_exception(exc)
+        return failed
 
 
 def _after_newline(fd: int, at: int, limit: int, reach: int) -> int:
