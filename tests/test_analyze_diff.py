@@ -40,6 +40,12 @@ FIXES = {
     ("fixture launcher_exit_code_137.log", "phase"): "failed",
     ("fixture pipeline_returncode_minus9.log", "failure"): ("host_oom", 4),            # `returncode=-9`
     ("fixture pipeline_returncode_minus9.log", "phase"): "failed",
+    # record prefixes: DeepSpeed's bracketed `[WARNING]` is the record's level (a warning names no cause)
+    ("fixture deepspeed_bracketed_warning_words.log", "phase"): "training",
+    ("fixture deepspeed_bracketed_warning_words.log", "progress"): (400, 500, "training"),
+    ("fixture deepspeed_bracketed_warning_words.log", "failure"): None,
+    # record prefixes: journalctl -o short-iso's `<ISO> host unit[pid]: ` hid the vLLM header behind it
+    ("fixture journald_short_iso_vllm_keyerror.log", "failure"): ("exception", 7),
 }
 
 

@@ -7,14 +7,19 @@ import pytest
 
 from gpudeck.jobs.logs.analyze import LogAnalyzer, analyze_bytes
 from gpudeck.jobs.logs.analyze import generic
+from gpudeck.jobs.logs.analyze.patterns import strip_prefixes
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 
 # What a wrapper may put before every line: none, an IDE's CMake runner, docker compose, a pasted
 # compose line, kubectl --prefix (both shapes), a viewer's line numbers, journald, torchrun --tee
-# (glued to the line), pdsh / clush (a host name), srun --label (a task number).
+# (glued to the line), pdsh / clush (a host name), srun --label (a task number), kubelet's CRI
+# log and journalctl's other timestamp formats.
 WRAPPERS = ["", "[build] ", "web-1  | ", "  | ", "pod/vllm-7f9c ", "[pod/vllm-7f9c/main] ", "  12 | ", "[1830] ",
-            "Dec  1 10:00:01 gpu-box python3[4242]: ", "[default0]:", "node-3: ", "0: "]
+            "Dec  1 10:00:01 gpu-box python3[4242]: ", "[default0]:", "node-3: ", "0: ",
+            # kubelet's CRI log (/var/log/pods), journalctl -o short-iso / short-precise / short-full
+            "2026-12-03T14:00:01.123456789Z stdout F ", "2026-12-03T14:00:01+0000 gpu-box python3[4242]: ",
+            "Dec 03 14:00:01.123456 gpu-box python3[4242]: ", "Thu 2026-12-03 14:00:01 UTC gpu-box python3[4242]: "]
 
 # fixture -> (phase, cause, root-cause line, progress (done, total) or None, engine)
 FRESH = {
@@ -335,3 +340,15 @@ TB = "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n
 def test_lines_that_look_like_another_kind_read_as_what_they_are(text: str, want, prefix: str) -> None:
     r = analyze_bytes(_wrapped(text.encode(), prefix))
     assert (r.failure and (r.failure.cause, r.failure.line)) == want, r.failure
+
+
+@pytest.mark.parametrize("prefix", ["[2026-12-03 14:00:03,100] [{level}] [comm.py:120:init] ",
+                                    "[{level}|trainer.py:900] 2026-12-03 14:00:03,100 >> ", "[{level}] "])
+def test_a_bracketed_level_is_the_records_level(prefix: str) -> None:
+    """DeepSpeed's and HF examples' bracketed level is read as the record's: a WARNING naming NCCL errors
+    is no failure (rule 1), an ERROR is one."""
+    line = "NCCL_BLOCKING_WAIT is set; NCCL errors and timeouts will raise exceptions"
+    assert strip_prefixes(prefix.format(level="WARNING") + line)[:2] == (line, "WARNING")
+    assert analyze_bytes((prefix.format(level="WARNING") + line + "\n").encode()).failure is None
+    failed = analyze_bytes((prefix.format(level="ERROR") + "NCCL error: unhandled system error\n").encode())
+    assert failed.failure is not None and failed.failure.cause == "nccl"

@@ -175,6 +175,15 @@ ANSI = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[
 # --------------------------------------------------------------------------- record structure
 
 _LEVELS = "INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL|NOTICE"
+# An ISO-8601 stamp's zone, and after it what stamped the line (the timestamp is the record's, the rest a
+# wrapper's): kubelet's CRI log (/var/log/pods) `stdout F ` / `stderr P `, journalctl -o short-iso's
+# `host unit[pid]: ` (`host kernel: `).
+STAMP_ZONE = r"(?:Z|[+-]\d\d:?\d\d)"
+STAMP_TAIL = r"\s(?:stdout|stderr)\s[FP](?=\s)|\s[\w.\-]+\s[\w.\-/@]+(?:\[\d+\]|(?<=\skernel)):(?=\s)"
+# A bracketed level, after its `[` and level: DeepSpeed's and many launchers' `[INFO] [launch.py:256:main] `,
+# HF examples' `[INFO|trainer.py:2406] 2026-05-02 14:00:01,100 >> `, a bare `[WARNING] `.
+BRACKET_LEVEL_TAIL = (r")(?:\|[\w.\-]+:\d+)?\](?:\s*\[[\w.\-]+:\d+(?::[\w<>.]+)?\])?"
+                      r"(?:\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?\s+>>)?")
 # One prefix at a time, re-applied: worker tags, timestamps, logger headers, rank tags.
 _PREFIX = re.compile(
     r"(?:"
@@ -184,10 +193,12 @@ _PREFIX = re.compile(
     r"|\[(?P<ts1>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:\s+[A-Z]{1,4}\d+)*\]"          # [2025-.. DP0 TP0]
     r"|\[(?P<ts2>\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:\s+[A-Z]{1,4}\d+)*\]"                            # [23:03:43 TP0]
     r"|(?P<lvl1>" + _LEVELS + r")\s+(?P<ts3>\d\d-\d\d\s\d\d:\d\d:\d\d)(?:\.\d+)?\s+(?:\[[^\]]*\]|[\w.\-]+:\d+\])"   # vLLM header
-    r"|(?P<ts4>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"              # 2025-.. [- INFO -]
+    r"|(?P<ts4>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?"                                   # 2025-.. [- INFO -]
+    r"(?:" + STAMP_ZONE + r"(?:" + STAMP_TAIL + r")?)?"
     r"(?:\s*[-|]\s*(?P<lvl2>" + _LEVELS + r")\s*[-|:]\s*(?:[\w.]+(?:\s*\[[^\]]*\])?\s*[:|\-]\s)?)?"
     r"|(?P<lvl6>" + _LEVELS + r"):[A-Za-z_][\w.]*:(?=\S)(?!//)"                              # logging's ERROR:torch.x:
     r"|(?P<lvl3>" + _LEVELS + r")(?::\s*|\s+-\s+|\s+(?=\[))"                                   # INFO:  / INFO - 
+    r"|\[(?P<lvl7>" + _LEVELS + BRACKET_LEVEL_TAIL +                                     # [INFO] [launch.py:N:f]
     r"|\[(?P<lvl4>[EWIF])\s[^\]]*\.(?:cpp|cc|cu|h|hpp|c):\d+\]"                                 # [E ProcessGroupNCCL.cpp:563]
     r"|\[?(?P<lvl5>[EWIF])\d{3,4}\s\d\d:\d\d:\d\d\.\d+(?:\s+\d+)?\s\S+:\d+\]"                         # glog, bare or [bracketed]
     r"|\[\s*\d+\.\d+\]"                                                                       # dmesg
@@ -202,7 +213,9 @@ _LEVEL_OF = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "FATAL"}
 # One space after it goes with it: the record's own indentation stays (tracebacks).
 FOREIGN_PREFIX = re.compile(
     r"\s*\[[A-Za-z][\w.\-]{0,40}\]:"          # torchrun's `[default0]:` is glued to the line: no space to take
-    r"|\s*(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.\-/@]+(?:\[\d+\])?:"      # journald / syslog
+    # journald / syslog (journalctl -o short, short-precise, short-full)
+    r"|\s*(?:(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?|[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?"
+    r"(?: [A-Z]{2,5})?) \S+ [\w.\-/@]+(?:\[\d+\])?:"
     r"|\[(?:[A-Za-z][\w.\-/ ]{0,40}|\d{1,7})\]"
     # a host (letters, digits, dashes; ending in a digit), never a compiler or a tool reporting `error:`
     r"|(?!(?:[\w.+-]*-)?(?:gcc|g\+\+|cc|c\+\+|clang|clang\+\+|ld|nvcc)(?:-\d+)*:)[a-z][a-z0-9\-]{0,62}\d:"
@@ -230,7 +243,7 @@ def strip_prefixes(text: str) -> tuple[str, Optional[str], Optional[tuple[str, s
             continue
         outer = False
         g = m.groupdict()
-        lvl = g["lvl1"] or g["lvl2"] or g["lvl3"] or g["lvl4"] or g["lvl5"] or g["lvl6"]
+        lvl = g["lvl1"] or g["lvl2"] or g["lvl3"] or g["lvl4"] or g["lvl5"] or g["lvl6"] or g["lvl7"]
         if lvl:
             level = _LEVEL_OF.get(lvl, lvl)
         for key in ("ts1", "ts4", "ts3", "ts2", "ts5"):

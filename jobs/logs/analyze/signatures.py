@@ -28,7 +28,7 @@ from typing import Any, Callable, NamedTuple, Optional, Protocol
 from . import generic
 from .cause import Spec
 from .matcher import Matcher
-from .patterns import (_PREFIX, BAD_ARGS, BUILD_SPECIFIC, BUILD_UMBRELLA, CRASH, CUDA_ERR, CUDA_OOM, ENGINE_UMBRELLA,
+from .patterns import (_LEVELS, _PREFIX, BAD_ARGS, BRACKET_LEVEL_TAIL, STAMP_TAIL, STAMP_ZONE, BUILD_SPECIFIC, BUILD_UMBRELLA, CRASH, CUDA_ERR, CUDA_OOM, ENGINE_UMBRELLA,
                        EPOCH, EXC_LINE, FOREIGN_PREFIX, GPU_FAULT, HANG, HOST_OOM, IMPORT, JIT, KV_PRESSURE,
                        LOSS_DICT, MAKE, NCCL, NINJA, NODE_OOM, NUM_EPOCHS, OOM_RISK, PORT_IN_USE, SLURM_END, STEP,
                        TOTAL_STEPS, TQDM, VLLM_SPEC_RATE, _SGLANG_FIELD, _VLLM_STATS, is_build_tool)
@@ -378,7 +378,8 @@ def _rx(row: Signature) -> RowPattern:
 PREFIXES: tuple[Signature, ...] = (
     _row("wrapper_prefix", "prefix", FOREIGN_PREFIX, "stripped", 100,
          "IDE CMake runners `[build] `, docker compose `web-1  | `, kubectl `pod/x ` / `[pod/x/c] `, pasted line "
-         "numbers, journald/syslog `Dec  1 10:00:01 host unit[pid]: `, torchrun --tee `[default0]:`, pdsh/clush "
+         "numbers, journald/syslog `Dec  1 10:00:01 host unit[pid]: ` (also short-precise `…:01.123456 `, short-full "
+         "`Thu 2026-12-03 10:00:01 UTC `), torchrun --tee `[default0]:`, pdsh/clush "
          "`node-3: `",
          "web-1  | Uvicorn running on http://0.0.0.0:8000", "Uvicorn running on http://0.0.0.0:8000"),
     _row("vllm_process_prefix", "prefix", r"\((?:[A-Za-z][\w\-:]*\s+)?pid=\d+(?:,\s*ip=[^)]*)?\)", "stripped", 90, "vLLM multiproc `_add_prefix`, all V1; Ray actors",
@@ -404,6 +405,15 @@ PREFIXES: tuple[Signature, ...] = (
          82, "Python logging's default format (basicConfig): torch elastic, the DeepSpeed launcher",
          "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 4187)",
          "failed (exitcode: 1) local_rank: 0 (pid: 4187)"),
+    _row("stamped_wrapper", "prefix", r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?" + STAMP_ZONE + "(?:" + STAMP_TAIL + ")",
+         "stripped", 80, "kubelet's CRI container log (/var/log/pods, containerd, CRI-O) `<RFC3339> stdout F `; "
+         "journalctl -o short-iso `<ISO> host unit[pid]: `",
+         "2026-12-03T14:00:21.323456789Z stderr F (EngineCore_DP0 pid=88) ERROR 12-03 14:00:21 [core.py:708] "
+         "EngineCore failed to start.", "EngineCore failed to start."),
+    _row("bracketed_level", "prefix", r"\[(?:" + _LEVELS + BRACKET_LEVEL_TAIL, "stripped", 79,
+         "DeepSpeed and launchers `[ts] [WARNING] [file.py:N:func] `, HF examples `[INFO|file.py:N] ts >> `",
+         "[WARNING] [stage3.py:2140:step] 4 pytorch allocator cache flushes since last step.",
+         "4 pytorch allocator cache flushes since last step."),
     _row("sglang_gpu_tag", "prefix", r"\[gpu=\d+\]", "stripped", 81, "SGLang 0.2 (ModelTpServer's lines)",
          "[gpu=0] Load weight end. type=LlamaForCausalLM, dtype=torch.float16", "Load weight end. type=LlamaForCausalLM, "
          "dtype=torch.float16"),
