@@ -613,7 +613,7 @@ HINTS = {
     "bad_arguments": "the command line has an option this program/version does not accept — check `--help` "
                      "(e.g. `vllm serve` given twice when the image's entrypoint already runs it)",
     "bad_arguments_value": "an option's value does not fit this model or GPU — the error names the flag to change "
-                           "(--max-model-len, --dtype half on GPUs older than Ampere, …)",
+                           "(--max-model-len / --context-length, --dtype half on GPUs older than Ampere, …)",
     "build_failed": "the build failed — fix the first compiler/CMake error above; check the CUDA toolkit, "
                     "compiler and TORCH_CUDA_ARCH_LIST",
     "build_segfault": "a compiler tool crashed (segfault, not OOM) — retry; if it repeats, change the CUDA "
