@@ -43,7 +43,7 @@ _RARE_ANCHORS: list[tuple[bytes, int]] = [
     (b"GLIBC", F), (b"FATAL", F), (b"CRITICAL", F), (b"_alloc", F | W), (b"Cannot allocate", F | W),
     (b"xhausted", F | W), (b"Interrupt", F), (b"File \"", F), (b"Timeout", F), (b"Not enough memory", F),
     (b"No available memory", F), (b"No module named", F), (b"Aborted", F), (b"Fatal", F),
-    (b"EngineDead", F), (b"EngineCore", F | E), (b"CMake Error", F | M), (b"ptxas", F), (b"ninja: build stopped", F),
+    (b"EngineDead", F), (b"EngineCore", F | E), (b"No CUDA GPUs", F), (b"NVIDIA driver", F), (b"CMake Error", F | M), (b"ptxas", F), (b"ninja: build stopped", F),
     # phases
     (b"Load weight", M), (b"Loading", M | P), (b"Loaded", M), (b"Model loading", M), (b"Starting", M),
     (b"Started", M), (b"Compiling", M), (b"Dynamo", M), (b"_compile", M), (b".compile", M), (b"Captur", M | P),
@@ -536,10 +536,16 @@ NCCL = re.compile(
     r"|Timeout at NCCL work|NCCL operations have failed"
     r"|NCCL WARN NET/\w+ ?: (?:Got completion from peer|.*(?:failed|error))|NCCL WARN Call to \w+ failed"
     r"|NCCL WARN .*[Cc]onnection (?:refused|reset|closed)|NCCL WARN .*failed to extend /dev/shm")
+CUDA_NO_DEVICE = (r"No CUDA GPUs are available|Found no NVIDIA driver|CUDA driver initialization failed"
+                  r"|Unexpected error from cudaGetDeviceCount|Driver/library version mismatch"
+                  r"|forward compatibility was attempted on non supported HW|couldn't communicate with the NVIDIA driver"
+                  r"|NVIDIA driver on your system is too old")
 CUDA_ERR = re.compile(
     r"CUDA error(?!s)|Cuda error(?!s)|CUDA driver error|\.cuh?:\d+: .*Assertion .* failed|illegal memory access|device-side assert|CUBLAS_STATUS_(?!SUCCESS)[A-Z_]+"
     r"|CUDNN_STATUS_[A-Z_]+|cuDNN error|cudaError[A-Z]\w+|no kernel image is available|misaligned address"
-    r"|unspecified launch failure|CUDA driver version is insufficient|illegal instruction was encountered")
+    r"|unspecified launch failure|CUDA driver version is insufficient|illegal instruction was encountered"
+    # no usable GPU at all: no driver, a driver and its libraries of two versions, none passed into the container
+    r"|" + CUDA_NO_DEVICE)
 # vLLM's shm_broadcast notice (INFO, once a minute while a step waits): one is a slow compile, repeats a hang.
 STALL_NOTICE = re.compile(r"No available shared memory broadcast block found in \d+ seconds?"
                           r"|No available block found in \d+ seconds?")
@@ -653,6 +659,9 @@ HINTS = {
                 "down) — check the links and fabric (ibstat, NCCL_IB_HCA); NCCL_IB_DISABLE=1 tests over sockets",
     "cuda_error_p2p": "the GPUs cannot access each other's memory (P2P) — disable the custom all-reduce "
                       "(--disable-custom-all-reduce) or check `nvidia-smi topo -p2p r` / IOMMU and ACS settings",
+    "cuda_error_driver": "no usable GPU — the driver is missing, or of another version than its libraries (upgraded "
+                         "without a reboot), or not passed into the container: check nvidia-smi on the host, "
+                         "CUDA_VISIBLE_DEVICES and --gpus / the device plugin",
     "cuda_error_assert": "a device-side assertion fired in a kernel (usually an index out of bounds: a token id or "
                          "a length beyond the model's limits) — rerun with CUDA_LAUNCH_BLOCKING=1 to locate it",
     "hang_stall": "a step has waited minutes for the workers (repeated shared-memory broadcast notices) — a worker "

@@ -28,7 +28,7 @@ from typing import Any, Callable, NamedTuple, Optional, Protocol
 from . import generic
 from .cause import Spec
 from .matcher import Matcher
-from .patterns import (_LEVELS, _PREFIX, BAD_ARGS, BRACKET_LEVEL_TAIL, STAMP_TAIL, STAMP_ZONE, BUILD_SPECIFIC, BUILD_UMBRELLA, CRASH, CUDA_ERR, CUDA_OOM, ENGINE_UMBRELLA,
+from .patterns import (_LEVELS, _PREFIX, BAD_ARGS, BRACKET_LEVEL_TAIL, CUDA_NO_DEVICE, STAMP_TAIL, STAMP_ZONE, BUILD_SPECIFIC, BUILD_UMBRELLA, CRASH, CUDA_ERR, CUDA_OOM, ENGINE_UMBRELLA,
                        EPOCH, EXC_LINE, FOREIGN_PREFIX, GPU_FAULT, HANG, HOST_OOM, IMPORT, JIT, KV_PRESSURE,
                        LOSS_DICT, MAKE, NCCL, NINJA, NODE_OOM, NUM_EPOCHS, OOM_RISK, PORT_IN_USE, SLURM_END, STEP,
                        TOTAL_STEPS, TQDM, VLLM_SPEC_RATE, _SGLANG_FIELD, _VLLM_STATS, is_build_tool)
@@ -130,11 +130,16 @@ def _plain_oom(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
     return (SPECIFIC, "cuda_oom", "cuda_oom")
 
 
+CUDA_NO_DEVICE_RX = re.compile(CUDA_NO_DEVICE)
+
+
 def _cuda_err(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
     if "no kernel image" in body:
         key = "cuda_error_arch"
     elif "peer access" in body or "PeerAccess" in body:
         key = "cuda_error_p2p"
+    elif CUDA_NO_DEVICE_RX.search(body):
+        key = "cuda_error_driver"
     elif "Assertion" in body or "device-side assert" in body:
         key = "cuda_error_assert"
     else:
@@ -252,7 +257,8 @@ FAILURES: tuple[Signature, ...] = (
               SPECIFIC, verdict=_host_oom),
     Signature("OUT_OF_MEMORY", "cause", re.compile("out of memory"), "cuda_oom", 160, "any",
               "RuntimeError: out of memory", SPECIFIC, verdict=_plain_oom),
-    Signature("CUDA_ERR", "cause", CUDA_ERR, "cuda_error", 150, "torch, CUDA runtime (all)",
+    Signature("CUDA_ERR", "cause", CUDA_ERR, "cuda_error", 150, "torch, CUDA runtime (all); no usable GPU (`No CUDA GPUs are available`, "
+              "NVML `Driver/library version mismatch`, cudaGetDeviceCount's Error 804)",
               "RuntimeError: CUDA error: an illegal memory access was encountered", SPECIFIC, verdict=_cuda_err),
     Signature("NCCL", "cause", NCCL, "nccl", 140, "NCCL 2.x, torch ProcessGroupNCCL",
               "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE) "
