@@ -277,6 +277,11 @@ def test_exit_code_lines_are_judged_per_segment(line: bytes, other: bytes) -> No
     ("TimeoutError: Timed out waiting for the engine core to start", "hang"),
     ("TimeoutError: all_reduce did not finish within 600 s", "nccl"),
     ("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.", "nccl"),
+    ("torch.distributed.DistNetworkError: The client socket has timed out after 1800000ms while trying to connect to "
+     "(gpu-node-1, 29500).", "nccl"),
+    ("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError: ", "nccl"),
+    ("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has "
+     "failed.", "nccl"),
 ])
 def test_a_timeout_exception_is_read_by_what_it_names(line: str, cause: str) -> None:
     r = analyze_bytes(b"Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"

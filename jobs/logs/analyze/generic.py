@@ -39,7 +39,12 @@ EXCEPTION_TYPES: dict[str, tuple[str, int, str]] = {
     "CalledProcessError": ("exception", Spec.EXCEPTION, "exception"),   # a build tool's: BUILD_TOOL_EXIT
     "KeyboardInterrupt": ("exception", Spec.EXCEPTION, "exception_interrupt"),
     "DistBackendError": ("nccl", Spec.SPECIFIC, "nccl"),
-    "DistStoreError": ("nccl", Spec.SPECIFIC, "nccl"),          # c10d rendezvous: the ranks never met
+    # c10d's store and socket, torch elastic's rendezvous (any Rendezvous…Error, by prefix): the ranks never met
+    "DistStoreError": ("nccl", Spec.SPECIFIC, "nccl_rendezvous"),
+    "DistNetworkError": ("nccl", Spec.SPECIFIC, "nccl_rendezvous"),
+    "RendezvousError": ("nccl", Spec.SPECIFIC, "nccl_rendezvous"),
+    # torch elastic's handler of a signal sent to the launcher (SIGTERM, SIGINT from outside): stopped, not a bug
+    "SignalException": ("exception", Spec.EXCEPTION, "exception_signal"),
     "TimeoutError": ("hang", Spec.EXCEPTION, "hang_timeout"),    # nccl when it names a collective
 }
 
@@ -61,6 +66,8 @@ def exception_cause(etype: str) -> tuple[str, int, str]:
             return inner
         etype = etype[:etype.index("(")]
     name = etype.rsplit(".", 1)[-1]
+    if name.startswith("Rendezvous") and name.endswith("Error"):      # RendezvousTimeoutError, …ConnectionError
+        name = "RendezvousError"
     hit = EXCEPTION_TYPES.get(name)
     if hit is not None:
         return hit

@@ -670,6 +670,10 @@ HINTS = {
                 "with --shm-size (e.g. 16g) or --ipc=host",
     "exception_bus_error": "a bus error — in a container almost always /dev/shm too small for shared tensors "
                            "(dataloader workers, NCCL): --shm-size or --ipc=host",
+    "nccl_rendezvous": "the ranks never met (c10d store / rendezvous) — check that MASTER_ADDR:MASTER_PORT (or "
+                       "--rdzv-endpoint) is reachable from every node through the firewall and every node started",
+    "exception_signal": "the launcher was sent a signal from outside (SIGTERM: a scheduler, an eviction, someone's "
+                        "kill) — stopped, not a bug: check who stopped it and resume from the last checkpoint",
     "exception_interrupt": "interrupted (Ctrl-C / SIGINT) — stopped by someone, not by a bug",
 }
 
