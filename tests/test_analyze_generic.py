@@ -357,3 +357,20 @@ def test_a_bracketed_level_is_the_records_level(prefix: str) -> None:
     assert analyze_bytes((prefix.format(level="WARNING") + line + "\n").encode()).failure is None
     failed = analyze_bytes((prefix.format(level="ERROR") + "NCCL error: unhandled system error\n").encode())
     assert failed.failure is not None and failed.failure.cause == "nccl"
+
+
+@pytest.mark.parametrize("text,want", [
+    ("OSError: [Errno 28] No space left on device", ("exception", "DISK_FULL -> exception_disk_full")),
+    ("OSError: [Errno 122] Disk quota exceeded: '/home/u/.cache/huggingface/hub/tmpx'",
+     ("exception", "DISK_FULL -> exception_disk_full")),
+    ("RuntimeError: unable to write to file </torch_4411_2>: No space left on device (28)",
+     ("exception", "DISK_FULL -> exception_shm_full")),
+    # NCCL's own words for its /dev/shm segment stay NCCL's
+    ("gpu-3:41:41 [0] NCCL WARN Error while creating shared memory segment /dev/shm/nccl-x (size 9637888), error: "
+     "No space left on device (28)", ("nccl", "NCCL -> nccl_shm")),
+    ("-- Configuring done\n[3/9] Building CUDA object x.o\n/usr/bin/ld: final link failed: No space left on device",
+     ("build_failed", "DISK_FULL -> exception_disk_full")),
+])
+def test_a_full_disk_is_read_by_where_it_ran_out(text: str, want: tuple) -> None:
+    r = analyze_bytes((text + "\n").encode())
+    assert r.failure is not None and (r.failure.cause, dict(r.decided_by)["failure"].split(" (")[0]) == want

@@ -43,7 +43,7 @@ _RARE_ANCHORS: list[tuple[bytes, int]] = [
     (b"GLIBC", F), (b"FATAL", F), (b"CRITICAL", F), (b"_alloc", F | W), (b"Cannot allocate", F | W),
     (b"xhausted", F | W), (b"Interrupt", F), (b"File \"", F), (b"Timeout", F), (b"Not enough memory", F),
     (b"No available memory", F), (b"No module named", F), (b"Aborted", F), (b"Fatal", F),
-    (b"EngineDead", F), (b"EngineCore", F | E), (b"No CUDA GPUs", F), (b"NVIDIA driver", F), (b"CMake Error", F | M), (b"ptxas", F), (b"ninja: build stopped", F),
+    (b"EngineDead", F), (b"EngineCore", F | E), (b"No CUDA GPUs", F), (b"NVIDIA driver", F), (b"No space left", F), (b"Disk quota", F), (b"PytorchStreamWriter", F), (b"CMake Error", F | M), (b"ptxas", F), (b"ninja: build stopped", F),
     # phases
     (b"Load weight", M), (b"Loading", M | P), (b"Loaded", M), (b"Model loading", M), (b"Starting", M),
     (b"Started", M), (b"Compiling", M), (b"Dynamo", M), (b"_compile", M), (b".compile", M), (b"Captur", M | P),
@@ -518,6 +518,10 @@ CUDA_OOM = re.compile(
     # GPU memory held by someone else at startup (vLLM >= 0.10 / SGLang)
     r"|is less than desired GPU memory utilization|memory capacity is unbalanced")
 PORT_IN_USE = re.compile(r"[Aa]ddress already in use")
+# A write that found no room: ENOSPC / EDQUOT in strerror's words (no errno digits: a template's are 0s), and
+# torch.save's own words for a checkpoint cut short (`PytorchStreamWriter failed writing file`, `unexpected pos`).
+DISK_FULL = re.compile(r"No space left on device|Disk quota exceeded|PytorchStreamWriter failed writing file"
+                       r"|\bunexpected pos \d+ vs \d+")
 # Ray's memory monitor kills workers when the node runs low on host RAM (its error is named OutOfMemoryError).
 NODE_OOM = re.compile(r"ray\.exceptions\.OutOfMemoryError|node running low on memory|exceeds the memory usage threshold"
                       r"|Ray killed this worker|killed due to memory pressure \(OOM\)")
@@ -535,7 +539,7 @@ NCCL = re.compile(
     r"|collective operation timeout|NCCL communicator was aborted|NCCL (?:timeout|Timeout)|DistBackendError"
     r"|Timeout at NCCL work|NCCL operations have failed"
     r"|NCCL WARN NET/\w+ ?: (?:Got completion from peer|.*(?:failed|error))|NCCL WARN Call to \w+ failed"
-    r"|NCCL WARN .*[Cc]onnection (?:refused|reset|closed)|NCCL WARN .*failed to extend /dev/shm")
+    r"|NCCL WARN .*[Cc]onnection (?:refused|reset|closed)|NCCL WARN .*(?:failed to extend|shared memory segment) /dev/shm")
 CUDA_NO_DEVICE = (r"No CUDA GPUs are available|Found no NVIDIA driver|CUDA driver initialization failed"
                   r"|Unexpected error from cudaGetDeviceCount|Driver/library version mismatch"
                   r"|forward compatibility was attempted on non supported HW|couldn't communicate with the NVIDIA driver"
@@ -674,6 +678,10 @@ HINTS = {
                        "--rdzv-endpoint) is reachable from every node through the firewall and every node started",
     "exception_signal": "the launcher was sent a signal from outside (SIGTERM: a scheduler, an eviction, someone's "
                         "kill) — stopped, not a bug: check who stopped it and resume from the last checkpoint",
+    "exception_disk_full": "a disk is full (or over its quota) — free space (df -h), or point the checkpoint, "
+                           "cache (HF_HOME, ~/.cache) and temp (TMPDIR) dirs at a larger volume",
+    "exception_shm_full": "/dev/shm is full — a container's is small by default: run it with --shm-size (e.g. 16g) "
+                          "or --ipc=host, or use fewer dataloader workers",
     "exception_interrupt": "interrupted (Ctrl-C / SIGINT) — stopped by someone, not by a bug",
 }
 

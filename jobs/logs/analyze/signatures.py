@@ -28,7 +28,8 @@ from typing import Any, Callable, NamedTuple, Optional, Protocol
 from . import generic
 from .cause import Spec
 from .matcher import Matcher
-from .patterns import (_LEVELS, _PREFIX, BAD_ARGS, BRACKET_LEVEL_TAIL, CUDA_NO_DEVICE, STAMP_TAIL, STAMP_ZONE, BUILD_SPECIFIC, BUILD_UMBRELLA, CRASH, CUDA_ERR, CUDA_OOM, ENGINE_UMBRELLA,
+from .patterns import (_LEVELS, _PREFIX, BAD_ARGS, BRACKET_LEVEL_TAIL, CUDA_NO_DEVICE, DISK_FULL, STAMP_TAIL,
+                       STAMP_ZONE, BUILD_SPECIFIC, BUILD_UMBRELLA, CRASH, CUDA_ERR, CUDA_OOM, ENGINE_UMBRELLA,
                        EPOCH, EXC_LINE, FOREIGN_PREFIX, GPU_FAULT, HANG, HOST_OOM, IMPORT, JIT, KV_PRESSURE,
                        LOSS_DICT, MAKE, NCCL, NINJA, NODE_OOM, NUM_EPOCHS, OOM_RISK, PORT_IN_USE, SLURM_END, STEP,
                        TOTAL_STEPS, TQDM, VLLM_SPEC_RATE, _SGLANG_FIELD, _VLLM_STATS, is_build_tool)
@@ -152,6 +153,11 @@ def _nccl(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
     if "timeout" in body.lower() or "timed out" in body:
         key = "nccl_first" if "SeqNum=1," in body or "last completed NCCL work: 0" in body else "nccl_timeout"
     return (SPECIFIC, "nccl", key)
+
+
+def _disk_full(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    key = "exception_shm_full" if "/dev/shm" in body or "</torch_" in body else "exception_disk_full"
+    return (SPECIFIC, "build_failed" if ctx.building else "exception", key)
 
 
 def _watchdog(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
@@ -290,6 +296,10 @@ FAILURES: tuple[Signature, ...] = (
               "ValueError: User-specified max_model_len (65536) is greater than the derived max_model_len "
               "(max_position_embeddings=32768 or model_max_length=None in model's config.json).", SPECIFIC,
               "bad_arguments_value"),
+    Signature("DISK_FULL", "cause", DISK_FULL, "exception", 92, "any write (ENOSPC, EDQUOT in strerror's words: "
+              "Python OSError, pip, tar, compilers); torch.save's checkpoint cut short; `build_failed` while building; "
+              "outranked by NCCL's own /dev/shm words",
+              "OSError: [Errno 28] No space left on device", SPECIFIC, verdict=_disk_full),
     Signature("BUILD_SPECIFIC", "cause", BUILD_SPECIFIC, "build_failed", 90, "gcc, nvcc, CMake, ld",
               "csrc/attention.cu(12): error: identifier \"foo\" is undefined", SPECIFIC, verdict=_build_specific),
     Signature("BUILD_TOOL_EXIT", "cause", generic.BUILD_TOOL_EXIT, "build_failed", 85,
