@@ -43,7 +43,10 @@ _RARE_ANCHORS: list[tuple[bytes, int]] = [
     (b"GLIBC", F), (b"FATAL", F), (b"CRITICAL", F), (b"_alloc", F | W), (b"Cannot allocate", F | W),
     (b"xhausted", F | W), (b"Interrupt", F), (b"File \"", F), (b"Timeout", F), (b"Not enough memory", F),
     (b"No available memory", F), (b"No module named", F), (b"Aborted", F), (b"Fatal", F),
-    (b"EngineDead", F), (b"EngineCore", F | E), (b"No CUDA GPUs", F), (b"NVIDIA driver", F), (b"No space left", F), (b"Disk quota", F), (b"PytorchStreamWriter", F), (b"CMake Error", F | M), (b"ptxas", F), (b"ninja: build stopped", F),
+    (b"EngineDead", F), (b"EngineCore", F | E),
+    (b"No CUDA GPUs", F), (b"NVIDIA driver", F), (b"Repository Not Found", F), (b"No space left", F),
+    (b"Disk quota", F), (b"PytorchStreamWriter", F), (b"CMake Error", F | M),
+    (b"ptxas", F), (b"ninja: build stopped", F),
     # phases
     (b"Load weight", M), (b"Loading", M | P), (b"Loaded", M), (b"Model loading", M), (b"Starting", M),
     (b"Started", M), (b"Compiling", M), (b"Dynamo", M), (b"_compile", M), (b".compile", M), (b"Captur", M | P),
@@ -66,7 +69,7 @@ _COMMON_ANCHORS: list[tuple[bytes, int]] = [
     (b"timed out", F), (b"undefined symbol", F), (b"epoch", P), (b"retract", W), (b"preempted", W),
     (b"make -j", W), (b"training ...", M), (b"did not run successfully", F), (b"exitcode", F),
     (b"is dead", F), (b"returncode", F), (b"return code", F), (b"return_code", F), (b"fatal", F),
-    (b"enable traceback", F),
+    (b"enable traceback", F), (b"gated repo", F),
 ] + [(w.encode(), P) for w in STEP_WORDS if w[0].islower()]
 # Until the engine is known for sure, every line of an engine's log carries its
 # signature (a `(Worker_TP0 pid=…)` prefix, a `[… TP3]` rank tag): look at those too.
@@ -518,6 +521,13 @@ CUDA_OOM = re.compile(
     # GPU memory held by someone else at startup (vLLM >= 0.10 / SGLang)
     r"|is less than desired GPU memory utilization|memory capacity is unbalanced")
 PORT_IN_USE = re.compile(r"[Aa]ddress already in use")
+# The Hugging Face Hub refusing a download (a gated or private repo, a bad token) or unreachable (offline mode,
+# no network). No status digits: a template's are 0s; the words after them say which.
+HF_HUB = re.compile(r"GatedRepoError|[Cc]annot access gated repo|access a gated repo|RepositoryNotFoundError"
+                    r"|Repository Not Found for url"
+                    r"|Client Error: (?:Unauthorized|Forbidden) for url: https://huggingface\.co"
+                    r"|Invalid user token|couldn't connect to 'https://huggingface\.co'|LocalEntryNotFoundError"
+                    r"|outgoing traffic has been disabled")
 # A write that found no room: ENOSPC / EDQUOT in strerror's words (no errno digits: a template's are 0s), and
 # torch.save's own words for a checkpoint cut short (`PytorchStreamWriter failed writing file`, `unexpected pos`).
 DISK_FULL = re.compile(r"No space left on device|Disk quota exceeded|PytorchStreamWriter failed writing file"
@@ -682,6 +692,10 @@ HINTS = {
                            "cache (HF_HOME, ~/.cache) and temp (TMPDIR) dirs at a larger volume",
     "exception_shm_full": "/dev/shm is full — a container's is small by default: run it with --shm-size (e.g. 16g) "
                           "or --ipc=host, or use fewer dataloader workers",
+    "exception_hf_auth": "the Hugging Face Hub refused the download (a gated or private repo, or a bad token) — "
+                         "accept the model's license on its page and give the job HF_TOKEN, or use a local path",
+    "exception_hf_offline": "the Hugging Face Hub was not reachable and the files are not in the cache — give the "
+                            "job network access (or a mirror: HF_ENDPOINT), or download the model first (HF_HOME)",
     "exception_interrupt": "interrupted (Ctrl-C / SIGINT) — stopped by someone, not by a bug",
 }
 

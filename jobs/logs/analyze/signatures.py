@@ -28,11 +28,11 @@ from typing import Any, Callable, NamedTuple, Optional, Protocol
 from . import generic
 from .cause import Spec
 from .matcher import Matcher
-from .patterns import (_LEVELS, _PREFIX, BAD_ARGS, BRACKET_LEVEL_TAIL, CUDA_NO_DEVICE, DISK_FULL, STAMP_TAIL,
-                       STAMP_ZONE, BUILD_SPECIFIC, BUILD_UMBRELLA, CRASH, CUDA_ERR, CUDA_OOM, ENGINE_UMBRELLA,
-                       EPOCH, EXC_LINE, FOREIGN_PREFIX, GPU_FAULT, HANG, HOST_OOM, IMPORT, JIT, KV_PRESSURE,
-                       LOSS_DICT, MAKE, NCCL, NINJA, NODE_OOM, NUM_EPOCHS, OOM_RISK, PORT_IN_USE, SLURM_END, STEP,
-                       TOTAL_STEPS, TQDM, VLLM_SPEC_RATE, _SGLANG_FIELD, _VLLM_STATS, is_build_tool)
+from .patterns import (_LEVELS, _PREFIX, BAD_ARGS, BRACKET_LEVEL_TAIL, CUDA_NO_DEVICE, DISK_FULL, HF_HUB, STAMP_TAIL,
+                       STAMP_ZONE, BUILD_SPECIFIC, BUILD_UMBRELLA, CRASH, CUDA_ERR, CUDA_OOM, ENGINE_UMBRELLA, EPOCH,
+                       EXC_LINE, FOREIGN_PREFIX, GPU_FAULT, HANG, HOST_OOM, IMPORT, JIT, KV_PRESSURE, LOSS_DICT, MAKE,
+                       NCCL, NINJA, NODE_OOM, NUM_EPOCHS, OOM_RISK, PORT_IN_USE, SLURM_END, STEP, TOTAL_STEPS, TQDM,
+                       VLLM_SPEC_RATE, _SGLANG_FIELD, _VLLM_STATS, is_build_tool)
 
 SPECIFIC, EXCEPTION, UMBRELLA, ERROR_LEVEL = Spec.SPECIFIC, Spec.EXCEPTION, Spec.UMBRELLA, Spec.ERROR_LEVEL
 
@@ -160,6 +160,11 @@ def _disk_full(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
     return (SPECIFIC, "build_failed" if ctx.building else "exception", key)
 
 
+def _hf_hub(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    offline = "connect to" in body or "LocalEntryNotFound" in body or "outgoing traffic" in body
+    return (EXCEPTION, "exception", "exception_hf_offline" if offline else "exception_hf_auth")
+
+
 def _watchdog(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
     cause = generic.watchdog_cause(body)
     return None if cause is None else (SPECIFIC, cause, "nccl_timeout" if cause == "nccl" else "hang")
@@ -263,7 +268,8 @@ FAILURES: tuple[Signature, ...] = (
               SPECIFIC, verdict=_host_oom),
     Signature("OUT_OF_MEMORY", "cause", re.compile("out of memory"), "cuda_oom", 160, "any",
               "RuntimeError: out of memory", SPECIFIC, verdict=_plain_oom),
-    Signature("CUDA_ERR", "cause", CUDA_ERR, "cuda_error", 150, "torch, CUDA runtime (all); no usable GPU (`No CUDA GPUs are available`, "
+    Signature("CUDA_ERR", "cause", CUDA_ERR, "cuda_error", 150,
+              "torch, CUDA runtime (all); no usable GPU (`No CUDA GPUs are available`, "
               "NVML `Driver/library version mismatch`, cudaGetDeviceCount's Error 804)",
               "RuntimeError: CUDA error: an illegal memory access was encountered", SPECIFIC, verdict=_cuda_err),
     Signature("NCCL", "cause", NCCL, "nccl", 140, "NCCL 2.x, torch ProcessGroupNCCL",
@@ -319,6 +325,11 @@ FAILURES: tuple[Signature, ...] = (
               "tracebacks",
               "RuntimeError: Engine core initialization failed. See root cause above.", UMBRELLA,
               verdict=_engine_umbrella),
+    Signature("HF_HUB", "cause", HF_HUB, "exception", 55, "huggingface_hub / transformers (all): a gated or "
+              "private repo, a bad token (`GatedRepoError`, `401 Client Error: Unauthorized for url`), the Hub "
+              "unreachable in offline mode; rank of an exception, with the hint that says which",
+              "huggingface_hub.errors.GatedRepoError: 401 Client Error. (Request ID: Root=1-674f0000-1a2b)",
+              EXCEPTION, verdict=_hf_hub),
     Signature("CRASH", "cause", CRASH, "exception", 60, "any native crash",
               "Segmentation fault (core dumped)", EXCEPTION, verdict=_crash),
     Signature("EXC_LINE", "cause", EXC_LINE, "exception", 50, "Python (a traceback's final exception, by type)",
