@@ -451,10 +451,11 @@ PREFIXES: tuple[Signature, ...] = (
 # strong one is seen; weak hints are weighed (see State.engine). The row id is the signature's name.
 ENGINES: tuple[Signature, ...] = (
     _row("vllm_process_prefix", "engine",
-         r"\((?:APIServer|EngineCore(?:_\w+)?|VllmWorker(?:Process|_\w+|(?: (?:rank=\d+|[A-Z]{2}\d+))+)?"
+         r"\((?:A(?:PI|pi)Server(?:_\d+)?|VLLM_\w+|EngineCore(?:_\w+)?|VllmWorker(?:Process|_\w+|(?: (?:rank=\d+|[A-Z]{2}\d+))+)?"
          r"|Worker(?:_[A-Z]{2}\d+)+|RayWorkerWrapper|VLLM::\w+) pid=\d+|^\(Worker pid=\d+\)", "vllm", 3,
          "VllmWorkerProcess 0.4-0.6; VllmWorker rank= 0.8-0.9; VllmWorker TPn 0.10; Worker_* 0.11+; "
-         "EngineCore/APIServer all V1", "(Worker_PP1_TP3 pid=31) INFO 06-02 14:00:15 [loader.py:10] rank 3 is ready"),
+         "EngineCore/APIServer all V1; --api-server-count's ApiServer_N, VLLM_DP_Coordinator (data parallel)",
+         "(Worker_PP1_TP3 pid=31) INFO 06-02 14:00:15 [loader.py:10] rank 3 is ready"),
     _row("vllm_banner", "engine", r"Starting vLLM|vLLM API server|vLLM is using|Initializing a V\d LLM engine"
          r"|usage: vllm|^vllm: error|vllm serve|VLLM::|vllm_config|from vllm|vllm\.entrypoints", "vllm", 3,
          "vLLM 0.4 -> current", "INFO 06-02 14:00:00 [api_server.py:1] vLLM API server version 0.11.0"),
