@@ -46,6 +46,9 @@ FIXES = {
     ("fixture deepspeed_bracketed_warning_words.log", "failure"): None,
     # record prefixes: journalctl -o short-iso's `<ISO> host unit[pid]: ` hid the vLLM header behind it
     ("fixture journald_short_iso_vllm_keyerror.log", "failure"): ("exception", 7),
+    # record prefixes: `%(asctime)s %(levelname)s` (a space, no dash): a caught OOM's WARNING names no cause
+    ("fixture pylogging_space_level_caught_oom.log", "phase"): "training",
+    ("fixture pylogging_space_level_caught_oom.log", "failure"): None,
 }
 
 

@@ -374,3 +374,14 @@ def test_a_bracketed_level_is_the_records_level(prefix: str) -> None:
 def test_a_full_disk_is_read_by_where_it_ran_out(text: str, want: tuple) -> None:
     r = analyze_bytes((text + "\n").encode())
     assert r.failure is not None and (r.failure.cause, dict(r.decided_by)["failure"].split(" (")[0]) == want
+
+
+@pytest.mark.parametrize("line,level,message", [
+    ("2026-12-03 14:00:05,123 WARNING CUDA out of memory at batch size 64, retrying with 32", "WARNING",
+     "CUDA out of memory at batch size 64, retrying with 32"),
+    ("2026-12-03 14:00:05,123\tWARNING worker.py:2000 -- NCCL errors will now raise", "WARNING",
+     "NCCL errors will now raise"),                                                   # Ray's driver
+    ("2026-12-03 14:00:05,123 INFORMATION kept", None, "INFORMATION kept"),          # no level
+])
+def test_a_timestamp_then_a_level_after_a_space(line: str, level: str, message: str) -> None:
+    assert strip_prefixes(line)[:2] == (message, level)

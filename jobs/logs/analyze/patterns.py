@@ -198,7 +198,9 @@ _PREFIX = re.compile(
     r"|(?P<lvl1>" + _LEVELS + r")\s+(?P<ts3>\d\d-\d\d\s\d\d:\d\d:\d\d)(?:\.\d+)?\s+(?:\[[^\]]*\]|[\w.\-]+:\d+\])"   # vLLM header
     r"|(?P<ts4>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?"                                   # 2025-.. [- INFO -]
     r"(?:" + STAMP_ZONE + r"(?:" + STAMP_TAIL + r")?)?"
-    r"(?:\s*[-|]\s*(?P<lvl2>" + _LEVELS + r")\s*[-|:]\s*(?:[\w.]+(?:\s*\[[^\]]*\])?\s*[:|\-]\s)?)?"
+    # its level after ` - `, ` | ` or plain space (`%(asctime)s %(levelname)s`, Ray's `<tab>INFO worker.py:N -- `)
+    r"(?:(?:\s*[-|]\s*|\s+)(?P<lvl2>" + _LEVELS + r")(?=[\s:|\-])(?!\s+\d\d-\d\d\s)\s*(?:[-|:]\s*)?"   # (not vLLM's own header)
+    r"(?:[\w.]+(?:\s*\[[^\]]*\])?\s*[:|\-]\s|[\w.]+:\d+ --\s)?)?"
     r"|(?P<lvl6>" + _LEVELS + r"):[A-Za-z_][\w.]*:(?=\S)(?!//)"                              # logging's ERROR:torch.x:
     r"|(?P<lvl3>" + _LEVELS + r")(?::\s*|\s+-\s+|\s+(?=\[))"                                   # INFO:  / INFO - 
     r"|\[(?P<lvl7>" + _LEVELS + BRACKET_LEVEL_TAIL +                                     # [INFO] [launch.py:N:f]
