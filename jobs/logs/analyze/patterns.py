@@ -555,7 +555,9 @@ NCCL = re.compile(
 CUDA_NO_DEVICE = (r"No CUDA GPUs are available|Found no NVIDIA driver|CUDA driver initialization failed"
                   r"|Unexpected error from cudaGetDeviceCount|Driver/library version mismatch"
                   r"|forward compatibility was attempted on non supported HW|couldn't communicate with the NVIDIA driver"
-                  r"|NVIDIA driver on your system is too old")
+                  r"|NVIDIA driver on your system is too old"
+                  # the container runtime's: the NVIDIA hook failed, or docker has no GPU runtime at all
+                  r"|nvidia-container-cli: \w+ error|could not select device driver \"[^\"]*\" with capabilities: \[\[gpu\]\]")
 CUDA_ERR = re.compile(
     r"CUDA error(?!s)|Cuda error(?!s)|CUDA driver error|\.cuh?:\d+: .*Assertion .* failed|illegal memory access|device-side assert|CUBLAS_STATUS_(?!SUCCESS)[A-Z_]+"
     r"|CUDNN_STATUS_[A-Z_]+|cuDNN error|cudaError[A-Z]\w+|no kernel image is available|misaligned address"
