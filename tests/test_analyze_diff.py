@@ -49,6 +49,11 @@ FIXES = {
     # record prefixes: `%(asctime)s %(levelname)s` (a space, no dash): a caught OOM's WARNING names no cause
     ("fixture pylogging_space_level_caught_oom.log", "phase"): "training",
     ("fixture pylogging_space_level_caught_oom.log", "failure"): None,
+    # record prefixes: NeMo's `[NeMo W <ts> file:N]` and torchtitan's `[rank0]:[titan] <ts> - root - WARNING - `
+    ("fixture nemo_tagged_warning_words.log", "phase"): "training",
+    ("fixture nemo_tagged_warning_words.log", "failure"): None,
+    ("fixture torchtitan_logger_tag_warning_words.log", "phase"): "training",
+    ("fixture torchtitan_logger_tag_warning_words.log", "failure"): None,
 }
 
 

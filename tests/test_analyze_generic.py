@@ -382,6 +382,10 @@ def test_a_full_disk_is_read_by_where_it_ran_out(text: str, want: tuple) -> None
     ("2026-12-03 14:00:05,123\tWARNING worker.py:2000 -- NCCL errors will now raise", "WARNING",
      "NCCL errors will now raise"),                                                   # Ray's driver
     ("2026-12-03 14:00:05,123 INFORMATION kept", None, "INFORMATION kept"),          # no level
+    ("[rank0]:[titan] 2026-12-03 14:00:02,123 - root - WARNING - NCCL errors will raise", "WARNING",
+     "NCCL errors will raise"),                                                       # torchtitan: name, then level
+    ("[NeMo W 2026-12-03 14:00:02 nemo_logging:393] NCCL errors will raise", "WARNING", "NCCL errors will raise"),
+    ("[NeMo E 2026-12-03 14:00:02 exp_manager:100] Checkpoint save failed", "ERROR", "Checkpoint save failed"),
 ])
 def test_a_timestamp_then_a_level_after_a_space(line: str, level: str, message: str) -> None:
     assert strip_prefixes(line)[:2] == (message, level)

@@ -198,18 +198,24 @@ _PREFIX = re.compile(
     r"|(?P<lvl1>" + _LEVELS + r")\s+(?P<ts3>\d\d-\d\d\s\d\d:\d\d:\d\d)(?:\.\d+)?\s+(?:\[[^\]]*\]|[\w.\-]+:\d+\])"   # vLLM header
     r"|(?P<ts4>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?"                                   # 2025-.. [- INFO -]
     r"(?:" + STAMP_ZONE + r"(?:" + STAMP_TAIL + r")?)?"
-    # its level after ` - `, ` | ` or plain space (`%(asctime)s %(levelname)s`, Ray's `<tab>INFO worker.py:N -- `)
-    r"(?:(?:\s*[-|]\s*|\s+)(?P<lvl2>" + _LEVELS + r")(?=[\s:|\-])(?!\s+\d\d-\d\d\s)\s*(?:[-|:]\s*)?"   # (not vLLM's own header)
-    r"(?:[\w.]+(?:\s*\[[^\]]*\])?\s*[:|\-]\s|[\w.]+:\d+ --\s)?)?"
+    # its level after ` - `, ` | ` or plain space (`%(asctime)s %(levelname)s`, Ray's `<tab>INFO worker.py:N -- `),
+    # or after the logger's name (`%(asctime)s - %(name)s - %(levelname)s - `)
+    r"(?:(?:\s*[-|]\s*(?P<nb>[\w.]+\s*[-|]\s*)?|\s+)(?P<lvl2>" + _LEVELS + r")(?=[\s:|\-])(?!\s+\d\d-\d\d\s)"
+    r"\s*(?:[-|:]\s*)?"                        # (not vLLM's own header), then the logger's name unless it came first
+    r"(?(nb)|(?:(?!(?:step|epoch|iter|iteration)\b)[\w.]+(?:\s*\[[^\]]*\])?\s*[:|\-]\s|[\w.]+:\d+ --\s)?))?"
     r"|(?P<lvl6>" + _LEVELS + r"):[A-Za-z_][\w.]*:(?=\S)(?!//)"                              # logging's ERROR:torch.x:
     r"|(?P<lvl3>" + _LEVELS + r")(?::\s*|\s+-\s+|\s+(?=\[))"                                   # INFO:  / INFO - 
     r"|\[(?P<lvl7>" + _LEVELS + BRACKET_LEVEL_TAIL +                                     # [INFO] [launch.py:N:f]
+    # a framework's tagged header: NeMo's `[NeMo W 2026-05-02 14:00:02 nemo_logging:393]` (its level a letter),
+    # and a logger's bracketed name before its timestamp, behind a rank prefix (torchtitan's `[rank0]:[titan] 2026-…`)
+    r"|\[[A-Za-z][\w\-]{0,30} (?P<lvl8>[DIWEFC]) \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? [\w.\-]+:\d+\]"
+    r"|\[[A-Za-z][\w.\-]{0,30}\](?=\s?\d{4}-\d\d-\d\d[ T]\d\d:)"
     r"|\[(?P<lvl4>[EWIF])\s[^\]]*\.(?:cpp|cc|cu|h|hpp|c):\d+\]"                                 # [E ProcessGroupNCCL.cpp:563]
     r"|\[?(?P<lvl5>[EWIF])\d{3,4}\s\d\d:\d\d:\d\d\.\d+(?:\s+\d+)?\s\S+:\d+\]"                         # glog, bare or [bracketed]
     r"|\[\s*\d+\.\d+\]"                                                                       # dmesg
     r"|(?:#\d+\s)?(?P<ts5>\d+\.\d+)(?=\s\S)"                                                  # buildkit 25.88
     r")\s?")
-_LEVEL_OF = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "FATAL"}
+_LEVEL_OF = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "FATAL", "D": "DEBUG", "C": "CRITICAL"}
 # What a wrapper puts before a whole record (outermost, before any prefix above): nobody can list
 # them all, so the shapes are generic. An IDE/CMake runner's `[build] `, kubectl's `[pod/x/c] ` and
 # `pod/x-7f9 `, docker compose's `web-1  | ` (or a pasted `  | `), a viewer's line number `[1830] `,
@@ -248,7 +254,7 @@ def strip_prefixes(text: str) -> tuple[str, Optional[str], Optional[tuple[str, s
             continue
         outer = False
         g = m.groupdict()
-        lvl = g["lvl1"] or g["lvl2"] or g["lvl3"] or g["lvl4"] or g["lvl5"] or g["lvl6"] or g["lvl7"]
+        lvl = g["lvl1"] or g["lvl2"] or g["lvl3"] or g["lvl4"] or g["lvl5"] or g["lvl6"] or g["lvl7"] or g["lvl8"]
         if lvl:
             level = _LEVEL_OF.get(lvl, lvl)
         for key in ("ts1", "ts4", "ts3", "ts2", "ts5"):

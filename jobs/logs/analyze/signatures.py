@@ -443,6 +443,11 @@ PREFIXES: tuple[Signature, ...] = (
          "DeepSpeed and launchers `[ts] [WARNING] [file.py:N:func] `, HF examples `[INFO|file.py:N] ts >> `",
          "[WARNING] [stage3.py:2140:step] 4 pytorch allocator cache flushes since last step.",
          "4 pytorch allocator cache flushes since last step."),
+    _row("tagged_header", "prefix", r"\[[A-Za-z][\w\-]{0,30} [DIWEFC] \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? [\w.\-]+:\d+\]"
+         r"|\[[A-Za-z][\w.\-]{0,30}\](?=\s?\d{4}-\d\d-\d\d[ T]\d\d:)", "stripped", 78,
+         "NeMo `[NeMo W <date> <time> file:N]` (a one-letter level); a logger's `[name]` before its timestamp "
+         "behind a rank prefix (torchtitan `[rank0]:[titan] <ts> - root - INFO - `)",
+         "[NeMo W 2026-12-03 14:00:02 nemo_logging:393] Could not import apex", "Could not import apex"),
     _row("sglang_gpu_tag", "prefix", r"\[gpu=\d+\]", "stripped", 81, "SGLang 0.2 (ModelTpServer's lines)",
          "[gpu=0] Load weight end. type=LlamaForCausalLM, dtype=torch.float16", "Load weight end. type=LlamaForCausalLM, "
          "dtype=torch.float16"),
