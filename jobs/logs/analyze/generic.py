@@ -49,6 +49,11 @@ EXCEPTION_TYPES: dict[str, tuple[str, int, str]] = {
 }
 
 
+# An exception raised while the interpreter shuts down (a destructor or atexit hook importing after sys.meta_path is
+# gone): printed after the run's own end, it is noise, never its cause.
+AT_SHUTDOWN = re.compile(r"Python is likely shutting down|sys\.meta_path is None")
+
+
 def exception_cause_of(etype: str, body: str) -> tuple[str, int, str]:
     """exception_cause(), with a timeout read by what it names (a collective: nccl; else a hang)."""
     cause = exception_cause(etype)

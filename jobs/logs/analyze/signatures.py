@@ -173,6 +173,8 @@ def _watchdog(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
 def _import(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
     if body.startswith("Ignore import error when loading"):
         return None             # SGLang skipping a model class whose optional dependency is missing: it starts on
+    if generic.AT_SHUTDOWN.search(body):
+        return None             # a destructor's import at interpreter exit: noise after the run's own end
     exc = EXC_LINE.match(body)
     if exc and not (exc.group("msg") or "").strip():
         return (UMBRELLA, "import_error", "import_error")
@@ -224,6 +226,8 @@ def _crash(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
 
 
 def _exception(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    if generic.AT_SHUTDOWN.search(body):
+        return None
     cause, rank, key = generic.exception_cause_of(m.group("type"), body)
     if cause == "exception" and ctx.building:
         return (EXCEPTION, "build_failed", "build_failed")
