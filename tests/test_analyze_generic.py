@@ -389,3 +389,14 @@ def test_a_full_disk_is_read_by_where_it_ran_out(text: str, want: tuple) -> None
 ])
 def test_a_timestamp_then_a_level_after_a_space(line: str, level: str, message: str) -> None:
     assert strip_prefixes(line)[:2] == (message, level)
+
+
+@pytest.mark.parametrize("text,line", [
+    ("Collecting vllm==0.99.0\nERROR: Could not find a version that satisfies the requirement vllm==0.99.0 (from "
+     "versions: 0.10.0, 0.11.0)\nERROR: No matching distribution found for vllm==0.99.0", 2),
+    ("  \u00d7 No solution found when resolving dependencies:\n  \u2570\u2500\u25b6 Because vllm==0.11.0 depends on "
+     "torch==2.8.0 and you require torch==2.9.0, we can conclude that your requirements are unsatisfiable.", 1),   # uv
+])
+def test_an_installer_that_finds_no_version_fails_the_build(text: str, line: int) -> None:
+    r = analyze_bytes((text + "\n").encode())
+    assert r.failure is not None and (r.failure.cause, r.failure.line) == ("build_failed", line), r.failure

@@ -45,7 +45,7 @@ _RARE_ANCHORS: list[tuple[bytes, int]] = [
     (b"No available memory", F), (b"No module named", F), (b"Aborted", F), (b"Fatal", F),
     (b"EngineDead", F), (b"EngineCore", F | E),
     (b"No CUDA GPUs", F), (b"NVIDIA driver", F), (b"Repository Not Found", F), (b"No space left", F),
-    (b"Disk quota", F), (b"PytorchStreamWriter", F), (b"CMake Error", F | M),
+    (b"Disk quota", F), (b"PytorchStreamWriter", F), (b"No solution found", F), (b"ResolutionImpossible", F), (b"CMake Error", F | M),
     (b"ptxas", F), (b"ninja: build stopped", F),
     # phases
     (b"Load weight", M), (b"Loading", M | P), (b"Loaded", M), (b"Model loading", M), (b"Starting", M),
@@ -646,6 +646,8 @@ HINTS = {
                            "(--max-model-len / --context-length, --dtype half on GPUs older than Ampere, …)",
     "build_failed": "the build failed — fix the first compiler/CMake error above; check the CUDA toolkit, "
                     "compiler and TORCH_CUDA_ARCH_LIST",
+    "build_deps": "the installer found no version that fits — read the conflict it printed, then change the pins "
+                  "(torch / CUDA wheels of one release), the Python version or the index URL (--extra-index-url)",
     "build_segfault": "a compiler tool crashed (segfault, not OOM) — retry; if it repeats, change the CUDA "
                       "toolkit version or the arch list",
     "slurm_time_limit": "Slurm killed the job at its time limit — raise `time` in jobs.toml (sbatch --time), "

@@ -324,6 +324,13 @@ FAILURES: tuple[Signature, ...] = (
               "keeps (`Could not build wheels for X` to 24.0, `Failed to build installable wheels` from 24.1)",
               "ERROR: Could not build wheels for flash-attn, which is required to install pyproject.toml-based "
               "projects", UMBRELLA, "build_failed"),
+    Signature("DEPS_UNRESOLVED", "cause", re.compile(r"No matching distribution found for \S|Could not find a version that satisfies the requirement"
+                                                    r"|ResolutionImpossible"
+                                                    r"|because these package versions have conflicting dependencies"
+                                                    r"|No solution found when resolving dependencies"),
+              "build_failed", 79, "pip (all), uv: the installer found no version that fits the pins, before any "
+              "build (`No matching distribution found for X`, `ResolutionImpossible`, uv's `No solution found`)",
+              "ERROR: No matching distribution found for vllm==0.99.0", SPECIFIC, "build_deps"),
     Signature("ENGINE_UMBRELLA", "cause", ENGINE_UMBRELLA, "exception", 70,
               "vLLM V1 EngineCore, SGLang scheduler, torchrun and its elastic agent, the DeepSpeed launcher, Python "
               "tracebacks",
