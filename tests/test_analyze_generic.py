@@ -400,3 +400,20 @@ def test_a_timestamp_then_a_level_after_a_space(line: str, level: str, message: 
 def test_an_installer_that_finds_no_version_fails_the_build(text: str, line: int) -> None:
     r = analyze_bytes((text + "\n").encode())
     assert r.failure is not None and (r.failure.cause, r.failure.line) == ("build_failed", line), r.failure
+
+
+_ELASTIC = ("[default0]:step 50/1000 loss 3.2\n"
+            "E1203 14:05:01.000000 7001 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: {code}) "
+            "local_rank: 0 (pid: 7010) of binary: /usr/bin/python3\n"
+            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+            "Root Cause (first observed failure):\n[0]:\n  exitcode  : {code} (pid: 7010)\n  traceback : {tb}\n")
+
+
+@pytest.mark.parametrize("code,tb,want", [
+    ("-6", "Signal 6 (SIGABRT) received by PID 7010", 7),          # the worker's fatal signal, in the table
+    ("-11", "Signal 11 (SIGSEGV) received by PID 7010", 7),
+    ("1", "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html", 2),   # its own log has it
+])
+def test_torch_elastic_summary_is_an_envelope_of_its_workers_end(code: str, tb: str, want: int) -> None:
+    r = analyze_bytes(_ELASTIC.format(code=code, tb=tb).encode())
+    assert r.failure is not None and (r.failure.cause, r.failure.line) == ("exception", want), r.failure

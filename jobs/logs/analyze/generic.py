@@ -38,6 +38,8 @@ EXCEPTION_TYPES: dict[str, tuple[str, int, str]] = {
     "MemoryError": ("host_oom", Spec.SPECIFIC, "host_oom"),
     "CalledProcessError": ("exception", Spec.EXCEPTION, "exception"),   # a build tool's: BUILD_TOOL_EXIT
     "KeyboardInterrupt": ("exception", Spec.EXCEPTION, "exception_interrupt"),
+    # torch elastic's summary of a worker that failed: an envelope ("see the failures table"), never the cause
+    "ChildFailedError": ("exception", Spec.UMBRELLA, "exception_umbrella"),
     "DistBackendError": ("nccl", Spec.SPECIFIC, "nccl"),
     # c10d's store and socket, torch elastic's rendezvous (any Rendezvous…Error, by prefix): the ranks never met
     "DistStoreError": ("nccl", Spec.SPECIFIC, "nccl_rendezvous"),

@@ -36,7 +36,9 @@ def training_shaped(body: str) -> bool:
 _RARE_ANCHORS: list[tuple[bytes, int]] = [
     # failures
     (b"Error", F), (b"ERROR", F), (b"xception", F), (b"Traceback", F), (b"Killed", F), (b"killed", F),
-    (b"SIGKILL", F), (b"SIGSEGV", F), (b"NCCL", F), (b"Xid", F), (b"NVRM", F), (b"Watchdog", F), (b"watchdog", F),
+    (b"SIGKILL", F), (b"SIGSEGV", F),
+    (b"SIGBUS", F), (b"SIGABRT", F), (b"SIGILL", F), (b"SIGFPE", F), (b"NCCL", F), (b"Xid", F), (b"NVRM", F),
+    (b"Watchdog", F), (b"watchdog", F),
     (b"CUDA", F), (b"xit code", F), (b"xit status", F), (b"xited with", F), (b"xit Code", F), (b"xit Status", F),
     (b"xit_code", F), (b"xit_status", F), (b"xitCode", F), (b"quit", F), (b"Out of memory", F),
     (b"-kill", F), (b"FAILED", F), (b"Failed", F), (b"Segmentation fault", F), (b"(core dumped", F),
@@ -45,7 +47,8 @@ _RARE_ANCHORS: list[tuple[bytes, int]] = [
     (b"No available memory", F), (b"No module named", F), (b"Aborted", F), (b"Fatal", F),
     (b"EngineDead", F), (b"EngineCore", F | E),
     (b"No CUDA GPUs", F), (b"NVIDIA driver", F), (b"Repository Not Found", F), (b"No space left", F),
-    (b"Disk quota", F), (b"PytorchStreamWriter", F), (b"No solution found", F), (b"ResolutionImpossible", F), (b"CMake Error", F | M),
+    (b"Disk quota", F), (b"PytorchStreamWriter", F), (b"No solution found", F), (b"ResolutionImpossible", F),
+    (b"CMake Error", F | M),
     (b"ptxas", F), (b"ninja: build stopped", F),
     # phases
     (b"Load weight", M), (b"Loading", M | P), (b"Loaded", M), (b"Model loading", M), (b"Starting", M),
@@ -607,7 +610,9 @@ ENGINE_UMBRELLA = re.compile(
 # (slurmstepd's node failure reads "DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS")
 SLURM_END = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+(?: DUE TO (?P<why>[A-Z ,]+?))? \*\*\*")
 SLURM_OOM = re.compile(r"Detected \d+ oom[-_ ]kill event|Exceeded (?:job|step) memory limit|exceeded memory limit")
-CRASH = re.compile(r"Segmentation fault|SIGSEGV|core dumped|Aborted \(core dumped\)|Fatal Python error|^Bus error\b")
+# (torch elastic's failures table names a worker's fatal signal: `traceback : Signal 7 (SIGBUS) received by PID`)
+CRASH = re.compile(r"Segmentation fault|SIGSEGV|core dumped|Aborted \(core dumped\)|Fatal Python error|^Bus error\b"
+                   r"|\(SIG(?:BUS|ABRT|ILL|FPE)\) received by PID")
 NOT_FAILURE_LEVELS = ("INFO", "DEBUG", "NOTICE")
 
 OOM_RISK = re.compile(r"Allowing ninja to set a default number of workers|make -j(?:\s|$)"

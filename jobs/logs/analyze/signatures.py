@@ -222,7 +222,8 @@ def _engine_umbrella(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
 def _crash(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
     if ctx.building:
         return (EXCEPTION, "build_failed", "build_failed")
-    return (EXCEPTION, "exception", "exception_bus_error" if body.startswith("Bus error") else "exception_crash")
+    bus = body.startswith("Bus error") or "(SIGBUS)" in body
+    return (EXCEPTION, "exception", "exception_bus_error" if bus else "exception_crash")
 
 
 def _exception(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
