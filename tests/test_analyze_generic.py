@@ -417,3 +417,17 @@ _ELASTIC = ("[default0]:step 50/1000 loss 3.2\n"
 def test_torch_elastic_summary_is_an_envelope_of_its_workers_end(code: str, tb: str, want: int) -> None:
     r = analyze_bytes(_ELASTIC.format(code=code, tb=tb).encode())
     assert r.failure is not None and (r.failure.cause, r.failure.line) == ("exception", want), r.failure
+
+
+@pytest.mark.parametrize("line,cause", [
+    # a row's words in a line with no other anchor (no Error, failed, CUDA…): the prefilter must let it through
+    ("Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU",
+     "gpu_fault"),
+    ("nvidia-smi: GPU 0000:3b:00.0 has fallen off the bus", "gpu_fault"),
+    ("  traceback : Signal 7 (SIGBUS) received by PID 7010", "exception"),
+    ("tar: model/x.bin: Cannot write: No space left on device", "exception"),
+    ("Cannot access gated repo for url https://huggingface.co/m/resolve/main/config.json.", "exception"),
+])
+def test_a_rows_words_alone_are_examined(line: str, cause: str) -> None:
+    r = analyze_bytes(("step 100/1000 loss 2.2\n" + line + "\n").encode())
+    assert r.failure is not None and (r.failure.cause, r.failure.line) == (cause, 2), r.failure
