@@ -660,6 +660,8 @@ HINTS = {
                         "or checkpoint and resume in shorter jobs",
     "slurm_oom": "Slurm's memory limit killed the job — raise --mem in sbatch_args (or ask for more nodes), "
                  "or lower the job's host memory use",
+    "slurm_refused": "Slurm refused the job's request before it ran — the reason ends the line (partition, account, "
+                     "QOS, --gres=gpu:N, time limit, node count): fix sbatch_args in jobs.toml (sinfo shows what exists)",
     "slurm_node_fail": "the Slurm node failed under the job — resubmit it; tell the cluster admins if it repeats",
     "slurm_preempted": "Slurm preempted the job for a higher-priority one — resubmit, or use a partition/QOS "
                        "that is not preempted",

@@ -123,6 +123,12 @@ def _slurm_end(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
     return None if hit is None else (SPECIFIC, hit[0], hit[1])     # none: scancel, a stop someone asked for
 
 
+def _slurm_refused(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    if "timed out" in body or "contact slurm controller" in body or "Zero Bytes were transmitted" in body:
+        return None             # the controller did not answer: the cluster's trouble, not the request's
+    return (SPECIFIC, "bad_arguments", "slurm_refused")
+
+
 def _plain_oom(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
     if "ecode out of memory happened" in body:
         return None             # SGLang 0.2-0.4 retracting requests (KV cache pressure, a warning): it serves on
@@ -254,6 +260,12 @@ FAILURES: tuple[Signature, ...] = (
               "itself; `node_fail` and `preempted` by the same line's reason, none for a plain scancel",
               "slurmstepd: error: *** JOB 4815162 ON gpu-node-07 CANCELLED AT 2026-05-02T14:00:03 DUE TO TIME LIMIT ***",
               SPECIFIC, verdict=_slurm_end),
+    Signature("SLURM_REFUSED", "cause", re.compile(r"(?:sbatch|srun|salloc): error: (?:Batch job submission failed"
+                                                  r"|Unable to allocate resources|Job submit/allocate failed): "),
+              "bad_arguments", 205, "Slurm sbatch / srun / salloc (all): the request was refused before the job ran "
+              "(partition, account, QOS, gres, time limit, node count); the reason ends the line",
+              "sbatch: error: Batch job submission failed: Invalid generic resource (gres) specification",
+              SPECIFIC, verdict=_slurm_refused),
     Signature("GPU_FAULT", "cause", GPU_FAULT, "gpu_fault", 200, "NVIDIA driver (NVRM), GSP firmware R535+",
               "NVRM: GPU at PCI:0000:3b:00: GPU has fallen off the bus.", SPECIFIC),
     Signature("NODE_OOM", "cause", NODE_OOM, "host_oom", 190, "Ray >= 2.3 memory monitor",
