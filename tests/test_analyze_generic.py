@@ -370,8 +370,11 @@ def test_a_bracketed_level_is_the_records_level(prefix: str) -> None:
      "No space left on device (28)", ("nccl", "NCCL -> nccl_shm")),
     ("-- Configuring done\n[3/9] Building CUDA object x.o\n/usr/bin/ld: final link failed: No space left on device",
      ("build_failed", "DISK_FULL -> exception_disk_full")),
+    # a hint of its own where the generic one would mislead
+    ("RuntimeError: CUDA error: invalid device ordinal", ("cuda_error", "CUDA_ERR -> cuda_error_ordinal")),
+    ("RuntimeError: No CUDA GPUs are available", ("cuda_error", "CUDA_ERR -> cuda_error_driver")),
 ])
-def test_a_full_disk_is_read_by_where_it_ran_out(text: str, want: tuple) -> None:
+def test_a_line_is_read_with_the_hint_that_fits_it(text: str, want: tuple) -> None:
     r = analyze_bytes((text + "\n").encode())
     assert r.failure is not None and (r.failure.cause, dict(r.decided_by)["failure"].split(" (")[0]) == want
 

@@ -696,6 +696,8 @@ HINTS = {
     "cuda_error_driver": "no usable GPU — the driver is missing, or of another version than its libraries (upgraded "
                          "without a reboot), or not passed into the container: check nvidia-smi on the host, "
                          "CUDA_VISIBLE_DEVICES and --gpus / the device plugin",
+    "cuda_error_ordinal": "a GPU index beyond the GPUs this process sees — check CUDA_VISIBLE_DEVICES and that "
+                          "tensor × pipeline parallel size (or the ranks per node) fits the visible GPUs",
     "cuda_error_assert": "a device-side assertion fired in a kernel (usually an index out of bounds: a token id or "
                          "a length beyond the model's limits) — rerun with CUDA_LAUNCH_BLOCKING=1 to locate it",
     "hang_stall": "a step has waited minutes for the workers (repeated shared-memory broadcast notices) — a worker "

@@ -147,6 +147,8 @@ def _cuda_err(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
         key = "cuda_error_p2p"
     elif CUDA_NO_DEVICE_RX.search(body):
         key = "cuda_error_driver"
+    elif "invalid device ordinal" in body:
+        key = "cuda_error_ordinal"
     elif "Assertion" in body or "device-side assert" in body:
         key = "cuda_error_assert"
     else:
