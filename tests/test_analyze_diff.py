@@ -40,6 +40,20 @@ FIXES = {
     ("fixture launcher_exit_code_137.log", "phase"): "failed",
     ("fixture pipeline_returncode_minus9.log", "failure"): ("host_oom", 4),            # `returncode=-9`
     ("fixture pipeline_returncode_minus9.log", "phase"): "failed",
+    # record prefixes: DeepSpeed's bracketed `[WARNING]` is the record's level (a warning names no cause)
+    ("fixture deepspeed_bracketed_warning_words.log", "phase"): "training",
+    ("fixture deepspeed_bracketed_warning_words.log", "progress"): (400, 500, "training"),
+    ("fixture deepspeed_bracketed_warning_words.log", "failure"): None,
+    # record prefixes: journalctl -o short-iso's `<ISO> host unit[pid]: ` hid the vLLM header behind it
+    ("fixture journald_short_iso_vllm_keyerror.log", "failure"): ("exception", 7),
+    # record prefixes: `%(asctime)s %(levelname)s` (a space, no dash): a caught OOM's WARNING names no cause
+    ("fixture pylogging_space_level_caught_oom.log", "phase"): "training",
+    ("fixture pylogging_space_level_caught_oom.log", "failure"): None,
+    # record prefixes: NeMo's `[NeMo W <ts> file:N]` and torchtitan's `[rank0]:[titan] <ts> - root - WARNING - `
+    ("fixture nemo_tagged_warning_words.log", "phase"): "training",
+    ("fixture nemo_tagged_warning_words.log", "failure"): None,
+    ("fixture torchtitan_logger_tag_warning_words.log", "phase"): "training",
+    ("fixture torchtitan_logger_tag_warning_words.log", "failure"): None,
 }
 
 

@@ -7,14 +7,19 @@ import pytest
 
 from gpudeck.jobs.logs.analyze import LogAnalyzer, analyze_bytes
 from gpudeck.jobs.logs.analyze import generic
+from gpudeck.jobs.logs.analyze.patterns import strip_prefixes
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 
 # What a wrapper may put before every line: none, an IDE's CMake runner, docker compose, a pasted
 # compose line, kubectl --prefix (both shapes), a viewer's line numbers, journald, torchrun --tee
-# (glued to the line), pdsh / clush (a host name), srun --label (a task number).
+# (glued to the line), pdsh / clush (a host name), srun --label (a task number), kubelet's CRI
+# log and journalctl's other timestamp formats.
 WRAPPERS = ["", "[build] ", "web-1  | ", "  | ", "pod/vllm-7f9c ", "[pod/vllm-7f9c/main] ", "  12 | ", "[1830] ",
-            "Dec  1 10:00:01 gpu-box python3[4242]: ", "[default0]:", "node-3: ", "0: "]
+            "Dec  1 10:00:01 gpu-box python3[4242]: ", "[default0]:", "node-3: ", "0: ",
+            # kubelet's CRI log (/var/log/pods), journalctl -o short-iso / short-precise / short-full
+            "2026-12-03T14:00:01.123456789Z stdout F ", "2026-12-03T14:00:01+0000 gpu-box python3[4242]: ",
+            "Dec 03 14:00:01.123456 gpu-box python3[4242]: ", "Thu 2026-12-03 14:00:01 UTC gpu-box python3[4242]: "]
 
 # fixture -> (phase, cause, root-cause line, progress (done, total) or None, engine)
 FRESH = {
@@ -272,6 +277,11 @@ def test_exit_code_lines_are_judged_per_segment(line: bytes, other: bytes) -> No
     ("TimeoutError: Timed out waiting for the engine core to start", "hang"),
     ("TimeoutError: all_reduce did not finish within 600 s", "nccl"),
     ("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.", "nccl"),
+    ("torch.distributed.DistNetworkError: The client socket has timed out after 1800000ms while trying to connect to "
+     "(gpu-node-1, 29500).", "nccl"),
+    ("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError: ", "nccl"),
+    ("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has "
+     "failed.", "nccl"),
 ])
 def test_a_timeout_exception_is_read_by_what_it_names(line: str, cause: str) -> None:
     r = analyze_bytes(b"Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
@@ -335,3 +345,92 @@ TB = "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n
 def test_lines_that_look_like_another_kind_read_as_what_they_are(text: str, want, prefix: str) -> None:
     r = analyze_bytes(_wrapped(text.encode(), prefix))
     assert (r.failure and (r.failure.cause, r.failure.line)) == want, r.failure
+
+
+@pytest.mark.parametrize("prefix", ["[2026-12-03 14:00:03,100] [{level}] [comm.py:120:init] ",
+                                    "[{level}|trainer.py:900] 2026-12-03 14:00:03,100 >> ", "[{level}] "])
+def test_a_bracketed_level_is_the_records_level(prefix: str) -> None:
+    """DeepSpeed's and HF examples' bracketed level is read as the record's: a WARNING naming NCCL errors
+    is no failure (rule 1), an ERROR is one."""
+    line = "NCCL_BLOCKING_WAIT is set; NCCL errors and timeouts will raise exceptions"
+    assert strip_prefixes(prefix.format(level="WARNING") + line)[:2] == (line, "WARNING")
+    assert analyze_bytes((prefix.format(level="WARNING") + line + "\n").encode()).failure is None
+    failed = analyze_bytes((prefix.format(level="ERROR") + "NCCL error: unhandled system error\n").encode())
+    assert failed.failure is not None and failed.failure.cause == "nccl"
+
+
+@pytest.mark.parametrize("text,want", [
+    ("OSError: [Errno 28] No space left on device", ("exception", "DISK_FULL -> exception_disk_full")),
+    ("OSError: [Errno 122] Disk quota exceeded: '/home/u/.cache/huggingface/hub/tmpx'",
+     ("exception", "DISK_FULL -> exception_disk_full")),
+    ("RuntimeError: unable to write to file </torch_4411_2>: No space left on device (28)",
+     ("exception", "DISK_FULL -> exception_shm_full")),
+    # NCCL's own words for its /dev/shm segment stay NCCL's
+    ("gpu-3:41:41 [0] NCCL WARN Error while creating shared memory segment /dev/shm/nccl-x (size 9637888), error: "
+     "No space left on device (28)", ("nccl", "NCCL -> nccl_shm")),
+    ("-- Configuring done\n[3/9] Building CUDA object x.o\n/usr/bin/ld: final link failed: No space left on device",
+     ("build_failed", "DISK_FULL -> exception_disk_full")),
+    # a hint of its own where the generic one would mislead
+    ("RuntimeError: CUDA error: invalid device ordinal", ("cuda_error", "CUDA_ERR -> cuda_error_ordinal")),
+    ("RuntimeError: No CUDA GPUs are available", ("cuda_error", "CUDA_ERR -> cuda_error_driver")),
+])
+def test_a_line_is_read_with_the_hint_that_fits_it(text: str, want: tuple) -> None:
+    r = analyze_bytes((text + "\n").encode())
+    assert r.failure is not None and (r.failure.cause, dict(r.decided_by)["failure"].split(" (")[0]) == want
+
+
+@pytest.mark.parametrize("line,level,message", [
+    ("2026-12-03 14:00:05,123 WARNING CUDA out of memory at batch size 64, retrying with 32", "WARNING",
+     "CUDA out of memory at batch size 64, retrying with 32"),
+    ("2026-12-03 14:00:05,123\tWARNING worker.py:2000 -- NCCL errors will now raise", "WARNING",
+     "NCCL errors will now raise"),                                                   # Ray's driver
+    ("2026-12-03 14:00:05,123 INFORMATION kept", None, "INFORMATION kept"),          # no level
+    ("[rank0]:[titan] 2026-12-03 14:00:02,123 - root - WARNING - NCCL errors will raise", "WARNING",
+     "NCCL errors will raise"),                                                       # torchtitan: name, then level
+    ("[NeMo W 2026-12-03 14:00:02 nemo_logging:393] NCCL errors will raise", "WARNING", "NCCL errors will raise"),
+    ("[NeMo E 2026-12-03 14:00:02 exp_manager:100] Checkpoint save failed", "ERROR", "Checkpoint save failed"),
+])
+def test_a_timestamp_then_a_level_after_a_space(line: str, level: str, message: str) -> None:
+    assert strip_prefixes(line)[:2] == (message, level)
+
+
+@pytest.mark.parametrize("text,line", [
+    ("Collecting vllm==0.99.0\nERROR: Could not find a version that satisfies the requirement vllm==0.99.0 (from "
+     "versions: 0.10.0, 0.11.0)\nERROR: No matching distribution found for vllm==0.99.0", 2),
+    ("  \u00d7 No solution found when resolving dependencies:\n  \u2570\u2500\u25b6 Because vllm==0.11.0 depends on "
+     "torch==2.8.0 and you require torch==2.9.0, we can conclude that your requirements are unsatisfiable.", 1),   # uv
+])
+def test_an_installer_that_finds_no_version_fails_the_build(text: str, line: int) -> None:
+    r = analyze_bytes((text + "\n").encode())
+    assert r.failure is not None and (r.failure.cause, r.failure.line) == ("build_failed", line), r.failure
+
+
+_ELASTIC = ("[default0]:step 50/1000 loss 3.2\n"
+            "E1203 14:05:01.000000 7001 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: {code}) "
+            "local_rank: 0 (pid: 7010) of binary: /usr/bin/python3\n"
+            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+            "Root Cause (first observed failure):\n[0]:\n  exitcode  : {code} (pid: 7010)\n  traceback : {tb}\n")
+
+
+@pytest.mark.parametrize("code,tb,want", [
+    ("-6", "Signal 6 (SIGABRT) received by PID 7010", 7),          # the worker's fatal signal, in the table
+    ("-11", "Signal 11 (SIGSEGV) received by PID 7010", 7),
+    ("1", "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html", 2),   # its own log has it
+])
+def test_torch_elastic_summary_is_an_envelope_of_its_workers_end(code: str, tb: str, want: int) -> None:
+    r = analyze_bytes(_ELASTIC.format(code=code, tb=tb).encode())
+    assert r.failure is not None and (r.failure.cause, r.failure.line) == ("exception", want), r.failure
+
+
+@pytest.mark.parametrize("line,cause", [
+    # a row's words in a line with no other anchor (no Error, failed, CUDA…): the prefilter must let it through
+    ("Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU",
+     "gpu_fault"),
+    ("nvidia-smi: GPU 0000:3b:00.0 has fallen off the bus", "gpu_fault"),
+    ("  traceback : Signal 7 (SIGBUS) received by PID 7010", "exception"),
+    ("tar: model/x.bin: Cannot write: No space left on device", "exception"),
+    ("Cannot access gated repo for url https://huggingface.co/m/resolve/main/config.json.", "exception"),
+])
+def test_a_rows_words_alone_are_examined(line: str, cause: str) -> None:
+    r = analyze_bytes(("step 100/1000 loss 2.2\n" + line + "\n").encode())
+    assert r.failure is not None and (r.failure.cause, r.failure.line) == (cause, 2), r.failure

@@ -26,7 +26,8 @@ OWN_PREFIXES = {
              "{level} 03-11 10:00:00 [core.py:93] ",                                  # 0.7+
              "(EngineCore_DP0 pid=20) {level} 11-01 10:00:00 [core.py:93] ",          # V1 engine core
              "(VllmWorker rank=1 pid=31) {level} 11-01 10:00:00 [gpu_model_runner.py:1] ",
-             "(APIServer pid=1) {level} 11-01 10:00:00 [api_server.py:1] "],
+             "(APIServer pid=1) {level} 11-01 10:00:00 [api_server.py:1] ",
+             "(ApiServer_1 pid=2) {level} 11-01 10:00:00 [api_server.py:1] "],     # --api-server-count > 1
     "sglang": ["[2024-08-01 10:00:00 TP0] ", "[2025-10-01 10:00:00 DP0 TP3] ", "[2026-05-02 10:00:00 PP1 TP1] ",
                "[2025-10-01 10:00:00] ", "[gpu=0] "],                               # 0.2's ModelTpServer lines
     "tools": [""],

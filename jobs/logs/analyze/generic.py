@@ -38,10 +38,22 @@ EXCEPTION_TYPES: dict[str, tuple[str, int, str]] = {
     "MemoryError": ("host_oom", Spec.SPECIFIC, "host_oom"),
     "CalledProcessError": ("exception", Spec.EXCEPTION, "exception"),   # a build tool's: BUILD_TOOL_EXIT
     "KeyboardInterrupt": ("exception", Spec.EXCEPTION, "exception_interrupt"),
+    # torch elastic's summary of a worker that failed: an envelope ("see the failures table"), never the cause
+    "ChildFailedError": ("exception", Spec.UMBRELLA, "exception_umbrella"),
     "DistBackendError": ("nccl", Spec.SPECIFIC, "nccl"),
-    "DistStoreError": ("nccl", Spec.SPECIFIC, "nccl"),          # c10d rendezvous: the ranks never met
+    # c10d's store and socket, torch elastic's rendezvous (any Rendezvous…Error, by prefix): the ranks never met
+    "DistStoreError": ("nccl", Spec.SPECIFIC, "nccl_rendezvous"),
+    "DistNetworkError": ("nccl", Spec.SPECIFIC, "nccl_rendezvous"),
+    "RendezvousError": ("nccl", Spec.SPECIFIC, "nccl_rendezvous"),
+    # torch elastic's handler of a signal sent to the launcher (SIGTERM, SIGINT from outside): stopped, not a bug
+    "SignalException": ("exception", Spec.EXCEPTION, "exception_signal"),
     "TimeoutError": ("hang", Spec.EXCEPTION, "hang_timeout"),    # nccl when it names a collective
 }
+
+
+# An exception raised while the interpreter shuts down (a destructor or atexit hook importing after sys.meta_path is
+# gone): printed after the run's own end, it is noise, never its cause.
+AT_SHUTDOWN = re.compile(r"Python is likely shutting down|sys\.meta_path is None")
 
 
 def exception_cause_of(etype: str, body: str) -> tuple[str, int, str]:
@@ -61,6 +73,8 @@ def exception_cause(etype: str) -> tuple[str, int, str]:
             return inner
         etype = etype[:etype.index("(")]
     name = etype.rsplit(".", 1)[-1]
+    if name.startswith("Rendezvous") and name.endswith("Error"):      # RendezvousTimeoutError, …ConnectionError
+        name = "RendezvousError"
     hit = EXCEPTION_TYPES.get(name)
     if hit is not None:
         return hit

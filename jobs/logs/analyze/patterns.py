@@ -36,14 +36,21 @@ def training_shaped(body: str) -> bool:
 _RARE_ANCHORS: list[tuple[bytes, int]] = [
     # failures
     (b"Error", F), (b"ERROR", F), (b"xception", F), (b"Traceback", F), (b"Killed", F), (b"killed", F),
-    (b"SIGKILL", F), (b"SIGSEGV", F), (b"NCCL", F), (b"Xid", F), (b"NVRM", F), (b"Watchdog", F), (b"watchdog", F),
+    (b"SIGKILL", F), (b"SIGSEGV", F),
+    (b"SIGBUS", F), (b"SIGABRT", F), (b"SIGILL", F), (b"SIGFPE", F), (b"NCCL", F), (b"Xid", F), (b"NVRM", F),
+    (b"Watchdog", F), (b"watchdog", F), (b"GPU is lost", F), (b"fallen off the bus", F), (b"ncorrectable ECC", F),
+    (b"GPU requires reset", F),
     (b"CUDA", F), (b"xit code", F), (b"xit status", F), (b"xited with", F), (b"xit Code", F), (b"xit Status", F),
     (b"xit_code", F), (b"xit_status", F), (b"xitCode", F), (b"quit", F), (b"Out of memory", F),
     (b"-kill", F), (b"FAILED", F), (b"Failed", F), (b"Segmentation fault", F), (b"(core dumped", F),
     (b"GLIBC", F), (b"FATAL", F), (b"CRITICAL", F), (b"_alloc", F | W), (b"Cannot allocate", F | W),
     (b"xhausted", F | W), (b"Interrupt", F), (b"File \"", F), (b"Timeout", F), (b"Not enough memory", F),
     (b"No available memory", F), (b"No module named", F), (b"Aborted", F), (b"Fatal", F),
-    (b"EngineDead", F), (b"EngineCore", F | E), (b"CMake Error", F | M), (b"ptxas", F), (b"ninja: build stopped", F),
+    (b"EngineDead", F), (b"EngineCore", F | E),
+    (b"No CUDA GPUs", F), (b"NVIDIA driver", F), (b"Repository Not Found", F), (b"No space left", F),
+    (b"Disk quota", F), (b"PytorchStreamWriter", F), (b"No solution found", F), (b"ResolutionImpossible", F),
+    (b"CMake Error", F | M),
+    (b"ptxas", F), (b"ninja: build stopped", F),
     # phases
     (b"Load weight", M), (b"Loading", M | P), (b"Loaded", M), (b"Model loading", M), (b"Starting", M),
     (b"Started", M), (b"Compiling", M), (b"Dynamo", M), (b"_compile", M), (b".compile", M), (b"Captur", M | P),
@@ -66,7 +73,7 @@ _COMMON_ANCHORS: list[tuple[bytes, int]] = [
     (b"timed out", F), (b"undefined symbol", F), (b"epoch", P), (b"retract", W), (b"preempted", W),
     (b"make -j", W), (b"training ...", M), (b"did not run successfully", F), (b"exitcode", F),
     (b"is dead", F), (b"returncode", F), (b"return code", F), (b"return_code", F), (b"fatal", F),
-    (b"enable traceback", F),
+    (b"enable traceback", F), (b"gated repo", F),
 ] + [(w.encode(), P) for w in STEP_WORDS if w[0].islower()]
 # Until the engine is known for sure, every line of an engine's log carries its
 # signature (a `(Worker_TP0 pid=…)` prefix, a `[… TP3]` rank tag): look at those too.
@@ -175,6 +182,15 @@ ANSI = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[
 # --------------------------------------------------------------------------- record structure
 
 _LEVELS = "INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL|NOTICE"
+# An ISO-8601 stamp's zone, and after it what stamped the line (the timestamp is the record's, the rest a
+# wrapper's): kubelet's CRI log (/var/log/pods) `stdout F ` / `stderr P `, journalctl -o short-iso's
+# `host unit[pid]: ` (`host kernel: `).
+STAMP_ZONE = r"(?:Z|[+-]\d\d:?\d\d)"
+STAMP_TAIL = r"\s(?:stdout|stderr)\s[FP](?=\s)|\s[\w.\-]+\s[\w.\-/@]+(?:\[\d+\]|(?<=\skernel)):(?=\s)"
+# A bracketed level, after its `[` and level: DeepSpeed's and many launchers' `[INFO] [launch.py:256:main] `,
+# HF examples' `[INFO|trainer.py:2406] 2026-05-02 14:00:01,100 >> `, a bare `[WARNING] `.
+BRACKET_LEVEL_TAIL = (r")(?:\|[\w.\-]+:\d+)?\](?:\s*\[[\w.\-]+:\d+(?::[\w<>.]+)?\])?"
+                      r"(?:\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?\s+>>)?")
 # One prefix at a time, re-applied: worker tags, timestamps, logger headers, rank tags.
 _PREFIX = re.compile(
     r"(?:"
@@ -184,16 +200,26 @@ _PREFIX = re.compile(
     r"|\[(?P<ts1>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:\s+[A-Z]{1,4}\d+)*\]"          # [2025-.. DP0 TP0]
     r"|\[(?P<ts2>\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:\s+[A-Z]{1,4}\d+)*\]"                            # [23:03:43 TP0]
     r"|(?P<lvl1>" + _LEVELS + r")\s+(?P<ts3>\d\d-\d\d\s\d\d:\d\d:\d\d)(?:\.\d+)?\s+(?:\[[^\]]*\]|[\w.\-]+:\d+\])"   # vLLM header
-    r"|(?P<ts4>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"              # 2025-.. [- INFO -]
-    r"(?:\s*[-|]\s*(?P<lvl2>" + _LEVELS + r")\s*[-|:]\s*(?:[\w.]+(?:\s*\[[^\]]*\])?\s*[:|\-]\s)?)?"
+    r"|(?P<ts4>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?"                                   # 2025-.. [- INFO -]
+    r"(?:" + STAMP_ZONE + r"(?:" + STAMP_TAIL + r")?)?"
+    # its level after ` - `, ` | ` or plain space (`%(asctime)s %(levelname)s`, Ray's `<tab>INFO worker.py:N -- `),
+    # or after the logger's name (`%(asctime)s - %(name)s - %(levelname)s - `)
+    r"(?:(?:\s*[-|]\s*(?P<nb>[\w.]+\s*[-|]\s*)?|\s+)(?P<lvl2>" + _LEVELS + r")(?=[\s:|\-])(?!\s+\d\d-\d\d\s)"
+    r"\s*(?:[-|:]\s*)?"                        # (not vLLM's own header), then the logger's name unless it came first
+    r"(?(nb)|(?:(?!(?:step|epoch|iter|iteration)\b)[\w.]+(?:\s*\[[^\]]*\])?\s*[:|\-]\s|[\w.]+:\d+ --\s)?))?"
     r"|(?P<lvl6>" + _LEVELS + r"):[A-Za-z_][\w.]*:(?=\S)(?!//)"                              # logging's ERROR:torch.x:
     r"|(?P<lvl3>" + _LEVELS + r")(?::\s*|\s+-\s+|\s+(?=\[))"                                   # INFO:  / INFO - 
+    r"|\[(?P<lvl7>" + _LEVELS + BRACKET_LEVEL_TAIL +                                     # [INFO] [launch.py:N:f]
+    # a framework's tagged header: NeMo's `[NeMo W 2026-05-02 14:00:02 nemo_logging:393]` (its level a letter),
+    # and a logger's bracketed name before its timestamp, behind a rank prefix (torchtitan's `[rank0]:[titan] 2026-…`)
+    r"|\[[A-Za-z][\w\-]{0,30} (?P<lvl8>[DIWEFC]) \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? [\w.\-]+:\d+\]"
+    r"|\[[A-Za-z][\w.\-]{0,30}\](?=\s?\d{4}-\d\d-\d\d[ T]\d\d:)"
     r"|\[(?P<lvl4>[EWIF])\s[^\]]*\.(?:cpp|cc|cu|h|hpp|c):\d+\]"                                 # [E ProcessGroupNCCL.cpp:563]
     r"|\[?(?P<lvl5>[EWIF])\d{3,4}\s\d\d:\d\d:\d\d\.\d+(?:\s+\d+)?\s\S+:\d+\]"                         # glog, bare or [bracketed]
     r"|\[\s*\d+\.\d+\]"                                                                       # dmesg
     r"|(?:#\d+\s)?(?P<ts5>\d+\.\d+)(?=\s\S)"                                                  # buildkit 25.88
     r")\s?")
-_LEVEL_OF = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "FATAL"}
+_LEVEL_OF = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "FATAL", "D": "DEBUG", "C": "CRITICAL"}
 # What a wrapper puts before a whole record (outermost, before any prefix above): nobody can list
 # them all, so the shapes are generic. An IDE/CMake runner's `[build] `, kubectl's `[pod/x/c] ` and
 # `pod/x-7f9 `, docker compose's `web-1  | ` (or a pasted `  | `), a viewer's line number `[1830] `,
@@ -202,7 +228,9 @@ _LEVEL_OF = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "FATAL"}
 # One space after it goes with it: the record's own indentation stays (tracebacks).
 FOREIGN_PREFIX = re.compile(
     r"\s*\[[A-Za-z][\w.\-]{0,40}\]:"          # torchrun's `[default0]:` is glued to the line: no space to take
-    r"|\s*(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.\-/@]+(?:\[\d+\])?:"      # journald / syslog
+    # journald / syslog (journalctl -o short, short-precise, short-full)
+    r"|\s*(?:(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?|[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?"
+    r"(?: [A-Z]{2,5})?) \S+ [\w.\-/@]+(?:\[\d+\])?:"
     r"|\[(?:[A-Za-z][\w.\-/ ]{0,40}|\d{1,7})\]"
     # a host (letters, digits, dashes; ending in a digit), never a compiler or a tool reporting `error:`
     r"|(?!(?:[\w.+-]*-)?(?:gcc|g\+\+|cc|c\+\+|clang|clang\+\+|ld|nvcc)(?:-\d+)*:)[a-z][a-z0-9\-]{0,62}\d:"
@@ -230,7 +258,7 @@ def strip_prefixes(text: str) -> tuple[str, Optional[str], Optional[tuple[str, s
             continue
         outer = False
         g = m.groupdict()
-        lvl = g["lvl1"] or g["lvl2"] or g["lvl3"] or g["lvl4"] or g["lvl5"] or g["lvl6"]
+        lvl = g["lvl1"] or g["lvl2"] or g["lvl3"] or g["lvl4"] or g["lvl5"] or g["lvl6"] or g["lvl7"] or g["lvl8"]
         if lvl:
             level = _LEVEL_OF.get(lvl, lvl)
         for key in ("ts1", "ts4", "ts3", "ts2", "ts5"):
@@ -505,6 +533,17 @@ CUDA_OOM = re.compile(
     # GPU memory held by someone else at startup (vLLM >= 0.10 / SGLang)
     r"|is less than desired GPU memory utilization|memory capacity is unbalanced")
 PORT_IN_USE = re.compile(r"[Aa]ddress already in use")
+# The Hugging Face Hub refusing a download (a gated or private repo, a bad token) or unreachable (offline mode,
+# no network). No status digits: a template's are 0s; the words after them say which.
+HF_HUB = re.compile(r"GatedRepoError|[Cc]annot access gated repo|access a gated repo|RepositoryNotFoundError"
+                    r"|Repository Not Found for url"
+                    r"|Client Error: (?:Unauthorized|Forbidden) for url: https://huggingface\.co"
+                    r"|Invalid user token|couldn't connect to 'https://huggingface\.co'|LocalEntryNotFoundError"
+                    r"|outgoing traffic has been disabled")
+# A write that found no room: ENOSPC / EDQUOT in strerror's words (no errno digits: a template's are 0s), and
+# torch.save's own words for a checkpoint cut short (`PytorchStreamWriter failed writing file`, `unexpected pos`).
+DISK_FULL = re.compile(r"No space left on device|Disk quota exceeded|PytorchStreamWriter failed writing file"
+                       r"|\bunexpected pos \d+ vs \d+")
 # Ray's memory monitor kills workers when the node runs low on host RAM (its error is named OutOfMemoryError).
 NODE_OOM = re.compile(r"ray\.exceptions\.OutOfMemoryError|node running low on memory|exceeds the memory usage threshold"
                       r"|Ray killed this worker|killed due to memory pressure \(OOM\)")
@@ -522,11 +561,19 @@ NCCL = re.compile(
     r"|collective operation timeout|NCCL communicator was aborted|NCCL (?:timeout|Timeout)|DistBackendError"
     r"|Timeout at NCCL work|NCCL operations have failed"
     r"|NCCL WARN NET/\w+ ?: (?:Got completion from peer|.*(?:failed|error))|NCCL WARN Call to \w+ failed"
-    r"|NCCL WARN .*[Cc]onnection (?:refused|reset|closed)|NCCL WARN .*failed to extend /dev/shm")
+    r"|NCCL WARN .*[Cc]onnection (?:refused|reset|closed)|NCCL WARN .*(?:failed to extend|shared memory segment) /dev/shm")
+CUDA_NO_DEVICE = (r"No CUDA GPUs are available|Found no NVIDIA driver|CUDA driver initialization failed"
+                  r"|Unexpected error from cudaGetDeviceCount|Driver/library version mismatch"
+                  r"|forward compatibility was attempted on non supported HW|couldn't communicate with the NVIDIA driver"
+                  r"|NVIDIA driver on your system is too old"
+                  # the container runtime's: the NVIDIA hook failed, or docker has no GPU runtime at all
+                  r"|nvidia-container-cli: \w+ error|could not select device driver \"[^\"]*\" with capabilities: \[\[gpu\]\]")
 CUDA_ERR = re.compile(
     r"CUDA error(?!s)|Cuda error(?!s)|CUDA driver error|\.cuh?:\d+: .*Assertion .* failed|illegal memory access|device-side assert|CUBLAS_STATUS_(?!SUCCESS)[A-Z_]+"
     r"|CUDNN_STATUS_[A-Z_]+|cuDNN error|cudaError[A-Z]\w+|no kernel image is available|misaligned address"
-    r"|unspecified launch failure|CUDA driver version is insufficient|illegal instruction was encountered")
+    r"|unspecified launch failure|CUDA driver version is insufficient|illegal instruction was encountered"
+    # no usable GPU at all: no driver, a driver and its libraries of two versions, none passed into the container
+    r"|" + CUDA_NO_DEVICE)
 # vLLM's shm_broadcast notice (INFO, once a minute while a step waits): one is a slow compile, repeats a hang.
 STALL_NOTICE = re.compile(r"No available shared memory broadcast block found in \d+ seconds?"
                           r"|No available block found in \d+ seconds?")
@@ -564,7 +611,9 @@ ENGINE_UMBRELLA = re.compile(
 # (slurmstepd's node failure reads "DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS")
 SLURM_END = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+(?: DUE TO (?P<why>[A-Z ,]+?))? \*\*\*")
 SLURM_OOM = re.compile(r"Detected \d+ oom[-_ ]kill event|Exceeded (?:job|step) memory limit|exceeded memory limit")
-CRASH = re.compile(r"Segmentation fault|SIGSEGV|core dumped|Aborted \(core dumped\)|Fatal Python error|^Bus error\b")
+# (torch elastic's failures table names a worker's fatal signal: `traceback : Signal 7 (SIGBUS) received by PID`)
+CRASH = re.compile(r"Segmentation fault|SIGSEGV|core dumped|Aborted \(core dumped\)|Fatal Python error|^Bus error\b"
+                   r"|\(SIG(?:BUS|ABRT|ILL|FPE)\) received by PID")
 NOT_FAILURE_LEVELS = ("INFO", "DEBUG", "NOTICE")
 
 OOM_RISK = re.compile(r"Allowing ninja to set a default number of workers|make -j(?:\s|$)"
@@ -600,15 +649,19 @@ HINTS = {
     "bad_arguments": "the command line has an option this program/version does not accept — check `--help` "
                      "(e.g. `vllm serve` given twice when the image's entrypoint already runs it)",
     "bad_arguments_value": "an option's value does not fit this model or GPU — the error names the flag to change "
-                           "(--max-model-len, --dtype half on GPUs older than Ampere, …)",
+                           "(--max-model-len / --context-length, --dtype half on GPUs older than Ampere, …)",
     "build_failed": "the build failed — fix the first compiler/CMake error above; check the CUDA toolkit, "
                     "compiler and TORCH_CUDA_ARCH_LIST",
+    "build_deps": "the installer found no version that fits — read the conflict it printed, then change the pins "
+                  "(torch / CUDA wheels of one release), the Python version or the index URL (--extra-index-url)",
     "build_segfault": "a compiler tool crashed (segfault, not OOM) — retry; if it repeats, change the CUDA "
                       "toolkit version or the arch list",
     "slurm_time_limit": "Slurm killed the job at its time limit — raise `time` in jobs.toml (sbatch --time), "
                         "or checkpoint and resume in shorter jobs",
     "slurm_oom": "Slurm's memory limit killed the job — raise --mem in sbatch_args (or ask for more nodes), "
                  "or lower the job's host memory use",
+    "slurm_refused": "Slurm refused the job's request before it ran — the reason ends the line (partition, account, "
+                     "QOS, --gres=gpu:N, time limit, node count): fix sbatch_args in jobs.toml (sinfo shows what exists)",
     "slurm_node_fail": "the Slurm node failed under the job — resubmit it; tell the cluster admins if it repeats",
     "slurm_preempted": "Slurm preempted the job for a higher-priority one — resubmit, or use a partition/QOS "
                        "that is not preempted",
@@ -640,6 +693,11 @@ HINTS = {
                 "down) — check the links and fabric (ibstat, NCCL_IB_HCA); NCCL_IB_DISABLE=1 tests over sockets",
     "cuda_error_p2p": "the GPUs cannot access each other's memory (P2P) — disable the custom all-reduce "
                       "(--disable-custom-all-reduce) or check `nvidia-smi topo -p2p r` / IOMMU and ACS settings",
+    "cuda_error_driver": "no usable GPU — the driver is missing, or of another version than its libraries (upgraded "
+                         "without a reboot), or not passed into the container: check nvidia-smi on the host, "
+                         "CUDA_VISIBLE_DEVICES and --gpus / the device plugin",
+    "cuda_error_ordinal": "a GPU index beyond the GPUs this process sees — check CUDA_VISIBLE_DEVICES and that "
+                          "tensor × pipeline parallel size (or the ranks per node) fits the visible GPUs",
     "cuda_error_assert": "a device-side assertion fired in a kernel (usually an index out of bounds: a token id or "
                          "a length beyond the model's limits) — rerun with CUDA_LAUNCH_BLOCKING=1 to locate it",
     "hang_stall": "a step has waited minutes for the workers (repeated shared-memory broadcast notices) — a worker "
@@ -648,6 +706,18 @@ HINTS = {
                 "with --shm-size (e.g. 16g) or --ipc=host",
     "exception_bus_error": "a bus error — in a container almost always /dev/shm too small for shared tensors "
                            "(dataloader workers, NCCL): --shm-size or --ipc=host",
+    "nccl_rendezvous": "the ranks never met (c10d store / rendezvous) — check that MASTER_ADDR:MASTER_PORT (or "
+                       "--rdzv-endpoint) is reachable from every node through the firewall and every node started",
+    "exception_signal": "the launcher was sent a signal from outside (SIGTERM: a scheduler, an eviction, someone's "
+                        "kill) — stopped, not a bug: check who stopped it and resume from the last checkpoint",
+    "exception_disk_full": "a disk is full (or over its quota) — free space (df -h), or point the checkpoint, "
+                           "cache (HF_HOME, ~/.cache) and temp (TMPDIR) dirs at a larger volume",
+    "exception_shm_full": "/dev/shm is full — a container's is small by default: run it with --shm-size (e.g. 16g) "
+                          "or --ipc=host, or use fewer dataloader workers",
+    "exception_hf_auth": "the Hugging Face Hub refused the download (a gated or private repo, or a bad token) — "
+                         "accept the model's license on its page and give the job HF_TOKEN, or use a local path",
+    "exception_hf_offline": "the Hugging Face Hub was not reachable and the files are not in the cache — give the "
+                            "job network access (or a mirror: HF_ENDPOINT), or download the model first (HF_HOME)",
     "exception_interrupt": "interrupted (Ctrl-C / SIGINT) — stopped by someone, not by a bug",
 }
 

@@ -28,10 +28,11 @@ from typing import Any, Callable, NamedTuple, Optional, Protocol
 from . import generic
 from .cause import Spec
 from .matcher import Matcher
-from .patterns import (_PREFIX, BAD_ARGS, BUILD_SPECIFIC, BUILD_UMBRELLA, CRASH, CUDA_ERR, CUDA_OOM, ENGINE_UMBRELLA,
-                       EPOCH, EXC_LINE, FOREIGN_PREFIX, GPU_FAULT, HANG, HOST_OOM, IMPORT, JIT, KV_PRESSURE,
-                       LOSS_DICT, MAKE, NCCL, NINJA, NODE_OOM, NUM_EPOCHS, OOM_RISK, PORT_IN_USE, SLURM_END, STEP,
-                       TOTAL_STEPS, TQDM, VLLM_SPEC_RATE, _SGLANG_FIELD, _VLLM_STATS, is_build_tool)
+from .patterns import (_LEVELS, _PREFIX, BAD_ARGS, BRACKET_LEVEL_TAIL, CUDA_NO_DEVICE, DISK_FULL, HF_HUB, STAMP_TAIL,
+                       STAMP_ZONE, BUILD_SPECIFIC, BUILD_UMBRELLA, CRASH, CUDA_ERR, CUDA_OOM, ENGINE_UMBRELLA, EPOCH,
+                       EXC_LINE, FOREIGN_PREFIX, GPU_FAULT, HANG, HOST_OOM, IMPORT, JIT, KV_PRESSURE, LOSS_DICT, MAKE,
+                       NCCL, NINJA, NODE_OOM, NUM_EPOCHS, OOM_RISK, PORT_IN_USE, SLURM_END, STEP, TOTAL_STEPS, TQDM,
+                       VLLM_SPEC_RATE, _SGLANG_FIELD, _VLLM_STATS, is_build_tool)
 
 SPECIFIC, EXCEPTION, UMBRELLA, ERROR_LEVEL = Spec.SPECIFIC, Spec.EXCEPTION, Spec.UMBRELLA, Spec.ERROR_LEVEL
 
@@ -122,6 +123,12 @@ def _slurm_end(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
     return None if hit is None else (SPECIFIC, hit[0], hit[1])     # none: scancel, a stop someone asked for
 
 
+def _slurm_refused(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    if "timed out" in body or "contact slurm controller" in body or "Zero Bytes were transmitted" in body:
+        return None             # the controller did not answer: the cluster's trouble, not the request's
+    return (SPECIFIC, "bad_arguments", "slurm_refused")
+
+
 def _plain_oom(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
     if "ecode out of memory happened" in body:
         return None             # SGLang 0.2-0.4 retracting requests (KV cache pressure, a warning): it serves on
@@ -130,11 +137,18 @@ def _plain_oom(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
     return (SPECIFIC, "cuda_oom", "cuda_oom")
 
 
+CUDA_NO_DEVICE_RX = re.compile(CUDA_NO_DEVICE)
+
+
 def _cuda_err(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
     if "no kernel image" in body:
         key = "cuda_error_arch"
     elif "peer access" in body or "PeerAccess" in body:
         key = "cuda_error_p2p"
+    elif CUDA_NO_DEVICE_RX.search(body):
+        key = "cuda_error_driver"
+    elif "invalid device ordinal" in body:
+        key = "cuda_error_ordinal"
     elif "Assertion" in body or "device-side assert" in body:
         key = "cuda_error_assert"
     else:
@@ -149,6 +163,16 @@ def _nccl(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
     return (SPECIFIC, "nccl", key)
 
 
+def _disk_full(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    key = "exception_shm_full" if "/dev/shm" in body or "</torch_" in body else "exception_disk_full"
+    return (SPECIFIC, "build_failed" if ctx.building else "exception", key)
+
+
+def _hf_hub(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    offline = "connect to" in body or "LocalEntryNotFound" in body or "outgoing traffic" in body
+    return (EXCEPTION, "exception", "exception_hf_offline" if offline else "exception_hf_auth")
+
+
 def _watchdog(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
     cause = generic.watchdog_cause(body)
     return None if cause is None else (SPECIFIC, cause, "nccl_timeout" if cause == "nccl" else "hang")
@@ -157,6 +181,8 @@ def _watchdog(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
 def _import(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
     if body.startswith("Ignore import error when loading"):
         return None             # SGLang skipping a model class whose optional dependency is missing: it starts on
+    if generic.AT_SHUTDOWN.search(body):
+        return None             # a destructor's import at interpreter exit: noise after the run's own end
     exc = EXC_LINE.match(body)
     if exc and not (exc.group("msg") or "").strip():
         return (UMBRELLA, "import_error", "import_error")
@@ -204,10 +230,13 @@ def _engine_umbrella(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
 def _crash(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
     if ctx.building:
         return (EXCEPTION, "build_failed", "build_failed")
-    return (EXCEPTION, "exception", "exception_bus_error" if body.startswith("Bus error") else "exception_crash")
+    bus = body.startswith("Bus error") or "(SIGBUS)" in body
+    return (EXCEPTION, "exception", "exception_bus_error" if bus else "exception_crash")
 
 
 def _exception(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    if generic.AT_SHUTDOWN.search(body):
+        return None
     cause, rank, key = generic.exception_cause_of(m.group("type"), body)
     if cause == "exception" and ctx.building:
         return (EXCEPTION, "build_failed", "build_failed")
@@ -233,6 +262,12 @@ FAILURES: tuple[Signature, ...] = (
               "itself; `node_fail` and `preempted` by the same line's reason, none for a plain scancel",
               "slurmstepd: error: *** JOB 4815162 ON gpu-node-07 CANCELLED AT 2026-05-02T14:00:03 DUE TO TIME LIMIT ***",
               SPECIFIC, verdict=_slurm_end),
+    Signature("SLURM_REFUSED", "cause", re.compile(r"(?:sbatch|srun|salloc): error: (?:Batch job submission failed"
+                                                  r"|Unable to allocate resources|Job submit/allocate failed): "),
+              "bad_arguments", 205, "Slurm sbatch / srun / salloc (all): the request was refused before the job ran "
+              "(partition, account, QOS, gres, time limit, node count); the reason ends the line",
+              "sbatch: error: Batch job submission failed: Invalid generic resource (gres) specification",
+              SPECIFIC, verdict=_slurm_refused),
     Signature("GPU_FAULT", "cause", GPU_FAULT, "gpu_fault", 200, "NVIDIA driver (NVRM), GSP firmware R535+",
               "NVRM: GPU at PCI:0000:3b:00: GPU has fallen off the bus.", SPECIFIC),
     Signature("NODE_OOM", "cause", NODE_OOM, "host_oom", 190, "Ray >= 2.3 memory monitor",
@@ -252,7 +287,9 @@ FAILURES: tuple[Signature, ...] = (
               SPECIFIC, verdict=_host_oom),
     Signature("OUT_OF_MEMORY", "cause", re.compile("out of memory"), "cuda_oom", 160, "any",
               "RuntimeError: out of memory", SPECIFIC, verdict=_plain_oom),
-    Signature("CUDA_ERR", "cause", CUDA_ERR, "cuda_error", 150, "torch, CUDA runtime (all)",
+    Signature("CUDA_ERR", "cause", CUDA_ERR, "cuda_error", 150,
+              "torch, CUDA runtime (all); no usable GPU (`No CUDA GPUs are available`, "
+              "NVML `Driver/library version mismatch`, cudaGetDeviceCount's Error 804)",
               "RuntimeError: CUDA error: an illegal memory access was encountered", SPECIFIC, verdict=_cuda_err),
     Signature("NCCL", "cause", NCCL, "nccl", 140, "NCCL 2.x, torch ProcessGroupNCCL",
               "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE) "
@@ -277,12 +314,17 @@ FAILURES: tuple[Signature, ...] = (
               SPECIFIC, verdict=_import, test=_import_test),
     Signature("BAD_ARGS", "cause", BAD_ARGS, "bad_arguments", 100, "argparse, click",
               "vllm: error: unrecognized arguments: --foo", SPECIFIC, verdict=_bad_args, test=_bad_args_test),
-    Signature("BAD_ARG_VALUE", "cause", re.compile(r"User-specified max_model_len \(\d+\) is greater than the derived"
+    Signature("BAD_ARG_VALUE", "cause", re.compile(r"User-specified \w+ \(\d+\) is greater than the derived"
                                                   r"|Bfloat16 is only supported on GPUs with compute capability"),
-              "bad_arguments", 95, "vLLM 0.6-0.2x config checks that name the flag to change (max_model_len, dtype)",
+              "bad_arguments", 95, "vLLM 0.6-0.2x config checks that name the flag to change (max_model_len, dtype); "
+              "SGLang's same check of --context-length (`User-specified context_length (N) is greater than the derived`)",
               "ValueError: User-specified max_model_len (65536) is greater than the derived max_model_len "
               "(max_position_embeddings=32768 or model_max_length=None in model's config.json).", SPECIFIC,
               "bad_arguments_value"),
+    Signature("DISK_FULL", "cause", DISK_FULL, "exception", 92, "any write (ENOSPC, EDQUOT in strerror's words: "
+              "Python OSError, pip, tar, compilers); torch.save's checkpoint cut short; `build_failed` while building; "
+              "outranked by NCCL's own /dev/shm words",
+              "OSError: [Errno 28] No space left on device", SPECIFIC, verdict=_disk_full),
     Signature("BUILD_SPECIFIC", "cause", BUILD_SPECIFIC, "build_failed", 90, "gcc, nvcc, CMake, ld",
               "csrc/attention.cu(12): error: identifier \"foo\" is undefined", SPECIFIC, verdict=_build_specific),
     Signature("BUILD_TOOL_EXIT", "cause", generic.BUILD_TOOL_EXIT, "build_failed", 85,
@@ -297,11 +339,23 @@ FAILURES: tuple[Signature, ...] = (
               "keeps (`Could not build wheels for X` to 24.0, `Failed to build installable wheels` from 24.1)",
               "ERROR: Could not build wheels for flash-attn, which is required to install pyproject.toml-based "
               "projects", UMBRELLA, "build_failed"),
+    Signature("DEPS_UNRESOLVED", "cause", re.compile(r"No matching distribution found for \S|Could not find a version that satisfies the requirement"
+                                                    r"|ResolutionImpossible"
+                                                    r"|because these package versions have conflicting dependencies"
+                                                    r"|No solution found when resolving dependencies"),
+              "build_failed", 79, "pip (all), uv: the installer found no version that fits the pins, before any "
+              "build (`No matching distribution found for X`, `ResolutionImpossible`, uv's `No solution found`)",
+              "ERROR: No matching distribution found for vllm==0.99.0", SPECIFIC, "build_deps"),
     Signature("ENGINE_UMBRELLA", "cause", ENGINE_UMBRELLA, "exception", 70,
               "vLLM V1 EngineCore, SGLang scheduler, torchrun and its elastic agent, the DeepSpeed launcher, Python "
               "tracebacks",
               "RuntimeError: Engine core initialization failed. See root cause above.", UMBRELLA,
               verdict=_engine_umbrella),
+    Signature("HF_HUB", "cause", HF_HUB, "exception", 55, "huggingface_hub / transformers (all): a gated or "
+              "private repo, a bad token (`GatedRepoError`, `401 Client Error: Unauthorized for url`), the Hub "
+              "unreachable in offline mode; rank of an exception, with the hint that says which",
+              "huggingface_hub.errors.GatedRepoError: 401 Client Error. (Request ID: Root=1-674f0000-1a2b)",
+              EXCEPTION, verdict=_hf_hub),
     Signature("CRASH", "cause", CRASH, "exception", 60, "any native crash",
               "Segmentation fault (core dumped)", EXCEPTION, verdict=_crash),
     Signature("EXC_LINE", "cause", EXC_LINE, "exception", 50, "Python (a traceback's final exception, by type)",
@@ -378,7 +432,8 @@ def _rx(row: Signature) -> RowPattern:
 PREFIXES: tuple[Signature, ...] = (
     _row("wrapper_prefix", "prefix", FOREIGN_PREFIX, "stripped", 100,
          "IDE CMake runners `[build] `, docker compose `web-1  | `, kubectl `pod/x ` / `[pod/x/c] `, pasted line "
-         "numbers, journald/syslog `Dec  1 10:00:01 host unit[pid]: `, torchrun --tee `[default0]:`, pdsh/clush "
+         "numbers, journald/syslog `Dec  1 10:00:01 host unit[pid]: ` (also short-precise `…:01.123456 `, short-full "
+         "`Thu 2026-12-03 10:00:01 UTC `), torchrun --tee `[default0]:`, pdsh/clush "
          "`node-3: `",
          "web-1  | Uvicorn running on http://0.0.0.0:8000", "Uvicorn running on http://0.0.0.0:8000"),
     _row("vllm_process_prefix", "prefix", r"\((?:[A-Za-z][\w\-:]*\s+)?pid=\d+(?:,\s*ip=[^)]*)?\)", "stripped", 90, "vLLM multiproc `_add_prefix`, all V1; Ray actors",
@@ -391,7 +446,8 @@ PREFIXES: tuple[Signature, ...] = (
          "[2026-05-02 10:06:02 PP1 TP1] Load weight end.", "Load weight end."),
     _row("torch_rank", "prefix", r"\[rank\d+\]:?|\[(?:PG [^\]]*?)?Rank \d+\]", "stripped", 87, "torch.distributed `[rankN]:`, ProcessGroupNCCL `[PG … Rank N]`",
          "[rank0]:[E ProcessGroupNCCL.cpp:563] [Rank 0] Watchdog fired", "Watchdog fired"),
-    _row("python_logging", "prefix", r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\s*[-|]\s*(?:INFO|WARNING|ERROR|DEBUG)\s*[-|:]", "stripped", 86, "HF, uvicorn, Lightning, sglang_router",
+    _row("python_logging", "prefix", r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:\s*[-|]\s*|\s+)(?:INFO|WARNING|ERROR|DEBUG)\b", "stripped", 86,
+         "HF, uvicorn, Lightning, sglang_router; `%(asctime)s %(levelname)s` (a space), Ray's `<tab>INFO file.py:N -- `",
          "2025-01-01 10:00:00,123 - INFO - trainer - Saving model", "Saving model"),
     _row("glog", "prefix", r"\[?[EWIF]\d{3,4}\s\d\d:\d\d:\d\d\.\d+(?:\s+\d+)?\s\S+:\d+\]|\[[EWIF]\s[^\]]*\.(?:cpp|cc|cu|h):\d+\]", "stripped", 85, "torch C++, NCCL plugins (glog / c10)",
          "E0524 12:00:00.123 1234 socket.cpp:10] connect failed", "connect failed"),
@@ -404,6 +460,20 @@ PREFIXES: tuple[Signature, ...] = (
          82, "Python logging's default format (basicConfig): torch elastic, the DeepSpeed launcher",
          "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 4187)",
          "failed (exitcode: 1) local_rank: 0 (pid: 4187)"),
+    _row("stamped_wrapper", "prefix", r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?" + STAMP_ZONE + "(?:" + STAMP_TAIL + ")",
+         "stripped", 80, "kubelet's CRI container log (/var/log/pods, containerd, CRI-O) `<RFC3339> stdout F `; "
+         "journalctl -o short-iso `<ISO> host unit[pid]: `",
+         "2026-12-03T14:00:21.323456789Z stderr F (EngineCore_DP0 pid=88) ERROR 12-03 14:00:21 [core.py:708] "
+         "EngineCore failed to start.", "EngineCore failed to start."),
+    _row("bracketed_level", "prefix", r"\[(?:" + _LEVELS + BRACKET_LEVEL_TAIL, "stripped", 79,
+         "DeepSpeed and launchers `[ts] [WARNING] [file.py:N:func] `, HF examples `[INFO|file.py:N] ts >> `",
+         "[WARNING] [stage3.py:2140:step] 4 pytorch allocator cache flushes since last step.",
+         "4 pytorch allocator cache flushes since last step."),
+    _row("tagged_header", "prefix", r"\[[A-Za-z][\w\-]{0,30} [DIWEFC] \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? [\w.\-]+:\d+\]"
+         r"|\[[A-Za-z][\w.\-]{0,30}\](?=\s?\d{4}-\d\d-\d\d[ T]\d\d:)", "stripped", 78,
+         "NeMo `[NeMo W <date> <time> file:N]` (a one-letter level); a logger's `[name]` before its timestamp "
+         "behind a rank prefix (torchtitan `[rank0]:[titan] <ts> - root - INFO - `)",
+         "[NeMo W 2026-12-03 14:00:02 nemo_logging:393] Could not import apex", "Could not import apex"),
     _row("sglang_gpu_tag", "prefix", r"\[gpu=\d+\]", "stripped", 81, "SGLang 0.2 (ModelTpServer's lines)",
          "[gpu=0] Load weight end. type=LlamaForCausalLM, dtype=torch.float16", "Load weight end. type=LlamaForCausalLM, "
          "dtype=torch.float16"),
@@ -413,10 +483,11 @@ PREFIXES: tuple[Signature, ...] = (
 # strong one is seen; weak hints are weighed (see State.engine). The row id is the signature's name.
 ENGINES: tuple[Signature, ...] = (
     _row("vllm_process_prefix", "engine",
-         r"\((?:APIServer|EngineCore(?:_\w+)?|VllmWorker(?:Process|_\w+|(?: (?:rank=\d+|[A-Z]{2}\d+))+)?"
+         r"\((?:A(?:PI|pi)Server(?:_\d+)?|VLLM_\w+|EngineCore(?:_\w+)?|VllmWorker(?:Process|_\w+|(?: (?:rank=\d+|[A-Z]{2}\d+))+)?"
          r"|Worker(?:_[A-Z]{2}\d+)+|RayWorkerWrapper|VLLM::\w+) pid=\d+|^\(Worker pid=\d+\)", "vllm", 3,
          "VllmWorkerProcess 0.4-0.6; VllmWorker rank= 0.8-0.9; VllmWorker TPn 0.10; Worker_* 0.11+; "
-         "EngineCore/APIServer all V1", "(Worker_PP1_TP3 pid=31) INFO 06-02 14:00:15 [loader.py:10] rank 3 is ready"),
+         "EngineCore/APIServer all V1; --api-server-count's ApiServer_N, VLLM_DP_Coordinator (data parallel)",
+         "(Worker_PP1_TP3 pid=31) INFO 06-02 14:00:15 [loader.py:10] rank 3 is ready"),
     _row("vllm_banner", "engine", r"Starting vLLM|vLLM API server|vLLM is using|Initializing a V\d LLM engine"
          r"|usage: vllm|^vllm: error|vllm serve|VLLM::|vllm_config|from vllm|vllm\.entrypoints", "vllm", 3,
          "vLLM 0.4 -> current", "INFO 06-02 14:00:00 [api_server.py:1] vLLM API server version 0.11.0"),
