@@ -31,6 +31,12 @@ MIN_FILE = 32 << 20        # a smaller file: one process reads it in about the t
 TASK_BYTES = 8 << 20
 MIN_TASK_BYTES = 1 << 20
 TASKS_PER_WORKER = 4
+# After a task the workers found dense, the spread ends (its pool too, the tasks handed out taken
+# back) and this many bytes are read here, with the reader's own sparse reads and their backoff,
+# before the workers are tried again (twice as many after a spread that read nothing mapped): a
+# dense log's stretches are long, and while the reader's Python is the bound the workers' passes
+# over them are wasted (and each pool costs the reader ~7,000 page faults, its heap copied on write).
+DENSE_BACKOFF_BYTES = 64 << 20
 IN_FLIGHT = 2              # tasks outstanding per worker: results are kept lines only, memory stays flat
 _fd = -1                   # the log's descriptor, in a worker (inherited over fork)
 
@@ -57,21 +63,31 @@ def analyze_regular(fh: Any, *, max_bytes: Optional[int] = None,
     if "fork" not in multiprocessing.get_all_start_methods():
         return analyze_stream(fh, max_bytes=max_bytes)
     analyzer = LogAnalyzer()
-    pos = 0
-    while pos < limit and not analyzer.accepts_mapped():
-        # Pieces that end after a newline, so that the analyzer holds no partial line once the engine is known.
-        stop = _after_newline(fd, pos + READ_CHUNK, limit, READ_CHUNK) or min(limit, pos + READ_CHUNK)
-        analyzer.feed(os.pread(fd, stop - pos, pos))
-        pos = stop
-    if limit - pos >= MIN_FILE // 2:
-        _spread(analyzer, fd, pos, limit, workers)
-        pos = limit
+    pos = _read_here(analyzer, fd, 0, limit, until_mapped=True)
+    backoff = DENSE_BACKOFF_BYTES
+    while limit - pos >= MIN_FILE // 2:
+        pos, mapped = _spread(analyzer, fd, pos, limit, workers)
+        if pos < limit:                               # a dense stretch: read here a while, with no pool alive
+            backoff = DENSE_BACKOFF_BYTES if mapped else backoff * 2   # (dense from its start: longer)
+            pos = _read_here(analyzer, fd, pos, min(limit, pos + backoff))
     fh.seek(pos)                                      # the rest (or what the file grew by) as analyze_stream reads
     return analyze_stream(fh, max_bytes=None if max_bytes is None else max_bytes - pos, analyzer=analyzer)
 
 
-def _spread(analyzer: LogAnalyzer, fd: int, start: int, limit: int, workers: int) -> None:
-    """Feed the file's bytes [start, limit) (start just after a newline), the workers mapping its pieces."""
+def _read_here(analyzer: LogAnalyzer, fd: int, pos: int, stop: int, until_mapped: bool = False) -> int:
+    """Feed the bytes [pos, stop) (or, until_mapped, until the analyzer accepts mapped pieces) in pieces
+    ending after a newline, so that it holds no partial line after them; returns where it stopped."""
+    while pos < stop and not (until_mapped and analyzer.accepts_mapped()):
+        end = _after_newline(fd, pos + READ_CHUNK, stop, READ_CHUNK) or min(stop, pos + READ_CHUNK)
+        analyzer.feed(os.pread(fd, end - pos, pos))
+        pos = end
+    return pos
+
+
+def _spread(analyzer: LogAnalyzer, fd: int, start: int, limit: int, workers: int) -> tuple[int, bool]:
+    """Feed the file's bytes from start (just after a newline) with the workers mapping its pieces, to
+    limit or to the end of the first task they find dense (the pool then closes); returns (where, whether
+    any piece was read mapped)."""
     step = max(MIN_TASK_BYTES, min(TASK_BYTES, (limit - start) // (workers * TASKS_PER_WORKER)))
     cuts = (_after_newline(fd, at, limit, step) for at in range(start + step, limit, step))
     bounds = sorted({start, limit, *(cut for cut in cuts if cut)})
@@ -84,6 +100,8 @@ def _spread(analyzer: LogAnalyzer, fd: int, start: int, limit: int, workers: int
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
     context = multiprocessing.get_context("fork")
+    at = start
+    mapped = False
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_adopt, initargs=(fd,)) as pool:
         pending: deque = deque()
         for a, b in tasks:
@@ -96,16 +114,22 @@ def _spread(analyzer: LogAnalyzer, fd: int, start: int, limit: int, workers: int
                 pieces = future.result()
             except Exception:                         # a worker died (killed, out of memory): read it here
                 pieces = [(stop - at, None)]
-            for a, b in tasks:                        # one more in flight for the one taken
+            dense = all(got is None for _, got in pieces)
+            if dense:                                 # the rest handed back; read here from this task's end
+                pool.shutdown(wait=False, cancel_futures=True)
+                pending.clear()
+            for a, b in () if dense else tasks:       # one more in flight for the one taken
                 pending.append((a, b, _submit(pool, a, b)))
                 break
             for length, got in pieces:
                 if got is not None and analyzer.accepts_mapped():
                     analyzer.feed_mapped(length, got)
+                    mapped = True
                 else:
                     for a in range(at, at + length, READ_CHUNK):
                         analyzer.feed_dense(os.pread(fd, min(READ_CHUNK, at + length - a), a))
                 at += length
+    return at, mapped
 
 
 def _submit(pool: Any, start: int, stop: int) -> Any:
