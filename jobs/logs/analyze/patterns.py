@@ -72,7 +72,7 @@ _COMMON_ANCHORS: list[tuple[bytes, int]] = [
     (b"error", F), (b"failed", F), (b"out of memory", F | W), (b"signal 9", F), (b"died", F), (b"usage:", F),
     (b"timed out", F), (b"undefined symbol", F), (b"epoch", P), (b"retract", W), (b"preempted", W),
     (b"make -j", W), (b"training ...", M), (b"did not run successfully", F), (b"exitcode", F),
-    (b"is dead", F), (b"returncode", F), (b"return code", F), (b"return_code", F), (b"fatal", F),
+    (b"is dead", F), (b"terminated with", F), (b"returncode", F), (b"return code", F), (b"return_code", F), (b"fatal", F),
     (b"enable traceback", F), (b"gated repo", F),
 ] + [(w.encode(), P) for w in STEP_WORDS if w[0].islower()]
 # Until the engine is known for sure, every line of an engine's log carries its
@@ -597,6 +597,10 @@ BUILD_UMBRELLA = re.compile(
     r"|CalledProcessError.*(?:cmake|ninja|make|nvcc|setup\.py)")
 ENGINE_UMBRELLA = re.compile(
     r"Engine core initialization failed|EngineCore failed to start|\bhit an exception"
+    # vLLM V1's worker processes (multiproc, Ray), and the EngineCore's dead-signal that did not go out
+    r"|\b(?:Ray)?WorkerProc failed(?: to start)?[.:]|shutdown signal from EngineCore failed to send"
+    # SGLang 0.5.x: the launcher / DP controller seeing a child end, the subprocess watchdog's SIGQUIT
+    r"|Scheduler or DataParallelController \d+ terminated with|Subprocess \S+ \(pid=\d+\) crashed with exit code"
     r"|Received sigquit from a child process|EngineDeadError|EngineCore encountered a fatal error"
     r"|died unexpectedly|[Ww]orker.* died|Child process .* died|terminate called after throwing|scheduler is dead"
     r"|Traceback \(most recent call last\)|Initialization failed\. detoken|Capture cuda graph failed"
