@@ -46,7 +46,7 @@ _RARE_ANCHORS: list[tuple[bytes, int]] = [
     (b"GLIBC", F), (b"FATAL", F), (b"CRITICAL", F), (b"_alloc", F | W), (b"Cannot allocate", F | W),
     (b"xhausted", F | W), (b"Interrupt", F), (b"File \"", F), (b"Timeout", F), (b"Not enough memory", F),
     (b"No available memory", F), (b"No module named", F), (b"Aborted", F), (b"Fatal", F),
-    (b"EngineDead", F), (b"EngineCore", F | E),
+    (b"EngineDead", F), (b"Did not receive", F), (b"EngineCore", F | E),
     (b"No CUDA GPUs", F), (b"NVIDIA driver", F), (b"Repository Not Found", F), (b"No space left", F),
     (b"Disk quota", F), (b"PytorchStreamWriter", F), (b"No solution found", F), (b"ResolutionImpossible", F),
     (b"CMake Error", F | M),
@@ -72,7 +72,7 @@ _COMMON_ANCHORS: list[tuple[bytes, int]] = [
     (b"error", F), (b"failed", F), (b"out of memory", F | W), (b"signal 9", F), (b"died", F), (b"usage:", F),
     (b"timed out", F), (b"undefined symbol", F), (b"epoch", P), (b"retract", W), (b"preempted", W),
     (b"make -j", W), (b"training ...", M), (b"did not run successfully", F), (b"exitcode", F),
-    (b"is dead", F), (b"terminated with", F), (b"returncode", F), (b"return code", F), (b"return_code", F), (b"fatal", F),
+    (b"is dead", F), (b"terminated with", F), (b"after waiting", F), (b"returncode", F), (b"return code", F), (b"return_code", F), (b"fatal", F),
     (b"enable traceback", F), (b"gated repo", F),
 ] + [(w.encode(), P) for w in STEP_WORDS if w[0].islower()]
 # Until the engine is known for sure, every line of an engine's log carries its
