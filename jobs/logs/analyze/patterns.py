@@ -530,6 +530,7 @@ CUDA_OOM = re.compile(
     r"|CUBLAS_STATUS_ALLOC_FAILED|No available memory for the cache blocks|Not enough memory\. Please try to increase"
     r"|can be stored in KV cache|Capture cuda graph failed:.*out of memory|insufficient (?:GPU|device) memory"
     r"|out of memory on (?:device|GPU)|larger than the available KV cache memory"
+    r"|not enough GPU memory available"   # vLLM 0.2x auto-fit of max_model_len: not even one token fits
     # GPU memory held by someone else at startup (vLLM >= 0.10 / SGLang)
     r"|is less than desired GPU memory utilization|memory capacity is unbalanced")
 PORT_IN_USE = re.compile(r"[Aa]ddress already in use")
