@@ -323,9 +323,11 @@ FAILURES: tuple[Signature, ...] = (
     Signature("BAD_ARGS", "cause", BAD_ARGS, "bad_arguments", 100, "argparse, click",
               "vllm: error: unrecognized arguments: --foo", SPECIFIC, verdict=_bad_args, test=_bad_args_test),
     Signature("BAD_ARG_VALUE", "cause", re.compile(r"User-specified \w+ \(\d+\) is greater than the derived"
-                                                  r"|Bfloat16 is only supported on GPUs with compute capability"),
+                                                  r"|Bfloat16 is only supported on GPUs with compute capability"
+                                                  r"|Both servers must use the same --[\w\-]+ value"),
               "bad_arguments", 95, "vLLM 0.6-0.2x config checks that name the flag to change (max_model_len, dtype); "
-              "SGLang's same check of --context-length (`User-specified context_length (N) is greater than the derived`)",
+              "SGLang's same check of --context-length (`User-specified context_length (N) is greater than the derived`); "
+              "SGLang 0.5.x PD disaggregation's prefill/decode mismatch (`Both servers must use the same --page-size value`)",
               "ValueError: User-specified max_model_len (65536) is greater than the derived max_model_len "
               "(max_position_embeddings=32768 or model_max_length=None in model's config.json).", SPECIFIC,
               "bad_arguments_value"),
