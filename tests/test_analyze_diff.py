@@ -54,6 +54,8 @@ FIXES = {
     ("fixture nemo_tagged_warning_words.log", "failure"): None,
     ("fixture torchtitan_logger_tag_warning_words.log", "phase"): "training",
     ("fixture torchtitan_logger_tag_warning_words.log", "failure"): None,
+    ("fixture vllm_compile_warmup_size.log", "phase"): "compiling",      # torch_compile: the size warmup
+    ("fixture vllm_loading_drafter_model.log", "phase"): "loading",      # load_begin: the drafter
 }
 
 

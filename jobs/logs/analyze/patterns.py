@@ -53,7 +53,7 @@ _RARE_ANCHORS: list[tuple[bytes, int]] = [
     (b"ptxas", F), (b"ninja: build stopped", F),
     # phases
     (b"Load weight", M), (b"Loading", M | P), (b"Loaded", M), (b"Model loading", M), (b"Starting", M),
-    (b"Started", M), (b"Compiling", M), (b"Dynamo", M), (b"_compile", M), (b".compile", M), (b"Captur", M | P),
+    (b"Started", M), (b"Compiling", M), (b"Compile and warm", M), (b"Dynamo", M), (b"_compile", M), (b".compile", M), (b"Captur", M | P),
     (b"Capture", M), (b"Graph captur", M), (b"KV cache", M | W), (b"KV Cache", M), (b"Memory pool", M),
     (b"API server", M), (b"Application startup", M), (b"Waiting for application", M), (b"Uvicorn", M),
     (b"The server is fired", M), (b"Available", M), (b"Building", M), (b"Configuring", M), (b"-- The C", M),

@@ -567,12 +567,14 @@ def engine_signals(text: str, body: str) -> tuple[Optional[str], Optional[str], 
 # phase its example alone reads as. Rows of one kind are joined in table order (first match wins).
 PHASES: tuple[Signature, ...] = (
     _row("load_begin", "phase", r"Load weight begin|Loading (?:model )?weights(?! took)|Starting to load model"
-         r"|Loading model from|Loading safetensors|Loading pt checkpoint", "loading", 50, "vLLM, SGLang, HF",
+         r"|Loading model from|Loading safetensors|Loading pt checkpoint|Loading drafter model", "loading", 50,
+         "vLLM (and its speculative drafter, 0.2x), SGLang, HF",
          "INFO 06-02 14:00:15 [gpu_model_runner.py:1] Starting to load model /models/x...", "loading"),
     _row("load_end", "phase", r"Loading weights took|Model loading took|Load weight end|Loaded model weights", "loaded",
          49, "vLLM, SGLang", "Loading weights took 3.74 seconds", "starting"),
     _row("torch_compile", "phase", r"Dynamo bytecode transform|Compiling a graph|torch\.compile(?! takes)"
-         r"|torch_compile_cache", "compiling", 48, "vLLM V1, SGLang --enable-torch-compile",
+         r"|torch_compile_cache|Compile and warming up model for size", "compiling", 48,
+         "vLLM V1 (and its compile-size warmup, 0.2x), SGLang --enable-torch-compile",
          "Dynamo bytecode transform time: 7.14 s", "compiling"),
     _row("jit_compile", "phase", r"Prebuilt kernels not found|Loading JIT ops|JIT compil|Compiling (?:kernel|module|model)",
          "compiling", 47, "flashinfer, DeepSpeed ops", "Prebuilt kernels not found, using JIT backend", "compiling"),
