@@ -181,7 +181,9 @@ def _map_task(start: int, stop: int) -> list[tuple[int, Optional[tuple[bytes, li
         data = os.pread(_fd, min(READ_CHUNK, stop - a), a)
         end = data.rfind(b"\n") + 1
         got = sparse.mapped(data, end, 0, 0) if end else None
-        if not end:                                   # a line longer than a piece: the reader takes it
+        if not data:                                  # the file was cut while read: the reader reads (finds) the rest
+            end = stop - a
+        elif not end:                                 # a line longer than a piece: the reader takes it
             end = (_after_newline(_fd, a + len(data), stop, stop - a) or stop) - a
         if got is None:
             _flush(run, out)
