@@ -87,6 +87,15 @@ if sys.argv[3:] == ["truncate"]:         # the file cut, while the workers read 
                 pass
         return mapping(start, stop)
     parallel._map_task = cutting
+if sys.argv[3:] == ["reads"]:            # a worker's read larger than a piece is noted in a file
+    import os
+    parent, pread = os.getpid(), os.pread
+    def noting(fd, size, at):
+        if os.getpid() != parent and size > 2 * parallel.READ_CHUNK:
+            with open(path + ".big", "a") as note:
+                note.write(f"{size}\\n")
+        return pread(fd, size, at)
+    os.pread = noting
 out = {}
 for name, read in (("serial", lambda fh: parallel.analyze_stream(fh, max_bytes=max_bytes)),
                    ("spread", lambda fh: parallel.analyze_regular(fh, max_bytes=max_bytes, workers=2))):
@@ -186,4 +195,16 @@ def test_a_file_cut_while_the_workers_read_it_still_gives_an_answer(tmp_path: Pa
     out = _child(log, None, "truncate", timeout=30)
     assert (tmp_path / "serving.log.cut").exists() and log.stat().st_size < 3 * 1024 * 1024
     assert out["serial"][1]["failure"]["cause"] == "cuda_oom"      # (read whole, before the cut)
+
+
+def test_a_workers_reads_stay_within_a_piece_on_a_line_of_megabytes(tmp_path: Path) -> None:
+    # A bar redrawn with \r only for MBs, then a newline: a worker's reads must not grow with the line.
+    rng = random.Random(13)
+    log = tmp_path / "bar.log"
+    bar = "".join(f"Loading weights {j % 100}/100 [00:0{j % 10}<00:09]\r" for j in range(120000))
+    log.write_text(BANNER + _serving(rng, 300) + bar + "\n" + _serving(rng, 300) + CRASH, encoding="utf-8")
+    serial, spread, _ = _both(log, None, "reads")
+    assert spread == serial and serial[1]["failure"]["cause"] == "cuda_oom"
+    big = tmp_path / "bar.log.big"
+    assert not big.exists(), f"a worker read {big.read_text().split()} bytes at once"
 

@@ -177,14 +177,15 @@ def _map_task(start: int, stop: int) -> list[tuple[int, Optional[tuple[bytes, li
     out: list[tuple[int, Optional[tuple[bytes, list[int], int]]]] = []
     run: list[tuple[int, tuple[bytes, list[int], int]]] = []
     a = start
+    inside = False                                    # a is inside a line begun in an earlier piece
     while a < stop:
         data = os.pread(_fd, min(READ_CHUNK, stop - a), a)
-        end = data.rfind(b"\n") + 1
-        got = sparse.mapped(data, end, 0, 0) if end else None
-        if not data:                                  # the file was cut while read: the reader reads (finds) the rest
-            end = stop - a
-        elif not end:                                 # a line longer than a piece: the reader takes it
-            end = (_after_newline(_fd, a + len(data), stop, stop - a) or stop) - a
+        nl = data.find(b"\n") if inside else data.rfind(b"\n")
+        # A line longer than a piece goes to the reader a piece at a time, to its newline (a worker's
+        # reads stay a piece long, whatever the line's length); the file cut while read: the rest.
+        end = nl + 1 or len(data) or stop - a
+        got = sparse.mapped(data, end, 0, 0) if nl >= 0 and not inside else None
+        inside = nl < 0
         if got is None:
             _flush(run, out)
             out.append((end, None))
