@@ -96,6 +96,8 @@ if sys.argv[3:] == ["reads"]:            # a worker's read larger than a piece i
                 note.write(f"{size}\\n")
         return pread(fd, size, at)
     os.pread = noting
+if sys.argv[3:] == ["nostdout"]:         # started with its stdout closed (sys.stdout None): print writes nothing
+    sys.stdout = None
 out = {}
 for name, read in (("serial", lambda fh: parallel.analyze_stream(fh, max_bytes=max_bytes)),
                    ("spread", lambda fh: parallel.analyze_regular(fh, max_bytes=max_bytes, workers=2))):
@@ -207,4 +209,11 @@ def test_a_workers_reads_stay_within_a_piece_on_a_line_of_megabytes(tmp_path: Pa
     assert spread == serial and serial[1]["failure"]["cause"] == "cuda_oom"
     big = tmp_path / "bar.log.big"
     assert not big.exists(), f"a worker read {big.read_text().split()} bytes at once"
+
+
+def test_a_process_whose_stdout_is_closed_is_still_spread(tmp_path: Path) -> None:
+    log = tmp_path / "serving.log"
+    log.write_text(BANNER + _serving(random.Random(15), 1200) + CRASH, encoding="utf-8")
+    serial, spread, mapped = _both(log, None, "nostdout")
+    assert spread == serial and sum(mapped) > log.stat().st_size // 2
 

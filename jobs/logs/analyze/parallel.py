@@ -94,9 +94,9 @@ def _spread(analyzer: LogAnalyzer, fd: int, start: int, limit: int, workers: int
     tasks = iter(zip(bounds, bounds[1:]))
     sparse.prepare()                                  # the database compiled (or loaded) once, inherited
     # A forked worker flushes the stdio buffers it inherited when it exits: what this process had not
-    # written yet (a `gpudeck serve` reply) would be written twice.
-    sys.stdout.flush()
-    sys.stderr.flush()
+    # written yet (a `gpudeck serve` reply) would be written twice. One that cannot be emptied: no fork.
+    if not _flushed(sys.stdout, sys.stderr):
+        return start, False
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
     context = multiprocessing.get_context("fork")
@@ -130,6 +130,20 @@ def _spread(analyzer: LogAnalyzer, fd: int, start: int, limit: int, workers: int
                         analyzer.feed_dense(os.pread(fd, min(READ_CHUNK, at + length - a), a))
                 at += length
     return at, mapped
+
+
+def _flushed(*streams: Any) -> bool:
+    """Whether the streams hold no unwritten output, after a flush: one that is None (a process started
+    with that descriptor closed) or closed holds none; one whose flush fails (a full pipe) may."""
+    for stream in streams:
+        flush = getattr(stream, "flush", None)
+        if flush is None or getattr(stream, "closed", False):
+            continue
+        try:
+            flush()
+        except (OSError, ValueError):
+            return False
+    return True
 
 
 def _submit(pool: Any, start: int, stop: int) -> Any:
