@@ -98,13 +98,20 @@ if sys.argv[3:] == ["reads"]:            # a worker's read larger than a piece i
     os.pread = noting
 if sys.argv[3:] == ["nostdout"]:         # started with its stdout closed (sys.stdout None): print writes nothing
     sys.stdout = None
+forks = []
+if sys.argv[3:] == ["many"]:             # workers asked for: far more than the tasks
+    import os
+    fork = os.fork
+    os.fork = lambda: forks.append(1) or fork()
+workers = 64 if sys.argv[3:] == ["many"] else 2
 out = {}
 for name, read in (("serial", lambda fh: parallel.analyze_stream(fh, max_bytes=max_bytes)),
-                   ("spread", lambda fh: parallel.analyze_regular(fh, max_bytes=max_bytes, workers=2))):
+                   ("spread", lambda fh: parallel.analyze_regular(fh, max_bytes=max_bytes, workers=workers))):
     with open(path, "rb") as fh:
         analysis, cut = read(fh)
     out[name] = [asdict(analysis), analysis.to_json(), cut]
 out["mapped"] = taken
+out["forks"] = len(forks)
 sys.stdout = sys.__stdout__
 print(json.dumps(out))
 """
@@ -217,3 +224,10 @@ def test_a_process_whose_stdout_is_closed_is_still_spread(tmp_path: Path) -> Non
     serial, spread, mapped = _both(log, None, "nostdout")
     assert spread == serial and sum(mapped) > log.stat().st_size // 2
 
+
+def test_workers_beyond_the_tasks_are_not_forked(tmp_path: Path) -> None:
+    log = tmp_path / "serving.log"
+    log.write_text(BANNER + _serving(random.Random(17), 1200) + CRASH, encoding="utf-8")
+    out = _child(log, None, "many")
+    assert out["spread"] == out["serial"]
+    assert 0 < out["forks"] <= log.stat().st_size // (600 * 1024) + 1, f"{out['forks']} workers forked"

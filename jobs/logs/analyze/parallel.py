@@ -91,6 +91,7 @@ def _spread(analyzer: LogAnalyzer, fd: int, start: int, limit: int, workers: int
     step = max(MIN_TASK_BYTES, min(TASK_BYTES, (limit - start) // (workers * TASKS_PER_WORKER)))
     cuts = (_after_newline(fd, at, limit, step) for at in range(start + step, limit, step))
     bounds = sorted({start, limit, *(cut for cut in cuts if cut)})
+    workers = min(workers, len(bounds) - 1)           # (a fork pool starts them all at once)
     tasks = iter(zip(bounds, bounds[1:]))
     sparse.prepare()                                  # the database compiled (or loaded) once, inherited
     # A forked worker flushes the stdio buffers it inherited when it exits: what this process had not
