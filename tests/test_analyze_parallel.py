@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -73,23 +75,66 @@ if sys.argv[3:] == ["kill"]:             # the third task's worker dies as a wor
             os._exit(137)
         return mapping(start, stop)
     parallel._map_task = dying
+if sys.argv[3:] == ["truncate"]:         # the file cut, while the workers read it, at the start of the third task
+    import os
+    mapping = parallel._map_task
+    def cutting(start, stop):
+        if start > 2 * parallel.TASK_BYTES:
+            try:
+                os.close(os.open(path + ".cut", os.O_CREAT | os.O_EXCL))
+                os.truncate(path, start)
+            except FileExistsError:
+                pass
+        return mapping(start, stop)
+    parallel._map_task = cutting
+if sys.argv[3:] == ["reads"]:            # a worker's read larger than a piece is noted in a file
+    import os
+    parent, pread = os.getpid(), os.pread
+    def noting(fd, size, at):
+        if os.getpid() != parent and size > 2 * parallel.READ_CHUNK:
+            with open(path + ".big", "a") as note:
+                note.write(f"{size}\\n")
+        return pread(fd, size, at)
+    os.pread = noting
+if sys.argv[3:] == ["nostdout"]:         # started with its stdout closed (sys.stdout None): print writes nothing
+    sys.stdout = None
+forks = []
+if sys.argv[3:] == ["many"]:             # workers asked for: far more than the tasks
+    import os
+    fork = os.fork
+    os.fork = lambda: forks.append(1) or fork()
+workers = 64 if sys.argv[3:] == ["many"] else 2
 out = {}
 for name, read in (("serial", lambda fh: parallel.analyze_stream(fh, max_bytes=max_bytes)),
-                   ("spread", lambda fh: parallel.analyze_regular(fh, max_bytes=max_bytes, workers=2))):
+                   ("spread", lambda fh: parallel.analyze_regular(fh, max_bytes=max_bytes, workers=workers))):
     with open(path, "rb") as fh:
         analysis, cut = read(fh)
     out[name] = [asdict(analysis), analysis.to_json(), cut]
 out["mapped"] = taken
+out["forks"] = len(forks)
+sys.stdout = sys.__stdout__
 print(json.dumps(out))
 """
 
 
+def _child(path: Path, max_bytes: int | None = None, *extra: str, timeout: float = 120) -> dict:
+    """The child's report; a child that does not come back in `timeout` is killed with its workers."""
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(path), "-" if max_bytes is None else str(max_bytes),
+                              *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    try:
+        stdout, stderr = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)              # (its workers are in its process group)
+        child.communicate()
+        raise AssertionError(f"the reading did not come back in {timeout} s") from None
+    assert child.returncode == 0, stderr[-2000:]
+    return json.loads(stdout)
+
+
 def _both(path: Path, max_bytes: int | None = None, *extra: str) -> tuple[list, list, list[int]]:
     """(the one-process reading, the spread one, the sizes read mapped), each [asdict, to_json, truncated]."""
-    done = subprocess.run([sys.executable, "-c", CHILD, str(path), "-" if max_bytes is None else str(max_bytes),
-                           *extra], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    out = json.loads(done.stdout)
+    out = _child(path, max_bytes, *extra)
     return out["serial"], out["spread"], out["mapped"]
 
 
@@ -150,3 +195,39 @@ def test_a_small_file_or_one_worker_is_not_spread(tmp_path: Path, monkeypatch: p
         parallel.analyze_regular(fh, workers=2)
     assert calls == [1]
     assert analyze_file(log).phase == "ready"
+
+
+def test_a_file_cut_while_the_workers_read_it_still_gives_an_answer(tmp_path: Path) -> None:
+    # Cut at a task's start (just after a newline): that task's worker read nothing there and looped.
+    log = tmp_path / "serving.log"
+    log.write_text(BANNER + _serving(random.Random(11), 1200) + CRASH, encoding="utf-8")
+    out = _child(log, None, "truncate", timeout=30)
+    assert (tmp_path / "serving.log.cut").exists() and log.stat().st_size < 3 * 1024 * 1024
+    assert out["serial"][1]["failure"]["cause"] == "cuda_oom"      # (read whole, before the cut)
+
+
+def test_a_workers_reads_stay_within_a_piece_on_a_line_of_megabytes(tmp_path: Path) -> None:
+    # A bar redrawn with \r only for MBs, then a newline: a worker's reads must not grow with the line.
+    rng = random.Random(13)
+    log = tmp_path / "bar.log"
+    bar = "".join(f"Loading weights {j % 100}/100 [00:0{j % 10}<00:09]\r" for j in range(120000))
+    log.write_text(BANNER + _serving(rng, 300) + bar + "\n" + _serving(rng, 300) + CRASH, encoding="utf-8")
+    serial, spread, _ = _both(log, None, "reads")
+    assert spread == serial and serial[1]["failure"]["cause"] == "cuda_oom"
+    big = tmp_path / "bar.log.big"
+    assert not big.exists(), f"a worker read {big.read_text().split()} bytes at once"
+
+
+def test_a_process_whose_stdout_is_closed_is_still_spread(tmp_path: Path) -> None:
+    log = tmp_path / "serving.log"
+    log.write_text(BANNER + _serving(random.Random(15), 1200) + CRASH, encoding="utf-8")
+    serial, spread, mapped = _both(log, None, "nostdout")
+    assert spread == serial and sum(mapped) > log.stat().st_size // 2
+
+
+def test_workers_beyond_the_tasks_are_not_forked(tmp_path: Path) -> None:
+    log = tmp_path / "serving.log"
+    log.write_text(BANNER + _serving(random.Random(17), 1200) + CRASH, encoding="utf-8")
+    out = _child(log, None, "many")
+    assert out["spread"] == out["serial"]
+    assert 0 < out["forks"] <= log.stat().st_size // (600 * 1024) + 1, f"{out['forks']} workers forked"

@@ -91,12 +91,13 @@ def _spread(analyzer: LogAnalyzer, fd: int, start: int, limit: int, workers: int
     step = max(MIN_TASK_BYTES, min(TASK_BYTES, (limit - start) // (workers * TASKS_PER_WORKER)))
     cuts = (_after_newline(fd, at, limit, step) for at in range(start + step, limit, step))
     bounds = sorted({start, limit, *(cut for cut in cuts if cut)})
+    workers = min(workers, len(bounds) - 1)           # (a fork pool starts them all at once)
     tasks = iter(zip(bounds, bounds[1:]))
     sparse.prepare()                                  # the database compiled (or loaded) once, inherited
     # A forked worker flushes the stdio buffers it inherited when it exits: what this process had not
-    # written yet (a `gpudeck serve` reply) would be written twice.
-    sys.stdout.flush()
-    sys.stderr.flush()
+    # written yet (a `gpudeck serve` reply) would be written twice. One that cannot be emptied: no fork.
+    if not _flushed(sys.stdout, sys.stderr):
+        return start, False
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
     context = multiprocessing.get_context("fork")
@@ -130,6 +131,20 @@ def _spread(analyzer: LogAnalyzer, fd: int, start: int, limit: int, workers: int
                         analyzer.feed_dense(os.pread(fd, min(READ_CHUNK, at + length - a), a))
                 at += length
     return at, mapped
+
+
+def _flushed(*streams: Any) -> bool:
+    """Whether the streams hold no unwritten output, after a flush: one that is None (a process started
+    with that descriptor closed) or closed holds none; one whose flush fails (a full pipe) may."""
+    for stream in streams:
+        flush = getattr(stream, "flush", None)
+        if flush is None or getattr(stream, "closed", False):
+            continue
+        try:
+            flush()
+        except (OSError, ValueError):
+            return False
+    return True
 
 
 def _submit(pool: Any, start: int, stop: int) -> Any:
@@ -177,12 +192,15 @@ def _map_task(start: int, stop: int) -> list[tuple[int, Optional[tuple[bytes, li
     out: list[tuple[int, Optional[tuple[bytes, list[int], int]]]] = []
     run: list[tuple[int, tuple[bytes, list[int], int]]] = []
     a = start
+    inside = False                                    # a is inside a line begun in an earlier piece
     while a < stop:
         data = os.pread(_fd, min(READ_CHUNK, stop - a), a)
-        end = data.rfind(b"\n") + 1
-        got = sparse.mapped(data, end, 0, 0) if end else None
-        if not end:                                   # a line longer than a piece: the reader takes it
-            end = (_after_newline(_fd, a + len(data), stop, stop - a) or stop) - a
+        nl = data.find(b"\n") if inside else data.rfind(b"\n")
+        # A line longer than a piece goes to the reader a piece at a time, to its newline (a worker's
+        # reads stay a piece long, whatever the line's length); the file cut while read: the rest.
+        end = nl + 1 or len(data) or stop - a
+        got = sparse.mapped(data, end, 0, 0) if nl >= 0 and not inside else None
+        inside = nl < 0
         if got is None:
             _flush(run, out)
             out.append((end, None))
