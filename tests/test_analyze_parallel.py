@@ -231,3 +231,19 @@ def test_workers_beyond_the_tasks_are_not_forked(tmp_path: Path) -> None:
     out = _child(log, None, "many")
     assert out["spread"] == out["serial"]
     assert 0 < out["forks"] <= log.stat().st_size // (600 * 1024) + 1, f"{out['forks']} workers forked"
+
+
+def test_a_piece_whose_kept_lines_are_most_of_it_comes_back_dense(tmp_path: Path) -> None:
+    # One 60 KB anchored line in each 256 KB piece: few lines (sparse by count), most bytes kept. Handed
+    # back mapped, every worker's results in flight would be as large as its tasks.
+    rng = random.Random(2)
+    text = BANNER + "".join(_serving(rng, 30) + "(APIServer pid=1) ERROR 05-07 11:00:00 [x.py:1] Error in request "
+                            + "x" * 60_000 + "\n" for _ in range(60))
+    log = tmp_path / "long_errors.log"
+    log.write_text(text, encoding="utf-8")
+    serial, spread, mapped = _both(log)
+    assert spread == serial
+    assert mapped == [], "pieces whose kept lines are most of their bytes were handed back mapped"
+    plain = tmp_path / "serving.log"                       # the control: a serving log is handed back mapped
+    plain.write_text(BANNER + _serving(rng, 1200), encoding="utf-8")
+    assert sum(_both(plain)[2]) > plain.stat().st_size // 2

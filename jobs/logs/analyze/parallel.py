@@ -37,6 +37,10 @@ TASKS_PER_WORKER = 4
 # dense log's stretches are long, and while the reader's Python is the bound the workers' passes
 # over them are wasted (and each pool costs the reader ~7,000 page faults, its heap copied on write).
 DENSE_BACKOFF_BYTES = 64 << 20
+# A mapped piece whose kept lines hold more than 1/KEPT_SHARE of its bytes (a few long anchored lines)
+# is handed back as dense: results in flight then stay small whatever the lines (the reader's own
+# sparse read of it, if any, is as cheap), and memory does not grow with the number of workers.
+KEPT_SHARE = 4
 IN_FLIGHT = 2              # tasks outstanding per worker: results are kept lines only, memory stays flat
 _fd = -1                   # the log's descriptor, in a worker (inherited over fork)
 
@@ -200,6 +204,8 @@ def _map_task(start: int, stop: int) -> list[tuple[int, Optional[tuple[bytes, li
         # reads stay a piece long, whatever the line's length); the file cut while read: the rest.
         end = nl + 1 or len(data) or stop - a
         got = sparse.mapped(data, end, 0, 0) if nl >= 0 and not inside else None
+        if got is not None and len(got[0]) > end // KEPT_SHARE:
+            got = None                                # its kept lines are most of it: the reader reads it whole
         inside = nl < 0
         if got is None:
             _flush(run, out)
