@@ -278,3 +278,16 @@ def test_an_engine_run_made_by_the_runner_monitors_has_serving_charts(tmp_path, 
     page.write_text(render_html.render(report))
     loaded = browser.load(page)
     assert loaded.problems == [] and loaded.dom.count("<svg") >= 10
+
+
+def test_a_job_whose_command_cannot_start_never_ran(tmp_path, state):
+    jobs = write_jobs(tmp_path / "jobs.toml", {"ghost": {"cmd": [str(tmp_path / "no-such-program"), "--serve"]}})
+    env = cli_env(state)
+    cli(["--jobs", str(jobs), "start", "ghost"], env)
+    run = latest_run("ghost")
+    wait_for(lambda: run is not None and run.exit_record() is not None, timeout=60, what="the launch to fail")
+    wait_for(lambda: not run.state().runner_alive, timeout=60, what="the runner to finish")
+    report = build("ghost", state)
+    assert report["outcome"]["never_ran"] and report["outcome"]["failed"], report["outcome"]
+    assert report["verdict"].startswith("never ran; "), report["verdict"]
+    assert "no-such-program" in report["verdict"] and "crashed" not in report["verdict"], report["verdict"]

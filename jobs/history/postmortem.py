@@ -382,6 +382,11 @@ def build_run(run_dir: Path, state_dir: Optional[Path] = None) -> dict:
     note = (exit_record or {}).get("note")
     if isinstance(note, str):
         report["outcome"]["note"] = note                         # Slurm's word on how the job ended
+    # sbatch refused it or its exec failed (as the history reads it): the log holds only gpudeck's word on that.
+    launch_error = (exit_record or {}).get("error") if row["state"] == "exited" and not row["stopped_by"] else None
+    report["outcome"]["never_ran"] = bool(launch_error)
+    if launch_error:
+        report["outcome"]["launch_error"] = str(launch_error)
     if meta.get("backend") == "slurm":
         # Slurm's own word for the end (TIMEOUT, OUT_OF_MEMORY, NODE_FAIL...), with its job id and nodes.
         rec = exit_record or {}
@@ -834,6 +839,10 @@ def verdict(report: dict) -> str:
         return f"stopped by {by}{when}" + (f" (phase {last_phase['phase']})" if last_phase and not phase_said else "")
     if state == "lost":
         return "lost: the runner and the job are gone and no exit was recorded" + when
+    if o.get("never_ran"):
+        # The log's reading of that line (a refused request: bad_arguments) adds its hint, not a crash.
+        hint = f" — {f['hint']}" if f and f.get("hint") else ""
+        return f"never ran; {o.get('note') or 'it failed to start: ' + str(o.get('launch_error'))}{hint}"
     if f and (o.get("failed") or state == "log"):
         word = "failed" if state == "log" else "crashed"
         cause = CAUSE_TEXT.get(str(f.get("cause")), str(f.get("cause")))
