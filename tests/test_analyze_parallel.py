@@ -172,8 +172,11 @@ def test_a_worker_that_dies_leaves_its_bytes_to_the_reader(tmp_path: Path) -> No
 
 def test_a_log_that_names_no_engine_is_read_in_one_process(tmp_path: Path) -> None:
     log = tmp_path / "build.log"
-    log.write_text("".join(f"[{i}/40000] Building CUDA object csrc/k{i}.cu.o\n" for i in range(1, 40001))
-                   + "FAILED: csrc/k40000.cu.o\nninja: build stopped: subcommand failed.\n", encoding="utf-8")
+    # (long paths: over the child's 1 MB threshold in few lines, each of which the reader examines)
+    src = "csrc/quantization/fused_kernels/layernorm_quant_kernels_for_every_dtype"
+    log.write_text("".join(f"[{i}/12000] Building CUDA object {src}/k{i}.cu.o\n" for i in range(1, 12001))
+                   + f"FAILED: {src}/k12000.cu.o\nninja: build stopped: subcommand failed.\n", encoding="utf-8")
+    assert log.stat().st_size > 1 << 20
     serial, spread, mapped = _both(log)
     assert spread == serial and serial[1]["failure"]["cause"] == "build_failed"
     assert mapped == []
