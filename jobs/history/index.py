@@ -202,7 +202,7 @@ def summarize_run(run_dir: Path, now: Optional[float] = None) -> list[dict]:
     if slurm_state and slurm_state not in ("COMPLETED", "CANCELLED") and not stopped_by:
         failed = True          # TIMEOUT, OUT_OF_MEMORY, NODE_FAIL...: Slurm ended it, whatever the exit code
     # The job never ran: sbatch refused it (no exit code at all) or its exec failed.
-    launch_error = _text((exit_record or {}).get("error")) if state == "exited" and not stopped_by else None
+    launch_error = launch_error_of(state, exit_record, stopped_by)
     if launch_error:
         failed = True
         if failure is None:
@@ -318,6 +318,11 @@ def _lost_or_signal_cause(state: str, sig: Optional[str], exit_record: Optional[
     if sig:
         return f"killed by {sig}"
     return None
+
+
+def launch_error_of(state: str, exit_record: Optional[dict], stopped_by: Optional[str]) -> Optional[str]:
+    """Why the job never ran (sbatch refused it, or its exec failed), or None: it ran, or was stopped."""
+    return _text((exit_record or {}).get("error")) if state == "exited" and not stopped_by else None
 
 
 def _is_failed(state: str, code: Optional[int], sig: Optional[str], stopped_by: Optional[str],

@@ -383,10 +383,11 @@ def build_run(run_dir: Path, state_dir: Optional[Path] = None) -> dict:
     if isinstance(note, str):
         report["outcome"]["note"] = note                         # Slurm's word on how the job ended
     # sbatch refused it or its exec failed (as the history reads it): the log holds only gpudeck's word on that.
-    launch_error = (exit_record or {}).get("error") if row["state"] == "exited" and not row["stopped_by"] else None
+    from gpudeck.jobs.history.index import launch_error_of
+    launch_error = launch_error_of(row["state"], exit_record, row["stopped_by"])
     report["outcome"]["never_ran"] = bool(launch_error)
     if launch_error:
-        report["outcome"]["launch_error"] = str(launch_error)
+        report["outcome"]["launch_error"] = launch_error
     if meta.get("backend") == "slurm":
         # Slurm's own word for the end (TIMEOUT, OUT_OF_MEMORY, NODE_FAIL...), with its job id and nodes.
         rec = exit_record or {}
