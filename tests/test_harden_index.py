@@ -339,3 +339,24 @@ def test_processes_that_find_the_same_broken_file_replace_it_once(tmp_path):
     kept = {o.split()[1] for o, _ in outs} - {b"-"}
     assert counts == [str(len(dirs)).encode()] * 5
     assert len(kept) == 1 and _asides(state) == [kept.pop().decode()]
+
+
+def test_a_file_moved_aside_between_check_and_connect_is_opened_again(tmp_path, monkeypatch):
+    # Another process that proved the file broken moves it aside (under the lock) just after this
+    # one connected and before it compared identities: the file is gone, which means "replaced".
+    state = tmp_path / "state"
+    dirs = _indexed(state, runs=3)
+    real_connect = sqlite3.connect
+    moved = []
+
+    def connect_then_moved_away(*args, **kwargs):
+        conn = real_connect(*args, **kwargs)
+        if not moved:
+            moved.append(db_path(state).rename(str(db_path(state)) + ".corrupt-elsewhere"))
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", connect_then_moved_away)
+    with RunIndex(state) as index:
+        index.sync()
+        assert sorted(r["run_id"] for r in index.query()) == sorted(d.name for d in dirs)
+    assert moved and db_path(state).exists()

@@ -633,7 +633,11 @@ class RunIndex:
         self._ident = (st.st_dev, st.st_ino)
         conn = sqlite3.connect(str(self.path), timeout=self.busy_timeout_s, isolation_level=None)
         try:
-            now = os.lstat(self.path)
+            try:
+                now = os.lstat(self.path)
+            except FileNotFoundError:
+                # Another process moved the broken file aside between our check and our connect.
+                raise _ReplacedWhileOpened(f"index {self.path} was moved away while it was opened") from None
             if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
                 raise _ReplacedWhileOpened(f"index {self.path} was replaced while it was opened: refusing to use it")
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
