@@ -7,6 +7,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -250,3 +251,50 @@ def test_a_piece_whose_kept_lines_are_most_of_it_comes_back_dense(tmp_path: Path
     plain = tmp_path / "serving.log"                       # the control: a serving log is handed back mapped
     plain.write_text(BANNER + _serving(rng, 1200), encoding="utf-8")
     assert sum(_both(plain)[2]) > plain.stat().st_size // 2
+
+
+
+INTERRUPTED = """
+import json, os, sys, time
+from gpudeck.jobs.logs.analyze import LogAnalyzer, parallel
+parallel.MIN_FILE = 1 << 20
+parallel.TASK_BYTES = parallel.MIN_TASK_BYTES = 600 * 1024
+feed_mapped = LogAnalyzer.feed_mapped
+def slow(self, size, got):                             # a slow reader: the workers wait for tasks, idle
+    open(sys.argv[2], "a").close()                    # the spread has begun
+    time.sleep(0.1)
+    feed_mapped(self, size, got)
+LogAnalyzer.feed_mapped = slow
+t = time.monotonic()
+try:
+    with open(sys.argv[1], "rb") as fh:
+        parallel.analyze_regular(fh, workers=2)
+    print(json.dumps({"interrupted": False}))
+except KeyboardInterrupt:
+    print(json.dumps({"interrupted": True}))
+"""
+
+
+def test_ctrl_c_stops_the_spread_without_the_workers_tracebacks(tmp_path: Path) -> None:
+    # Before: the workers took the Ctrl-C too, one could die holding the task queue's lock, and the
+    # reader's pool then waited for it forever (the CLI hung after ^C).
+    log = tmp_path / "serving.log"
+    log.write_text(BANNER + _serving(random.Random(19), 2400) + CRASH, encoding="utf-8")
+    begun = tmp_path / "begun"
+    child = subprocess.Popen([sys.executable, "-c", INTERRUPTED, str(log), str(begun)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not begun.exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert begun.exists(), "the spread never began"
+        os.killpg(child.pid, signal.SIGINT)               # ^C: the terminal signals the whole group
+        stdout, stderr = child.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
+        raise AssertionError("the interrupted reading did not stop in 30 s") from None
+    assert json.loads(stdout) == {"interrupted": True}
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-2000:]
+    with pytest.raises(ProcessLookupError):           # no worker left behind in its group
+        os.killpg(child.pid, 0)

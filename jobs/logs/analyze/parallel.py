@@ -16,6 +16,7 @@ log named so far), so the file is read serially until it is; a log that never na
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 from collections import deque
@@ -105,35 +106,44 @@ def _spread(analyzer: LogAnalyzer, fd: int, start: int, limit: int, workers: int
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
     context = multiprocessing.get_context("fork")
-    at = start
-    mapped = False
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_adopt, initargs=(fd,)) as pool:
-        pending: deque = deque()
-        for a, b in tasks:
+        try:
+            return _feed_spread(analyzer, fd, pool, tasks, workers, start)
+        except BaseException:
+            # Ctrl-C (or an error reading): the tasks not begun are dropped, not waited for.
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+def _feed_spread(analyzer: LogAnalyzer, fd: int, pool: Any, tasks: Any, workers: int, at: int) -> tuple[int, bool]:
+    """_spread's loop: the tasks handed out and their pieces fed in file order."""
+    mapped = False
+    pending: deque = deque()
+    for a, b in tasks:
+        pending.append((a, b, _submit(pool, a, b)))
+        if len(pending) >= workers * IN_FLIGHT:
+            break
+    while pending:
+        at, stop, future = pending.popleft()
+        try:
+            pieces = future.result()
+        except Exception:                         # a worker died (killed, out of memory): read it here
+            pieces = [(stop - at, None)]
+        dense = all(got is None for _, got in pieces)
+        if dense:                                 # the rest handed back; read here from this task's end
+            pool.shutdown(wait=False, cancel_futures=True)
+            pending.clear()
+        for a, b in () if dense else tasks:       # one more in flight for the one taken
             pending.append((a, b, _submit(pool, a, b)))
-            if len(pending) >= workers * IN_FLIGHT:
-                break
-        while pending:
-            at, stop, future = pending.popleft()
-            try:
-                pieces = future.result()
-            except Exception:                         # a worker died (killed, out of memory): read it here
-                pieces = [(stop - at, None)]
-            dense = all(got is None for _, got in pieces)
-            if dense:                                 # the rest handed back; read here from this task's end
-                pool.shutdown(wait=False, cancel_futures=True)
-                pending.clear()
-            for a, b in () if dense else tasks:       # one more in flight for the one taken
-                pending.append((a, b, _submit(pool, a, b)))
-                break
-            for length, got in pieces:
-                if got is not None and analyzer.accepts_mapped():
-                    analyzer.feed_mapped(length, got)
-                    mapped = True
-                else:
-                    for a in range(at, at + length, READ_CHUNK):
-                        analyzer.feed_dense(os.pread(fd, min(READ_CHUNK, at + length - a), a))
-                at += length
+            break
+        for length, got in pieces:
+            if got is not None and analyzer.accepts_mapped():
+                analyzer.feed_mapped(length, got)
+                mapped = True
+            else:
+                for a in range(at, at + length, READ_CHUNK):
+                    analyzer.feed_dense(os.pread(fd, min(READ_CHUNK, at + length - a), a))
+            at += length
     return at, mapped
 
 
@@ -186,6 +196,9 @@ def _after_newline(fd: int, at: int, limit: int, reach: int) -> int:
 def _adopt(fd: int) -> None:
     global _fd
     _fd = fd
+    # Ctrl-C reaches the whole process group: the reader stops the spread; a worker finishes its task
+    # (milliseconds) and exits when told, instead of printing a KeyboardInterrupt traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _map_task(start: int, stop: int) -> list[tuple[int, Optional[tuple[bytes, list[int], int]]]]:
