@@ -105,6 +105,23 @@ def test_a_local_box_runs_a_job_and_reads_it_back(local_box):
     assert err.value.code == 2
 
 
+
+def test_reading_a_log_again_parses_the_jobs_file_only_when_it_changed(local_box, tmp_path, monkeypatch):
+    import gpudeck.jobs.spec as spec
+    local_box.start("hello")
+    wait_for(lambda: local_box.jobs().jobs[0]["state"] == "exited", timeout=30, what="the job's exit")
+    parses = []
+    load_jobs = spec.load_jobs
+    monkeypatch.setattr(spec, "load_jobs", lambda path: parses.append(path) or load_jobs(path))
+    for _ in range(5):                                  # a remote log pane's polls
+        assert local_box.read_log("hello", tail=1).data == b"bye\n"
+    assert len(parses) == 1
+    write_jobs(tmp_path / "jobs.toml", {"hello": {"cmd": "echo hello"}, "other": {"cmd": "true"}})
+    with pytest.raises(BoxError) as err:                # the edited file is read again: "other" is known
+        local_box.read_log("other")
+    assert err.value.code == 2 and "has never run" in str(err.value) and len(parses) == 2
+
+
 def test_the_agent_answers_box_requests_through_its_local_box(local_box, tmp_path):
     """The agent's wire, in process: the same LocalBox answers, errors carry their exit code."""
     out = io.BytesIO()

@@ -38,6 +38,9 @@ class LocalBox(Box):
         self._state_dir = state_dir
         self._no_jobs_file = no_jobs_file
         self.readonly = readonly
+        # (path, its stat identity) -> the job names it declares: a remote log pane asks for a chunk
+        # every poll, and each used to parse the jobs file again only to check the job's name.
+        self._names: Optional[tuple[tuple, frozenset[str]]] = None
 
     # -- the core's objects ------------------------------------------------------------------
     def state_dir(self) -> Path:
@@ -95,8 +98,7 @@ class LocalBox(Box):
         state = self.state_dir()
         path = self.jobs_path()
         if path is not None and path.exists():
-            jobs = self.jobs_file().jobs
-            if job not in jobs and not list_runs(job, state):
+            if job not in self._job_names(path) and not list_runs(job, state):
                 raise BoxError(f"no job named {job!r} in {path}", code=2)
         elif not list_runs(job, state):
             raise BoxError(self._no_jobs_file if path is None else f"{path}: no such file", code=2)
@@ -104,6 +106,19 @@ class LocalBox(Box):
         if found is None:
             raise BoxError(f"{job} has no run {run}" if run else f"{job} has never run", code=2)
         return found
+
+    def _job_names(self, path: Path) -> frozenset[str]:
+        """The jobs file's job names, parsed again only when the file changed (its inode, size or mtime)."""
+        try:
+            st = os.stat(path)
+            key: tuple = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+        except OSError:
+            key = ()
+        if key and self._names is not None and self._names[0] == key:
+            return self._names[1]
+        names = frozenset(self.jobs_file().jobs)
+        self._names = (key, names) if key else None
+        return names
 
     # -- who -----------------------------------------------------------------------------------
     def info(self) -> BoxInfo:
