@@ -56,6 +56,10 @@ FIXES = {
     ("fixture torchtitan_logger_tag_warning_words.log", "failure"): None,
     ("fixture vllm_compile_warmup_size.log", "phase"): "compiling",      # torch_compile: the size warmup
     ("fixture vllm_loading_drafter_model.log", "phase"): "loading",      # load_begin: the drafter
+    # SIGKILL as multiprocessing's exitcode (`terminated with -9`) and waitpid's status (`exitcode=9`)
+    ("fixture sglang_scheduler_terminated_minus9.log", "failure"): ("host_oom", 4),
+    ("fixture sglang_sigchld_exitcode_9.log", "phase"): "failed",
+    ("fixture sglang_sigchld_exitcode_9.log", "failure"): ("host_oom", 4),
 }
 
 

@@ -102,8 +102,13 @@ SIGKILLED = re.compile(r"\bsignal: killed\b|\breceived SIGKILL\b|\bSIGKILL recei
 # SIGKILL's exit code in the spellings HOST_OOM's "exit code 137" misses: a capital (`Exit code: 137`,
 # k8s `Exit Code: 137`), a field (`exit_code=137`, `exitCode: 137`), Python's `returncode=-9`
 # (CompletedProcess, Popen) and `return code 137`. 137 is 128 + 9 (a shell's), -9 Python's: SIGKILL,
-# almost always the OOM killer. Digit values: read per segment (templates._DIGIT_VALUE_WORDS).
-KILLED_EXIT = re.compile(r"(?:\b[Ee]xit[ _]?(?:[Cc]ode|[Ss]tatus)|\bexitCode|\breturn[ _]?code)\s*[:=]?\s*(?:137|-9)\b")
+# almost always the OOM killer. Also a process that "terminated with -9" (multiprocessing's exitcode, as
+# SGLang's launcher prints a dead scheduler's), and SGLang's SIGCHLD handler, which prints os.waitpid's
+# raw status: `exitcode=9` / `an exit code 9` is a child ended by signal 9 (an exit status N prints N*256).
+# Digit values: read per segment (templates._DIGIT_VALUE_WORDS).
+KILLED_EXIT = re.compile(r"(?:\b[Ee]xit[ _]?(?:[Cc]ode|[Ss]tatus)|\bexitCode|\breturn[ _]?code"
+                         r"|\bterminated with(?: exit ?code| signal)?)\s*[:=]?\s*(?:137|-9)\b"
+                         r"|\bterminated with signal 9\b|unexpectedly failed with (?:exitcode=|an exit code )9\b")
 
 
 # --------------------------------------------------------------------------- watchdogs and timeouts

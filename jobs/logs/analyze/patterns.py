@@ -759,6 +759,9 @@ def series_label(label: str) -> str:
     return key
 
 
+_LINKER = re.compile(r"(?:^|[\s/])ld\s")      # the linker as a word: "Child process" names no tool
+
+
 def is_build_tool(body: str) -> bool:
     return any(t in body for t in ("cicc", "cudafe", "cc1plus", "nvcc", "ptxas", "c++:", "g++", "gcc", "ninja",
-                                   "make", "ld ", "fatbinary"))
+                                   "make", "fatbinary")) or ("ld" in body and _LINKER.search(body) is not None)

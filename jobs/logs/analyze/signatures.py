@@ -107,8 +107,8 @@ def _host_oom(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
         return (SPECIFIC, "build_failed", "build_segfault")
     if ctx.building or is_build_tool(body):
         return (SPECIFIC, "host_oom", "host_oom_build")
-    if "exitcode" in body or "SIGKILL" in body:
-        return (SPECIFIC, "host_oom", "host_oom_launcher")     # torch elastic reporting its worker's SIGKILL
+    if "exitcode" in body or "SIGKILL" in body or "terminated with" in body:
+        return (SPECIFIC, "host_oom", "host_oom_launcher")     # a launcher reporting its worker's SIGKILL
     return (SPECIFIC, "host_oom", "host_oom")
 
 
