@@ -56,6 +56,8 @@ FIXES = {
     ("fixture torchtitan_logger_tag_warning_words.log", "failure"): None,
     ("fixture vllm_compile_warmup_size.log", "phase"): "compiling",      # torch_compile: the size warmup
     ("fixture vllm_loading_drafter_model.log", "phase"): "loading",      # load_begin: the drafter
+    # NCCL's unhandled cuda error defers to the CUDA failure it names (`Last error:` ... 'out of memory')
+    ("fixture nccl_unhandled_cuda_error_oom.log", "failure"): ("cuda_oom", 9),
     # SIGKILL as multiprocessing's exitcode (`terminated with -9`) and waitpid's status (`exitcode=9`)
     ("fixture sglang_scheduler_terminated_minus9.log", "failure"): ("host_oom", 4),
     ("fixture sglang_sigchld_exitcode_9.log", "phase"): "failed",

@@ -632,6 +632,11 @@ HINTS = {
                 "or batch size, or spread the model over more GPUs (tensor parallel)",
     "cuda_oom_capture": "GPU memory ran out while capturing CUDA graphs — lower --cuda-graph-max-bs / "
                         "--max-num-seqs, leave more memory free (--mem-fraction-static), or disable CUDA graphs",
+    "cuda_oom_nccl": "GPU memory ran out while NCCL allocated its buffers (communicator init, P2P/all-reduce "
+                     "buffers) — leave NCCL room: lower --gpu-memory-utilization / --mem-fraction-static, or "
+                     "NCCL_BUFFSIZE; check no other process holds the GPU",
+    "nccl_cuda": "NCCL reports a failed CUDA call — the CUDA error it names is the cause (torch prints it after "
+                 "`Last error:`; rerun with NCCL_DEBUG=WARN to see NCCL's own `Cuda failure` line)",
     "host_oom_build": "killed by the host OOM killer — lower MAX_JOBS (or CMAKE_BUILD_PARALLEL_LEVEL) and NVCC_THREADS",
     "host_oom": "killed by the host OOM killer (SIGKILL) — free host RAM, lower CPU-side memory use "
                 "(swap space, loader workers), or check `dmesg` for the kill",

@@ -134,7 +134,7 @@ def _plain_oom(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
         return None             # SGLang 0.2-0.4 retracting requests (KV cache pressure, a warning): it serves on
     if ctx.building or "cc1plus" in body or "allocating" in body:
         return (SPECIFIC, "host_oom", "host_oom_build")
-    return (SPECIFIC, "cuda_oom", "cuda_oom")
+    return (SPECIFIC, "cuda_oom", "cuda_oom_nccl" if "Cuda failure" in body or "NCCL" in body else "cuda_oom")
 
 
 CUDA_NO_DEVICE_RX = re.compile(CUDA_NO_DEVICE)
@@ -157,6 +157,10 @@ def _cuda_err(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
 
 
 def _nccl(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    if "nhandled cuda error" in body or "UnhandledCudaError" in body or "Call to CUDA function failed" in body:
+        # NCCL passing on a CUDA call's failure: the CUDA error it names (torch's `Last error:` lines
+        # below, NCCL's own `Cuda failure 'out of memory'`) is the cause; alone, it stays nccl.
+        return (EXCEPTION, "nccl", "nccl_cuda")
     key = "nccl_net" if "NET/" in body else "nccl_shm" if "/dev/shm" in body else "nccl"
     if "timeout" in body.lower() or "timed out" in body:
         key = "nccl_first" if "SeqNum=1," in body or "last completed NCCL work: 0" in body else "nccl_timeout"
