@@ -56,6 +56,9 @@ FIXES = {
     ("fixture torchtitan_logger_tag_warning_words.log", "failure"): None,
     ("fixture vllm_compile_warmup_size.log", "phase"): "compiling",      # torch_compile: the size warmup
     ("fixture vllm_loading_drafter_model.log", "phase"): "loading",      # load_begin: the drafter
+    # srun / slurmstepd's daemons not answering (SLURM_COMM)
+    ("fixture slurm_srun_socket_timeout.log", "phase"): "failed",
+    ("fixture slurm_srun_socket_timeout.log", "failure"): ("node_fail", 5),
     # NCCL's unhandled cuda error defers to the CUDA failure it names (`Last error:` ... 'out of memory')
     ("fixture nccl_unhandled_cuda_error_oom.log", "failure"): ("cuda_oom", 9),
     # SIGKILL as multiprocessing's exitcode (`terminated with -9`) and waitpid's status (`exitcode=9`)

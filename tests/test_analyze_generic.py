@@ -31,6 +31,8 @@ FRESH = {
     "launcher_exit_code_137.log": ("failed", "host_oom", 6, (2, 8), None),
     "pipeline_returncode_minus9.log": ("failed", "host_oom", 4, (1, 3), None),
     "supervisor_exit_status_137.log": ("failed", "host_oom", 3, None, None),
+    # srun's daemons not answering: the node's (the cluster's) trouble
+    "slurm_srun_socket_timeout.log": ("failed", "node_fail", 5, (120, 900), None),
     # NCCL passing on a CUDA failure: the CUDA error it names (`Last error:`) is the cause
     "nccl_unhandled_cuda_error_oom.log": ("failed", "cuda_oom", 9, None, None),
     # an SGLang subprocess SIGKILLed: multiprocessing's -9, and waitpid's raw status 9 in its SIGCHLD handler

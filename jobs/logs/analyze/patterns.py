@@ -673,6 +673,9 @@ HINTS = {
     "slurm_refused": "Slurm refused the job's request before it ran — the reason ends the line (partition, account, "
                      "QOS, --gres=gpu:N, time limit, node count): fix sbatch_args in jobs.toml (sinfo shows what exists)",
     "slurm_node_fail": "the Slurm node failed under the job — resubmit it; tell the cluster admins if it repeats",
+    "slurm_comm": "Slurm's daemons did not answer each other (srun, slurmctld, the node's slurmd timed out or "
+                  "refused) — the node or the controller is overloaded or down: check `sinfo -R` / `scontrol show "
+                  "node`, then resubmit (--exclude the node if it repeats)",
     "slurm_preempted": "Slurm preempted the job for a higher-priority one — resubmit, or use a partition/QOS "
                        "that is not preempted",
     "hang": "the engine's own watchdog found a batch stuck — usually a collective deadlock or a very slow JIT "

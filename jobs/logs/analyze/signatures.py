@@ -125,8 +125,12 @@ def _slurm_end(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
 
 def _slurm_refused(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
     if "timed out" in body or "contact slurm controller" in body or "Zero Bytes were transmitted" in body:
-        return None             # the controller did not answer: the cluster's trouble, not the request's
+        return None             # the controller did not answer: SLURM_COMM's, the cluster's trouble, not the request's
     return (SPECIFIC, "bad_arguments", "slurm_refused")
+
+
+def _slurm_comm(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    return (SPECIFIC, "node_fail", "slurm_node_fail" if "Node failure on" in body else "slurm_comm")
 
 
 def _plain_oom(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
@@ -272,6 +276,16 @@ FAILURES: tuple[Signature, ...] = (
               "(partition, account, QOS, gres, time limit, node count); the reason ends the line",
               "sbatch: error: Batch job submission failed: Invalid generic resource (gres) specification",
               SPECIFIC, verdict=_slurm_refused),
+    Signature("SLURM_COMM", "cause", re.compile(r"\b(?:srun|slurmstepd|salloc|sbatch|slurmd)(?:-[\w.\-]+)?(?:\[\d+\])?: "
+                                               r"error: .*?"
+                                               r"(?:Socket timed out|Zero Bytes were transmitted|Communication "
+                                               r"(?:connection|send|receive) failure|contact slurm controller"
+                                               r"|Connection (?:timed out|refused)|Node failure on )"),
+              "node_fail", 204, "Slurm srun / slurmstepd / sbatch (all): its daemons did not answer each other "
+              "(`Socket timed out on send/recv operation`, `Zero Bytes were transmitted or received`, a connection "
+              "failure) or srun saw the node fail (`Node failure on N`): the node's or the cluster's trouble",
+              "srun: error: Task launch for StepId=4815162.0 failed on node gpu-node-07: Socket timed out on "
+              "send/recv operation", SPECIFIC, verdict=_slurm_comm),
     Signature("GPU_FAULT", "cause", GPU_FAULT, "gpu_fault", 200, "NVIDIA driver (NVRM), GSP firmware R535+",
               "NVRM: GPU at PCI:0000:3b:00: GPU has fallen off the bus.", SPECIFIC),
     Signature("NODE_OOM", "cause", NODE_OOM, "host_oom", 190, "Ray >= 2.3 memory monitor",
