@@ -56,6 +56,9 @@ FIXES = {
     ("fixture torchtitan_logger_tag_warning_words.log", "failure"): None,
     ("fixture vllm_compile_warmup_size.log", "phase"): "compiling",      # torch_compile: the size warmup
     ("fixture vllm_loading_drafter_model.log", "phase"): "loading",      # load_begin: the drafter
+    # vLLM offline inference: its bars' labels name the engine (vllm_offline_bar) and a serving phase
+    ("fixture vllm_offline_generate_bars.log", "engine"): "vllm",
+    ("fixture vllm_offline_generate_bars.log", "phase"): "ready",
     # srun / slurmstepd's daemons not answering (SLURM_COMM)
     ("fixture slurm_srun_socket_timeout.log", "phase"): "failed",
     ("fixture slurm_srun_socket_timeout.log", "failure"): ("node_fail", 5),

@@ -31,6 +31,8 @@ FRESH = {
     "launcher_exit_code_137.log": ("failed", "host_oom", 6, (2, 8), None),
     "pipeline_returncode_minus9.log": ("failed", "host_oom", 4, (1, 3), None),
     "supervisor_exit_status_137.log": ("failed", "host_oom", 3, None, None),
+    # vLLM offline inference (LLM.generate): its bars name the engine, and it is answering prompts
+    "vllm_offline_generate_bars.log": ("ready", None, None, (450, 1000), "vllm"),
     # srun's daemons not answering: the node's (the cluster's) trouble
     "slurm_srun_socket_timeout.log": ("failed", "node_fail", 5, (120, 900), None),
     # NCCL passing on a CUDA failure: the CUDA error it names (`Last error:`) is the cause

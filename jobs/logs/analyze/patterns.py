@@ -751,6 +751,8 @@ def label_phase(label: str) -> Optional[str]:
             return "training"
     if "build" in low or "ninja" in low:
         return "building"
+    if "prompt" in low or "request" in low:
+        return "ready"        # an engine answering them: vLLM's offline `Processed prompts`, `Adding requests`
     return None
 
 

@@ -549,6 +549,11 @@ ENGINES: tuple[Signature, ...] = (
          'File "/usr/lib/python3/site-packages/vllm/worker.py", line 3, in run'),
     _row("sglang_source_path", "engine", r"/sglang/|/sgl_kernel/|\bsglang\.srt\b", "sglang", 2, "SGLang (medium)",
          'File "/usr/lib/python3/site-packages/sglang/srt/server.py", line 3, in run'),
+    _row("vllm_offline_bar", "engine", r"^(?:Processed prompts|Adding requests)\b", "vllm", 2,
+         "vLLM offline inference, LLM.generate / chat (0.2 -> current): its bars' labels (medium: words another "
+         "tool could reuse)",
+         "Processed prompts:  45%|████▌     | 450/1000 [00:30<00:37, 14.80it/s, est. speed input: 1520.11 toks/s, "
+         "output: 300.20 toks/s]"),
     _row("vllm_logger_header", "engine", r"^(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
          r"\[?[\w.\-]+\.py:\d+\]", "vllm", 2, "vLLM header format (medium)",
          "ERROR 06-02 14:00:00 [core.py:1] Failed to reach the server"),
