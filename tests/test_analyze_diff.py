@@ -68,6 +68,9 @@ FIXES = {
     ("fixture sglang_scheduler_terminated_minus9.log", "failure"): ("host_oom", 4),
     ("fixture sglang_sigchld_exitcode_9.log", "phase"): "failed",
     ("fixture sglang_sigchld_exitcode_9.log", "failure"): ("host_oom", 4),
+    # docker's json-file records read as the text they carry (envelope.py)
+    ("fixture docker_json_file_vllm_syntax_error.log", "failure"): ("syntax_error", 10),
+    ("fixture docker_json_file_vllm_syntax_error.log", "progress"): (2, 4, "Loading safetensors checkpoint shards"),
 }
 
 

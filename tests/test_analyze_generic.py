@@ -1,6 +1,7 @@
 """The next release's logs: new words, wrappers' prefixes, envelopes and the generic layer beneath the table."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,8 @@ FRESH = {
     # an SGLang subprocess SIGKILLed: multiprocessing's -9, and waitpid's raw status 9 in its SIGCHLD handler
     "sglang_scheduler_terminated_minus9.log": ("failed", "host_oom", 4, None, "sglang"),
     "sglang_sigchld_exitcode_9.log": ("failed", "host_oom", 4, None, "sglang"),
+    # docker's json-file log (/var/lib/docker/containers/*/*-json.log): JSON-escaped records, read as their text
+    "docker_json_file_vllm_syntax_error.log": ("failed", "syntax_error", 10, (2, 4), "vllm"),
 }
 
 
@@ -74,6 +77,52 @@ def test_fresh_misses_read_the_same_fed_in_pieces(name: str) -> None:
         a.result()
     a.finish()
     assert a.result() == analyze_bytes(data)
+
+
+def _docker_json_file(data: bytes, cut: int = 16384) -> bytes:
+    """A log as docker's json-file driver writes it: one JSON record per line, a longer line cut into records."""
+    out = []
+    for i, line in enumerate(data.decode("utf-8", "replace").split("\n")[:-1]):
+        parts = [line[k:k + cut] for k in range(0, len(line), cut)] or [""]
+        for j, part in enumerate(parts):
+            log = part + "\n" if j == len(parts) - 1 else part
+            out.append(json.dumps({"log": log, "stream": "stderr", "time": f"2026-05-07T10:00:{i % 60:02d}.5Z"},
+                                  separators=(",", ":")))
+    return ("\n".join(out) + "\n").encode()
+
+
+def _reading(r) -> tuple:
+    return (r.engine, r.phase, r.progress and (r.progress.done, r.progress.total, r.progress.label),
+            r.failure and (r.failure.cause, r.failure.line, r.failure.message))
+
+
+PLAIN = sorted(p.name for p in FIXTURES.glob("*.log") if not p.name.startswith("docker_json_file")
+               and not p.read_bytes().startswith(b"#"))
+
+
+@pytest.mark.parametrize("name", PLAIN)
+def test_a_docker_json_file_reads_as_its_plain_log(name: str) -> None:
+    data = (FIXTURES / name).read_bytes()
+    data = data if data.endswith(b"\n") else data + b"\n"
+    want = _reading(analyze_bytes(data))
+    docker = _docker_json_file(data)
+    assert _reading(analyze_bytes(docker)) == want
+    a = LogAnalyzer()
+    for i in range(0, len(docker), 7):
+        a.feed(docker[i:i + 7])
+    a.finish()
+    assert _reading(a.result()) == want
+
+
+def test_a_docker_record_cut_at_16k_is_one_line_and_its_escapes_reach_no_terminal() -> None:
+    data = (b"Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+            b"ValueError: bad \x1b]0;owned\x07" + b"x" * 40000 + b"\nINFO: after\n")
+    docker = _docker_json_file(data)
+    assert docker.count(b"\n") == 6 and b"\\u001b" in docker     # the long line in three records
+    r = analyze_bytes(docker)
+    assert r.failure is not None and (r.failure.cause, r.failure.line) == ("exception", 3)
+    assert r.failure.message.startswith("ValueError: bad ") and "\x1b" not in r.failure.message
+    assert "\x07" not in r.failure.message
 
 
 def test_a_warning_never_names_the_cause() -> None:

@@ -10,7 +10,8 @@ Stdlib only: the runner process runs this on live logs. The package's parts:
 - generic: what no row knows, read by shape (exceptions by type, build tools' exits, watchdogs, counters);
 - state: the state machine one examined log record updates;
 - templates: what any segment of one digit-normalised shape can do, learned once per shape;
-- scanner: LogAnalyzer, the incremental reader that examines only what can matter.
+- scanner: LogAnalyzer, the incremental reader that examines only what can matter;
+- envelope: docker's json-file records unwrapped to the text they carry, before the scanner reads a byte.
 - parallel: a whole file's byte passes spread over worker processes (`gpudeck analyze -j`), the
   reading still one reader's, in order.
 

@@ -8,6 +8,7 @@ from itertools import accumulate, compress, islice, repeat
 from operator import is_, is_not, itemgetter
 from typing import Any, Optional, Union
 
+from .envelope import Unwrapper
 from .model import (GIANT_SEGMENT, HEAD_BYTES, LogAnalysis, READ_CHUNK, S, SPEC_WINDOW, TAIL_BYTES)
 from .patterns import (ANSI, SERIES_LABELS, SIZE, TQDM, families_in, parse_serving_stats_line, prefilter_in,
                        series_label, ts_seconds)
@@ -88,6 +89,7 @@ class LogAnalyzer:
         self._header: Optional[bytes] = b""
         self._dense_backoff = 0          # chunks left before a sparse read is tried again (see _read_sparse)
         self._sparse_off = False         # a worker found this feed dense (see feed_dense): no sparse read
+        self._envelope = Unwrapper()     # docker json-file records unwrapped (envelope.py)
 
     @property
     def line(self) -> int:
@@ -104,6 +106,14 @@ class LogAnalyzer:
             data = self._skip_annotation_header(self._header, data)
             if not data:
                 return
+        if self._envelope.on is not False:
+            data = self._envelope.feed(data)          # docker's json-file records: the text they carry
+            if not data:
+                return
+        self._feed_text(data)
+
+    def _feed_text(self, data: bytes) -> None:
+        """feed() of bytes past the annotation header and the envelope."""
         if self._giant_head is not None:
             after = self._feed_giant(self._giant_head, data)
             if after is None:
@@ -146,7 +156,7 @@ class LogAnalyzer:
         """Whether a chunk's sparse reading made elsewhere (feed_mapped) can be fed now: the engine
         is known and nothing is pending (no annotation header, no partial line)."""
         return (COMPACT and self._state.engine_strong is not None and self._header is None
-                and self._giant_head is None and not self._tail)
+                and self._envelope.on is False and self._giant_head is None and not self._tail)
 
     def feed_mapped(self, size: int, got: tuple[bytes, list[int], int]) -> None:
         """Consume `size` bytes that end with a newline through sparse.mapped's answer for them made
@@ -386,6 +396,10 @@ class LogAnalyzer:
 
     def finish(self) -> None:
         """The stream ended: the last, unterminated line counts as a line."""
+        if self._envelope.on is not False:
+            rest = self._envelope.finish()
+            if rest:
+                self._feed_text(rest)
         if self._giant_head is not None:
             self._examine_giant(self._giant_head, self._giant_tail, self._line)
             self._giant_head, self._giant_tail = None, b""
@@ -403,6 +417,7 @@ class LogAnalyzer:
             return self._state.result()
         probe = copy.copy(self)
         probe._state = copy.deepcopy(self._state)
+        probe._envelope = copy.copy(self._envelope)
         probe.finish()
         return probe._state.result()
 
