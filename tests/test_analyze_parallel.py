@@ -65,6 +65,8 @@ taken = []
 original = LogAnalyzer.feed_mapped
 def counting(self, size, got):
     taken.append(size)
+    if len(taken) == 1:
+        open(sys.argv[1] + ".fed", "w").close()     # (the "kill" worker dies only after this)
     original(self, size, got)
 LogAnalyzer.feed_mapped = counting
 path, max_bytes = sys.argv[1], (int(sys.argv[2]) if sys.argv[2] != "-" else None)
@@ -73,6 +75,12 @@ if sys.argv[3:] == ["kill"]:             # the third task's worker dies as a wor
     mapping = parallel._map_task
     def dying(start, stop):
         if start > 2 * parallel.TASK_BYTES and start <= 3 * parallel.TASK_BYTES:
+            # Once the reader has taken a mapped piece: a pool broken earlier loses the results its
+            # manager thread had not yet delivered, and a loaded machine could then map nothing.
+            import time
+            deadline = time.monotonic() + 30
+            while not os.path.exists(path + ".fed") and time.monotonic() < deadline:
+                time.sleep(0.005)
             os._exit(137)
         return mapping(start, stop)
     parallel._map_task = dying
