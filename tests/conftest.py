@@ -24,6 +24,10 @@ MACHINE_GROUPS = (
     ("engines", ("tests/engines/", "tests/ssh/test_ssh_commands.py", "tests/ssh/test_box_parity.py::test_pivot",
                  "tests/test_jobs_watch.py", "tests/test_status_cli.py", "tests/test_cli_startup.py",
                  "tests/test_console_jobs.py")),
+    # Not machine-wide but ordered: the parity tests share a module's deck, whose `sleeper` test_start
+    # starts, test_stop stops and test_restart expects stopped; split over workers, each worker's
+    # deck saw only part of that story ("sleeper is already running").
+    ("parity", ("tests/ssh/test_box_parity.py",)),
 )
 
 
@@ -32,6 +36,9 @@ def machine_group(nodeid: str):
         if nodeid.startswith(prefixes):
             return group
     return None
+
+
+VLLM_INSTALL_TIMEOUT_S = 900
 
 
 @pytest.hookimpl(tryfirst=True)        # before xdist's own hook reads the xdist_group marks
@@ -44,6 +51,12 @@ def pytest_collection_modifyitems(config, items):
         group = machine_group(item.nodeid)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+        if "vllm_env" in getattr(item, "fixturenames", ()):
+            # The first of them installs the CPU vLLM (~1.5 min on a quiet machine, past 300 s beside
+            # a loaded suite) and its setup counts in its timeout: the install's time is added.
+            own = item.get_closest_marker("timeout")
+            seconds = own.args[0] if own and own.args else (own.kwargs.get("timeout") if own else None)
+            item.add_marker(pytest.mark.timeout(float(seconds or config.getini("timeout") or 300) + VLLM_INSTALL_TIMEOUT_S))
     late = [item for item in items if item.get_closest_marker("late")]
     if late:
         items[:] = [item for item in items if not item.get_closest_marker("late")] + late
