@@ -29,6 +29,8 @@ FIXES = {
     ("reference 14_vllm_nccl_watchdog_timeout_worker_died.log", "engine"): "vllm",      # behind a pasted '  | '
     ("reference 46_sglang_capture_jit_ninja_build_failed.log", "failure"): ("build_failed", 9),   # CalledProcessError
     ("reference 70_train_fairseq_multigpu_interleaved_tqdm.log", "progress"): (51, 11265, "epoch 001"),  # no '| '
+    # NCCL's unhandled cuda error defers to the `Cuda failure 217 'peer access ...'` after `Last error:`
+    ("reference 65_nccl_unhandled_cuda_error_peer_access.log", "failure"): ("cuda_error", 13),
     # the generic layer: a bare "label N/M" (no anchor before), any label that names what is counted
     ("fixture datagen_processing_shard_counter.log", "progress"): (3, 8, "Processing shard"),
     ("fixture datagen_processing_shard_counter.log", "phase"): "loading",               # "shard" names it
@@ -64,6 +66,8 @@ FIXES = {
     ("fixture slurm_srun_socket_timeout.log", "failure"): ("node_fail", 5),
     # NCCL's unhandled cuda error defers to the CUDA failure it names (`Last error:` ... 'out of memory')
     ("fixture nccl_unhandled_cuda_error_oom.log", "failure"): ("cuda_oom", 9),
+    # ... and any other CUDA failure NCCL names (`Cuda failure 217 'peer access is not supported ...'`)
+    ("fixture nccl_cuda_failure_peer_access.log", "failure"): ("cuda_error", 11),
     # SIGKILL as multiprocessing's exitcode (`terminated with -9`) and waitpid's status (`exitcode=9`)
     ("fixture sglang_scheduler_terminated_minus9.log", "failure"): ("host_oom", 4),
     ("fixture sglang_sigchld_exitcode_9.log", "phase"): "failed",

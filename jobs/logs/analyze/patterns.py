@@ -40,7 +40,7 @@ _RARE_ANCHORS: list[tuple[bytes, int]] = [
     (b"SIGBUS", F), (b"SIGABRT", F), (b"SIGILL", F), (b"SIGFPE", F), (b"NCCL", F), (b"Xid", F), (b"NVRM", F),
     (b"Watchdog", F), (b"watchdog", F), (b"GPU is lost", F), (b"fallen off the bus", F), (b"ncorrectable ECC", F),
     (b"GPU requires reset", F),
-    (b"CUDA", F), (b"xit code", F), (b"xit status", F), (b"xited with", F), (b"xit Code", F), (b"xit Status", F),
+    (b"CUDA", F), (b"Cuda failure", F), (b"xit code", F), (b"xit status", F), (b"xited with", F), (b"xit Code", F), (b"xit Status", F),
     (b"xit_code", F), (b"xit_status", F), (b"xitCode", F), (b"quit", F), (b"Out of memory", F),
     (b"-kill", F), (b"FAILED", F), (b"Failed", F), (b"Segmentation fault", F), (b"(core dumped", F),
     (b"GLIBC", F), (b"FATAL", F), (b"CRITICAL", F), (b"_alloc", F | W), (b"Cannot allocate", F | W),
@@ -573,6 +573,8 @@ CUDA_ERR = re.compile(
     r"CUDA error(?!s)|Cuda error(?!s)|CUDA driver error|\.cuh?:\d+: .*Assertion .* failed|illegal memory access|device-side assert|CUBLAS_STATUS_(?!SUCCESS)[A-Z_]+"
     r"|CUDNN_STATUS_[A-Z_]+|cuDNN error|cudaError[A-Z]\w+|no kernel image is available|misaligned address"
     r"|unspecified launch failure|CUDA driver version is insufficient|illegal instruction was encountered"
+    # NCCL's own report of a CUDA call it made (`NCCL WARN Cuda failure 217 '...'`, torch's `Last error:`)
+    r"|Cuda failure \d* ?'"
     # no usable GPU at all: no driver, a driver and its libraries of two versions, none passed into the container
     r"|" + CUDA_NO_DEVICE)
 # vLLM's shm_broadcast notice (INFO, once a minute while a step waits): one is a slow compile, repeats a hang.
