@@ -12,12 +12,14 @@ through sanitize as every log's bytes do.
 """
 from __future__ import annotations
 
+import json
 import re
-from json.decoder import scanstring
 from typing import Optional
 
 # The record's start, with the spaces another encoder than docker's may put in (`{"log": "…`).
 OPEN = re.compile(rb'\{\s*"log"\s*:\s*"')
+# The "log" field's string literal, decoded from its opening quote (control bytes taken as they are).
+_STRING = json.JSONDecoder(strict=False)
 UNDECIDED_MAX = 1 << 16      # a first line this long without its newline: no envelope, read as it is
 PENDING_MAX = 1 << 20        # a partial line kept at most this long, then passed on unread as an envelope
 
@@ -90,7 +92,7 @@ def _record_text(line: bytes, continued: bool) -> Optional[bytes]:
     s = line.decode("utf-8", "surrogateescape")
     j = len(line[:m.start()].decode("utf-8", "surrogateescape"))
     try:
-        value, _ = scanstring(s, j + len(m.group()), False)
+        value, _ = _STRING.raw_decode(s, j + len(m.group()) - 1)
     except ValueError:                       # cut short or a bad escape: no record
         return None
     text = value if continued else s[:j] + value
