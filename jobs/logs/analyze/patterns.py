@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from .model import E, F, M, Number, P, S, W
 
@@ -40,7 +40,7 @@ _RARE_ANCHORS: list[tuple[bytes, int]] = [
     (b"SIGBUS", F), (b"SIGABRT", F), (b"SIGILL", F), (b"SIGFPE", F), (b"NCCL", F), (b"Xid", F), (b"NVRM", F),
     (b"Watchdog", F), (b"watchdog", F), (b"GPU is lost", F), (b"fallen off the bus", F), (b"ncorrectable ECC", F),
     (b"GPU requires reset", F),
-    (b"CUDA", F), (b"Cuda failure", F), (b"xit code", F), (b"xit status", F), (b"xited with", F), (b"xit Code", F), (b"xit Status", F),
+    (b"CUDA", F), (b"xit code", F), (b"xit status", F), (b"xited with", F), (b"xit Code", F), (b"xit Status", F),
     (b"xit_code", F), (b"xit_status", F), (b"xitCode", F), (b"quit", F), (b"Out of memory", F),
     (b"-kill", F), (b"FAILED", F), (b"Failed", F), (b"Segmentation fault", F), (b"(core dumped", F),
     (b"GLIBC", F), (b"FATAL", F), (b"CRITICAL", F), (b"_alloc", F | W), (b"Cannot allocate", F | W),
@@ -86,6 +86,75 @@ _ENGINE_ANCHORS: list[tuple[bytes, int]] = [
     (b"LLM engine", E), (b"init engine", E), (b"Maximum concurrency", E), (b" blocks: ", E), (b"KV cache size", E),
     (b"compiled graph", E), (b"[gpu=", E), (b"max_total_num_tokens", E), (b"Init torch distributed", E),
 ]
+def _required_runs(items: Any) -> list[str]:
+    """The literal runs every match of a parsed regex sequence contains (inside mandatory groups and
+    repeats too; never inside an alternation, an optional part or a case-insensitive group)."""
+    from re import _constants as sre  # type: ignore[attr-defined]  # the stdlib parser's opcodes (tests pin the answers)
+    runs: list[str] = []
+    run: list[str] = []
+    for op, av in items:
+        if op is sre.LITERAL:
+            run.append(chr(av))
+            continue
+        if run:
+            runs.append("".join(run))
+            run = []
+        if op is sre.SUBPATTERN and not av[1] & re.IGNORECASE:
+            runs += _required_runs(av[3])
+        elif op in (sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT) and av[0] >= 1:
+            runs += _required_runs(av[2])
+        elif op is sre.ATOMIC_GROUP:
+            runs += _required_runs(av)
+    if run:
+        runs.append("".join(run))
+    return runs
+
+
+def _alternatives(items: Any) -> list[Any]:
+    """A parsed regex's top-level alternatives (a pattern that is one group of them, expanded)."""
+    from re import _constants as sre  # type: ignore[attr-defined]
+    items = list(items)
+    if len(items) == 1 and items[0][0] is sre.BRANCH:
+        return [alt for branch in items[0][1][1] for alt in _alternatives(branch)]
+    if len(items) == 1 and items[0][0] is sre.SUBPATTERN and not items[0][1][1] & re.IGNORECASE:
+        return _alternatives(items[0][1][3])
+    return [items]
+
+
+def row_anchors(rx: "re.Pattern[str]", have: list[bytes]) -> list[bytes]:
+    """For each alternative of a failure row's pattern that holds none of the anchors `have`, the longest
+    digit-free literal all its matches contain (6 bytes or more: shorter words are everywhere): an anchor, so that no line the row
+    decides is ever skipped by the byte passes (a row's wording alone makes it reachable)."""
+    if rx.flags & re.IGNORECASE:
+        return []
+    from re import _parser  # type: ignore[attr-defined]  # the stdlib's own regex parser (3.11+)
+    out: list[bytes] = []
+    for alternative in _alternatives(_parser.parse(rx.pattern, rx.flags)):
+        runs = [piece.encode() for run in _required_runs(alternative) for piece in re.split(r"\d+", run)
+                if piece.isascii()]
+        if any(lit in run for run in runs for lit in have + out):
+            continue
+        best = max(runs, key=len, default=b"")
+        if len(best.strip()) >= 6:
+            out.append(best)
+    return out
+
+
+def adopt_row_anchors(patterns: list["re.Pattern[str]"]) -> list[bytes]:
+    """Make the failure rows' own literals anchors (F), once, before any prefilter is built; returns them."""
+    if _prefilters:
+        raise RuntimeError("adopt_row_anchors after a prefilter was built: its anchors would be missing there")
+    have = [lit for lit, _ in _RARE_ANCHORS + _COMMON_ANCHORS]
+    added: list[bytes] = []
+    for rx in patterns:
+        for lit in row_anchors(rx, have + added):
+            added.append(lit)
+    for lit in added:
+        _RARE_ANCHORS.append((lit, F))
+        FAMILY[lit] = FAMILY.get(lit, 0) | F
+    return added
+
+
 _NINJA_ANCHOR = rb"\[\d+/\d+\]"           # [12/345]
 _COUNT_ANCHOR = rb" \d+/\d"               # a bare counter after its label: "Processing shard 3/8"
 _RANK_ANCHOR = rb"TP\d"                   # [2025-… TP3]

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Optional, Protocol
 
-from . import generic
+from . import generic, patterns
 from .cause import Spec
 from .matcher import Matcher
 from .patterns import (_LEVELS, _PREFIX, BAD_ARGS, BRACKET_LEVEL_TAIL, CUDA_NO_DEVICE, DISK_FULL, HF_HUB, STAMP_TAIL,
@@ -393,6 +393,10 @@ FAILURES: tuple[Signature, ...] = (
               "ERROR 07-01 13:54:43 [serving_chat.py:120] request handling broke", ERROR_LEVEL, "exception_umbrella", test=_error_level),
 )
 _ORDERED = tuple(sorted(FAILURES, key=lambda s: -s.priority))
+# The rows' own wording is what the byte passes look for: an alternative of a row that holds no
+# listed anchor adds its longest literal as one (`Cuda failure 217 '...'` after NCCL's `Last error:`
+# carried none, and was never read). Adding a row is adding its row.
+ROW_ANCHORS = patterns.adopt_row_anchors([s.pattern for s in FAILURES if isinstance(s.pattern, re.Pattern)])
 ENDS_TRACEBACK = frozenset(s.id for s in FAILURES if s.ends_traceback)
 
 
