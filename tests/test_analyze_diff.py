@@ -75,6 +75,10 @@ FIXES = {
     # docker's json-file records read as the text they carry (envelope.py)
     ("fixture docker_json_file_vllm_syntax_error.log", "failure"): ("syntax_error", 10),
     ("fixture docker_json_file_vllm_syntax_error.log", "progress"): (2, 4, "Loading safetensors checkpoint shards"),
+    # recovery: progress that starts after an error logged before any progress (a probe's traceback)
+    ("fixture build_probe_traceback_then_steps.log", "phase"): "building",
+    ("fixture build_probe_traceback_then_steps.log", "failure"): None,
+    ("fixture build_probe_traceback_then_steps.log", "warnings"): ["error_recovered"],
 }
 
 

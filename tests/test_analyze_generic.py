@@ -44,6 +44,8 @@ FRESH = {
     "sglang_sigchld_exitcode_9.log": ("failed", "host_oom", 4, None, "sglang"),
     # docker's json-file log (/var/lib/docker/containers/*/*-json.log): JSON-escaped records, read as their text
     "docker_json_file_vllm_syntax_error.log": ("failed", "syntax_error", 10, (2, 4), "vllm"),
+    # an optional probe's traceback logged before any progress, then the build's steps: it carried on
+    "build_probe_traceback_then_steps.log": ("building", None, None, (5, 40), None),
 }
 
 

@@ -19,8 +19,9 @@ The rule, in order:
    header is an envelope of its final line: an envelope that ends the traceback (a build
    tool's CalledProcessError: a setup.py or ``cmake --build`` wrapping ninja) replaces it,
    while an envelope printed before the traceback (``ninja: build stopped``) stays first.
-5. Progress past a logged error (``RECOVERY_ADVANCES`` updates) or serving proves the job
-   carried on: the candidates so far are dropped (an ``error_recovered`` warning remains).
+5. Progress past a logged error (``RECOVERY_ADVANCES`` updates of the series it was logged in,
+   or where none ran yet, of the first one after it) or serving proves the job carried on: the
+   candidates so far are dropped (an ``error_recovered`` warning remains).
 
 Which row decides one *line* that several rows match is the rows' ``priority`` (higher
 first), so the table, not the order of code, says that "CUDA error … NCCL watchdog"

@@ -861,9 +861,9 @@ class _Chunk:
     def loss_dicts(self, first: int, last: int) -> bool:
         """A stretch of loss dicts (any templates; inert groups between are skipped): each overwrites the
         previous one's hint, series, phase and why texts, and no error waits on a hint series, so only the
-        last is read. False (nothing done) while an error waits on a hint."""
+        last is read. False (nothing done) while an error waits on a hint (or on any series: none ran before it)."""
         pending = self.state.progress_at_failure
-        if not (pending is None or not pending[0] or pending[0][0] != "hint"):
+        if not (pending is None or pending[0] and pending[0][0] != "hint"):
             return False
         n, i = last - first + 1, self.sel[last]
         deferred = self.deferred
@@ -880,9 +880,9 @@ class _Chunk:
         """A stretch of timestamped build steps (any templates; inert groups between are skipped): each
         overwrites the previous one's bar, phase and why texts, and no error waits on a build series;
         what survives is the series' start (for the rate), so the members before the last are read for
-        their numbers only. False (nothing done) while an error waits on a build."""
+        their numbers only. False (nothing done) while an error waits on a build (or on any series)."""
         pending = self.state.progress_at_failure
-        if not (pending is None or not pending[0] or pending[0][0] != "bar" or pending[0][1] != "building"):
+        if not (pending is None or pending[0] and (pending[0][0] != "bar" or pending[0][1] != "building")):
             return False
         members = self.sel[first:last + 1]
         deferred = self.deferred
@@ -920,9 +920,9 @@ class _Chunk:
         """A stretch of step/epoch records (any templates): as the timed build steps, when every member
         reports progress of one source (each overwrites the previous one's entry, phase and why texts; no
         error waits on a training series) only the series' start survives; else they are read one by one.
-        False (nothing done) while an error waits on training progress."""
+        False (nothing done) while an error waits on training progress (or on any series)."""
         pending = self.state.progress_at_failure
-        if not (pending is None or not pending[0] or pending[0][1] != "training"):
+        if not (pending is None or pending[0] and pending[0][1] != "training"):
             return False
         members = self.sel[first:last + 1]
         deferred = self.deferred
@@ -996,9 +996,9 @@ class _Chunk:
         # load, turning later bars into capture).
         run_phase = "building" if kind == K_BUILD else (info.named or state._unnamed_bar_phase())
         pending = state.progress_at_failure
-        if not (self.now_unset and (pending is None or not pending[0] or pending[0][0] != "bar"
+        if not (self.now_unset and (pending is None or pending[0] and (pending[0][0] != "bar"
                                     or pending[0][1] != run_phase
-                                    or kind == K_BAR and self.other_series(first, last, pending[0])) and (
+                                    or kind == K_BAR and self.other_series(first, last, pending[0]))) and (
                 kind == K_BUILD or run_phase != "loading" or info.named == "loading")):
             return False
         if run_phase == "loading" and not state.load_done and self.load_completes(first, last):

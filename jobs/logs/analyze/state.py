@@ -606,7 +606,9 @@ class State:
         # A job that keeps advancing after logging an error did not die of it.
         if self.progress_at_failure is not None:
             pkey, pdone = self.progress_at_failure
-            if pkey == key and done > pdone:
+            if not pkey:              # no progress before the error: the first series after it is watched
+                self.progress_at_failure = (key, done)
+            elif pkey == key and done > pdone:
                 self.advances_since_failure += 1
                 self.progress_at_failure = (key, done)
                 if self.advances_since_failure >= RECOVERY_ADVANCES:
