@@ -79,6 +79,10 @@ FIXES = {
     ("fixture build_probe_traceback_then_steps.log", "phase"): "building",
     ("fixture build_probe_traceback_then_steps.log", "failure"): None,
     ("fixture build_probe_traceback_then_steps.log", "warnings"): ["error_recovered"],
+    # recovery: a phase entered after a logged error (an optional import's traceback, then loading)
+    ("fixture vllm_optional_import_traceback_then_load.log", "phase"): "loading",
+    ("fixture vllm_optional_import_traceback_then_load.log", "failure"): None,
+    ("fixture vllm_optional_import_traceback_then_load.log", "warnings"): ["error_recovered"],
 }
 
 

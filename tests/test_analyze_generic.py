@@ -46,6 +46,8 @@ FRESH = {
     "docker_json_file_vllm_syntax_error.log": ("failed", "syntax_error", 10, (2, 4), "vllm"),
     # an optional probe's traceback logged before any progress, then the build's steps: it carried on
     "build_probe_traceback_then_steps.log": ("building", None, None, (5, 40), None),
+    # an optional import's traceback, then the engine goes on to load the model: it carried on
+    "vllm_optional_import_traceback_then_load.log": ("loading", None, None, None, "vllm"),
 }
 
 

@@ -20,8 +20,10 @@ The rule, in order:
    tool's CalledProcessError: a setup.py or ``cmake --build`` wrapping ninja) replaces it,
    while an envelope printed before the traceback (``ninja: build stopped``) stays first.
 5. Progress past a logged error (``RECOVERY_ADVANCES`` updates of the series it was logged in,
-   or where none ran yet, of the first one after it) or serving proves the job carried on: the
-   candidates so far are dropped (an ``error_recovered`` warning remains).
+   or where none ran yet, of the first one after it), a phase marker that moves the job on to
+   another phase (where what is held may be a logged fallback, ``FALLBACK_CAUSES``: an OOM or
+   an NCCL error is not undone by another rank's marker), or serving proves the job carried on:
+   the candidates so far are dropped (an ``error_recovered`` warning remains).
 
 Which row decides one *line* that several rows match is the rows' ``priority`` (higher
 first), so the table, not the order of code, says that "CUDA error … NCCL watchdog"
@@ -42,6 +44,9 @@ class Spec(IntEnum):
     SPECIFIC = 3       # a specific signature (CUDA OOM, NCCL, ...)
 
 
+# The causes of what a job logs and carries on from (rule 5: an optional import that failed, a caught
+# exception, then "falling back to ..."): a phase marker after one proves recovery.
+FALLBACK_CAUSES = frozenset(("exception", "import_error"))
 # Levels whose records never make a candidate (rule 1).
 WARNING_LEVELS = ("INFO", "DEBUG", "NOTICE", "WARNING", "WARN")
 # A Python warning as `warnings` prints it: "path.py:276: UserWarning: …", "FutureWarning: …".

@@ -21,7 +21,7 @@ WARNING_CODES = {
     "oom_risk": "a build shows signs of heading for the host OOM killer",
     "kv_cache_pressure": "the KV cache is full: requests are preempted/retracted or queue up",
     "jit_compile": "kernels are JIT-compiled on first use: startup may be silent for minutes",
-    "error_recovered": "an error was logged but the job carried on (served, or progress advanced)",
+    "error_recovered": "an error was logged but the job carried on (served, progress advanced, or it went on to another phase)",
 }
 
 GIANT_SEGMENT = 64 * 1024      # a segment longer than this is examined on its ends only

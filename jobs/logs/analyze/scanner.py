@@ -815,6 +815,10 @@ class _Chunk:
         one that set why["phase"]), so the kinds are folded over (phase, load_done) and only those two
         segments are read."""
         state, infos = self.state, self.infos
+        if state.progress_at_failure is not None:     # an error waits: the phase a marker enters may recover it
+            for i in members:
+                self.examine(i)
+            return
         node = MARKER_NODES.get((state.phase, state.load_done)) or _marker_node(state.phase, state.load_done)
         at_p = None
         for i in members:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Final, Optional, Union
 from .model import (ALL_FAMILIES, F, Failure, KeyLine, LogAnalysis, LogWarning, M, MAX_MESSAGE, Number, P,
                     Progress, RECOVERY_ADVANCES, S, SERVING_KEYS, SPEC_MIN_ACCEPT_LEN, SPEC_MIN_ACCEPT_RATE,
                     SPEC_WINDOW, STALL_REPEATS, ServingNumbers, W)
-from .cause import Spec, is_warning
+from .cause import FALLBACK_CAUSES, Spec, is_warning
 from .generic import is_count, labelled_bracket, labelled_count
 from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, FRAME, GPU_FAULT, HINTS, JIT, KV_PRESSURE, LOSS_DICT,
                        MAKE, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SERIES_LABELS, SIZE,
@@ -325,6 +325,14 @@ class State:
     # ------------------------------------------------------------------ phases
 
     def _marker(self, kind: Optional[str], line: int) -> None:
+        before = self.phase
+        self._enter_phase(kind, line)
+        # A job that goes on to another phase after logging an error did not die of it (cause.py, rule 5).
+        if self.progress_at_failure is not None and self.phase != before and (
+                self.best is None or self.best.cause in FALLBACK_CAUSES):
+            self._recovered(line)
+
+    def _enter_phase(self, kind: Optional[str], line: int) -> None:
         if kind == "loading":
             if self.phase not in ("building", "training"):
                 self.phase = "loading"
