@@ -83,6 +83,8 @@ FIXES = {
     ("fixture vllm_optional_import_traceback_then_load.log", "phase"): "loading",
     ("fixture vllm_optional_import_traceback_then_load.log", "failure"): None,
     ("fixture vllm_optional_import_traceback_then_load.log", "warnings"): ["error_recovered"],
+    # indentation: a tab counts CODE_INDENT, so a tab-indented traceback's quoted source is no error line
+    ("fixture vllm_traceback_tab_indented.log", "failure"): ("nccl", 7),
 }
 
 

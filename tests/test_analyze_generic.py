@@ -48,6 +48,8 @@ FRESH = {
     "build_probe_traceback_then_steps.log": ("building", None, None, (5, 40), None),
     # an optional import's traceback, then the engine goes on to load the model: it carried on
     "vllm_optional_import_traceback_then_load.log": ("loading", None, None, None, "vllm"),
+    # a traceback captured with tabs: its quoted `raise RuntimeError(f"NCCL error: …")` is source, not the error
+    "vllm_traceback_tab_indented.log": ("failed", "nccl", 7, None, "vllm"),
 }
 
 

@@ -578,6 +578,13 @@ def serving_stats_spans(line: str) -> Optional[tuple[tuple[str, int, int, float,
 # --------------------------------------------------------------------------- failure signatures
 
 CODE_INDENT = 4     # traceback source lines are indented by >= 4 spaces; exception lines by 0
+
+
+def indent_width(msg: str) -> int:
+    """How deep msg is indented, a tab counting CODE_INDENT: a traceback captured with tabs (a pager, an
+    editor's paste) quotes its source as deep as one of spaces (`\t\traise RuntimeError(` is no error line)."""
+    lead = len(msg) - len(msg.lstrip(" \t"))
+    return lead + (CODE_INDENT - 1) * msg.count("\t", 0, lead) if lead else 0
 EXC_LINE = re.compile(
     # A type's last name is longer than its ending (ValueError; `Error: …` and `Failed: …` are a CLI's words),
     # but a dotted one may be a bare ending (triton.runtime.errors.OutOfResources, subprocess.TimeoutExpired),

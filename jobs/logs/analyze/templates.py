@@ -11,7 +11,7 @@ from typing import Literal, Optional, Union
 from .model import ALL_FAMILIES, F, Family, GIANT_SEGMENT, M, P, S, SERVING_KEYS, W
 from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, FAMILY, FRAME, JIT, KV_PRESSURE, LOSS_DICT, MAKE,
                        NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STALL_NOTICE, STEP,
-                       TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, clock, families_in, label_phase, parse_serving_stats_line, prefilter_in, prefix_ts_span,
+                       TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, clock, families_in, indent_width, label_phase, parse_serving_stats_line, prefilter_in, prefix_ts_span,
                        serving_stats_spans, strip_prefixes, training_shaped, ts_seconds)
 from .generic import labelled_bracket, labelled_count
 from .cause import Spec
@@ -378,7 +378,7 @@ def _text_plan(text: str, fams: int, depth: int) -> RecordPlan:
     plan.msg_at = len(text) - len(msg)
     body = msg.strip()
     plan.body = (plan.msg_at + len(msg) - len(msg.lstrip()), plan.msg_at + len(msg.rstrip()))
-    plan.indent = len(msg) - len(msg.lstrip(" "))
+    plan.indent = indent_width(msg)
     plan.level, plan.has_ts = level, ts is not None
     plan.ts = prefix_ts_span(text) if ts is not None else None
     if not body:
