@@ -85,6 +85,9 @@ FIXES = {
     ("fixture vllm_optional_import_traceback_then_load.log", "warnings"): ["error_recovered"],
     # indentation: a tab counts CODE_INDENT, so a tab-indented traceback's quoted source is no error line
     ("fixture vllm_traceback_tab_indented.log", "failure"): ("nccl", 7),
+    # record prefixes: vLLM's header dated in full, or with no time (a logging config of its own)
+    ("fixture vllm_logging_config_full_dates.log", "failure"): ("exception", 8),
+    ("fixture vllm_logging_config_no_time.log", "failure"): ("exception", 8),
 }
 
 

@@ -50,6 +50,9 @@ FRESH = {
     "vllm_optional_import_traceback_then_load.log": ("loading", None, None, None, "vllm"),
     # a traceback captured with tabs: its quoted `raise RuntimeError(f"NCCL error: …")` is source, not the error
     "vllm_traceback_tab_indented.log": ("failed", "nccl", 7, None, "vllm"),
+    # vLLM's header under a logging config of its own: a full date, or no time at all
+    "vllm_logging_config_full_dates.log": ("failed", "exception", 8, None, "vllm"),
+    "vllm_logging_config_no_time.log": ("failed", "exception", 8, None, "vllm"),
 }
 
 

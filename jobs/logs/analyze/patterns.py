@@ -268,7 +268,9 @@ _PREFIX = re.compile(
     r"|\[(?:PG [^\]]*?)?Rank \d+\]"                                                            # [PG ID 0 PG GUID 0 Rank 1]
     r"|\[(?P<ts1>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:\s+[A-Z]{1,4}\d+)*\]"          # [2025-.. DP0 TP0]
     r"|\[(?P<ts2>\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:\s+[A-Z]{1,4}\d+)*\]"                            # [23:03:43 TP0]
-    r"|(?P<lvl1>" + _LEVELS + r")\s+(?P<ts3>\d\d-\d\d\s\d\d:\d\d:\d\d)(?:\.\d+)?\s+(?:\[[^\]]*\]|[\w.\-]+:\d+\])"   # vLLM header
+    # vLLM header; a logging config of its own may date it in full (`ERROR 2026-01-28 06:36:45,123 [core.py:946]`)
+    r"|(?P<lvl1>" + _LEVELS + r")\s+(?:(?P<ts3>\d\d-\d\d\s\d\d:\d\d:\d\d)|(?P<ts6>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d))"
+    r"(?:[.,]\d+)?\s+(?:\[[^\]]*\]|[\w.\-]+:\d+\])"
     r"|(?P<ts4>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?"                                   # 2025-.. [- INFO -]
     r"(?:" + STAMP_ZONE + r"(?:" + STAMP_TAIL + r")?)?"
     # its level after ` - `, ` | ` or plain space (`%(asctime)s %(levelname)s`, Ray's `<tab>INFO worker.py:N -- `),
@@ -277,7 +279,8 @@ _PREFIX = re.compile(
     r"\s*(?:[-|:]\s*)?"                        # (not vLLM's own header), then the logger's name unless it came first
     r"(?(nb)|(?:(?!(?:step|epoch|iter|iteration)\b)[\w.]+(?:\s*\[[^\]]*\])?\s*[:|\-]\s|[\w.]+:\d+ --\s)?))?"
     r"|(?P<lvl6>" + _LEVELS + r"):[A-Za-z_][\w.]*:(?=\S)(?!//)"                              # logging's ERROR:torch.x:
-    r"|(?P<lvl3>" + _LEVELS + r")(?::\s*|\s+-\s+|\s+(?=\[))"                                   # INFO:  / INFO - 
+    # INFO:  / INFO - / a header without its time (`ERROR [core.py:946] `: the file tag goes with it)
+    r"|(?P<lvl3>" + _LEVELS + r")(?::\s*|\s+-\s+|\s+(?:\[[\w.\-/]+\.py:\d+\]\s?|(?=\[)))"
     r"|\[(?P<lvl7>" + _LEVELS + BRACKET_LEVEL_TAIL +                                     # [INFO] [launch.py:N:f]
     # a framework's tagged header: NeMo's `[NeMo W 2026-05-02 14:00:02 nemo_logging:393]` (its level a letter),
     # and a logger's bracketed name before its timestamp, behind a rank prefix (torchtitan's `[rank0]:[titan] 2026-…`)
@@ -330,7 +333,7 @@ def strip_prefixes(text: str) -> tuple[str, Optional[str], Optional[tuple[str, s
         lvl = g["lvl1"] or g["lvl2"] or g["lvl3"] or g["lvl4"] or g["lvl5"] or g["lvl6"] or g["lvl7"] or g["lvl8"]
         if lvl:
             level = _LEVEL_OF.get(lvl, lvl)
-        for key in ("ts1", "ts4", "ts3", "ts2", "ts5"):
+        for key in ("ts1", "ts4", "ts6", "ts3", "ts2", "ts5"):
             if g[key]:
                 ts = (key, g[key])
                 break
@@ -353,7 +356,7 @@ def prefix_ts_span(text: str) -> Optional[tuple[str, int, int]]:
             text = text[f.end():]
             continue
         outer = False
-        for key in ("ts1", "ts4", "ts3", "ts2", "ts5"):
+        for key in ("ts1", "ts4", "ts6", "ts3", "ts2", "ts5"):
             if m.group(key):
                 ts = (key, at + m.start(key), at + m.end(key))
                 break
@@ -381,7 +384,7 @@ def _minute_start(minute: datetime) -> Union[float, bool]:
 
 def _parse_ts(kind: str, raw: str) -> Optional[float]:
     try:
-        if kind in ("ts1", "ts4"):     # YYYY-MM-DD HH:MM:SS
+        if kind in ("ts1", "ts4", "ts6"):     # YYYY-MM-DD HH:MM:SS
             second = int(raw[17:19])
             if not 0 <= second <= 59:
                 return None            # datetime() refuses it
