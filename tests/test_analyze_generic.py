@@ -15,12 +15,14 @@ FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 # What a wrapper may put before every line: none, an IDE's CMake runner, docker compose, a pasted
 # compose line, kubectl --prefix (both shapes), a viewer's line numbers, journald, torchrun --tee
 # (glued to the line), pdsh / clush (a host name), srun --label (a task number), kubelet's CRI
-# log and journalctl's other timestamp formats.
+# log and journalctl's other timestamp formats, a quoted paste's `> `.
 WRAPPERS = ["", "[build] ", "web-1  | ", "  | ", "pod/vllm-7f9c ", "[pod/vllm-7f9c/main] ", "  12 | ", "[1830] ",
             "Dec  1 10:00:01 gpu-box python3[4242]: ", "[default0]:", "node-3: ", "0: ",
             # kubelet's CRI log (/var/log/pods), journalctl -o short-iso / short-precise / short-full
             "2026-12-03T14:00:01.123456789Z stdout F ", "2026-12-03T14:00:01+0000 gpu-box python3[4242]: ",
-            "Dec 03 14:00:01.123456 gpu-box python3[4242]: ", "Thu 2026-12-03 14:00:01 UTC gpu-box python3[4242]: "]
+            "Dec 03 14:00:01.123456 gpu-box python3[4242]: ", "Thu 2026-12-03 14:00:01 UTC gpu-box python3[4242]: ",
+            # a quoted paste (markdown, e-mail), alone and around a compose line
+            "> ", "> web-1  | "]
 
 # fixture -> (phase, cause, root-cause line, progress (done, total) or None, engine)
 FRESH = {
@@ -53,6 +55,8 @@ FRESH = {
     # vLLM's header under a logging config of its own: a full date, or no time at all
     "vllm_logging_config_full_dates.log": ("failed", "exception", 8, None, "vllm"),
     "vllm_logging_config_no_time.log": ("failed", "exception", 8, None, "vllm"),
+    # the engine known by its logger header alone: behind stacked wrappers too (`> web-1  | `)
+    "vllm_v0_worker_died_then_watchdog.log": ("failed", "nccl", 3, None, "vllm"),
 }
 
 

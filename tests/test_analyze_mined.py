@@ -35,8 +35,8 @@ OWN_PREFIXES = {
 # The startup line each source's log begins with (the engine is known from there on).
 BANNERS = {"vllm": "vLLM API server version 0.11.0", "sglang": "server_args=ServerArgs(model_path='/models/m', tp_size=2)"}
 # Wrappers outside the record, none of them the engine's: an IDE's CMake runner, docker compose,
-# kubectl --prefix, a viewer's line number, torchrun --tee.
-WRAPPERS = ["", "[build] ", "web-1  | ", "pod/x-7f9 ", "  12 | ", "[default0]:"]
+# kubectl --prefix, a viewer's line number, torchrun --tee, a quoted paste.
+WRAPPERS = ["", "[build] ", "web-1  | ", "pod/x-7f9 ", "  12 | ", "[default0]:", "> "]
 
 KEYS = {"phase", "cause", "progress", "serving", "warning", "benign"}
 

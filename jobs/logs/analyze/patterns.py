@@ -295,7 +295,7 @@ _LEVEL_OF = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "FATAL", "D": "DEBU
 # What a wrapper puts before a whole record (outermost, before any prefix above): nobody can list
 # them all, so the shapes are generic. An IDE/CMake runner's `[build] `, kubectl's `[pod/x/c] ` and
 # `pod/x-7f9 `, docker compose's `web-1  | ` (or a pasted `  | `), a viewer's line number `[1830] `,
-# `  12 | `, `12: `, journald's `Dec  1 10:00:01 host unit[pid]: `, torchrun --tee's `[default0]:`, pdsh's
+# `  12 | `, `12: `, a quoted paste's `> `, journald's `Dec  1 10:00:01 host unit[pid]: `, torchrun --tee's `[default0]:`, pdsh's
 # or clush's `node-3: ` (a host name ending in a digit, but not `gcc-12: error: …` nor `train_v2: error:`).
 # One space after it goes with it: the record's own indentation stays (tracebacks).
 FOREIGN_PREFIX = re.compile(
@@ -309,6 +309,7 @@ FOREIGN_PREFIX = re.compile(
     r"(?=\s)(?!\s+(?:(?:fatal )?error|warning|note):)"
     r"|(?:[\w.\-]{1,63}\s*)?\|"
     r"|pod/[\w.\-]+(?:/[\w.\-]+)?(?=\s)"
+    r"|>(?=[ \t]|$)"                          # a quoted paste's `> ` (markdown, e-mail), one per level
     r"|\d{1,7}(?:\s*\||:(?=\s)|\t))[ \t]?")
 
 

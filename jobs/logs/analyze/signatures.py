@@ -579,9 +579,17 @@ def engine_signals(text: str, body: str) -> tuple[Optional[str], Optional[str], 
     `text` is the record with its prefixes, `body` without; a name's first word is its engine.
     """
     lead = text.lstrip()
-    f = FOREIGN_PREFIX.match(lead)
-    if f is not None and f.end() and not _PREFIX.match(lead):
-        lead = lead[f.end():]          # a wrapper's prefix (`web-1  | `) is no part of the record
+    # A wrapper's prefixes are no part of the record: `web-1  | `, a quoted paste's `> `, stacked, and
+    # a wrapper's ISO stamp with no level (kubelet's CRI log `<ISO> stdout F `, journalctl -o short-iso).
+    for _ in range(3):
+        p = _PREFIX.match(lead)
+        f = FOREIGN_PREFIX.match(lead) if p is None else None
+        if p is not None and p.group("ts4") and not p.group("lvl2"):
+            lead = lead[p.end():].lstrip()
+        elif f is not None and f.end():
+            lead = lead[f.end():].lstrip()
+        else:
+            break
     m = ENGINE_STRONG.search(lead) or ENGINE_STRONG.search(body)
     strong = m.lastgroup if m is not None else None
     m = ENGINE_PATH.search(lead)
