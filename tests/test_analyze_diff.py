@@ -88,6 +88,9 @@ FIXES = {
     # record prefixes: vLLM's header dated in full, or with no time (a logging config of its own)
     ("fixture vllm_logging_config_full_dates.log", "failure"): ("exception", 8),
     ("fixture vllm_logging_config_no_time.log", "failure"): ("exception", 8),
+    # load_end: vLLM 0.4-0.6's "Loading model weights took 14.99 GB" ends the load
+    ("fixture vllm_v0_weights_took_then_blocks.log", "phase"): "starting",
+    ("reference 47_vllm_tp_workers_loaded_then_hang.log", "phase"): "starting",
 }
 
 

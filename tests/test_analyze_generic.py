@@ -57,6 +57,8 @@ FRESH = {
     "vllm_logging_config_no_time.log": ("failed", "exception", 8, None, "vllm"),
     # the engine known by its logger header alone: behind stacked wrappers too (`> web-1  | `)
     "vllm_v0_worker_died_then_watchdog.log": ("failed", "nccl", 3, None, "vllm"),
+    # vLLM 0.4-0.6's end of loading: "Loading model weights took 14.99 GB"
+    "vllm_v0_weights_took_then_blocks.log": ("starting", None, None, None, "vllm"),
 }
 
 

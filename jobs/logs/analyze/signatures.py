@@ -605,8 +605,9 @@ PHASES: tuple[Signature, ...] = (
          r"|Loading model from|Loading safetensors|Loading pt checkpoint|Loading drafter model", "loading", 50,
          "vLLM (and its speculative drafter, 0.2x), SGLang, HF",
          "INFO 06-02 14:00:15 [gpu_model_runner.py:1] Starting to load model /models/x...", "loading"),
-    _row("load_end", "phase", r"Loading weights took|Model loading took|Load weight end|Loaded model weights", "loaded",
-         49, "vLLM, SGLang", "Loading weights took 3.74 seconds", "starting"),
+    _row("load_end", "phase", r"Loading (?:model )?weights took|Model loading took|Load weight end|Loaded model weights",
+         "loaded", 49, "vLLM (0.4-0.6: `Loading model weights took 14.99 GB`), SGLang", "Loading weights took 3.74 seconds",
+         "starting"),
     _row("torch_compile", "phase", r"Dynamo bytecode transform|Compiling a graph|torch\.compile(?! takes)"
          r"|torch_compile_cache|Compile and warming up model for size", "compiling", 48,
          "vLLM V1 (and its compile-size warmup, 0.2x), SGLang --enable-torch-compile",
