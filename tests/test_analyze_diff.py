@@ -91,6 +91,11 @@ FIXES = {
     # load_end: vLLM 0.4-0.6's "Loading model weights took 14.99 GB" ends the load
     ("fixture vllm_v0_weights_took_then_blocks.log", "phase"): "starting",
     ("reference 47_vllm_tp_workers_loaded_then_hang.log", "phase"): "starting",
+    # vllm_source_path / sglang_source_path: a relative module path (py-spy's frames) names the engine
+    ("fixture vllm_pyspy_dump_frames_only.log", "engine"): "vllm",
+    ("fixture vllm_pyspy_dump_frames_only.log", "phase"): "starting",
+    ("fixture sglang_pyspy_dump_frames_only.log", "engine"): "sglang",
+    ("fixture sglang_pyspy_dump_frames_only.log", "phase"): "starting",
 }
 
 

@@ -59,6 +59,9 @@ FRESH = {
     "vllm_v0_worker_died_then_watchdog.log": ("failed", "nccl", 3, None, "vllm"),
     # vLLM 0.4-0.6's end of loading: "Loading model weights took 14.99 GB"
     "vllm_v0_weights_took_then_blocks.log": ("starting", None, None, None, "vllm"),
+    # a py-spy dump of a stuck engine (a hang report's usual evidence): its frames' relative module paths
+    "vllm_pyspy_dump_frames_only.log": ("starting", None, None, None, "vllm"),
+    "sglang_pyspy_dump_frames_only.log": ("starting", None, None, None, "sglang"),
 }
 
 

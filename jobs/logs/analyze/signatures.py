@@ -549,10 +549,11 @@ ENGINES: tuple[Signature, ...] = (
          r"|Received sigquit from a child process|Exception in ModelTpServer|DetokenizerManager hit an exception",
          "sglang", 3, "SGLang's own failure and pressure words (mined: 0.2.13 to 0.5.18)",
          "Scheduler hit an exception: Traceback (most recent call last):"),
-    _row("vllm_source_path", "engine", r"/vllm/|\bvllm\._C\b", "vllm", 2, "vLLM and forks (medium)",
-         'File "/usr/lib/python3/site-packages/vllm/worker.py", line 3, in run'),
-    _row("sglang_source_path", "engine", r"/sglang/|/sgl_kernel/|\bsglang\.srt\b", "sglang", 2, "SGLang (medium)",
-         'File "/usr/lib/python3/site-packages/sglang/srt/server.py", line 3, in run'),
+    # (a relative module path too: py-spy's frames, `step (vllm/v1/engine/core.py:318)`)
+    _row("vllm_source_path", "engine", r"/vllm/|\bvllm\._C\b|(?<![\w.\-/])vllm/[\w/.\-]*\.py\b", "vllm", 2,
+         "vLLM and forks (medium)", 'File "/usr/lib/python3/site-packages/vllm/worker.py", line 3, in run'),
+    _row("sglang_source_path", "engine", r"/sglang/|/sgl_kernel/|\bsglang\.srt\b|(?<![\w.\-/])(?:sglang|sgl_kernel)/[\w/.\-]*\.py\b",
+         "sglang", 2, "SGLang (medium)", 'File "/usr/lib/python3/site-packages/sglang/srt/server.py", line 3, in run'),
     _row("vllm_offline_bar", "engine", r"^(?:Processed prompts|Adding requests)\b", "vllm", 2,
          "vLLM offline inference, LLM.generate / chat (0.2 -> current): its bars' labels (medium: words another "
          "tool could reuse)",
