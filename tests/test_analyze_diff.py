@@ -68,6 +68,8 @@ FIXES = {
     ("fixture nccl_unhandled_cuda_error_oom.log", "failure"): ("cuda_oom", 9),
     # ... and any other CUDA failure NCCL names (`Cuda failure 217 'peer access is not supported ...'`)
     ("fixture nccl_cuda_failure_peer_access.log", "failure"): ("cuda_error", 11),
+    # an exception type ending in Timeout (requests' ReadTimeout)
+    ("fixture hf_hub_read_timeout.log", "failure"): ("exception", 9),
     # SIGKILL as multiprocessing's exitcode (`terminated with -9`) and waitpid's status (`exitcode=9`)
     ("fixture sglang_scheduler_terminated_minus9.log", "failure"): ("host_oom", 4),
     ("fixture sglang_sigchld_exitcode_9.log", "phase"): "failed",

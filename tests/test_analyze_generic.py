@@ -41,6 +41,8 @@ FRESH = {
     # NCCL passing on a CUDA failure: the CUDA error it names (`Last error:`) is the cause
     "nccl_unhandled_cuda_error_oom.log": ("failed", "cuda_oom", 9, None, None),
     "nccl_cuda_failure_peer_access.log": ("failed", "cuda_error", 11, None, None),
+    # requests' ReadTimeout: a type ending in Timeout is a traceback's final exception
+    "hf_hub_read_timeout.log": ("failed", "exception", 9, None, "sglang"),
     # an SGLang subprocess SIGKILLed: multiprocessing's -9, and waitpid's raw status 9 in its SIGCHLD handler
     "sglang_scheduler_terminated_minus9.log": ("failed", "host_oom", 4, None, "sglang"),
     "sglang_sigchld_exitcode_9.log": ("failed", "host_oom", 4, None, "sglang"),

@@ -14,7 +14,8 @@ STEP_WORDS = ("step", "Step", "STEP", "iter", "Iter", "iteration", "Iteration")
 # How a traceback's final exception line names its type: the endings EXC_LINE accepts, each one an
 # anchor too (a type the anchors missed was never read: `triton...OutOfResources: out of resource`).
 EXCEPTION_TYPE_ENDINGS = ("Error", "Exception", "Interrupt", "Fault", "Failed", "OutOfResources", "TimeoutExpired",
-                          "NotFound")     # BackendCompilerFailed (dynamo), subprocess.TimeoutExpired, TemplateNotFound
+                          "NotFound", "Timeout")  # BackendCompilerFailed (dynamo), subprocess.TimeoutExpired,
+#                                                   TemplateNotFound, requests' / httpx's ReadTimeout and ConnectTimeout
 
 
 def training_shaped(body: str) -> bool:
