@@ -28,7 +28,7 @@ from typing import Any, Callable, NamedTuple, Optional, Protocol
 from . import generic, patterns
 from .cause import Spec
 from .matcher import Matcher
-from .patterns import (_LEVELS, _PREFIX, BAD_ARGS, BRACKET_LEVEL_TAIL, CUDA_NO_DEVICE, DISK_FULL, HF_HUB, STAMP_TAIL,
+from .patterns import (_LEVELS, _PREFIX, BAD_ARGS, BRACKET_LEVEL_TAIL, CUDA_NO_DEVICE, DISK_FULL, HF_HUB, HINTS, STAMP_TAIL,
                        STAMP_ZONE, BUILD_SPECIFIC, BUILD_UMBRELLA, CRASH, CUDA_ERR, CUDA_OOM, ENGINE_UMBRELLA, EPOCH,
                        EXC_LINE, FOREIGN_PREFIX, GPU_FAULT, HANG, HOST_OOM, IMPORT, JIT, KV_PRESSURE, LOSS_DICT, MAKE,
                        NCCL, NINJA, NODE_OOM, NUM_EPOCHS, OOM_RISK, PORT_IN_USE, SLURM_END, STEP, TOTAL_STEPS, TQDM,
@@ -78,6 +78,7 @@ class Signature:
     reads: str = ""            # what the analyzer reads from `example` alone (tests); default: decides
     ends_traceback: bool = False   # an envelope that is a traceback's final line: it replaces the traceback's header
     test: Optional[Callable[[str, Context], Any]] = None   # instead of pattern.search(body)
+    advice: str = ""           # failure rows: the hint's own text (its HINTS key is the row's id): a row complete in itself
 
     def match(self, body: str, ctx: Context) -> Any:
         return self.test(body, ctx) if self.test is not None else self.pattern.search(body)   # type: ignore[union-attr]
@@ -85,7 +86,7 @@ class Signature:
     def decide(self, body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
         if self.verdict is not None:
             return self.verdict(body, m, ctx)
-        return (self.rank, self.decides, self.hint or self.decides)
+        return (self.rank, self.decides, self.hint or (self.id if self.advice else self.decides))
 
 
 # --------------------------------------------------------------------------- verdicts (hint refinements)
@@ -305,6 +306,12 @@ FAILURES: tuple[Signature, ...] = (
               SPECIFIC, verdict=_host_oom),
     Signature("OUT_OF_MEMORY", "cause", re.compile("out of memory"), "cuda_oom", 160, "any",
               "RuntimeError: out of memory", SPECIFIC, verdict=_plain_oom),
+    Signature("TORCH_NO_CUDA", "cause", re.compile(r"Torch not compiled with CUDA enabled"), "cuda_error", 151,
+              "torch (all): a CPU-only wheel, often pulled in by another package's pin",
+              "AssertionError: Torch not compiled with CUDA enabled", SPECIFIC,
+              advice="this torch build has no CUDA (a CPU-only wheel): reinstall torch from the CUDA index "
+                     "(pip install torch --index-url https://download.pytorch.org/whl/cu128) and check "
+                     "`python -c 'import torch; print(torch.version.cuda)'` prints a version"),
     Signature("CUDA_ERR", "cause", CUDA_ERR, "cuda_error", 150,
               "torch, CUDA runtime (all); no usable GPU (`No CUDA GPUs are available`, "
               "NVML `Driver/library version mismatch`, cudaGetDeviceCount's Error 804)",
@@ -393,6 +400,10 @@ FAILURES: tuple[Signature, ...] = (
               "ERROR 07-01 13:54:43 [serving_chat.py:120] request handling broke", ERROR_LEVEL, "exception_umbrella", test=_error_level),
 )
 _ORDERED = tuple(sorted(FAILURES, key=lambda s: -s.priority))
+for _advised in FAILURES:              # a row's own advice is its hint, under its id
+    if _advised.advice:
+        if HINTS.setdefault(_advised.id, _advised.advice) != _advised.advice:
+            raise ValueError(f"row {_advised.id}: a hint of that name exists already")
 # The rows' own wording is what the byte passes look for: an alternative of a row that holds no
 # listed anchor adds its longest literal as one (`Cuda failure 217 '...'` after NCCL's `Last error:`
 # carried none, and was never read). Adding a row is adding its row.
@@ -731,7 +742,7 @@ def markdown() -> str:
            "decided each field.", "",
            "Adding a signature is one row in the table and one fixture in `tests/fixtures/logs/` whose first",
            "lines say what it reads and which row reads it (`# expect: {\"failure\": [\"hang\", 9]}`, `# fix: ROW`):",
-           "the tests pick both up.", ""]
+           "the tests pick both up. A failure row's hint can be its own `advice=` text.", ""]
     for field, title in _SECTIONS:
         rows = [r for r in TABLE if r.field == field]
         out += [f"## {title}", ""]
