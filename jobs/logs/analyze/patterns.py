@@ -61,7 +61,8 @@ _RARE_ANCHORS: list[tuple[bytes, int]] = [
     (b"build_ext", M), (b"scikit-build", M), (b"Running training", M | P), (b"Num Epochs", P), (b"Num epochs", P),
     (b"Total optimization", P), (b"JIT", M | W), (b"Prebuilt", M | W), (b"MAX_JOBS", W), (b"Allowing ninja", W),
     (b"Emitting ninja", M), (b"Linking", M), (b"Initializing a V", M | E), (b"ServerArgs", M), (b"Server args", M),
-    (b"PreemptionMode", W), (b"Retract", W),
+    (b"PreemptionMode", W), (b"Retract", W), (b"Cache the graph", M), (b"Prefetching checkpoint", M | P),
+    (b"GGUF shard", M), (b"Downloading", M),
     # serving
     (b"Avg prompt", S), (b"Avg generation", S), (b"Decode batch", S | E), (b"Prefill batch", S | E),
     (b"SpecDecoding", S), (b"Speculative metrics", S),
@@ -74,7 +75,7 @@ _COMMON_ANCHORS: list[tuple[bytes, int]] = [
     (b"timed out", F), (b"undefined symbol", F), (b"epoch", P), (b"retract", W), (b"preempted", W),
     (b"make -j", W), (b"training ...", M), (b"did not run successfully", F), (b"exitcode", F),
     (b"is dead", F), (b"terminated with", F), (b"after waiting", F), (b"returncode", F), (b"return code", F), (b"return_code", F), (b"fatal", F),
-    (b"enable traceback", F), (b"gated repo", F),
+    (b"enable traceback", F), (b"gated repo", F), (b"downloading weights", M), (b"compiler manager cache", M),
 ] + [(w.encode(), P) for w in STEP_WORDS if w[0].islower()]
 # Until the engine is known for sure, every line of an engine's log carries its
 # signature (a `(Worker_TP0 pid=…)` prefix, a `[… TP3]` rank tag): look at those too.
@@ -648,6 +649,8 @@ CUDA_NO_DEVICE = (r"No CUDA GPUs are available|Found no NVIDIA driver|CUDA drive
                   r"|Unexpected error from cudaGetDeviceCount|Driver/library version mismatch"
                   r"|forward compatibility was attempted on non supported HW|couldn't communicate with the NVIDIA driver"
                   r"|NVIDIA driver on your system is too old"
+                  # Ray's view of a node: vLLM's `Current node has no GPU available` (0.2x)
+                  r"|\bhas no (?:GPU|CUDA device)s? available"
                   # the container runtime's: the NVIDIA hook failed, or docker has no GPU runtime at all
                   r"|nvidia-container-cli: \w+ error|could not select device driver \"[^\"]*\" with capabilities: \[\[gpu\]\]")
 CUDA_ERR = re.compile(
@@ -669,6 +672,26 @@ BAD_ARGS = re.compile(
     r"^[\w.\-]+(?: [\w\-]+)?: error: (?:unrecognized arguments|the following arguments are required|argument \S+"
     r"|invalid choice|ambiguous option|unrecognized option|expected one argument)"
     r"|^Error: (?:No such option|Got unexpected extra argument|Invalid value for|Missing (?:option|argument))")
+# An engine's own config check that rejects a launch option's value, in the shapes its wording takes across
+# releases: an unknown name for a named choice (`Unknown quantization method: x`, `Invalid attention backend: x`,
+# `invalid tool call parser: x (chose from …)`), sizes that do not divide (`… must be divisible by tensor parallel
+# size (3)`, `tp_size 8 must be divisible by ep_size 3`), a parallelism the model lacks, more GPUs asked than there
+# are, a method the GPU or dtype cannot run, an option that contradicts the checkpoint, a fix spelled as a flag.
+# Read only on an exception's own line (signatures._config_rejected): a warning may use the same words.
+CONFIG_REJECTED = re.compile(
+    r"\b(?:[Uu]nknown|[Ii]nvalid|[Uu]nsupported|[Uu]nrecognized) (?:[\w\-]+ ){0,3}?(?:method|backend|load_format"
+    r"|format|parser|algorithm(?: name)?|dtype|choice)s?: ['\"]?[\w.\-]"
+    r"|must be divisible by (?:the )?(?:tensor|pipeline|data|expert|context) parallel size"
+    r"|\b[a-z]\w*_size \(?\d+\)? must be divisible by [a-z]\w*_size\b"
+    r"|\b(?:[Pp]ipeline|[Tt]ensor|[Dd]ata|[Ee]xpert|[Cc]ontext) parallelism is not supported (?:for|with|by|on) "
+    r"|(?:is larger than|exceeds) the (?:total )?number of available (?:GPU|device|\w+)s\b"
+    r"|[Cc]annot provide a placement group requiring \d+ GPUs"
+    r"|is not supported for (?:the current GPU|quantization method)\b"
+    r"|specified in the `[\w\-]+` (?:argument|flag|option)"
+    r"|(?:fix|solve|resolve) this by \w+ [^.]{0,40}?`--[a-z]")
+# pydantic's detail line under `ValidationError: 1 validation error for ModelConfig` (vLLM's config dataclasses,
+# 0.10+): the check's own message follows `Value error, `; the header above it says nothing.
+PYDANTIC_DETAIL = re.compile(r"^\s*(?:Value|Assertion) error, \S")
 BUILD_SPECIFIC = re.compile(
     r"^\S+?:\d+:(?:\d+:)? (?:fatal )?error: |^\S+\(\d+\): (?:catastrophic )?error|^nvcc fatal|CMake Error"
     r"|ptxas (?:fatal|error)|died due to signal (?!9\b)\d+|undefined reference to|collect2: error|ld returned \d+ exit status"

@@ -28,11 +28,12 @@ from typing import Any, Callable, NamedTuple, Optional, Protocol
 from . import generic, patterns
 from .cause import Spec
 from .matcher import Matcher
-from .patterns import (_LEVELS, _PREFIX, BAD_ARGS, BRACKET_LEVEL_TAIL, CUDA_NO_DEVICE, DISK_FULL, HF_HUB, HINTS, STAMP_TAIL,
-                       STAMP_ZONE, BUILD_SPECIFIC, BUILD_UMBRELLA, CRASH, CUDA_ERR, CUDA_OOM, ENGINE_UMBRELLA, EPOCH,
-                       EXC_LINE, FOREIGN_PREFIX, GPU_FAULT, HANG, HOST_OOM, IMPORT, JIT, KV_PRESSURE, LOSS_DICT, MAKE,
-                       NCCL, NINJA, NODE_OOM, NUM_EPOCHS, OOM_RISK, PORT_IN_USE, SLURM_END, STEP, TOTAL_STEPS, TQDM,
-                       VLLM_SPEC_RATE, _SGLANG_FIELD, _VLLM_STATS, is_build_tool)
+from .patterns import (_LEVELS, _PREFIX, BAD_ARGS, BRACKET_LEVEL_TAIL, CONFIG_REJECTED, CUDA_NO_DEVICE, DISK_FULL,
+                       HF_HUB, HINTS, STAMP_TAIL, STAMP_ZONE, BUILD_SPECIFIC, BUILD_UMBRELLA, CRASH, CUDA_ERR, CUDA_OOM,
+                       ENGINE_UMBRELLA, EPOCH, EXC_LINE, FOREIGN_PREFIX, GPU_FAULT, HANG, HOST_OOM, IMPORT, JIT,
+                       KV_PRESSURE, LOSS_DICT, MAKE, NCCL, NINJA, NODE_OOM, NUM_EPOCHS, OOM_RISK, PORT_IN_USE,
+                       PYDANTIC_DETAIL, SLURM_END, STEP, TOTAL_STEPS, TQDM, VLLM_SPEC_RATE, _SGLANG_FIELD, _VLLM_STATS,
+                       is_build_tool)
 
 SPECIFIC, EXCEPTION, UMBRELLA, ERROR_LEVEL = Spec.SPECIFIC, Spec.EXCEPTION, Spec.UMBRELLA, Spec.ERROR_LEVEL
 
@@ -222,6 +223,13 @@ def _bad_args_test(body: str, ctx: Context) -> Optional["re.Match[str]"]:
     return None
 
 
+def _config_rejected(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    """A config check's words on an exception's own line (a traceback's last, pydantic's detail): the option."""
+    if EXC_LINE.match(body) or PYDANTIC_DETAIL.match(body):
+        return (SPECIFIC, "bad_arguments", "bad_arguments_value")
+    return None
+
+
 def _build_specific(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
     return (SPECIFIC, "build_failed", "build_segfault" if "died due to signal" in body else "build_failed")
 
@@ -356,6 +364,12 @@ FAILURES: tuple[Signature, ...] = (
               "ValueError: User-specified max_model_len (65536) is greater than the derived max_model_len "
               "(max_position_embeddings=32768 or model_max_length=None in model's config.json).", SPECIFIC,
               "bad_arguments_value"),
+    Signature("CONFIG_REJECTED", "cause", CONFIG_REJECTED, "bad_arguments", 96,
+              "vLLM 0.2x config and loader checks (quantization method, load_format, TP/PP/world size, Ray placement "
+              "group, tool parser), SGLang 0.3-0.5.x (attention backend, speculative algorithm, tp/ep sizes): an "
+              "exception's own line (or pydantic's `Value error, ` detail) that rejects a launch option's value",
+              "ValueError: Total number of attention heads (32) must be divisible by tensor parallel size (3).",
+              SPECIFIC, verdict=_config_rejected),
     Signature("DISK_FULL", "cause", DISK_FULL, "exception", 92, "any write (ENOSPC, EDQUOT in strerror's words: "
               "Python OSError, pip, tar, compilers); torch.save's checkpoint cut short; `build_failed` while building; "
               "outranked by NCCL's own /dev/shm words",
@@ -393,8 +407,13 @@ FAILURES: tuple[Signature, ...] = (
               EXCEPTION, verdict=_hf_hub),
     Signature("CRASH", "cause", CRASH, "exception", 60, "any native crash",
               "Segmentation fault (core dumped)", EXCEPTION, verdict=_crash),
+    Signature("PYDANTIC_DETAIL", "cause", PYDANTIC_DETAIL, "exception", 51, "pydantic 2 (vLLM 0.10+ config "
+              "dataclasses): the `Value error, ` line under `ValidationError: N validation error(s) for X` carries "
+              "the check's message; read as the exception it wraps",
+              "  Value error, Invalid repository ID or local directory specified: '/models/x'. [type=value_error, "
+              "input_value=ArgsKwargs((), {'model': '/models/x'}), input_type=ArgsKwargs]", EXCEPTION, "exception"),
     Signature("EXC_LINE", "cause", EXC_LINE, "exception", 50, "Python (a traceback's final exception, by type)",
-              "ValueError: Total number of attention heads (32) must be divisible by tensor parallel size (3).",
+              "KeyError: 'model.layers.0.self_attn.qkv_proj.weight'",
               EXCEPTION, verdict=_exception, test=_exc_test),
     Signature("ERROR level", "cause", None, "exception", 0, "any logger at ERROR/CRITICAL/FATAL",
               "ERROR 07-01 13:54:43 [serving_chat.py:120] request handling broke", ERROR_LEVEL, "exception_umbrella", test=_error_level),
@@ -614,15 +633,19 @@ def engine_signals(text: str, body: str) -> tuple[Optional[str], Optional[str], 
 # phase its example alone reads as. Rows of one kind are joined in table order (first match wins).
 PHASES: tuple[Signature, ...] = (
     _row("load_begin", "phase", r"Load weight begin|Loading (?:model )?weights(?! took)|Starting to load model"
-         r"|Loading model from|Loading safetensors|Loading pt checkpoint|Loading drafter model", "loading", 50,
-         "vLLM (and its speculative drafter, 0.2x), SGLang, HF",
+         r"|Loading model from|Loading safetensors|Loading pt checkpoint|Loading drafter model"
+         r"|[Dd]ownloading (?:model )?weights|Prefetching checkpoint|GGUF shard", "loading", 50,
+         "vLLM (and its speculative drafter, 0.2x; its download, page-cache prefetch and GGUF shards, 0.2x), "
+         "SGLang, HF",
          "INFO 06-02 14:00:15 [gpu_model_runner.py:1] Starting to load model /models/x...", "loading"),
     _row("load_end", "phase", r"Loading (?:model )?weights took|Model loading took|Load weight end|Loaded model weights",
          "loaded", 49, "vLLM (0.4-0.6: `Loading model weights took 14.99 GB`), SGLang", "Loading weights took 3.74 seconds",
          "starting"),
     _row("torch_compile", "phase", r"Dynamo bytecode transform|Compiling a graph|torch\.compile(?! takes)"
-         r"|torch_compile_cache|Compile and warming up model for size", "compiling", 48,
-         "vLLM V1 (and its compile-size warmup, 0.2x), SGLang --enable-torch-compile",
+         r"|torch_compile_cache|Compile and warming up model for size|Cache the graph (?:of|for) "
+         r"|compiler manager cache", "compiling", 48,
+         "vLLM V1 (and its compile-size warmup and graph cache, 0.2x), SGLang --enable-torch-compile "
+         "(`Cache the graph of shape N`, 0.5.4+)",
          "Dynamo bytecode transform time: 7.14 s", "compiling"),
     _row("jit_compile", "phase", r"Prebuilt kernels not found|Loading JIT ops|JIT compil|Compiling (?:kernel|module|model)",
          "compiling", 47, "flashinfer, DeepSpeed ops", "Prebuilt kernels not found, using JIT backend", "compiling"),
