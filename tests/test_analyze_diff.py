@@ -31,6 +31,8 @@ FIXES = {
     ("reference 70_train_fairseq_multigpu_interleaved_tqdm.log", "progress"): (51, 11265, "epoch 001"),  # no '| '
     # NCCL's unhandled cuda error defers to the `Cuda failure 217 'peer access ...'` after `Last error:`
     ("reference 65_nccl_unhandled_cuda_error_peer_access.log", "failure"): ("cuda_error", 13),
+    # CONFIG_REJECTED: a config check that names the launch option it rejects (its name says so too)
+    ("reference 64_vllm_tp_not_divisible_bad_argument.log", "failure"): ("bad_arguments", 17),
     # the generic layer: a bare "label N/M" (no anchor before), any label that names what is counted
     ("fixture datagen_processing_shard_counter.log", "progress"): (3, 8, "Processing shard"),
     ("fixture datagen_processing_shard_counter.log", "phase"): "loading",               # "shard" names it
