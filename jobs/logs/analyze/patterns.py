@@ -123,37 +123,41 @@ def _alternatives(items: Any) -> list[Any]:
     return [items]
 
 
-def row_anchors(rx: "re.Pattern[str]", have: list[bytes]) -> list[bytes]:
-    """For each alternative of a failure row's pattern that holds none of the anchors `have`, the longest
-    digit-free literal all its matches contain (6 bytes or more: shorter words are everywhere): an anchor, so that no line the row
-    decides is ever skipped by the byte passes (a row's wording alone makes it reachable)."""
-    if rx.flags & re.IGNORECASE:
-        return []
+def row_anchors(rx: Any, have: Any, family: int = F) -> list[bytes]:
+    """For each alternative of a row's pattern (a compiled one, or a row's lazy one) that holds none of
+    the anchors `have` (literals, or {literal: families}: then only one of `family` counts), the
+    longest digit-free literal all its matches contain (10 bytes or more, or 6 with a space in it: one
+    short word is everywhere): an anchor, so that no line the row decides is ever skipped by the byte passes."""
     from re import _parser  # type: ignore[attr-defined]  # the stdlib's own regex parser (3.11+)
+    parsed = _parser.parse(rx.pattern, getattr(rx, "flags", 0))
+    if parsed.state.flags & re.IGNORECASE:
+        return []
+    families = have if isinstance(have, dict) else dict.fromkeys(have, family)
     out: list[bytes] = []
-    for alternative in _alternatives(_parser.parse(rx.pattern, rx.flags)):
+    for alternative in _alternatives(parsed):
         runs = [piece.encode() for run in _required_runs(alternative) for piece in re.split(r"\d+", run)
                 if piece.isascii()]
-        if any(lit in run for run in runs for lit in have + out):
+        if any(lit in run for run in runs for lit in out) or any(
+                lit in run and fam & family for run in runs for lit, fam in families.items()):
             continue
-        best = max(runs, key=len, default=b"")
-        if len(best.strip()) >= 6:
+        best = max(runs, key=len, default=b"").strip(b" ")
+        if len(best) >= 10 or (len(best) >= 6 and b" " in best):   # one short word is everywhere
             out.append(best)
     return out
 
 
-def adopt_row_anchors(patterns: list["re.Pattern[str]"]) -> list[bytes]:
-    """Make the failure rows' own literals anchors (F), once, before any prefilter is built; returns them."""
+def adopt_row_anchors(rows: list[tuple[Any, int]]) -> list[bytes]:
+    """Make the rows' own literals anchors of their families ((pattern, family) pairs: F for the failure
+    rows, M for the phase markers...), once, before any prefilter is built; returns them."""
     if _prefilters:
         raise RuntimeError("adopt_row_anchors after a prefilter was built: its anchors would be missing there")
-    have = [lit for lit, _ in _RARE_ANCHORS + _COMMON_ANCHORS]
     added: list[bytes] = []
-    for rx in patterns:
-        for lit in row_anchors(rx, have + added):
+    for rx, family in rows:
+        listed = {lit: FAMILY[lit] for lit, _ in _RARE_ANCHORS + _COMMON_ANCHORS}   # (not the engine's: dropped once known)
+        for lit in row_anchors(rx, listed, family):
+            _RARE_ANCHORS.append((lit, family))
+            FAMILY[lit] = FAMILY.get(lit, 0) | family
             added.append(lit)
-    for lit in added:
-        _RARE_ANCHORS.append((lit, F))
-        FAMILY[lit] = FAMILY.get(lit, 0) | F
     return added
 
 

@@ -28,6 +28,7 @@ from typing import Any, Callable, NamedTuple, Optional, Protocol
 from . import generic, patterns
 from .cause import Spec
 from .matcher import Matcher
+from .model import F, M, P, S, W
 from .patterns import (_LEVELS, _PREFIX, BAD_ARGS, BRACKET_LEVEL_TAIL, CONFIG_REJECTED, CUDA_NO_DEVICE, DISK_FULL,
                        HF_HUB, HINTS, STAMP_TAIL, STAMP_ZONE, BUILD_SPECIFIC, BUILD_UMBRELLA, CRASH, CUDA_ERR, CUDA_OOM,
                        ENGINE_UMBRELLA, EPOCH, EXC_LINE, FOREIGN_PREFIX, GPU_FAULT, HANG, HOST_OOM, IMPORT, JIT,
@@ -423,10 +424,6 @@ for _advised in FAILURES:              # a row's own advice is its hint, under i
     if _advised.advice:
         if HINTS.setdefault(_advised.id, _advised.advice) != _advised.advice:
             raise ValueError(f"row {_advised.id}: a hint of that name exists already")
-# The rows' own wording is what the byte passes look for: an alternative of a row that holds no
-# listed anchor adds its longest literal as one (`Cuda failure 217 '...'` after NCCL's `Last error:`
-# carried none, and was never read). Adding a row is adding its row.
-ROW_ANCHORS = patterns.adopt_row_anchors([s.pattern for s in FAILURES if isinstance(s.pattern, re.Pattern)])
 ENDS_TRACEBACK = frozenset(s.id for s in FAILURES if s.ends_traceback)
 
 
@@ -738,6 +735,12 @@ WARNINGS: tuple[Signature, ...] = (
 )
 
 TABLE: tuple[Signature, ...] = PREFIXES + ENGINES + PHASES + PROGRESS + SERVING + WARNINGS + FAILURES
+# The rows' own wording is what the byte passes look for: an alternative of a row that holds no
+# listed anchor of its family adds its longest literal as one (`Cuda failure 217 '...'` after NCCL's
+# `Last error:` carried none, and was never read). Adding a row is adding its row.
+_ANCHOR_FAMILY = {"cause": F, "phase": M, "progress": P, "serving": S, "warning": W}
+ROW_ANCHORS = patterns.adopt_row_anchors([(row.pattern, _ANCHOR_FAMILY[row.field]) for row in TABLE
+                                          if row.field in _ANCHOR_FAMILY and row.pattern is not None])
 
 
 # --------------------------------------------------------------------------- the generated doc
