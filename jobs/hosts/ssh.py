@@ -16,9 +16,14 @@ import os
 import shlex
 import time
 from pathlib import Path
+import warnings
 from typing import Any, Callable, Optional
 
-import asyncssh
+with warnings.catch_warnings():
+    # cryptography >= 51 warns when asyncssh's import merely names its DSA classes: a note between
+    # libraries that would otherwise open every --host command's stderr with ten lines.
+    warnings.filterwarnings("ignore", message=r"DSA is deprecated", category=UserWarning)
+    import asyncssh
 
 from gpudeck.jobs.hosts.bundle import agent_zipapp
 from gpudeck.jobs.hosts.config import HostSpec
