@@ -94,13 +94,16 @@ def wait_for(predicate: Callable[[], object], timeout: float = 20.0, what: str =
 
 async def pilot_wait_for(pilot, predicate: Callable[[], object], what: str, timeout: float = 30.0,
                          detail: Optional[Callable[[], object]] = None) -> object:
-    """wait_for for a running Textual app: pauses through the pilot so the app keeps processing messages."""
+    """wait_for for a running Textual app: sleeps on the app's own event loop, so it keeps processing messages.
+
+    Not pilot.pause(): that first waits for every widget of the screen to drain its queue, and a
+    widget that a screen change is taking away never answers (a 30 s WaitForScreenTimeout under load)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        await pilot.pause(0.05)
+        await asyncio.sleep(0.05)
     seen = f"; saw {detail()!r}" if detail is not None else ""
     raise AssertionError(f"timed out after {timeout:g}s waiting for {what}{seen}")
 
