@@ -1,7 +1,10 @@
 """The signature table: every row's example line reads as the row says; the doc is generated from it."""
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -81,3 +84,30 @@ def test_failure_rows_are_tried_by_priority_not_by_position() -> None:
 def test_the_checked_in_doc_is_the_generated_one() -> None:
     doc = (ROOT / "docs" / "LOG_SIGNATURES.md").read_text(encoding="utf-8")
     assert doc == signatures.markdown(), "stale: run python docs/make_log_signatures.py"
+
+
+def test_the_checked_in_derived_anchors_are_the_generated_ones() -> None:
+    from gpudeck.jobs.logs.analyze import derived_anchors, patterns
+    source = (ROOT / "jobs" / "logs" / "analyze" / "derived_anchors.py").read_text(encoding="utf-8")
+    assert source == signatures.derived_anchors_source(), "stale: run python docs/make_log_signatures.py"
+    assert derived_anchors.INPUTS == patterns.row_anchor_inputs(signatures.ANCHOR_ROWS)
+    assert list(derived_anchors.ANCHORS) == patterns.derive_row_anchors(signatures.ANCHOR_ROWS)
+    assert [lit for lit, _ in derived_anchors.ANCHORS] == signatures.ROW_ANCHORS
+
+
+def test_a_table_changed_since_the_anchors_were_generated_derives_them_at_import() -> None:
+    # A new row without regenerating: its wording must still be an anchor (only the import is slower).
+    probe = textwrap.dedent("""
+        import json, sys
+        from gpudeck.jobs.logs.analyze import derived_anchors
+        fresh = list(derived_anchors.ANCHORS)
+        derived_anchors.INPUTS += " and a row added since"
+        derived_anchors.ANCHORS = ((b"never a real anchor", 8),)
+        from gpudeck.jobs.logs.analyze import patterns, signatures
+        print(json.dumps([[lit.decode() for lit in signatures.ROW_ANCHORS], [lit.decode() for lit, _ in fresh],
+                          "never a real anchor" in [lit.decode() for lit in patterns.FAMILY]]))
+    """)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    row_anchors, generated, adopted_stale = json.loads(out.stdout)
+    assert row_anchors == generated == [lit.decode() for lit in signatures.ROW_ANCHORS]
+    assert adopted_stale is False and len(generated) > 40

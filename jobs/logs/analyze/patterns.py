@@ -146,19 +146,52 @@ def row_anchors(rx: Any, have: Any, family: int = F) -> list[bytes]:
     return out
 
 
-def adopt_row_anchors(rows: list[tuple[Any, int]]) -> list[bytes]:
-    """Make the rows' own literals anchors of their families ((pattern, family) pairs: F for the failure
-    rows, M for the phase markers...), once, before any prefilter is built; returns them."""
-    if _prefilters:
-        raise RuntimeError("adopt_row_anchors after a prefilter was built: its anchors would be missing there")
-    added: list[bytes] = []
+def _listed_before_rows() -> tuple[list[bytes], dict[bytes, int]]:
+    """The listed anchors and their families as they were before the rows' own were adopted."""
+    if _BEFORE_ROWS is not None:
+        return _BEFORE_ROWS
+    return [lit for lit, _ in _RARE_ANCHORS + _COMMON_ANCHORS], dict(FAMILY)
+
+
+def row_anchor_inputs(rows: list[tuple[Any, int]]) -> str:
+    """Everything derive_row_anchors' answer depends on, as one exact string: the rows' patterns, flags and
+    families, and the anchors listed before them (the checked-in derived_anchors.py holds the one it was made from)."""
+    listed, family_of = _listed_before_rows()
+    return repr(([(rx.pattern, getattr(rx, "flags", 0), family) for rx, family in rows], listed, list(family_of.items())))
+
+
+def derive_row_anchors(rows: list[tuple[Any, int]]) -> list[tuple[bytes, int]]:
+    """The (anchor, family) pairs the rows' own literals add ((pattern, family) pairs: F for the failure
+    rows, M for the phase markers...), in order: a row's literal already listed for its family adds none."""
+    listed_lits, family_of = _listed_before_rows()
+    family_of = dict(family_of)
+    listed = {lit: family_of[lit] for lit in listed_lits}        # (not the engine's: dropped once known)
+    added: list[tuple[bytes, int]] = []
     for rx, family in rows:
-        listed = {lit: FAMILY[lit] for lit, _ in _RARE_ANCHORS + _COMMON_ANCHORS}   # (not the engine's: dropped once known)
         for lit in row_anchors(rx, listed, family):
-            _RARE_ANCHORS.append((lit, family))
-            FAMILY[lit] = FAMILY.get(lit, 0) | family
-            added.append(lit)
+            family_of[lit] = listed[lit] = family_of.get(lit, 0) | family
+            added.append((lit, family))
     return added
+
+
+def adopt_row_anchors(rows: list[tuple[Any, int]]) -> list[bytes]:
+    """Make the rows' own literals anchors of their families, once, before any prefilter is built; returns them.
+
+    Deriving them parses every row's regex (~30 ms at each process start): they are read from the
+    generated derived_anchors.py instead where it was made from these very inputs, else derived here."""
+    global _BEFORE_ROWS
+    if _prefilters or _BEFORE_ROWS is not None:
+        raise RuntimeError("adopt_row_anchors twice, or after a prefilter was built: its anchors would be missing there")
+    _BEFORE_ROWS = _listed_before_rows()
+    from . import derived_anchors
+    if derived_anchors.INPUTS == row_anchor_inputs(rows):
+        added = list(derived_anchors.ANCHORS)
+    else:                                # a row changed: right, only slower (a test says to regenerate)
+        added = derive_row_anchors(rows)
+    for lit, family in added:
+        _RARE_ANCHORS.append((lit, family))
+        FAMILY[lit] = FAMILY.get(lit, 0) | family
+    return [lit for lit, _ in added]
 
 
 _NINJA_ANCHOR = rb"\[\d+/\d+\]"           # [12/345]
@@ -166,6 +199,7 @@ _COUNT_ANCHOR = rb" \d+/\d"               # a bare counter after its label: "Pro
 _RANK_ANCHOR = rb"TP\d"                   # [2025-… TP3]
 
 FAMILY: dict[bytes, int] = {}
+_BEFORE_ROWS: Optional[tuple[list[bytes], dict[bytes, int]]] = None   # (see adopt_row_anchors)
 for _lit, _fam in _RARE_ANCHORS + _COMMON_ANCHORS + _ENGINE_ANCHORS:
     FAMILY[_lit] = FAMILY.get(_lit, 0) | _fam
 
