@@ -35,6 +35,8 @@ import re
 from enum import IntEnum
 from typing import Optional
 
+from . import regexcache
+
 
 class Spec(IntEnum):
     """A candidate's rank: how specifically its line names the cause of the run's end."""
@@ -50,7 +52,7 @@ FALLBACK_CAUSES = frozenset(("exception", "import_error"))
 # Levels whose records never make a candidate (rule 1).
 WARNING_LEVELS = ("INFO", "DEBUG", "NOTICE", "WARNING", "WARN")
 # A Python warning as `warnings` prints it: "path.py:276: UserWarning: …", "FutureWarning: …".
-PY_WARNING = re.compile(r"(?:^|[\s:])(?:[A-Z]\w*)?Warning: ")
+PY_WARNING = regexcache.compile(r"(?:^|[\s:])(?:[A-Z]\w*)?Warning: ")
 
 
 def is_warning(body: str, level: Optional[str]) -> bool:

@@ -16,8 +16,10 @@ import json
 import re
 from typing import Optional
 
+from . import regexcache
+
 # The record's start, with the spaces another encoder than docker's may put in (`{"log": "…`).
-OPEN = re.compile(rb'\{\s*"log"\s*:\s*"')
+OPEN = regexcache.compile(rb'\{\s*"log"\s*:\s*"')
 # The "log" field's string literal, decoded from its opening quote (control bytes taken as they are).
 _STRING = json.JSONDecoder(strict=False)
 UNDECIDED_MAX = 1 << 16      # a first line this long without its newline: no envelope, read as it is

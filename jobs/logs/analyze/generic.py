@@ -23,6 +23,7 @@ from typing import Iterator, Optional, Union
 
 from .cause import Spec
 from .patterns import label_phase
+from . import regexcache
 
 # --------------------------------------------------------------------------- exceptions by type
 
@@ -53,7 +54,7 @@ EXCEPTION_TYPES: dict[str, tuple[str, int, str]] = {
 
 # An exception raised while the interpreter shuts down (a destructor or atexit hook importing after sys.meta_path is
 # gone): printed after the run's own end, it is noise, never its cause.
-AT_SHUTDOWN = re.compile(r"Python is likely shutting down|sys\.meta_path is None")
+AT_SHUTDOWN = regexcache.compile(r"Python is likely shutting down|sys\.meta_path is None")
 
 
 def exception_cause_of(etype: str, body: str) -> tuple[str, int, str]:
@@ -87,7 +88,7 @@ _BUILD_TOOLS = r"(?:ninja|cmake|make|gmake|nvcc|pip|setup\.py|bdist_wheel|build_
 # subprocess's "Command '['ninja', '-v']' returned non-zero exit status 1." and the like, with the tool
 # named in the command's first words; "-9"/"137" (SIGKILL) are read by HOST_OOM first. (Unbounded
 # repeats: a record is one line, and bounded ones cost hyperscan seconds to compile.)
-BUILD_TOOL_EXIT = re.compile(
+BUILD_TOOL_EXIT = regexcache.compile(
     r"CalledProcessError: Command '?\[?['\"]?(?:[^'\"\s]*/)?(?:python\d?(?:\.\d+)?['\"]?,? ['\"]?)?"
     + _BUILD_TOOLS + r"\b.*?non-zero exit status"
     r"|^" + _BUILD_TOOLS + r"(?: --build)?.*\b(?:failed with exit code|exited with (?:code|status)) [1-9]")
@@ -97,7 +98,7 @@ BUILD_TOOL_EXIT = re.compile(
 
 # A process killed by SIGKILL in words no HOST_OOM spelling has (Go's os/exec "signal: killed", a
 # supervisor's "received SIGKILL"): almost always the OOM killer. No digits: a template reads it too.
-SIGKILLED = re.compile(r"\bsignal: killed\b|\breceived SIGKILL\b|\bSIGKILL received\b|\bwas SIGKILLed\b")
+SIGKILLED = regexcache.compile(r"\bsignal: killed\b|\breceived SIGKILL\b|\bSIGKILL received\b|\bwas SIGKILLed\b")
 
 # SIGKILL's exit code in the spellings HOST_OOM's "exit code 137" misses: a capital (`Exit code: 137`,
 # k8s `Exit Code: 137`), a field (`exit_code=137`, `exitCode: 137`), Python's `returncode=-9`
@@ -106,7 +107,7 @@ SIGKILLED = re.compile(r"\bsignal: killed\b|\breceived SIGKILL\b|\bSIGKILL recei
 # SGLang's launcher prints a dead scheduler's), and SGLang's SIGCHLD handler, which prints os.waitpid's
 # raw status: `exitcode=9` / `an exit code 9` is a child ended by signal 9 (an exit status N prints N*256).
 # Digit values: read per segment (templates._DIGIT_VALUE_WORDS).
-KILLED_EXIT = re.compile(r"(?:\b[Ee]xit[ _]?(?:[Cc]ode|[Ss]tatus)|\bexitCode|\breturn[ _]?code"
+KILLED_EXIT = regexcache.compile(r"(?:\b[Ee]xit[ _]?(?:[Cc]ode|[Ss]tatus)|\bexitCode|\breturn[ _]?code"
                          r"|\bterminated with(?: exit ?code| signal)?)\s*[:=]?\s*(?:137|-9)\b"
                          r"|\bterminated with signal 9\b|unexpectedly failed with (?:exitcode=|an exit code )9\b")
 
@@ -115,10 +116,10 @@ KILLED_EXIT = re.compile(r"(?:\b[Ee]xit[ _]?(?:[Cc]ode|[Ss]tatus)|\bexitCode|\br
 
 # A watchdog that fired, in any engine's words ("Scheduler watchdog timeout (…)", "watchdog timed out",
 # "timeout … watchdog"): what it names says which cause.
-WATCHDOG = re.compile(r"\b[Ww]atchdog\b.*?\b(?:timeout|timed out|time out|expired)"
+WATCHDOG = regexcache.compile(r"\b[Ww]atchdog\b.*?\b(?:timeout|timed out|time out|expired)"
                       r"|\b(?:[Tt]imeout|[Tt]imed out)\b.*?\b[Ww]atchdog\b")
 # (c10d's digits by class, as every pattern here tests them: a template's digits are 0s)
-_NAMES_COLLECTIVE = re.compile(r"NCCL|[Cc]ollective|ProcessGroup|c\d\dd|all_?reduce|ALLREDUCE|all_?gather|SeqNum")
+_NAMES_COLLECTIVE = regexcache.compile(r"NCCL|[Cc]ollective|ProcessGroup|c\d\dd|all_?reduce|ALLREDUCE|all_?gather|SeqNum")
 
 
 def watchdog_cause(body: str) -> Optional[str]:
@@ -133,22 +134,22 @@ def watchdog_cause(body: str) -> Optional[str]:
 # A number as one whole token: digits, an optional fraction, an optional exponent. Used with
 # strict_number: the token must end here (no letter or digit glued on), else it is no number.
 NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
-_STRICT = re.compile(NUMBER + r"\Z")
+_STRICT = regexcache.compile(NUMBER + r"\Z")
 # A labelled counter anywhere in a line: "[47/230]", "step 12/500", "shard 3 / 8".
-COUNTER = re.compile(r"\[\s*(?P<bn>\d+)\s*/\s*(?P<bN>\d+)\s*\]"
+COUNTER = regexcache.compile(r"\[\s*(?P<bn>\d+)\s*/\s*(?P<bN>\d+)\s*\]"
                      r"|(?P<label>[A-Za-z][\w \-]{0,40}?)[\s:=#]+(?P<n>\d+)\s*/\s*(?P<N>\d+)(?![\w.])")
 
 
 # "[N/M]" after a label, anywhere in a line ("Loading shard [3/8]", "rank0 capture [12/52]"): what
 # State reads when no signature read the line's progress and the label names a phase (label_phase).
-LABELLED_BRACKET = re.compile(r"(?P<label>[A-Za-z][\w .:\-]{0,60}?)\s*\[\s*(?P<n>\d+)\s*/\s*(?P<N>\d+)\s*\]")
-_BRACKET = re.compile(r"\s*\[\s*\d+\s*/\s*\d+\s*\]")                  # its counters alone
+LABELLED_BRACKET = regexcache.compile(r"(?P<label>[A-Za-z][\w .:\-]{0,60}?)\s*\[\s*(?P<n>\d+)\s*/\s*(?P<N>\d+)\s*\]")
+_BRACKET = regexcache.compile(r"\s*\[\s*\d+\s*/\s*\d+\s*\]")                  # its counters alone
 
 
 # ninja's "[N/M] what" after a prefix nobody listed (">>> [47/230] Building CUDA object …"): the
 # words after the counter name it.
-BUILD_STEP_ANYWHERE = re.compile(r"\[(?P<n>\d+)/(?P<N>\d+)\]\s+(?P<label>\S[^\n]{0,80})")
-_BUILD_WORDS = re.compile(r"^(?:Building|Linking|Compiling|Generating|Installing)\b|\b(?:nvcc|c\+\+|g\+\+|gcc|clang"
+BUILD_STEP_ANYWHERE = regexcache.compile(r"\[(?P<n>\d+)/(?P<N>\d+)\]\s+(?P<label>\S[^\n]{0,80})")
+_BUILD_WORDS = regexcache.compile(r"^(?:Building|Linking|Compiling|Generating|Installing)\b|\b(?:nvcc|c\+\+|g\+\+|gcc|clang"
                           r"|cicc|ptxas|ld|ar|cmake|ninja)\b")
 
 
@@ -197,11 +198,11 @@ def labelled_bracket(body: str) -> Optional[_Named]:
 # "label N/M" with N/M a whole token ("Loading checkpoint 3/8", "Processing shard 3/8"): read where
 # no step/epoch/iteration word is in the line (those are STEP/EPOCH's) and nothing more specific
 # read it. Not a date ("2026/12/01"), nor "1.5/2", nor a path.
-LABELLED_COUNT = re.compile(r"(?P<label>[A-Za-z][\w .:\-]{0,60}?)\s+(?P<n>\d+)/(?P<N>\d+)(?![\w./%])")
-_COUNT = re.compile(r"\s+\d+/\d+(?![\w./%])")          # its counters alone
+LABELLED_COUNT = regexcache.compile(r"(?P<label>[A-Za-z][\w .:\-]{0,60}?)\s+(?P<n>\d+)/(?P<N>\d+)(?![\w./%])")
+_COUNT = regexcache.compile(r"\s+\d+/\d+(?![\w./%])")          # its counters alone
 # A label whose last word says who counts, not how far ("rank 3/8", "GPU 1/8", NCCL's "Channel 01/32",
 # "TP 0/4"), which try ("attempt 1/5"), or when ("at 01/12"): no progress unless a word of it names a phase.
-_NOT_PROGRESS = re.compile(r"(?i)(?:^|[^a-z])(?:rank|local_rank|world|node|host|gpu|device|worker|proc|process|pid"
+_NOT_PROGRESS = regexcache.compile(r"(?i)(?:^|[^a-z])(?:rank|local_rank|world|node|host|gpu|device|worker|proc|process|pid"
                            r"|replica|channel|ring|tree|peer|tp|pp|dp|ep|cp|attempt|retry|retries|try"
                            r"|at|on|since|until|from|by|date|day)s?$")
 

@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any, Optional, Union
 
 from .model import E, F, M, Number, P, S, W
+from . import regexcache
 
 
 # The words a training step is counted by (STEP), each one an anchor too (nanoGPT's `iter 100: loss
@@ -248,7 +249,7 @@ def _prefilter_for(extra: tuple[bytes, ...]) -> re.Pattern:
             _prefilters.clear()
         literals = [lit for lit, _ in _RARE_ANCHORS] + [lit for lit in extra if lit != _RANK_ANCHOR]
         specials = [_NINJA_ANCHOR, _COUNT_ANCHOR] + ([_RANK_ANCHOR] if _RANK_ANCHOR in extra else [])
-        rx = _prefilters[extra] = re.compile(_trie_pattern(literals, specials))
+        rx = _prefilters[extra] = regexcache.compile(_trie_pattern(literals, specials))
     return rx
 
 
@@ -285,7 +286,7 @@ def families_in(rx: re.Pattern, data: bytes, m: re.Match, stop: int) -> int:
     return fams
 
 
-ANSI = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[()][0-9A-Za-z]|[@-Z\\-_])")
+ANSI = regexcache.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[()][0-9A-Za-z]|[@-Z\\-_])")
 
 
 # --------------------------------------------------------------------------- record structure
@@ -301,7 +302,7 @@ STAMP_TAIL = r"\s(?:stdout|stderr)\s[FP](?=\s)|\s[\w.\-]+\s[\w.\-/@]+(?:\[\d+\]|
 BRACKET_LEVEL_TAIL = (r")(?:\|[\w.\-]+:\d+)?\](?:\s*\[[\w.\-]+:\d+(?::[\w<>.]+)?\])?"
                       r"(?:\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?\s+>>)?")
 # One prefix at a time, re-applied: worker tags, timestamps, logger headers, rank tags.
-_PREFIX = re.compile(
+_PREFIX = regexcache.compile(
     r"(?:"
     r"\((?:[A-Za-z][\w\-:]*\s+(?:[\w=]+\s+){0,3})?pid=\d+(?:,\s*ip=[^)]*)?\)"                                   # (Worker_TP0 pid=1)
     r"|\[rank\d+\]:?|\[gpu=\d+\]"                                                             # [rank0]: / SGLang 0.2's [gpu=0]
@@ -338,7 +339,7 @@ _LEVEL_OF = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "FATAL", "D": "DEBU
 # `  12 | `, `12: `, a quoted paste's `> `, journald's `Dec  1 10:00:01 host unit[pid]: `, torchrun --tee's `[default0]:`, pdsh's
 # or clush's `node-3: ` (a host name ending in a digit, but not `gcc-12: error: …` nor `train_v2: error:`).
 # One space after it goes with it: the record's own indentation stays (tracebacks).
-FOREIGN_PREFIX = re.compile(
+FOREIGN_PREFIX = regexcache.compile(
     r"\s*\[[A-Za-z][\w.\-]{0,40}\]:"          # torchrun's `[default0]:` is glued to the line: no space to take
     # journald / syslog (journalctl -o short, short-precise, short-full)
     r"|\s*(?:(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?|[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?"
@@ -466,24 +467,24 @@ def _parse_ts(kind: str, raw: str) -> Optional[float]:
 # writes an exponent, so a bar that has one is not read as a bar.
 _WHOLE = r"(?!\.?\d|[eE][-+]?\d)"
 SIZE = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
-TQDM = re.compile(
+TQDM = regexcache.compile(
     r"(?P<pct>\d{1,3})%\s*(?:\|[^|\r\n]{0,400}\||Completed\s*\||(?=\d+(?:\.\d+)?[kKMGT]?/\d+(?:\.\d+)?[kKMGT]?\s*\[))\s*"
     r"(?P<n>\d+(?:\.\d+)?)(?P<nu>[kKMGT]?)/(?P<N>\d+(?:\.\d+)?)(?P<Nu>[kKMGT]?)" + _WHOLE +
     r"(?:\s*\[(?P<inner>[^\]\r\n]{0,200})\])?")
-TQDM_TIMES = re.compile(r"^\s*(?P<el>[\d:]+)\s*<\s*(?P<rem>[\d:]+|\?)")
-TQDM_RATE = re.compile(r"(?P<v>\d+(?:\.\d+)?|\?)\s*(?P<u>[kKMGT]?)(?P<a>[A-Za-z]*)/(?P<b>[A-Za-z]+)")
-NINJA = re.compile(r"^\[(\d+)/(\d+)\]\s")
-MAKE = re.compile(r"^\[\s*(\d{1,3})%\]\s")
+TQDM_TIMES = regexcache.compile(r"^\s*(?P<el>[\d:]+)\s*<\s*(?P<rem>[\d:]+|\?)")
+TQDM_RATE = regexcache.compile(r"(?P<v>\d+(?:\.\d+)?|\?)\s*(?P<u>[kKMGT]?)(?P<a>[A-Za-z]*)/(?P<b>[A-Za-z]+)")
+NINJA = regexcache.compile(r"^\[(\d+)/(\d+)\]\s")
+MAKE = regexcache.compile(r"^\[\s*(\d{1,3})%\]\s")
 # n/N with N a whole token ("29/1e5" is 29 of 100000, never 29 of 1; "1e400" is no finite total).
-STEP = re.compile(r"\b(?:global[_ ])?(?:" + "|".join(STEP_WORDS) + r")\b\s*[:=#]?\s*\[?\s*(\d+)"
+STEP = regexcache.compile(r"\b(?:global[_ ])?(?:" + "|".join(STEP_WORDS) + r")\b\s*[:=#]?\s*\[?\s*(\d+)"
                   r"(?![\w.])\s*(?:/\s*(\d+(?:[eE]\+?\d+)?)(?![\w.]))?")
-EPOCH = re.compile(r"\b(?:epoch|Epoch|EPOCH)\b\s*[:=#]?\s*\[?\s*(\d+(?:\.\d+)?)" + _WHOLE +
+EPOCH = regexcache.compile(r"\b(?:epoch|Epoch|EPOCH)\b\s*[:=#]?\s*\[?\s*(\d+(?:\.\d+)?)" + _WHOLE +
                    r"\s*(?:/\s*(\d+)" + _WHOLE + ")?")
-LOSS_DICT = re.compile(r"""^\{['"](?:loss|train_loss|eval_loss)['"]\s*:.*['"]epoch['"]\s*:\s*([\d.]+)"""
+LOSS_DICT = regexcache.compile(r"""^\{['"](?:loss|train_loss|eval_loss)['"]\s*:.*['"]epoch['"]\s*:\s*([\d.]+)"""
                        r"""(?:.*['"](?:global_)?step['"]\s*:\s*(\d+))?""")
-TRAIN_END = re.compile(r"""^\{['"]train_runtime['"]""")
-NUM_EPOCHS = re.compile(r"Num [Ee]pochs\s*=\s*([\d,]+)")
-TOTAL_STEPS = re.compile(r"Total optimization steps\s*=\s*([\d,]+)")
+TRAIN_END = regexcache.compile(r"""^\{['"]train_runtime['"]""")
+NUM_EPOCHS = regexcache.compile(r"Num [Ee]pochs\s*=\s*([\d,]+)")
+TOTAL_STEPS = regexcache.compile(r"Total optimization steps\s*=\s*([\d,]+)")
 
 
 def clock(text: str) -> Optional[float]:
@@ -507,14 +508,14 @@ def num(value: float) -> Number:
 # Engines print these fields in fixed point, so a token with an exponent rejects the field (or the line).
 _F = r"([-+]?\d+(?:\.\d+)?)(?![\w.])"
 # vLLM: "Engine 000: Avg prompt throughput: …" (V1) and "Avg prompt throughput: …" (V0) alike.
-_VLLM_STATS = re.compile(
+_VLLM_STATS = regexcache.compile(
     r"Avg prompt throughput:\s*" + _F + r"[^,]*,\s*Avg generation throughput:\s*" + _F +
     r"(?:.*?Running:\s*" + _F + r"\s*req)?(?:.*?(?:Waiting|Pending):\s*" + _F + r"\s*req)?"
     r"(?:.*?GPU KV cache usage:\s*" + _F + r"\s*%)?")
-_VLLM_SPEC_LEN = re.compile(r"Mean acceptance length:\s*" + _F)
-VLLM_SPEC_RATE = re.compile(r"Draft acceptance rate:\s*" + _F + r"\s*(%?)")
+_VLLM_SPEC_LEN = regexcache.compile(r"Mean acceptance length:\s*" + _F)
+VLLM_SPEC_RATE = regexcache.compile(r"Draft acceptance rate:\s*" + _F + r"\s*(%?)")
 # SGLang "Decode batch. …" / "Prefill batch. …": one pass over "name: value" pairs.
-_SGLANG_FIELD = re.compile(r"(#running-req|#queue-req|(?<![#\w])(?:full )?token usage|gen throughput \(token/s\)"
+_SGLANG_FIELD = regexcache.compile(r"(#running-req|#queue-req|(?<![#\w])(?:full )?token usage|gen throughput \(token/s\)"
                            r"|input throughput \(token/s\)|accept len(?:gth)?|accept rate):\s*" + _F)
 _SGLANG_KEY = {"#running-req": ("running", 1.0), "#queue-req": ("waiting", 1.0),
                "token usage": ("kv_cache_pct", 100.0), "full token usage": ("kv_cache_pct", 100.0),
@@ -522,9 +523,9 @@ _SGLANG_KEY = {"#running-req": ("running", 1.0), "#queue-req": ("waiting", 1.0),
                "input throughput (token/s)": ("prompt_tokens_per_s", 1.0),
                "accept len": ("spec_accept_len", 1.0), "accept length": ("spec_accept_len", 1.0),
                "accept rate": ("spec_accept_rate", 1.0)}
-_V0_SPEC_K = re.compile(r"Number of speculative tokens:\s*(\d+)")
-_V0_SPEC_DRAFT = re.compile(r"Number of draft tokens:\s*(\d+)")
-_V0_SPEC_EMITTED = re.compile(r"Number of emitted tokens:\s*(\d+)")
+_V0_SPEC_K = regexcache.compile(r"Number of speculative tokens:\s*(\d+)")
+_V0_SPEC_DRAFT = regexcache.compile(r"Number of draft tokens:\s*(\d+)")
+_V0_SPEC_EMITTED = regexcache.compile(r"Number of emitted tokens:\s*(\d+)")
 
 
 def parse_serving_stats_line(line: str) -> Optional[dict[str, float]]:
@@ -629,7 +630,7 @@ def indent_width(msg: str) -> int:
     editor's paste) quotes its source as deep as one of spaces (`\t\traise RuntimeError(` is no error line)."""
     lead = len(msg) - len(msg.lstrip(" \t"))
     return lead + (CODE_INDENT - 1) * msg.count("\t", 0, lead) if lead else 0
-EXC_LINE = re.compile(
+EXC_LINE = regexcache.compile(
     # A type's last name is longer than its ending (ValueError; `Error: …` and `Failed: …` are a CLI's words),
     # but a dotted one may be a bare ending (triton.runtime.errors.OutOfResources, subprocess.TimeoutExpired),
     # and Python's own `Exception: message` (with a message: pip's `ERROR: Exception:` heads a traceback).
@@ -637,15 +638,15 @@ EXC_LINE = re.compile(
     r"|(?:[A-Za-z_]\w*\.)+(?:Error|Exception|OutOfResources|TimeoutExpired|NotFound)|Exception(?=:\s*\S))"
     r"(?:\([\w.]+\))?)"          # Ray's RayTaskError(ValueError): the cause's type in brackets
     r"(?::\s*(?P<msg>.*))?$")
-FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
-XID = re.compile(r"\bXid\b\s*(?:\([^)]*\))?\s*:?\s*(\d+)")
+FRAME = regexcache.compile(r'^\s*File "[^"]*", line \d+')
+XID = regexcache.compile(r"\bXid\b\s*(?:\([^)]*\))?\s*:?\s*(\d+)")
 XID_APP = {13, 31, 43, 45, 68, 69}           # application faults and their clean-up, not the hardware
 XID_NOISE = {43, 45}                          # a consequence of an app being killed
-GPU_FAULT = re.compile(r"fallen off the bus|GPU is lost|[Uu]ncorrectable ECC|cudaErrorECCUncorrectable"
+GPU_FAULT = regexcache.compile(r"fallen off the bus|GPU is lost|[Uu]ncorrectable ECC|cudaErrorECCUncorrectable"
                        r"|GPU requires reset|NVRM: GPU at PCI.*has fallen"
                        # GSP firmware (R535+ open modules): the Xid 119/120 family, as NVRM prints it
                        r"|Heartbeat timed out|GSP Timeout|Memory Subsystem Error|RmInitAdapter failed")
-CUDA_OOM = re.compile(
+CUDA_OOM = regexcache.compile(
     r"CUDA out of memory|OutOfMemoryError|CUDA (?:driver )?error: out of memory|cudaErrorMemoryAllocation"
     r"|CUBLAS_STATUS_ALLOC_FAILED|No available memory for the cache blocks|Not enough memory\. Please try to increase"
     r"|can be stored in KV cache|Capture cuda graph failed:.*out of memory|insufficient (?:GPU|device) memory"
@@ -653,22 +654,22 @@ CUDA_OOM = re.compile(
     r"|not enough GPU memory available"   # vLLM 0.2x auto-fit of max_model_len: not even one token fits
     # GPU memory held by someone else at startup (vLLM >= 0.10 / SGLang)
     r"|is less than desired GPU memory utilization|memory capacity is unbalanced")
-PORT_IN_USE = re.compile(r"[Aa]ddress already in use")
+PORT_IN_USE = regexcache.compile(r"[Aa]ddress already in use")
 # The Hugging Face Hub refusing a download (a gated or private repo, a bad token) or unreachable (offline mode,
 # no network). No status digits: a template's are 0s; the words after them say which.
-HF_HUB = re.compile(r"GatedRepoError|[Cc]annot access gated repo|access a gated repo|RepositoryNotFoundError"
+HF_HUB = regexcache.compile(r"GatedRepoError|[Cc]annot access gated repo|access a gated repo|RepositoryNotFoundError"
                     r"|Repository Not Found for url"
                     r"|Client Error: (?:Unauthorized|Forbidden) for url: https://huggingface\.co"
                     r"|Invalid user token|couldn't connect to 'https://huggingface\.co'|LocalEntryNotFoundError"
                     r"|outgoing traffic has been disabled")
 # A write that found no room: ENOSPC / EDQUOT in strerror's words (no errno digits: a template's are 0s), and
 # torch.save's own words for a checkpoint cut short (`PytorchStreamWriter failed writing file`, `unexpected pos`).
-DISK_FULL = re.compile(r"No space left on device|Disk quota exceeded|PytorchStreamWriter failed writing file"
+DISK_FULL = regexcache.compile(r"No space left on device|Disk quota exceeded|PytorchStreamWriter failed writing file"
                        r"|\bunexpected pos \d+ vs \d+")
 # Ray's memory monitor kills workers when the node runs low on host RAM (its error is named OutOfMemoryError).
-NODE_OOM = re.compile(r"ray\.exceptions\.OutOfMemoryError|node running low on memory|exceeds the memory usage threshold"
+NODE_OOM = regexcache.compile(r"ray\.exceptions\.OutOfMemoryError|node running low on memory|exceeds the memory usage threshold"
                       r"|Ray killed this worker|killed due to memory pressure \(OOM\)")
-HOST_OOM = re.compile(
+HOST_OOM = regexcache.compile(
     r"^Killed\s*$|^Killed process|\d+\s+Killed\b|\bKilled\s{2,}\S|died due to signal 9|Killed signal terminated program"
     r"|internal compiler error: Killed|(?:exit|exited with) (?:code|status)[:= ]*(?:137|-9)\b"
     r"|non-zero exit status (?:137|-9)\b|Signals\.SIGKILL|killed by signal(?: 9\b|:? Killed)|received signal 9\b"
@@ -677,7 +678,7 @@ HOST_OOM = re.compile(
     # torch.distributed.elastic: "failed (exitcode: -9) local_rank: 0", "Signal 9 (SIGKILL) received by PID"
     r"|exitcode\s*:\s*-9\b|Signal \d+ \(SIGKILL\) received"
     r"|OOMKilled")   # Docker / Kubernetes: the container's memory limit
-NCCL = re.compile(
+NCCL = regexcache.compile(
     r"NCCL error|nccl(?:System|Internal|UnhandledCuda|InvalidUsage|Remote|InvalidArgument)Error"
     r"|collective operation timeout|NCCL communicator was aborted|NCCL (?:timeout|Timeout)|DistBackendError"
     r"|Timeout at NCCL work|NCCL operations have failed"
@@ -691,7 +692,7 @@ CUDA_NO_DEVICE = (r"No CUDA GPUs are available|Found no NVIDIA driver|CUDA drive
                   r"|\bhas no (?:GPU|CUDA device)s? available"
                   # the container runtime's: the NVIDIA hook failed, or docker has no GPU runtime at all
                   r"|nvidia-container-cli: \w+ error|could not select device driver \"[^\"]*\" with capabilities: \[\[gpu\]\]")
-CUDA_ERR = re.compile(
+CUDA_ERR = regexcache.compile(
     r"CUDA error(?!s)|Cuda error(?!s)|CUDA driver error|\.cuh?:\d+: .*Assertion .* failed|illegal memory access|device-side assert|CUBLAS_STATUS_(?!SUCCESS)[A-Z_]+"
     r"|CUDNN_STATUS_[A-Z_]+|cuDNN error|cudaError[A-Z]\w+|no kernel image is available|misaligned address"
     r"|unspecified launch failure|CUDA driver version is insufficient|illegal instruction was encountered"
@@ -700,13 +701,13 @@ CUDA_ERR = re.compile(
     # no usable GPU at all: no driver, a driver and its libraries of two versions, none passed into the container
     r"|" + CUDA_NO_DEVICE)
 # vLLM's shm_broadcast notice (INFO, once a minute while a step waits): one is a slow compile, repeats a hang.
-STALL_NOTICE = re.compile(r"No available shared memory broadcast block found in \d+ seconds?"
+STALL_NOTICE = regexcache.compile(r"No available shared memory broadcast block found in \d+ seconds?"
                           r"|No available block found in \d+ seconds?")
-HANG = re.compile(r"Watchdog timeout \(|watchdog_timeout=\d+\)|[Hh]ang detected|detected a hang"
+HANG = regexcache.compile(r"Watchdog timeout \(|watchdog_timeout=\d+\)|[Hh]ang detected|detected a hang"
                    r"|execute_model timed out|ENGINE_ITERATION_TIMEOUT|Engine iteration timed out")
-IMPORT = re.compile(r"undefined symbol|cannot open shared object file|No module named|GLIBC(?:XX)?_[\d.]+'? not found"
+IMPORT = regexcache.compile(r"undefined symbol|cannot open shared object file|No module named|GLIBC(?:XX)?_[\d.]+'? not found"
                      r"|DLL load failed|cannot import name")
-BAD_ARGS = re.compile(
+BAD_ARGS = regexcache.compile(
     r"^[\w.\-]+(?: [\w\-]+)?: error: (?:unrecognized arguments|the following arguments are required|argument \S+"
     r"|invalid choice|ambiguous option|unrecognized option|expected one argument)"
     r"|^Error: (?:No such option|Got unexpected extra argument|Invalid value for|Missing (?:option|argument))")
@@ -716,7 +717,7 @@ BAD_ARGS = re.compile(
 # size (3)`, `tp_size 8 must be divisible by ep_size 3`), a parallelism the model lacks, more GPUs asked than there
 # are, a method the GPU or dtype cannot run, an option that contradicts the checkpoint, a fix spelled as a flag.
 # Read only on an exception's own line (signatures._config_rejected): a warning may use the same words.
-CONFIG_REJECTED = re.compile(
+CONFIG_REJECTED = regexcache.compile(
     r"\b(?:[Uu]nknown|[Ii]nvalid|[Uu]nsupported|[Uu]nrecognized) (?:[\w\-]+ ){0,3}?(?:method|backend|load_format"
     r"|format|parser|algorithm(?: name)?|dtype|choice)s?: ['\"]?[\w.\-]"
     r"|must be divisible by (?:the )?(?:tensor|pipeline|data|expert|context) parallel size"
@@ -729,18 +730,18 @@ CONFIG_REJECTED = re.compile(
     r"|(?:fix|solve|resolve) this by \w+ [^.]{0,40}?`--[a-z]")
 # pydantic's detail line under `ValidationError: 1 validation error for ModelConfig` (vLLM's config dataclasses,
 # 0.10+): the check's own message follows `Value error, `; the header above it says nothing.
-PYDANTIC_DETAIL = re.compile(r"^\s*(?:Value|Assertion) error, \S")
-BUILD_SPECIFIC = re.compile(
+PYDANTIC_DETAIL = regexcache.compile(r"^\s*(?:Value|Assertion) error, \S")
+BUILD_SPECIFIC = regexcache.compile(
     r"^\S+?:\d+:(?:\d+:)? (?:fatal )?error: |^\S+\(\d+\): (?:catastrophic )?error|^nvcc fatal|CMake Error"
     r"|ptxas (?:fatal|error)|died due to signal (?!9\b)\d+|undefined reference to|collect2: error|ld returned \d+ exit status"
     r"|^\S+: fatal error: |^nvcc (?:error|fatal)\s*:"
     r"|^(?:[\w.+-]*-)?(?:c\+\+|g\+\+|gcc|cc|clang(?:\+\+)?|ld|ld\.\w+)(?:-\d+)?: (?:fatal )?error: ")
-BUILD_UMBRELLA = re.compile(
+BUILD_UMBRELLA = regexcache.compile(
     r"ninja: build stopped|^make(?:\[\d+\])?: \*\*\*|error: command '[^']*' failed|subprocess-exited-with-error"
     r"|Failed building wheel|did not run successfully|Error compiling objects for extension|Error building extension"
     r"|^FAILED: "
     r"|CalledProcessError.*(?:cmake|ninja|make|nvcc|setup\.py)")
-ENGINE_UMBRELLA = re.compile(
+ENGINE_UMBRELLA = regexcache.compile(
     r"Engine core initialization failed|EngineCore failed to start|\bhit an exception"
     # vLLM V1's worker processes (multiproc, Ray), and the EngineCore's dead-signal that did not go out
     r"|\b(?:Ray)?WorkerProc failed(?: to start)?[.:]|shutdown signal from EngineCore failed to send"
@@ -758,18 +759,18 @@ ENGINE_UMBRELLA = re.compile(
     r"|Exception in ModelTpServer")                       # SGLang 0.2's scheduler
 # Slurm's step daemon writes these into the job's own output when Slurm ends the job.
 # (slurmstepd's node failure reads "DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS")
-SLURM_END = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+(?: DUE TO (?P<why>[A-Z ,]+?))? \*\*\*")
-SLURM_OOM = re.compile(r"Detected \d+ oom[-_ ]kill event|Exceeded (?:job|step) memory limit|exceeded memory limit")
+SLURM_END = regexcache.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+(?: DUE TO (?P<why>[A-Z ,]+?))? \*\*\*")
+SLURM_OOM = regexcache.compile(r"Detected \d+ oom[-_ ]kill event|Exceeded (?:job|step) memory limit|exceeded memory limit")
 # (torch elastic's failures table names a worker's fatal signal: `traceback : Signal 7 (SIGBUS) received by PID`)
-CRASH = re.compile(r"Segmentation fault|SIGSEGV|core dumped|Aborted \(core dumped\)|Fatal Python error|^Bus error\b"
+CRASH = regexcache.compile(r"Segmentation fault|SIGSEGV|core dumped|Aborted \(core dumped\)|Fatal Python error|^Bus error\b"
                    r"|\(SIG(?:BUS|ABRT|ILL|FPE)\) received by PID")
 NOT_FAILURE_LEVELS = ("INFO", "DEBUG", "NOTICE")
 
-OOM_RISK = re.compile(r"Allowing ninja to set a default number of workers|make -j(?:\s|$)"
+OOM_RISK = regexcache.compile(r"Allowing ninja to set a default number of workers|make -j(?:\s|$)"
                        r"|virtual memory exhausted|Cannot allocate memory|std::bad_alloc")
-KV_PRESSURE = re.compile(r"preempted by PreemptionMode|not enough KV cache space|KV cache pool is full"
+KV_PRESSURE = regexcache.compile(r"preempted by PreemptionMode|not enough KV cache space|KV cache pool is full"
                           r"|[Dd]ecode out of memory happened|[Rr]etract(?:ed)? requests")
-JIT = re.compile(r"Prebuilt kernels not found|using JIT backend|Loading JIT ops|JIT compil")
+JIT = regexcache.compile(r"Prebuilt kernels not found|using JIT backend|Loading JIT ops|JIT compil")
 
 HINTS = {
     "cuda_oom": "GPU memory exhausted — lower --gpu-memory-utilization / --mem-fraction-static, max model length "
@@ -913,7 +914,7 @@ def series_label(label: str) -> str:
     return key
 
 
-_LINKER = re.compile(r"(?:^|[\s/])ld\s")      # the linker as a word: "Child process" names no tool
+_LINKER = regexcache.compile(r"(?:^|[\s/])ld\s")      # the linker as a word: "Child process" names no tool
 
 
 def is_build_tool(body: str) -> bool:

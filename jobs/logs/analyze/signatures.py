@@ -35,6 +35,7 @@ from .patterns import (_LEVELS, _PREFIX, BAD_ARGS, BRACKET_LEVEL_TAIL, CONFIG_RE
                        KV_PRESSURE, LOSS_DICT, MAKE, NCCL, NINJA, NODE_OOM, NUM_EPOCHS, OOM_RISK, PORT_IN_USE,
                        PYDANTIC_DETAIL, SLURM_END, STEP, TOTAL_STEPS, TQDM, VLLM_SPEC_RATE, _SGLANG_FIELD, _VLLM_STATS,
                        is_build_tool)
+from . import regexcache
 
 SPECIFIC, EXCEPTION, UMBRELLA, ERROR_LEVEL = Spec.SPECIFIC, Spec.EXCEPTION, Spec.UMBRELLA, Spec.ERROR_LEVEL
 
@@ -144,7 +145,7 @@ def _plain_oom(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
     return (SPECIFIC, "cuda_oom", "cuda_oom_nccl" if "Cuda failure" in body or "NCCL" in body else "cuda_oom")
 
 
-CUDA_NO_DEVICE_RX = re.compile(CUDA_NO_DEVICE)
+CUDA_NO_DEVICE_RX = regexcache.compile(CUDA_NO_DEVICE)
 
 
 def _cuda_err(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
@@ -280,13 +281,13 @@ FAILURES: tuple[Signature, ...] = (
               "itself; `node_fail` and `preempted` by the same line's reason, none for a plain scancel",
               "slurmstepd: error: *** JOB 4815162 ON gpu-node-07 CANCELLED AT 2026-05-02T14:00:03 DUE TO TIME LIMIT ***",
               SPECIFIC, verdict=_slurm_end),
-    Signature("SLURM_REFUSED", "cause", re.compile(r"(?:sbatch|srun|salloc): error: (?:Batch job submission failed"
+    Signature("SLURM_REFUSED", "cause", regexcache.compile(r"(?:sbatch|srun|salloc): error: (?:Batch job submission failed"
                                                   r"|Unable to allocate resources|Job submit/allocate failed): "),
               "bad_arguments", 205, "Slurm sbatch / srun / salloc (all): the request was refused before the job ran "
               "(partition, account, QOS, gres, time limit, node count); the reason ends the line",
               "sbatch: error: Batch job submission failed: Invalid generic resource (gres) specification",
               SPECIFIC, verdict=_slurm_refused),
-    Signature("SLURM_COMM", "cause", re.compile(r"\b(?:srun|slurmstepd|salloc|sbatch|slurmd)(?:-[\w.\-]+)?(?:\[\d+\])?: "
+    Signature("SLURM_COMM", "cause", regexcache.compile(r"\b(?:srun|slurmstepd|salloc|sbatch|slurmd)(?:-[\w.\-]+)?(?:\[\d+\])?: "
                                                r"error: .*?"
                                                r"(?:Socket timed out|Zero Bytes were transmitted|Communication "
                                                r"(?:connection|send|receive) failure|contact slurm controller"
@@ -313,9 +314,9 @@ FAILURES: tuple[Signature, ...] = (
               "SIGKILL's exit code in spellings HOST_OOM misses: CI runners / k8s `Exit code: 137`, Python "
               "subprocess `returncode=-9`", "CompletedProcess(args=['python', 'prep.py'], returncode=-9)",
               SPECIFIC, verdict=_host_oom),
-    Signature("OUT_OF_MEMORY", "cause", re.compile("out of memory"), "cuda_oom", 160, "any",
+    Signature("OUT_OF_MEMORY", "cause", regexcache.compile("out of memory"), "cuda_oom", 160, "any",
               "RuntimeError: out of memory", SPECIFIC, verdict=_plain_oom),
-    Signature("TORCH_NO_CUDA", "cause", re.compile(r"Torch not compiled with CUDA enabled"), "cuda_error", 151,
+    Signature("TORCH_NO_CUDA", "cause", regexcache.compile(r"Torch not compiled with CUDA enabled"), "cuda_error", 151,
               "torch (all): a CPU-only wheel, often pulled in by another package's pin",
               "AssertionError: Torch not compiled with CUDA enabled", SPECIFIC,
               advice="this torch build has no CUDA (a CPU-only wheel): reinstall torch from the CUDA index "
@@ -338,12 +339,12 @@ FAILURES: tuple[Signature, ...] = (
               "any watchdog/timeout family: SGLang 2026 `Scheduler watchdog timeout (…, self.soft=False)`",
               "[2026-05-02 10:09:10 PP1 TP1] Scheduler watchdog timeout (self.watchdog_timeout=300, "
               "self.soft=False)", SPECIFIC, verdict=_watchdog),
-    Signature("HEALTH_CHECK_STUCK", "cause", re.compile(r"Health check failed\. Server couldn't get a response from "
+    Signature("HEALTH_CHECK_STUCK", "cause", regexcache.compile(r"Health check failed\. Server couldn't get a response from "
               r"detokenizer"), "hang", 112, "SGLang 2024-2026 /health_generate (http_server.py: 503 after "
               "HEALTH_CHECK_TIMEOUT s without output); outranked by any specific error, before or after it",
               "[2026-05-02 10:09:41] Health check failed. Server couldn't get a response from detokenizer for last "
               "20 seconds. tic start time: 10:09:21. last_heartbeat time: 10:05:20", EXCEPTION, "hang_timeout"),
-    Signature("WAIT_EXPIRED", "cause", re.compile(r"Did not receive (?:a )?response from .{1,80}? within \d+"
+    Signature("WAIT_EXPIRED", "cause", regexcache.compile(r"Did not receive (?:a )?response from .{1,80}? within \d+"
               r"|^Timeout waiting for \w|not ready after waiting \d+ seconds"), "hang", 111,
               "an engine's own wait that ran out, in words with no TimeoutError: vLLM 0.2x EngineCore's front-end "
               "handshake (`Did not receive response from front-end process within 5 minutes`), SGLang 0.5.x's DP "
@@ -356,7 +357,7 @@ FAILURES: tuple[Signature, ...] = (
               SPECIFIC, verdict=_import, test=_import_test),
     Signature("BAD_ARGS", "cause", BAD_ARGS, "bad_arguments", 100, "argparse, click",
               "vllm: error: unrecognized arguments: --foo", SPECIFIC, verdict=_bad_args, test=_bad_args_test),
-    Signature("BAD_ARG_VALUE", "cause", re.compile(r"User-specified \w+ \(\d+\) is greater than the derived"
+    Signature("BAD_ARG_VALUE", "cause", regexcache.compile(r"User-specified \w+ \(\d+\) is greater than the derived"
                                                   r"|Bfloat16 is only supported on GPUs with compute capability"
                                                   r"|Both servers must use the same --[\w\-]+ value"),
               "bad_arguments", 95, "vLLM 0.6-0.2x config checks that name the flag to change (max_model_len, dtype); "
@@ -384,12 +385,12 @@ FAILURES: tuple[Signature, ...] = (
     Signature("BUILD_UMBRELLA", "cause", BUILD_UMBRELLA, "build_failed", 80,
               "ninja, make, pip >= 23 (box-drawing envelope), setuptools",
               "  \u00d7 Building wheel for vllm (pyproject.toml) did not run successfully.", UMBRELLA),
-    Signature("PIP_NO_WHEELS", "cause", re.compile(r"Could not build wheels for \S|Failed to build installable wheels"),
+    Signature("PIP_NO_WHEELS", "cause", regexcache.compile(r"Could not build wheels for \S|Failed to build installable wheels"),
               "build_failed", 78, "pip (all): its last words after a failed wheel build, often all a CI log's tail "
               "keeps (`Could not build wheels for X` to 24.0, `Failed to build installable wheels` from 24.1)",
               "ERROR: Could not build wheels for flash-attn, which is required to install pyproject.toml-based "
               "projects", UMBRELLA, "build_failed"),
-    Signature("DEPS_UNRESOLVED", "cause", re.compile(r"No matching distribution found for \S|Could not find a version that satisfies the requirement"
+    Signature("DEPS_UNRESOLVED", "cause", regexcache.compile(r"No matching distribution found for \S|Could not find a version that satisfies the requirement"
                                                     r"|ResolutionImpossible"
                                                     r"|because these package versions have conflicting dependencies"
                                                     r"|No solution found when resolving dependencies"),
@@ -463,7 +464,7 @@ class _Lazy:
 
     def _compiled(self) -> re.Pattern:
         if self._rx is None:
-            self._rx = re.compile(self.pattern)
+            self._rx = regexcache.compile(self.pattern)
         return self._rx
 
     def search(self, *args: Any) -> Optional["re.Match[str]"]:
@@ -596,8 +597,8 @@ ENGINES: tuple[Signature, ...] = (
          "flashinfer JIT, SGLang's default backend (weak, weight 2)", "flashinfer.jit: Loading JIT ops: sampling"),
 )
 _WEIGHT = {"vllm_weak_shard_bar": 1, "sglang_weak_flashinfer_jit": 2}
-ENGINE_STRONG = re.compile("|".join(f"(?P<{r.id}>{_rx(r).pattern})" for r in ENGINES if r.priority == 3))
-ENGINE_PATH = re.compile("|".join(f"(?P<{r.id}>{_rx(r).pattern})" for r in ENGINES if r.priority == 2))
+ENGINE_STRONG = regexcache.compile("|".join(f"(?P<{r.id}>{_rx(r).pattern})" for r in ENGINES if r.priority == 3))
+ENGINE_PATH = regexcache.compile("|".join(f"(?P<{r.id}>{_rx(r).pattern})" for r in ENGINES if r.priority == 2))
 ENGINE_WEAK = [(_rx(r), r.decides, _WEIGHT[r.id]) for r in ENGINES if r.priority == 1]
 
 
@@ -683,7 +684,7 @@ def _grouped(rows: tuple[Signature, ...]) -> str:
     return "|".join(f"(?P<{kind}>{'|'.join(alts)})" for kind, alts in kinds.items())
 
 
-MARKERS = re.compile(_grouped(PHASES))
+MARKERS = regexcache.compile(_grouped(PHASES))
 
 # Progress, serving numbers and warnings: the readers of patterns.py / generic.py, one row each.
 PROGRESS: tuple[Signature, ...] = (

@@ -17,6 +17,7 @@ from .generic import labelled_bracket, labelled_count
 from .cause import Spec
 from .signatures import MARKERS, engine_signals
 from .state import (ONLY_NVRM, ONLY_STALL, PG_COUNT, PG_LOSS, PG_MAKE, PG_NINJA, PG_STEP, State, bar_label)
+from . import regexcache
 
 
 # --------------------------------------------------------------------------- the fast scanner's templates
@@ -504,7 +505,7 @@ def bar_plan(m: "re.Match[str]") -> tuple:
 # known is below 95 %. Otherwise its lines are examined in full, because that warning keeps
 # the line of the last line that raised it. One C-level search over the run's bytes only
 # (the separators around them cannot be part of a match, nor change its lookarounds).
-_KV_UNSAFE_USAGE = re.compile(
+_KV_UNSAFE_USAGE = regexcache.compile(
     rb"usage:(?!(?<=cache usage:) ?(?:\d|[1-8]\d|9[0-4])(?:\.\d{1,6})?(?![\d.])"
     rb"|(?<=token usage:) ?(?:0|0?\.(?:[0-8]\d{0,5}|9[0-4]\d{0,4}))(?![\d.]))")
 
