@@ -115,7 +115,7 @@ class State:
                  "ready_line", "serving", "spec_recent", "warnings", "num_epochs", "total_steps", "bar", "hint",
                  "seq", "series", "first_error", "best", "first_low", "first_weak", "advances_since_failure",
                  "progress_at_failure", "last_frame_line", "usage_line", "nvrm", "last_progress_key", "labels",
-                 "stall_notices", "why", "text", "progress_at", "ready_text", "__dict__")
+                 "stall_notices", "why", "text", "progress_at", "ready_text", "recovered_from", "__dict__")
 
     def __init__(self) -> None:
         self.now: Optional[float] = None
@@ -143,6 +143,9 @@ class State:
         self.best: Optional[_Candidate] = None        # highest spec >= 2, earliest
         self.first_low: Optional[_Candidate] = None   # earliest spec 1
         self.first_weak: Optional[_Candidate] = None  # earliest spec 0
+        # (best, first_error) as a phase marker or progress dropped them as recovered from: another rank
+        # may have logged those while the one that raised it died; an envelope after it ("see above") revives it.
+        self.recovered_from: Optional[tuple[_Candidate, Optional[_Candidate]]] = None
         self.advances_since_failure = 0
         self.progress_at_failure: Optional[tuple[tuple, Number]] = None
         self.last_frame_line = -10**9
@@ -376,7 +379,7 @@ class State:
             self.ready_line = line
             self.ready_text = self.text[:MAX_MESSAGE]
             self.why["ready_line"] = self.why.get("marker", "")
-        self._recovered(line)
+        self._recovered(line, proven=True)
         # what was loading/capturing is done; progress means nothing for a serving engine
         self.bar = None
         self.hint = None
@@ -652,7 +655,7 @@ class State:
             self.phase = "ready"
             self.bar = None
             self.hint = None
-        self._recovered(line)
+        self._recovered(line, proven=True)
 
     def serving_data_of(self, raw: bytes, line: int, judge: bool = True) -> None:
         """serving_data() for a segment known to be a serving-stats line (see classify_template)."""
@@ -803,12 +806,18 @@ class State:
             return None
         return _Candidate(Spec(hit[0]), hit[1], line, msg, hit[2], sig=hit[3])
 
-    def _recovered(self, line: int) -> None:
+    def _recovered(self, line: int, proven: bool = False) -> None:
+        """The candidates so far dropped: the job carried on (cause.py, rule 5). Serving is proof; a phase
+        marker or progress is not, where another rank logs it: their dropped error stays revivable."""
         self.stall_notices.clear()
         cand = self.best or self.first_low
         if cand is not None:
             # (its text is made when a result is asked for: most are replaced by the next recovery)
             self.warnings["error_recovered"] = ("error_recovered", cand.line, (cand.cause, cand.line, cand.message))
+        if proven:
+            self.recovered_from = None
+        elif self.best is not None:
+            self.recovered_from = (self.best, self.first_error)
         self.best = self.first_low = self.first_weak = self.first_error = None
         self.progress_at_failure = None
         self.advances_since_failure = 0
@@ -818,6 +827,11 @@ class State:
             return self.best
         if self.first_low is not None:
             c = self.first_low
+            r = self.recovered_from[0] if self.recovered_from is not None else None
+            if r is not None and r.line < c.line:
+                # The envelope says "see above", and above it is an error read as recovered from:
+                # it was not (rank 1's KeyError, rank 0's "Model loading took", "EngineCore failed").
+                return _Candidate(r.spec, r.cause, r.line, r.message, r.hint_key, f"{r.sig} above {c.sig}")
             # The umbrella says "see above": the first ERROR line above it is the root cause.
             if self.first_weak is not None and self.first_weak.line < c.line:
                 w = self.first_weak
@@ -873,13 +887,18 @@ class State:
             phase = "starting" if engine else "unknown"
             if engine:
                 why["phase"] = "engine seen, no phase marker yet"
+        shown, first_error = self.warnings.values(), self.first_error
+        if root is not None and root is not self.best and self.recovered_from is not None \
+                and root.line == self.recovered_from[0].line:   # revived: it was not recovered from after all
+            shown = [w for w in shown if w[0] != "error_recovered" or w[1] != root.line]
+            first_error = self.recovered_from[1] or first_error
         entry = self.progress_entry()
         key_lines: list[KeyLine] = []
         if root is not None:
             why["failure"] = f"{root.sig} -> {root.hint_key} (line {root.line})"
             key_lines.append(KeyLine("root_cause", root.line, root.message))
-        if self.first_error is not None:
-            key_lines.append(KeyLine("first_error", self.first_error.line, self.first_error.message))
+        if first_error is not None:
+            key_lines.append(KeyLine("first_error", first_error.line, first_error.message))
         if entry is not None:
             why["progress"] = f"{entry[3]} (line {entry[4]})"
             key_lines.append(KeyLine("last_progress", entry[4], entry[5]))
@@ -889,7 +908,7 @@ class State:
         serving = None
         if self.serving:
             serving = ServingNumbers(**{k: self.serving.get(k) for k in SERVING_KEYS})
-        warnings = tuple(sorted(map(_log_warning, self.warnings.values()), key=lambda w: (w.line, w.code)))
+        warnings = tuple(sorted(map(_log_warning, shown), key=lambda w: (w.line, w.code)))
         return LogAnalysis(engine=engine, phase=phase, progress=_progress(entry[2]) if entry is not None else None,
                            failure=failure, ready_line=self.ready_line, serving=serving, warnings=warnings,
                            key_lines=tuple(key_lines), decided_by=tuple(why.items()))
