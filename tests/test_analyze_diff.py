@@ -25,6 +25,9 @@ FIXES = {
     ("fixture slurm_preempted.log", "progress"): (113, 230, "build"),                    # [build] prefix
     ("fixture pip_wheel_envelope_cmake_error.log", "failure"): ("build_failed", 12),     # not the numpy UserWarning
     ("fixture setup_py_calledprocess_ninja.log", "failure"): ("build_failed", 11),      # its own line, not the header
+    # `%(asctime)s %(levelname)s %(message)s`: the level read, the message's own `Exception: ` kept
+    ("fixture python_logging_level_then_exception.log", "failure"): ("exception", 3),
+    ("fixture python_logging_level_then_exception.log", "phase"): "failed",
     ("fixture sglang_2026_pp_watchdog_timeout.log", "failure"): ("hang", 7),            # new watchdog words
     ("reference 14_vllm_nccl_watchdog_timeout_worker_died.log", "engine"): "vllm",      # behind a pasted '  | '
     ("reference 46_sglang_capture_jit_ninja_build_failed.log", "failure"): ("build_failed", 9),   # CalledProcessError

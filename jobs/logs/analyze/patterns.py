@@ -318,7 +318,9 @@ _PREFIX = regexcache.compile(
     # or after the logger's name (`%(asctime)s - %(name)s - %(levelname)s - `)
     r"(?:(?:\s*[-|]\s*(?P<nb>[\w.]+\s*[-|]\s*)?|\s+)(?P<lvl2>" + _LEVELS + r")(?=[\s:|\-])(?!\s+\d\d-\d\d\s)"
     r"\s*(?:[-|:]\s*)?"                        # (not vLLM's own header), then the logger's name unless it came first
-    r"(?(nb)|(?:(?!(?:step|epoch|iter|iteration)\b)[\w.]+(?:\s*\[[^\]]*\])?\s*[:|\-]\s|[\w.]+:\d+ --\s)?))?"
+    # (a logger's name is a module's: lowercase or dotted; `Epoch: 3/10`, `KeyError: 'x'` are the message)
+    r"(?(nb)|(?:(?!(?:step|epoch|iter|iteration)\b)(?:[a-z_][\w.]*|\w+\.[\w.]+)(?:\s*\[[^\]]*\])?\s*[:|\-]\s"
+    r"|[\w.]+:\d+ --\s)?))?"
     r"|(?P<lvl6>" + _LEVELS + r"):[A-Za-z_][\w.]*:(?=\S)(?!//)"                              # logging's ERROR:torch.x:
     # INFO:  / INFO - / a header without its time (`ERROR [core.py:946] `: the file tag goes with it)
     r"|(?P<lvl3>" + _LEVELS + r")(?::\s*|\s+-\s+|\s+(?:\[[\w.\-/]+\.py:\d+\]\s?|(?=\[)))"
