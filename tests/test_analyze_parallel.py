@@ -306,3 +306,70 @@ def test_ctrl_c_stops_the_spread_without_the_workers_tracebacks(tmp_path: Path) 
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-2000:]
     with pytest.raises(ProcessLookupError):           # no worker left behind in its group
         os.killpg(child.pid, 0)
+
+
+# Ctrl-C while the pool forks its workers (the first submit forks them all, before the pool's manager
+# thread exists). "raise": the KeyboardInterrupt raised in the second fork's place, the first worker
+# already forked. "signal": the process group signalled there, the first worker not yet in _adopt.
+FORKING = """
+import json, os, signal, sys, time
+from concurrent.futures import process
+from gpudeck.jobs.logs.analyze import parallel
+parallel.MIN_FILE = 1 << 20
+parallel.TASK_BYTES = parallel.MIN_TASK_BYTES = 600 * 1024
+path, mode = sys.argv[1], sys.argv[2]
+spawn, adopt, spawned = process.ProcessPoolExecutor._spawn_process, parallel._adopt, []
+def wait(done):
+    deadline = time.monotonic() + 10
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.005)
+def spawning(pool):
+    spawned.append(1)
+    if len(spawned) == 2 and mode == "raise":
+        raise KeyboardInterrupt
+    if len(spawned) == 2 and mode == "signal":
+        first = next(iter(pool._processes.values()))
+        wait(lambda: os.path.exists(path + ".adopting"))
+        try:
+            os.killpg(0, signal.SIGINT)                 # ^C: the terminal signals the whole group
+        finally:                                        # (the first worker's answer to it awaited)
+            open(path + ".signalled", "w").close()
+            wait(lambda: os.path.exists(path + ".adopted") or not first.is_alive())
+    spawn(pool)
+def adopting(fd):                                      # the first worker, running, adopts once signalled
+    open(path + ".adopting", "w").close()
+    wait(lambda: os.path.exists(path + ".signalled"))
+    adopt(fd)
+    open(path + ".adopted", "w").close()
+process.ProcessPoolExecutor._spawn_process = spawning
+if mode == "signal":
+    parallel._adopt = adopting
+try:
+    with open(path, "rb") as fh:
+        parallel.analyze_regular(fh, workers=2)
+    print(json.dumps({"interrupted": False, "spawned": len(spawned)}))
+except KeyboardInterrupt:
+    print(json.dumps({"interrupted": True, "spawned": len(spawned)}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["raise", "signal"])
+def test_ctrl_c_while_the_workers_are_forked_neither_hangs_nor_prints_tracebacks(tmp_path: Path, mode: str) -> None:
+    # Before: the forked workers (SIGINT ignored) waited for tasks that no manager thread would hand out
+    # or tell them to stop, and the process hung at exit joining them; a worker not yet in _adopt
+    # printed the KeyboardInterrupt's traceback.
+    log = tmp_path / "serving.log"
+    log.write_text(BANNER + _serving(random.Random(23), 2400) + CRASH, encoding="utf-8")
+    child = subprocess.Popen([sys.executable, "-c", FORKING, str(log), mode], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = child.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
+        raise AssertionError("the process interrupted while forking did not exit in 30 s") from None
+    assert child.returncode == 0, stderr[-2000:]
+    assert json.loads(stdout) == {"interrupted": True, "spawned": 2}
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-2000:]
+    with pytest.raises(ProcessLookupError):           # no worker left behind in its group
+        os.killpg(child.pid, 0)

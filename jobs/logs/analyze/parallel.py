@@ -110,8 +110,9 @@ def _spread(analyzer: LogAnalyzer, fd: int, start: int, limit: int, workers: int
         try:
             return _feed_spread(analyzer, fd, pool, tasks, workers, start)
         except BaseException:
-            # Ctrl-C (or an error reading): the tasks not begun are dropped, not waited for.
-            pool.shutdown(wait=False, cancel_futures=True)
+            # Ctrl-C (or an error reading): the tasks not begun are cancelled; leaving the `with` then
+            # waits only for those the workers are running (a task's passes, milliseconds) and their exit.
+            _shut(pool)
             raise
 
 
@@ -119,10 +120,11 @@ def _feed_spread(analyzer: LogAnalyzer, fd: int, pool: Any, tasks: Any, workers:
     """_spread's loop: the tasks handed out and their pieces fed in file order."""
     mapped = False
     pending: deque = deque()
-    for a, b in tasks:
-        pending.append((a, b, _submit(pool, a, b)))
-        if len(pending) >= workers * IN_FLIGHT:
-            break
+    with _sigint_held():                              # (the first submit forks the workers)
+        for a, b in tasks:
+            pending.append((a, b, _submit(pool, a, b)))
+            if len(pending) >= workers * IN_FLIGHT:
+                break
     while pending:
         at, stop, future = pending.popleft()
         try:
@@ -131,7 +133,7 @@ def _feed_spread(analyzer: LogAnalyzer, fd: int, pool: Any, tasks: Any, workers:
             pieces = [(stop - at, None)]
         dense = all(got is None for _, got in pieces)
         if dense:                                 # the rest handed back; read here from this task's end
-            pool.shutdown(wait=False, cancel_futures=True)
+            _shut(pool)
             pending.clear()
         for a, b in () if dense else tasks:       # one more in flight for the one taken
             pending.append((a, b, _submit(pool, a, b)))
@@ -159,6 +161,38 @@ def _flushed(*streams: Any) -> bool:
         except (OSError, ValueError):
             return False
     return True
+
+
+class _sigint_held:
+    """SIGINT blocked in this thread while the pool forks its workers, delivered when this ends. A fork
+    pool forks them all in its first submit, before its manager thread (which alone tells them to
+    stop) exists: a KeyboardInterrupt raised then left forked workers, SIGINT ignored, waiting for tasks
+    for ever, and the process hung at exit joining them. The workers are forked with SIGINT blocked
+    too, so that one not yet in _adopt is not killed by it with a traceback."""
+
+    def __enter__(self) -> None:
+        held = hasattr(signal, "pthread_sigmask")
+        self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if held else None
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
+
+
+def _shut(pool: Any) -> None:
+    """pool.shutdown(wait=False, cancel_futures=True); the workers it forked terminated where its manager
+    thread never started (an error, or a KeyboardInterrupt raised otherwise than by SIGINT, while it
+    forked them): nothing else would tell them to stop, and the process would hang at exit joining them."""
+    started = getattr(pool, "_executor_manager_thread", None) is not None
+    forked = [] if started else list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in forked:
+        process.terminate()
+    for process in forked:
+        process.join(5)
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 def _submit(pool: Any, start: int, stop: int) -> Any:
@@ -197,8 +231,11 @@ def _adopt(fd: int) -> None:
     global _fd
     _fd = fd
     # Ctrl-C reaches the whole process group: the reader stops the spread; a worker finishes its task
-    # (milliseconds) and exits when told, instead of printing a KeyboardInterrupt traceback.
+    # (milliseconds) and exits when told, instead of printing a KeyboardInterrupt traceback. (Forked
+    # with SIGINT blocked, _sigint_held: one that came since is dropped as ignored, then unblocked.)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _map_task(start: int, stop: int) -> list[tuple[int, Optional[tuple[bytes, list[int], int]]]]:
