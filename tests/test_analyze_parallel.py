@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,11 @@ if sys.argv[3:] == ["reads"]:            # a worker's read larger than a piece i
     os.pread = noting
 if sys.argv[3:] == ["nostdout"]:         # started with its stdout closed (sys.stdout None): print writes nothing
     sys.stdout = None
+starts = []
+if sys.argv[3:] == ["backoff"]:          # the reader's read after a dense task ends mid-stretch
+    parallel.DENSE_BACKOFF_BYTES = 300_001
+    spreading = parallel._spread
+    parallel._spread = lambda analyzer, fd, start, *rest: starts.append(start) or spreading(analyzer, fd, start, *rest)
 forks = []
 if sys.argv[3:] == ["many"]:             # workers asked for: far more than the tasks
     import os
@@ -121,6 +127,7 @@ for name, read in (("serial", lambda fh: parallel.analyze_stream(fh, max_bytes=m
     out[name] = [asdict(analysis), analysis.to_json(), cut]
 out["mapped"] = taken
 out["forks"] = len(forks)
+out["starts"] = starts
 sys.stdout = sys.__stdout__
 print(json.dumps(out))
 """
@@ -179,6 +186,19 @@ def test_a_worker_that_dies_leaves_its_bytes_to_the_reader(tmp_path: Path) -> No
     assert 0 < sum(mapped) < log.stat().st_size * 2 // 3, "the dead worker's stretch was not read by the reader"
 
 
+def test_a_spread_after_a_dense_stretch_starts_just_after_a_newline(tmp_path: Path) -> None:
+    # The reader's read between spreads stopped at its byte count, mid-line, and the next spread began
+    # there: right only because the reader refuses mapped pieces while it holds a partial line.
+    rng = random.Random(7)
+    log = tmp_path / "mixed.log"
+    log.write_text(BANNER + _serving(rng, 200) + _dense(rng, 20000) + _serving(rng, 1200) + CRASH, encoding="utf-8")
+    out = _child(log, None, "backoff")
+    assert out["spread"] == out["serial"] and out["serial"][1]["failure"]["cause"] == "cuda_oom"
+    assert sum(out["mapped"]) > 0 and len(out["starts"]) >= 3, out["starts"]   # (spread, backoffs, spread)
+    data = log.read_bytes()
+    assert [start for start in out["starts"] if data[start - 1:start] != b"\n"] == []
+
+
 def test_a_log_that_names_no_engine_is_read_in_one_process(tmp_path: Path) -> None:
     log = tmp_path / "build.log"
     # (long paths: over the child's 1 MB threshold in few lines, each of which the reader examines)
@@ -214,8 +234,14 @@ def test_a_file_cut_while_the_workers_read_it_still_gives_an_answer(tmp_path: Pa
     log = tmp_path / "serving.log"
     log.write_text(BANNER + _serving(random.Random(11), 1200) + CRASH, encoding="utf-8")
     out = _child(log, None, "truncate", timeout=30)
-    assert (tmp_path / "serving.log.cut").exists() and log.stat().st_size < 3 * 1024 * 1024
+    assert (tmp_path / "serving.log.cut").exists() and 2 * 600 * 1024 < log.stat().st_size < 3 * 1024 * 1024
     assert out["serial"][1]["failure"]["cause"] == "cuda_oom"      # (read whole, before the cut)
+    # The spread read the bytes before the cut, and only those: its answer is the one a reader of the
+    # file as it was left gives (where it was cut, at which of two tasks' start, is up to the workers).
+    with log.open("rb") as fh:
+        analysis, truncated = parallel.analyze_stream(fh)
+    assert out["spread"] == json.loads(json.dumps([asdict(analysis), analysis.to_json(), truncated]))
+    assert out["spread"][1]["failure"] is None and out["spread"][1]["phase"] == "ready"   # (the crash was cut)
 
 
 def test_a_workers_reads_stay_within_a_piece_on_a_line_of_megabytes(tmp_path: Path) -> None:

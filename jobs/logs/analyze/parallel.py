@@ -68,22 +68,27 @@ def analyze_regular(fh: Any, *, max_bytes: Optional[int] = None,
     if "fork" not in multiprocessing.get_all_start_methods():
         return analyze_stream(fh, max_bytes=max_bytes)
     analyzer = LogAnalyzer()
-    pos = _read_here(analyzer, fd, 0, limit, until_mapped=True)
+    pos = _read_here(analyzer, fd, 0, limit, limit, until_mapped=True)
     backoff = DENSE_BACKOFF_BYTES
     while limit - pos >= MIN_FILE // 2:
         pos, mapped = _spread(analyzer, fd, pos, limit, workers)
         if pos < limit:                               # a dense stretch: read here a while, with no pool alive
             backoff = DENSE_BACKOFF_BYTES if mapped else backoff * 2   # (dense from its start: longer)
-            pos = _read_here(analyzer, fd, pos, min(limit, pos + backoff))
+            pos = _read_here(analyzer, fd, pos, pos + backoff, limit)
     fh.seek(pos)                                      # the rest (or what the file grew by) as analyze_stream reads
     return analyze_stream(fh, max_bytes=None if max_bytes is None else max_bytes - pos, analyzer=analyzer)
 
 
-def _read_here(analyzer: LogAnalyzer, fd: int, pos: int, stop: int, until_mapped: bool = False) -> int:
-    """Feed the bytes [pos, stop) (or, until_mapped, until the analyzer accepts mapped pieces) in pieces
-    ending after a newline, so that it holds no partial line after them; returns where it stopped."""
-    while pos < stop and not (until_mapped and analyzer.accepts_mapped()):
-        end = _after_newline(fd, pos + READ_CHUNK, stop, READ_CHUNK) or min(stop, pos + READ_CHUNK)
+def _read_here(analyzer: LogAnalyzer, fd: int, pos: int, stop: int, limit: int, until_mapped: bool = False) -> int:
+    """Feed the bytes from pos (just after a newline) through stop and on to the end of the line there,
+    limit at most (or, until_mapped, until the analyzer accepts mapped pieces), in pieces ending after a
+    newline (but a line longer than a piece, read a piece at a time); returns where it stopped: just after
+    a newline, or limit, so that the analyzer holds no partial line there."""
+    ended = True                                      # the bytes fed so far end with a line's newline
+    while pos < limit and (pos < stop or not ended) and not (until_mapped and analyzer.accepts_mapped()):
+        end = _after_newline(fd, pos + READ_CHUNK, limit, READ_CHUNK)
+        ended = end != 0
+        end = end or pos + READ_CHUNK                 # (0: no newline that near; then end < limit)
         analyzer.feed(os.pread(fd, end - pos, pos))
         pos = end
     return pos
