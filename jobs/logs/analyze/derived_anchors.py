@@ -91,22 +91,22 @@ INPUTS = (
     'detected|detected a hang|execute_model timed out|ENGINE_ITERATION_TIMEOUT|Engine iteration timed '
     "out', 32, 8), ('\\\\b[Ww]atchdog\\\\b.*?\\\\b(?:timeout|timed out|time "
     'out|expired)|\\\\b(?:[Tt]imeout|[Tt]imed out)\\\\b.*?\\\\b[Ww]atchdog\\\\b\', 32, 8), ("Health check '
-    'failed\\\\. Server couldn\'t get a response from detokenizer", 32, 8), (\'Did not receive (?:a '
-    ")?response from .{1,80}? within \\\\d+|^Timeout waiting for \\\\w|not ready after waiting \\\\d+ seconds',"
-    ' 32, 8), ("undefined symbol|cannot open shared object file|No module named|GLIBC(?:XX)?_[\\\\d.]+\'? '
-    'not found|DLL load failed|cannot import name", 32, 8), (\'^[\\\\w.\\\\-]+(?: [\\\\w\\\\-]+)?: error: '
-    '(?:unrecognized arguments|the following arguments are required|argument \\\\S+|invalid '
-    'choice|ambiguous option|unrecognized option|expected one argument)|^Error: (?:No such option|Got '
-    "unexpected extra argument|Invalid value for|Missing (?:option|argument))', 32, 8), ('User-specified "
-    '\\\\w+ \\\\(\\\\d+\\\\) is greater than the derived|Bfloat16 is only supported on GPUs with compute '
-    "capability|Both servers must use the same --[\\\\w\\\\-]+ value', 32, 8), "
+    'failed\\\\. Server couldn\'t get a response from detokenizer", 32, 8), (\'^(?!.*\\\\b[Rr]etry)(?:.*?Did '
+    'not receive (?:a )?response from .{1,80}? within \\\\d+|Timeout waiting for (?!lock)\\\\w|.*?not ready '
+    'after waiting \\\\d+ seconds)\', 32, 8), ("undefined symbol|cannot open shared object file|No module '
+    'named|GLIBC(?:XX)?_[\\\\d.]+\'? not found|DLL load failed|cannot import name", 32, 8), (\'^[\\\\w.\\\\-]+(?:'
+    ' [\\\\w\\\\-]+)?: error: (?:unrecognized arguments|the following arguments are required|argument '
+    '\\\\S+|invalid choice|ambiguous option|unrecognized option|expected one argument)|^Error: (?:No such '
+    "option|Got unexpected extra argument|Invalid value for|Missing (?:option|argument))', 32, 8), "
+    "('User-specified \\\\w+ \\\\(\\\\d+\\\\) is greater than the derived|Bfloat16 is only supported on GPUs with"
+    " compute capability|Both servers must use the same --[\\\\w\\\\-]+ value', 32, 8), "
     "('\\\\b(?:[Uu]nknown|[Ii]nvalid|[Uu]nsupported|[Uu]nrecognized) (?:[\\\\w\\\\-]+ "
-    '){0,3}?(?:method|backend|load_format|format|parser|algorithm(?: name)?|dtype|choice)s?: '
+    '){0,3}?(?:method|backend|load_format|\\\\w+_format|parser|algorithm(?: name)?|dtype|choice)s?: '
     '[\\\'\\\\"]?[\\\\w.\\\\-]|must be divisible by (?:the )?(?:tensor|pipeline|data|expert|context) parallel '
     'size|\\\\b[a-z]\\\\w*_size \\\\(?\\\\d+\\\\)? must be divisible by '
     '[a-z]\\\\w*_size\\\\b|\\\\b(?:[Pp]ipeline|[Tt]ensor|[Dd]ata|[Ee]xpert|[Cc]ontext) parallelism is not '
     'supported (?:for|with|by|on) |(?:is larger than|exceeds) the (?:total )?number of available '
-    '(?:GPU|device|\\\\w+)s\\\\b|[Cc]annot provide a placement group requiring \\\\d+ GPUs|is not supported for'
+    '(?:GPU|device|node)s\\\\b|[Cc]annot provide a placement group requiring \\\\d+ GPUs|is not supported for'
     ' (?:the current GPU|quantization method)\\\\b|specified in the `[\\\\w\\\\-]+` '
     "(?:argument|flag|option)|(?:fix|solve|resolve) this by \\\\w+ [^.]{0,40}?`--[a-z]', 32, 8), ('No space"
     ' left on device|Disk quota exceeded|PytorchStreamWriter failed writing file|\\\\bunexpected pos \\\\d+ '
@@ -141,27 +141,27 @@ INPUTS = (
     '\'https://huggingface\\\\.co\'|LocalEntryNotFoundError|outgoing traffic has been disabled", 32, 8), '
     "('Segmentation fault|SIGSEGV|core dumped|Aborted \\\\(core dumped\\\\)|Fatal Python error|^Bus "
     "error\\\\b|\\\\(SIG(?:BUS|ABRT|ILL|FPE)\\\\) received by PID', 32, 8), ('^\\\\s*(?:Value|Assertion) error, "
-    "\\\\S', 32, 8), ('^(?:-\\\\s+)?(?P<type>(?:(?:[A-Za-z_]\\\\w*\\\\.)*[A-Za-z_]\\\\w*(?:Error|Exception|Interrup"
-    't|Fault|Failed|OutOfResources|TimeoutExpired|NotFound|Timeout)|(?:[A-Za-z_]\\\\w*\\\\.)+(?:Error|Excepti'
-    'on|OutOfResources|TimeoutExpired|NotFound)|Exception(?=:\\\\s*\\\\S))(?:\\\\([\\\\w.]+\\\\))?)(?::\\\\s*(?P<msg>'
-    ".*))?$', 32, 8)], [b'Error', b'ERROR', b'xception', b'Traceback', b'Killed', b'killed', b'SIGKILL', "
-    "b'SIGSEGV', b'SIGBUS', b'SIGABRT', b'SIGILL', b'SIGFPE', b'NCCL', b'Xid', b'NVRM', b'Watchdog', "
-    "b'watchdog', b'GPU is lost', b'fallen off the bus', b'ncorrectable ECC', b'GPU requires reset', "
-    "b'CUDA', b'xit code', b'xit status', b'xited with', b'xit Code', b'xit Status', b'xit_code', "
-    "b'xit_status', b'xitCode', b'quit', b'Out of memory', b'-kill', b'FAILED', b'Failed', b'Segmentation"
-    " fault', b'(core dumped', b'GLIBC', b'FATAL', b'CRITICAL', b'_alloc', b'Cannot allocate', "
-    'b\'xhausted\', b\'Interrupt\', b\'File "\', b\'Timeout\', b\'Not enough memory\', b\'No available memory\', b\'No'
-    " module named', b'Aborted', b'Fatal', b'EngineDead', b'Did not receive', b'EngineCore', b'No CUDA "
-    "GPUs', b'NVIDIA driver', b'Repository Not Found', b'No space left', b'Disk quota', "
-    "b'PytorchStreamWriter', b'No solution found', b'ResolutionImpossible', b'CMake Error', b'ptxas', "
-    "b'ninja: build stopped', b'Load weight', b'Loading', b'Loaded', b'Model loading', b'Starting', "
-    "b'Started', b'Compiling', b'Compile and warm', b'Dynamo', b'_compile', b'.compile', b'Captur', "
-    "b'Capture', b'Graph captur', b'KV cache', b'KV Cache', b'Memory pool', b'API server', b'Application "
-    "startup', b'Waiting for application', b'Uvicorn', b'The server is fired', b'Available', b'Building',"
-    " b'Configuring', b'-- The C', b'build_ext', b'scikit-build', b'Running training', b'Num Epochs', "
-    "b'Num epochs', b'Total optimization', b'JIT', b'Prebuilt', b'MAX_JOBS', b'Allowing ninja', "
-    "b'Emitting ninja', b'Linking', b'Initializing a V', b'ServerArgs', b'Server args', "
-    "b'PreemptionMode', b'Retract', b'Cache the graph', b'Prefetching checkpoint', b'GGUF shard', "
+    "\\\\S', 32, 8), ('^(?:-\\\\s+)?(?P<type>(?:(?:[A-Za-z_]\\\\w*\\\\.)*[A-Za-"
+    'z_]\\\\w*(?:Error|Exception|Interrupt|Fault|Failed|OutOfResources|TimeoutExpired|NotFound)|(?:[A-Za-z_'
+    ']\\\\w*\\\\.)+(?:Error|Exception|OutOfResources|TimeoutExpired|NotFound|\\\\w*Timeout)|Exception(?=:\\\\s*\\\\'
+    "S))(?:\\\\([\\\\w.]+\\\\))?)(?::\\\\s*(?P<msg>.*))?$', 32, 8)], [b'Error', b'ERROR', b'xception', "
+    "b'Traceback', b'Killed', b'killed', b'SIGKILL', b'SIGSEGV', b'SIGBUS', b'SIGABRT', b'SIGILL', "
+    "b'SIGFPE', b'NCCL', b'Xid', b'NVRM', b'Watchdog', b'watchdog', b'GPU is lost', b'fallen off the "
+    "bus', b'ncorrectable ECC', b'GPU requires reset', b'CUDA', b'xit code', b'xit status', b'xited "
+    "with', b'xit Code', b'xit Status', b'xit_code', b'xit_status', b'xitCode', b'quit', b'Out of "
+    "memory', b'-kill', b'FAILED', b'Failed', b'Segmentation fault', b'(core dumped', b'GLIBC', b'FATAL',"
+    ' b\'CRITICAL\', b\'_alloc\', b\'Cannot allocate\', b\'xhausted\', b\'Interrupt\', b\'File "\', b\'Timeout\', b\'Not'
+    " enough memory', b'No available memory', b'No module named', b'Aborted', b'Fatal', b'EngineDead', "
+    "b'Did not receive', b'EngineCore', b'No CUDA GPUs', b'NVIDIA driver', b'Repository Not Found', b'No "
+    "space left', b'Disk quota', b'PytorchStreamWriter', b'No solution found', b'ResolutionImpossible', "
+    "b'CMake Error', b'ptxas', b'ninja: build stopped', b'Load weight', b'Loading', b'Loaded', b'Model "
+    "loading', b'Starting', b'Started', b'Compiling', b'Compile and warm', b'Dynamo', b'_compile', "
+    "b'.compile', b'Captur', b'Capture', b'Graph captur', b'KV cache', b'KV Cache', b'Memory pool', b'API"
+    " server', b'Application startup', b'Waiting for application', b'Uvicorn', b'The server is fired', "
+    "b'Available', b'Building', b'Configuring', b'-- The C', b'build_ext', b'scikit-build', b'Running "
+    "training', b'Num Epochs', b'Num epochs', b'Total optimization', b'JIT', b'Prebuilt', b'MAX_JOBS', "
+    "b'Allowing ninja', b'Emitting ninja', b'Linking', b'Initializing a V', b'ServerArgs', b'Server "
+    "args', b'PreemptionMode', b'Retract', b'Cache the graph', b'Prefetching checkpoint', b'GGUF shard', "
     "b'Downloading', b'Avg prompt', b'Avg generation', b'Decode batch', b'Prefill batch', "
     "b'SpecDecoding', b'Speculative metrics', b'%|', b'% Completed', b'%]', b'Step', b'STEP', b'Epoch', "
     'b\'EPOCH\', b"{\'", b\'{"\', b\'% \', b\'AUTOTUNE\', b\'No available shared memory\', b\'Error\', b\'Exception\', '

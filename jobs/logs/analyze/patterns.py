@@ -632,12 +632,15 @@ def indent_width(msg: str) -> int:
     editor's paste) quotes its source as deep as one of spaces (`\t\traise RuntimeError(` is no error line)."""
     lead = len(msg) - len(msg.lstrip(" \t"))
     return lead + (CODE_INDENT - 1) * msg.count("\t", 0, lead) if lead else 0
+_UNDOTTED_ENDINGS = [e for e in EXCEPTION_TYPE_ENDINGS if e != "Timeout"]
 EXC_LINE = regexcache.compile(
     # A type's last name is longer than its ending (ValueError; `Error: …` and `Failed: …` are a CLI's words),
     # but a dotted one may be a bare ending (triton.runtime.errors.OutOfResources, subprocess.TimeoutExpired),
     # and Python's own `Exception: message` (with a message: pip's `ERROR: Exception:` heads a traceback).
-    r"^(?:-\s+)?(?P<type>(?:(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:" + "|".join(EXCEPTION_TYPE_ENDINGS) + r")"
-    r"|(?:[A-Za-z_]\w*\.)+(?:Error|Exception|OutOfResources|TimeoutExpired|NotFound)|Exception(?=:\s*\S))"
+    # A type ending in Timeout only dotted, as a traceback names it (requests.exceptions.ReadTimeout): a
+    # config dump's `ReadTimeout: 30s` is no exception.
+    r"^(?:-\s+)?(?P<type>(?:(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:" + "|".join(_UNDOTTED_ENDINGS) + r")"
+    r"|(?:[A-Za-z_]\w*\.)+(?:Error|Exception|OutOfResources|TimeoutExpired|NotFound|\w*Timeout)|Exception(?=:\s*\S))"
     r"(?:\([\w.]+\))?)"          # Ray's RayTaskError(ValueError): the cause's type in brackets
     r"(?::\s*(?P<msg>.*))?$")
 FRAME = regexcache.compile(r'^\s*File "[^"]*", line \d+')
@@ -721,11 +724,11 @@ BAD_ARGS = regexcache.compile(
 # Read only on an exception's own line (signatures._config_rejected): a warning may use the same words.
 CONFIG_REJECTED = regexcache.compile(
     r"\b(?:[Uu]nknown|[Ii]nvalid|[Uu]nsupported|[Uu]nrecognized) (?:[\w\-]+ ){0,3}?(?:method|backend|load_format"
-    r"|format|parser|algorithm(?: name)?|dtype|choice)s?: ['\"]?[\w.\-]"
+    r"|\w+_format|parser|algorithm(?: name)?|dtype|choice)s?: ['\"]?[\w.\-]"   # (an option's format: not an image's)
     r"|must be divisible by (?:the )?(?:tensor|pipeline|data|expert|context) parallel size"
     r"|\b[a-z]\w*_size \(?\d+\)? must be divisible by [a-z]\w*_size\b"
     r"|\b(?:[Pp]ipeline|[Tt]ensor|[Dd]ata|[Ee]xpert|[Cc]ontext) parallelism is not supported (?:for|with|by|on) "
-    r"|(?:is larger than|exceeds) the (?:total )?number of available (?:GPU|device|\w+)s\b"
+    r"|(?:is larger than|exceeds) the (?:total )?number of available (?:GPU|device|node)s\b"   # (not KV blocks)
     r"|[Cc]annot provide a placement group requiring \d+ GPUs"
     r"|is not supported for (?:the current GPU|quantization method)\b"
     r"|specified in the `[\w\-]+` (?:argument|flag|option)"
@@ -898,8 +901,8 @@ def label_phase(label: str) -> Optional[str]:
             return "training"
     if "build" in low or "ninja" in low:
         return "building"
-    if "prompt" in low or "request" in low:
-        return "ready"        # an engine answering them: vLLM's offline `Processed prompts`, `Adding requests`
+    if low.startswith(("processed prompts", "adding requests")):
+        return "ready"        # vLLM's offline LLM.generate answering them (not a script's `Tokenizing prompts`)
     return None
 
 

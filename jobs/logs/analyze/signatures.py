@@ -344,8 +344,10 @@ FAILURES: tuple[Signature, ...] = (
               "HEALTH_CHECK_TIMEOUT s without output); outranked by any specific error, before or after it",
               "[2026-05-02 10:09:41] Health check failed. Server couldn't get a response from detokenizer for last "
               "20 seconds. tic start time: 10:09:21. last_heartbeat time: 10:05:20", EXCEPTION, "hang_timeout"),
-    Signature("WAIT_EXPIRED", "cause", regexcache.compile(r"Did not receive (?:a )?response from .{1,80}? within \d+"
-              r"|^Timeout waiting for \w|not ready after waiting \d+ seconds"), "hang", 111,
+    # (a wait that is retried is not the end: `Timeout waiting for lock …, retrying`)
+    Signature("WAIT_EXPIRED", "cause", regexcache.compile(r"^(?!.*\b[Rr]etry)(?:.*?Did not receive (?:a )?response "
+              r"from .{1,80}? within \d+|Timeout waiting for (?!lock)\w|.*?not ready after waiting \d+ seconds)"),
+              "hang", 111,
               "an engine's own wait that ran out, in words with no TimeoutError: vLLM 0.2x EngineCore's front-end "
               "handshake (`Did not receive response from front-end process within 5 minutes`), SGLang 0.5.x's DP "
               "controller (`Timeout waiting for worker ports from node 0`) and weights wait (`Weights are not ready "
