@@ -8,6 +8,7 @@ Stdlib only: the runner process runs this on live logs. The package's parts:
   docs/LOG_SIGNATURES.md is generated from it;
 - derived_anchors: generated from the table with the doc: the anchors its rows' wording adds, so no
   process start parses the rows' regexes to find them;
+- regexcache: the analyzer's regexes' compiled code, cached per machine (the stdlib compiles in Python);
 - cause: the root-cause rule (which candidate line names why the run ended);
 - generic: what no row knows, read by shape (exceptions by type, build tools' exits, watchdogs, counters);
 - state: the state machine one examined log record updates;

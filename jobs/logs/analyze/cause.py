@@ -23,7 +23,9 @@ The rule, in order:
    or where none ran yet, of the first one after it), a phase marker that moves the job on to
    another phase (where what is held may be a logged fallback, ``FALLBACK_CAUSES``: an OOM or
    an NCCL error is not undone by another rank's marker), or serving proves the job carried on:
-   the candidates so far are dropped (an ``error_recovered`` warning remains).
+   the candidates so far are dropped (an ``error_recovered`` warning remains). Only serving is
+   proof: what a marker or progress dropped (another rank may log those while the one that raised
+   the error died) is named again by an envelope after it, as in rule 4.
 
 Which row decides one *line* that several rows match is the rows' ``priority`` (higher
 first), so the table, not the order of code, says that "CUDA error … NCCL watchdog"

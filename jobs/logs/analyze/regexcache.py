@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Union
 
+import _sre  # type: ignore[import-not-found]  # (CPython's regex engine: no stubs)
+
 MAGIC = b"gpudeck regex code 1\n"
 SUFFIX = ".recode"
 MAX_BYTES = 8 << 20           # the analyzer's patterns are ~0.5 MB of code: a larger file is no file of ours
@@ -42,7 +44,6 @@ def folder() -> Path:
 
 def _build() -> str:
     """What the compiled code depends on: the interpreter build and its regex engine's version."""
-    import _sre
     return f"{sys.implementation.cache_tag} {sys.version} {_sre.MAGIC} {_sre.CODESIZE} {sys.byteorder}"
 
 
@@ -60,7 +61,6 @@ def compile(pattern: Union[str, bytes], flags: int = 0) -> "re.Pattern[Any]":
     entry = _cache.get(key)
     if entry is not None:
         try:
-            import _sre
             rx = _sre.compile(pattern, entry[0], entry[1], entry[2], entry[3], entry[4])
             _used[key] = entry
             return rx
@@ -68,7 +68,6 @@ def compile(pattern: Union[str, bytes], flags: int = 0) -> "re.Pattern[Any]":
             del _cache[key]
     try:
         entry = _compiled_entry(pattern, int(flags))
-        import _sre
         rx = _sre.compile(pattern, entry[0], entry[1], entry[2], entry[3], entry[4])
     except Exception:                           # internals other than 3.11-3.13's: the stdlib's way, always
         _off()

@@ -5,7 +5,7 @@ import enum
 import re
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Optional, Union
+from typing import TYPE_CHECKING, Any, Final, Iterable, Optional, Union
 
 from .model import (ALL_FAMILIES, F, Failure, KeyLine, LogAnalysis, LogWarning, M, MAX_MESSAGE, Number, P,
                     Progress, RECOVERY_ADVANCES, S, SERVING_KEYS, SPEC_MIN_ACCEPT_LEN, SPEC_MIN_ACCEPT_RATE,
@@ -887,7 +887,8 @@ class State:
             phase = "starting" if engine else "unknown"
             if engine:
                 why["phase"] = "engine seen, no phase marker yet"
-        shown, first_error = self.warnings.values(), self.first_error
+        shown: Iterable[tuple] = self.warnings.values()
+        first_error = self.first_error
         if root is not None and root is not self.best and self.recovered_from is not None \
                 and root.line == self.recovered_from[0].line:   # revived: it was not recovered from after all
             shown = [w for w in shown if w[0] != "error_recovered" or w[1] != root.line]
