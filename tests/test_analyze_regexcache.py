@@ -19,10 +19,17 @@ PROBE = textwrap.dedent("""
     from pathlib import Path
     from gpudeck.jobs.logs.analyze import analyze_bytes, regexcache
     readings = [analyze_bytes(p.read_bytes()).to_json() for p in sorted(Path(sys.argv[1]).glob("*.log"))]
-    used = list(regexcache._used)
+    used = [key for key in regexcache._used if key[0] != "derived"]
     ours = [regexcache.compile(p, f) for p, f in used]
     stdlib = [re.compile(p, f) for p, f in used]
+    from gpudeck.jobs.logs.analyze import patterns          # each prefilter trie built here again, from scratch
+    tries = [rx.pattern == re.compile(patterns._trie_pattern(
+        [lit for lit, _ in patterns._RARE_ANCHORS] + [lit for lit in extra if lit != patterns._RANK_ANCHOR],
+        [patterns._NINJA_ANCHOR, patterns._COUNT_ANCHOR] + ([patterns._RANK_ANCHOR] if patterns._RANK_ANCHOR in extra
+                                                            else []))).pattern
+             for extra, rx in patterns._prefilters.items()]
     print(json.dumps({"on": regexcache._cache is not None, "compiled": regexcache._dirty, "used": len(used),
+                      "tries": len(tries), "tries_equal": all(tries),
                       "equal": [a == b for a, b in zip(ours, stdlib)].count(False) == 0,
                       "groups": all(a.groups == b.groups and a.groupindex == b.groupindex for a, b in zip(ours, stdlib)),
                       "readings": readings}))
@@ -59,6 +66,7 @@ def test_a_second_process_compiles_nothing_and_reads_as_the_stdlib(tmp_path, unc
     assert second["on"] and not second["compiled"]             # every pattern came from the file
     for run in (first, second):
         assert run["equal"] and run["groups"] and run["used"] == first["used"]
+        assert run["tries"] >= 2 and run["tries_equal"]
         assert run["readings"] == uncached["readings"]
 
 
@@ -91,3 +99,22 @@ def test_a_cache_that_cannot_be_written_costs_only_the_compile(tmp_path, uncache
     blocked.write_text("")
     run = probe(blocked)
     assert run["on"] and run["compiled"] and run["equal"] and run["readings"] == uncached["readings"]
+
+
+def test_a_file_grown_past_its_bound_starts_over_with_what_a_process_uses(tmp_path) -> None:
+    from gpudeck.jobs.logs.analyze import regexcache
+    probe(tmp_path)
+    path = cache_file(tmp_path)
+    entries = regexcache.load(path)
+    assert entries
+    # Patterns of earlier releases, past KEEP_BYTES in all; and one the process uses taken out, so it compiles.
+    stale = {(f"old pattern {n}", 0): (32, list(range(400)), 0, {}, ()) for n in range(regexcache.KEEP_BYTES // 1000)}
+    used = [key for key in entries if key[0] != "derived"]
+    del entries[used[0]]
+    regexcache.store(path, {**entries, **stale})
+    assert path.stat().st_size > regexcache.KEEP_BYTES
+    run = probe(tmp_path)
+    assert run["compiled"] and run["equal"]
+    kept = regexcache.load(path)
+    assert path.stat().st_size < regexcache.KEEP_BYTES and not any(key in kept for key in stale)
+    assert used[0] in kept and not probe(tmp_path)["compiled"]

@@ -249,7 +249,9 @@ def _prefilter_for(extra: tuple[bytes, ...]) -> re.Pattern:
             _prefilters.clear()
         literals = [lit for lit, _ in _RARE_ANCHORS] + [lit for lit in extra if lit != _RANK_ANCHOR]
         specials = [_NINJA_ANCHOR, _COUNT_ANCHOR] + ([_RANK_ANCHOR] if _RANK_ANCHOR in extra else [])
-        rx = _prefilters[extra] = regexcache.compile(_trie_pattern(literals, specials))
+        # (the trie's text is built in Python, ~10 ms: kept with the compiled code, by what it is built of)
+        text = regexcache.derived(("trie", tuple(literals), tuple(specials)), lambda: _trie_pattern(literals, specials))
+        rx = _prefilters[extra] = regexcache.compile(text)
     return rx
 
 

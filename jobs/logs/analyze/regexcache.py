@@ -6,7 +6,8 @@ The stdlib compiles a pattern in pure Python (its parser and code generator): th
 ints that only the interpreter build defines; ``_sre.compile`` turns it back into a pattern in
 microseconds. So `compile()` keeps, per interpreter build, {(pattern, flags): that code} in one
 file under ``$XDG_CACHE_HOME/gpudeck/regex/`` (``~/.cache/...``), read at import and written
-back (atomically) at exit when this process compiled a pattern it lacked.
+back (atomically) at exit when this process compiled a pattern it lacked. `derived()` keeps the
+text of a pattern built in Python (the prefilter tries, ~10 ms each) the same way, by its inputs.
 
 A file is never trusted blindly, as hscache.py's databases are not: it is read only where it is a
 regular file of this user that nobody else may write, within MAX_BYTES, its header names this
@@ -23,14 +24,16 @@ import re
 import stat
 import sys
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import _sre  # type: ignore[import-not-found]  # (CPython's regex engine: no stubs)
 
 MAGIC = b"gpudeck regex code 1\n"
 SUFFIX = ".recode"
 MAX_BYTES = 8 << 20           # the analyzer's patterns are ~0.5 MB of code: a larger file is no file of ours
-MAX_ENTRIES = 1500            # a file past this (patterns of many releases) starts over with this process's own
+# What a file is let grow to: a process reads it all at import (~1 ms a 100 KB). Past it (patterns and
+# tries of earlier releases, of logs that named other anchors) it starts over with this process's own.
+KEEP_BYTES = 1 << 20
 
 _cache: Optional[dict] = None    # (pattern, flags) -> (flags, code, groups, groupindex, indexgroup); None: off
 _used: dict = {}                 # the entries this process used or compiled: what a rewrite keeps
@@ -75,6 +78,21 @@ def compile(pattern: Union[str, bytes], flags: int = 0) -> "re.Pattern[Any]":
     _cache[key] = _used[key] = entry
     _dirty = True
     return rx
+
+
+def derived(key: tuple, make: Callable[[], Any]) -> Any:
+    """make() (a pattern's text built in Python: the prefilter tries), kept in the cache under key, which
+    names everything make() reads; marshal-able values only."""
+    global _dirty
+    if _cache is None:
+        return make()
+    key = ("derived",) + key
+    value = _cache.get(key)
+    if value is None:
+        value = _cache[key] = make()
+        _dirty = True
+    _used[key] = value
+    return value
 
 
 def _compiled_entry(pattern: Union[str, bytes], flags: int) -> tuple:
@@ -135,13 +153,16 @@ def load(path: Path) -> Optional[dict]:
     return entries if isinstance(entries, dict) else None
 
 
-def store(path: Path, entries: dict) -> None:
-    """Write entries to path atomically; any failure leaves the cache as it was (never raises)."""
+def store(path: Path, entries: dict, fallback: Optional[dict] = None) -> None:
+    """Write entries (fallback instead where they are over KEEP_BYTES) to path atomically; any failure
+    leaves the cache as it was (never raises)."""
     import marshal
     import tempfile
     tmp: Optional[str] = None
     try:
         payload = marshal.dumps(entries)
+        if len(payload) > KEEP_BYTES and fallback is not None:
+            payload = marshal.dumps(fallback)
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=SUFFIX)    # (mode 0600)
         with os.fdopen(fd, "wb") as fh:
@@ -165,9 +186,7 @@ def _write_back() -> None:
         return
     _dirty = False
     path = _path()
-    entries = load(path) or {}
-    entries = dict(_used) if len(entries) + len(_used) > MAX_ENTRIES else {**entries, **_used}
-    store(path, entries)
+    store(path, {**(load(path) or {}), **_used}, fallback=_used)
 
 
 def _start() -> None:
