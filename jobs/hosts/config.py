@@ -9,11 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
-
 from gpudeck.jobs import paths
 
 LOCAL = "local"
@@ -96,6 +91,11 @@ def load_hosts(path: Optional[Path] = None) -> dict[str, HostSpec]:
     if not path.exists():
         return hosts
     # The spec's locator, only when there is a file to read: `status` without hosts.toml stays light.
+    # (tomllib too: ~5 ms of every command's start on the VM where no hosts.toml is read)
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
     from gpudeck.jobs.spec import SpecError, _Locator, _toml_error
     try:
         text = path.read_text()

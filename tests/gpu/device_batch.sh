@@ -85,5 +85,5 @@ if [ "$phase" = analyze ]; then
   chmod +x /tmp/gd-venv/bin/gpudeck
   { nproc; grep -m1 'model name' /proc/cpuinfo
     timeout 500 /tmp/gd-venv/bin/python bench/bench_analyze.py --runs "${ROUNDS:-2}" --dir /tmp \
-        --dense-mb "${DENSE_MB:-0}" --fixtures-mb 200 --serving-mb 200 ${REFERENCE_LOGS:+--reference-logs "$REFERENCE_LOGS"}; } 2>&1 | tee "$out/bench-analyze.txt"
+        --dense-mb "${DENSE_MB:-0}" --fixtures-mb ${FIX_MB:-200} --serving-mb 200 ${REFERENCE_LOGS:+--reference-logs "$REFERENCE_LOGS"}; } 2>&1 | tee "$out/bench-analyze.txt"
 fi

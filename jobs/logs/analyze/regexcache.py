@@ -3,8 +3,8 @@
 The stdlib compiles a pattern in pure Python (its parser and code generator): the analyzer's
 ~110 patterns and its two prefilter tries cost ~0.1 s of CPU at every process start on the
 2-core VM, a third of `gpudeck analyze` of a small file. The code they compile to is a list of
-ints that only the interpreter build defines; ``_sre.compile`` turns it back into a pattern in
-microseconds. So `compile()` keeps, per interpreter build, {(pattern, flags): that code} in one
+ints that only the interpreter build defines (kept here as an array's bytes); ``_sre.compile``
+turns it back into a pattern in microseconds. So `compile()` keeps, per interpreter build, {(pattern, flags): that code} in one
 file under ``$XDG_CACHE_HOME/gpudeck/regex/`` (``~/.cache/...``), read at import and written
 back (atomically) at exit when this process compiled a pattern it lacked. `derived()` keeps the
 text of a pattern built in Python (the prefilter tries, ~10 ms each) the same way, by its inputs.
@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 import _sre  # type: ignore[import-not-found]  # (CPython's regex engine: no stubs)
+from array import array
 
-MAGIC = b"gpudeck regex code 1\n"
+MAGIC = b"gpudeck regex code 2\n"
 SUFFIX = ".recode"
 MAX_BYTES = 8 << 20           # the analyzer's patterns are ~0.5 MB of code: a larger file is no file of ours
 # What a file is let grow to: a process reads it all at import (~1 ms a 100 KB). Past it (patterns and
@@ -38,6 +39,10 @@ KEEP_BYTES = 1 << 20
 _cache: Optional[dict] = None    # (pattern, flags) -> (flags, code, groups, groupindex, indexgroup); None: off
 _used: dict = {}                 # the entries this process used or compiled: what a rewrite keeps
 _dirty = False
+# The code is kept as the bytes of an array of code words, turned into the list _sre.compile takes only
+# when its pattern is compiled: marshal reads bytes at memory speed, a list of ints an object at a time
+# (a 3.5 MB file of lists took 20 ms to read on the VM, its bytes ~1 ms).
+_WORD: Any = next((t for t in "IL" if array(t).itemsize == _sre.CODESIZE), None)
 
 
 def folder() -> Path:
@@ -64,14 +69,14 @@ def compile(pattern: Union[str, bytes], flags: int = 0) -> "re.Pattern[Any]":
     entry = _cache.get(key)
     if entry is not None:
         try:
-            rx = _sre.compile(pattern, entry[0], entry[1], entry[2], entry[3], entry[4])
+            rx = _sre.compile(pattern, entry[0], _code_list(entry[1]), entry[2], entry[3], entry[4])
             _used[key] = entry
             return rx
         except Exception:                       # a code this engine refuses: compiled anew below
             del _cache[key]
     try:
         entry = _compiled_entry(pattern, int(flags))
-        rx = _sre.compile(pattern, entry[0], entry[1], entry[2], entry[3], entry[4])
+        rx = _sre.compile(pattern, entry[0], _code_list(entry[1]), entry[2], entry[3], entry[4])
     except Exception:                           # internals other than 3.11-3.13's: the stdlib's way, always
         _off()
         return re.compile(pattern, flags)
@@ -105,9 +110,14 @@ def _compiled_entry(pattern: Union[str, bytes], flags: int) -> tuple:
     indexgroup = [None] * parsed.state.groups
     for name, i in groupindex.items():
         indexgroup[i] = name
-    # (ints, not the opcodes' named int constants: marshal writes plain values only)
-    return (int(flags | parsed.state.flags), [int(op) for op in code], parsed.state.groups - 1, groupindex,
+    return (int(flags | parsed.state.flags), array(_WORD, code).tobytes(), parsed.state.groups - 1, groupindex,
             tuple(indexgroup))
+
+
+def _code_list(words: bytes) -> list[int]:
+    code = array(_WORD)
+    code.frombytes(words)
+    return code.tolist()
 
 
 def _off() -> None:
@@ -191,7 +201,7 @@ def _write_back() -> None:
 
 def _start() -> None:
     global _cache, _owner
-    if os.environ.get("GPUDECK_REGEX_CACHE", "1") == "0":
+    if os.environ.get("GPUDECK_REGEX_CACHE", "1") == "0" or _WORD is None:
         return
     try:
         _cache = load(_path()) or {}
