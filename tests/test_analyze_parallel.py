@@ -334,40 +334,40 @@ def test_ctrl_c_stops_the_spread_without_the_workers_tracebacks(tmp_path: Path) 
         os.killpg(child.pid, 0)
 
 
-# Ctrl-C while the pool forks its workers (the first submit forks them all, before the pool's manager
-# thread exists). "raise": the KeyboardInterrupt raised in the second fork's place, the first worker
-# already forked. "signal": the process group signalled there, the first worker not yet in _adopt.
+# Ctrl-C while the workers are forked. "raise": a KeyboardInterrupt raised in the second fork's place,
+# the first worker already forked. "signal": the process group signalled there, the first worker not
+# yet in _adopt (so still with SIGINT blocked, as forked).
 FORKING = """
 import json, os, signal, sys, time
-from concurrent.futures import process
 from gpudeck.jobs.logs.analyze import parallel
 parallel.MIN_FILE = 1 << 20
 parallel.TASK_BYTES = parallel.MIN_TASK_BYTES = 600 * 1024
 path, mode = sys.argv[1], sys.argv[2]
-spawn, adopt, spawned = process.ProcessPoolExecutor._spawn_process, parallel._adopt, []
+fork, adopt, spawned, parent = os.fork, parallel._adopt, [], os.getpid()
 def wait(done):
     deadline = time.monotonic() + 10
     while not done() and time.monotonic() < deadline:
         time.sleep(0.005)
-def spawning(pool):
+def forking():
+    if os.getpid() != parent:
+        return fork()
     spawned.append(1)
     if len(spawned) == 2 and mode == "raise":
         raise KeyboardInterrupt
     if len(spawned) == 2 and mode == "signal":
-        first = next(iter(pool._processes.values()))
         wait(lambda: os.path.exists(path + ".adopting"))
         try:
             os.killpg(0, signal.SIGINT)                 # ^C: the terminal signals the whole group
         finally:                                        # (the first worker's answer to it awaited)
             open(path + ".signalled", "w").close()
-            wait(lambda: os.path.exists(path + ".adopted") or not first.is_alive())
-    spawn(pool)
+            wait(lambda: os.path.exists(path + ".adopted"))
+    return fork()
 def adopting(fd):                                      # the first worker, running, adopts once signalled
     open(path + ".adopting", "w").close()
     wait(lambda: os.path.exists(path + ".signalled"))
     adopt(fd)
     open(path + ".adopted", "w").close()
-process.ProcessPoolExecutor._spawn_process = spawning
+os.fork = forking
 if mode == "signal":
     parallel._adopt = adopting
 try:
@@ -381,9 +381,9 @@ except KeyboardInterrupt:
 
 @pytest.mark.parametrize("mode", ["raise", "signal"])
 def test_ctrl_c_while_the_workers_are_forked_neither_hangs_nor_prints_tracebacks(tmp_path: Path, mode: str) -> None:
-    # Before: the forked workers (SIGINT ignored) waited for tasks that no manager thread would hand out
-    # or tell them to stop, and the process hung at exit joining them; a worker not yet in _adopt
-    # printed the KeyboardInterrupt's traceback.
+    # Before (a concurrent.futures pool): the forked workers (SIGINT ignored) waited for tasks that no
+    # manager thread would hand out or tell them to stop, and the process hung at exit joining them;
+    # a worker not yet in _adopt printed the KeyboardInterrupt's traceback.
     log = tmp_path / "serving.log"
     log.write_text(BANNER + _serving(random.Random(23), 2400) + CRASH, encoding="utf-8")
     child = subprocess.Popen([sys.executable, "-c", FORKING, str(log), mode], stdout=subprocess.PIPE,

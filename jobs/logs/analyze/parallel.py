@@ -15,34 +15,33 @@ log named so far), so the file is read serially until it is; a log that never na
 """
 from __future__ import annotations
 
+import marshal
 import os
 import signal
-import sys
 import threading
-from collections import deque
 from typing import Any, Optional
 
 from . import sparse
 from .model import READ_CHUNK, LogAnalysis
 from .scanner import LogAnalyzer, analyze_stream
 
-MIN_FILE = 32 << 20        # a smaller file: one process reads it in about the time the pool takes to start
+MIN_FILE = 32 << 20        # a smaller file: one process reads it in about the time the workers take to start
 # A worker task is the stretch's share of a worker, in TASKS_PER_WORKER parts (the last tasks then
 # leave few workers idle), within these bounds: a fork and a result per task, memory per task.
 TASK_BYTES = 8 << 20
 MIN_TASK_BYTES = 1 << 20
 TASKS_PER_WORKER = 4
-# After a task the workers found dense, the spread ends (its pool too, the tasks handed out taken
-# back) and this many bytes are read here, with the reader's own sparse reads and their backoff,
+# After a task the workers found dense, the spread ends (its workers stopped, what they mapped
+# ahead dropped) and this many bytes are read here, with the reader's own sparse reads and their backoff,
 # before the workers are tried again (twice as many after a spread that read nothing mapped): a
 # dense log's stretches are long, and while the reader's Python is the bound the workers' passes
-# over them are wasted (and each pool costs the reader ~7,000 page faults, its heap copied on write).
+# over them are wasted (and each spread costs the reader page faults, its heap copied on write).
 DENSE_BACKOFF_BYTES = 64 << 20
 # A mapped piece whose kept lines hold more than 1/KEPT_SHARE of its bytes (a few long anchored lines)
 # is handed back as dense: results in flight then stay small whatever the lines (the reader's own
 # sparse read of it, if any, is as cheap), and memory does not grow with the number of workers.
 KEPT_SHARE = 4
-IN_FLIGHT = 2              # tasks outstanding per worker: results are kept lines only, memory stays flat
+PIPE_BYTES = 1 << 20       # a worker's pipe: its answers written ahead of the reader, at most
 _fd = -1                   # the log's descriptor, in a worker (inherited over fork)
 
 
@@ -64,8 +63,7 @@ def analyze_regular(fh: Any, *, max_bytes: Optional[int] = None,
     # Forking a process with other threads can copy a lock held mid-use: then one reader it is.
     if workers < 2 or limit < MIN_FILE or not sparse.available() or fh.tell() != 0 or threading.active_count() > 1:
         return analyze_stream(fh, max_bytes=max_bytes)
-    import multiprocessing                            # (here: its import is ~15 ms of every small file's run)
-    if "fork" not in multiprocessing.get_all_start_methods():
+    if not hasattr(os, "fork"):
         return analyze_stream(fh, max_bytes=max_bytes)
     analyzer = LogAnalyzer()
     pos = _read_here(analyzer, fd, 0, limit, limit, until_mapped=True)
@@ -96,84 +94,151 @@ def _read_here(analyzer: LogAnalyzer, fd: int, pos: int, stop: int, limit: int, 
 
 def _spread(analyzer: LogAnalyzer, fd: int, start: int, limit: int, workers: int) -> tuple[int, bool]:
     """Feed the file's bytes from start (just after a newline) with the workers mapping its pieces, to
-    limit or to the end of the first task they find dense (the pool then closes); returns (where, whether
-    any piece was read mapped)."""
+    limit or to the end of the first task they find dense (the workers are then stopped); returns
+    (where, whether any piece was read mapped)."""
     step = max(MIN_TASK_BYTES, min(TASK_BYTES, (limit - start) // (workers * TASKS_PER_WORKER)))
     cuts = (_after_newline(fd, at, limit, step) for at in range(start + step, limit, step))
     bounds = sorted({start, limit, *(cut for cut in cuts if cut)})
-    workers = min(workers, len(bounds) - 1)           # (a fork pool starts them all at once)
-    tasks = iter(zip(bounds, bounds[1:]))
+    tasks = list(zip(bounds, bounds[1:]))
     sparse.prepare()                                  # the database compiled (or loaded) once, inherited
-    # A forked worker flushes the stdio buffers it inherited when it exits: what this process had not
-    # written yet (a `gpudeck serve` reply) would be written twice. One that cannot be emptied: no fork.
-    if not _flushed(sys.stdout, sys.stderr):
-        return start, False
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_adopt, initargs=(fd,)) as pool:
-        try:
-            return _feed_spread(analyzer, fd, pool, tasks, workers, start)
-        except BaseException:
-            # Ctrl-C (or an error reading): the tasks not begun are cancelled; leaving the `with` then
-            # waits only for those the workers are running (a task's passes, milliseconds) and their exit.
-            _shut(pool)
-            raise
+    pool = _Workers()
+    try:
+        pool.start(fd, tasks, min(workers, len(tasks)))
+        return _feed_spread(analyzer, fd, pool, tasks, start)
+    finally:
+        # Done, a dense task, Ctrl-C or an error reading: a worker still mapping is stopped (its
+        # answers would be read by no one) and every one reaped, none left behind.
+        pool.stop()
 
 
-def _feed_spread(analyzer: LogAnalyzer, fd: int, pool: Any, tasks: Any, workers: int, at: int) -> tuple[int, bool]:
-    """_spread's loop: the tasks handed out and their pieces fed in file order."""
+def _feed_spread(analyzer: LogAnalyzer, fd: int, pool: _Workers, tasks: list, at: int) -> tuple[int, bool]:
+    """_spread's loop: the tasks' pieces fed in file order, as the workers hand them back."""
     mapped = False
-    pending: deque = deque()
-    with _sigint_held():                              # (the first submit forks the workers)
-        for a, b in tasks:
-            pending.append((a, b, _submit(pool, a, b)))
-            if len(pending) >= workers * IN_FLIGHT:
-                break
-    while pending:
-        at, stop, future = pending.popleft()
-        try:
-            pieces = future.result()
-        except Exception:                         # a worker died (killed, out of memory): read it here
-            pieces = [(stop - at, None)]
+    for number, (a, b) in enumerate(tasks):
+        pieces = pool.answer(number)
+        if pieces is None:                            # its worker died (killed, out of memory): read it here
+            pieces = [(b - a, None)]
         dense = all(got is None for _, got in pieces)
-        if dense:                                 # the rest handed back; read here from this task's end
-            _shut(pool)
-            pending.clear()
-        for a, b in () if dense else tasks:       # one more in flight for the one taken
-            pending.append((a, b, _submit(pool, a, b)))
-            break
         for length, got in pieces:
             if got is not None and analyzer.accepts_mapped():
                 analyzer.feed_mapped(length, got)
                 mapped = True
             else:
-                for a in range(at, at + length, READ_CHUNK):
-                    analyzer.feed_dense(os.pread(fd, min(READ_CHUNK, at + length - a), a))
+                for c in range(at, at + length, READ_CHUNK):
+                    analyzer.feed_dense(os.pread(fd, min(READ_CHUNK, at + length - c), c))
             at += length
+        if dense:                                     # the rest is read here, from this task's end
+            break
     return at, mapped
 
 
-def _flushed(*streams: Any) -> bool:
-    """Whether the streams hold no unwritten output, after a flush: one that is None (a process started
-    with that descriptor closed) or closed holds none; one whose flush fails (a full pipe) may."""
-    for stream in streams:
-        flush = getattr(stream, "flush", None)
-        if flush is None or getattr(stream, "closed", False):
-            continue
+class _Workers:
+    """Worker processes forked from this one, worker k mapping tasks k, k + n, k + 2n ... in order and
+    writing each answer (marshal) to its own pipe, which the reader reads in task order.
+
+    Not concurrent.futures' process pool: importing it and multiprocessing, its manager thread and
+    queues, and its shutdown cost ~0.1 s of the VM's CPU (8 ms of results here), more than the
+    byte passes it spreads save on a serving log of 200 MB. A pipe holds a worker's next answers
+    while the reader takes others, and blocks it beyond that: memory stays flat. A worker that
+    dies leaves an end of file where its answer was; the reader then reads those bytes itself."""
+
+    def __init__(self) -> None:
+        self.pids: list[int] = []
+        self.pipes: list[int] = []
+
+    def start(self, fd: int, tasks: list, n: int) -> None:
+        with _sigint_held():                          # (delivered once they are all forked)
+            for k in range(n):
+                read_end, write_end = os.pipe()
+                try:
+                    pid = os.fork()
+                except BaseException:
+                    os.close(read_end)
+                    os.close(write_end)
+                    raise
+                if pid == 0:                          # the worker: never returns
+                    _work(fd, tasks[k::n], write_end, [read_end, *self.pipes])
+                os.close(write_end)
+                self.pids.append(pid)
+                self.pipes.append(read_end)
+                _widen(read_end)
+
+    def answer(self, number: int) -> Optional[list]:
+        """Task `number`'s pieces (as _map_task made them), or None where its worker died first."""
+        pipe = self.pipes[number % len(self.pipes)]
+        head = _read_exactly(pipe, 8)
+        size = int.from_bytes(head, "little") if head is not None else -1
+        blob = _read_exactly(pipe, size) if size >= 0 else None
         try:
-            flush()
-        except (OSError, ValueError):
-            return False
-    return True
+            return marshal.loads(blob) if blob is not None else None
+        except (EOFError, ValueError, TypeError):
+            return None
+
+    def stop(self) -> None:
+        for pipe in self.pipes:
+            os.close(pipe)
+        for pid in self.pids:
+            try:
+                os.kill(pid, signal.SIGKILL)          # (one done already has exited: a zombie, harmless)
+            except ProcessLookupError:
+                pass
+        for pid in self.pids:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        self.pipes, self.pids = [], []
+
+
+def _work(fd: int, tasks: list, out: int, others: list[int]) -> None:
+    """A worker's life: its tasks mapped and written to `out`, then os._exit, whatever happens (no
+    stdio buffer inherited is flushed, no atexit hook of the reader's runs here)."""
+    status = 1
+    try:
+        for pipe in others:                           # the reader's ends: a reader gone is then a broken pipe
+            os.close(pipe)
+        _adopt(fd)
+        for a, b in tasks:
+            blob = marshal.dumps(_map_task(a, b))
+            _write_all(out, len(blob).to_bytes(8, "little") + blob)
+        status = 0
+    except BaseException:                             # (a reader gone, a cut file: the reader copes)
+        pass
+    finally:
+        os._exit(status)
+
+
+def _widen(pipe: int) -> None:
+    """A pipe of 1 MiB instead of 64 KiB (Linux), so that a worker can run a task or two ahead."""
+    try:
+        import fcntl
+        fcntl.fcntl(pipe, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+    except (OSError, ImportError):
+        pass
+
+
+def _read_exactly(pipe: int, size: int) -> Optional[bytes]:
+    parts, left = [], size
+    while left:
+        got = os.read(pipe, min(left, 1 << 20))
+        if not got:
+            return None
+        parts.append(got)
+        left -= len(got)
+    return b"".join(parts)
+
+
+def _write_all(pipe: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(pipe, view):]
 
 
 class _sigint_held:
-    """SIGINT blocked in this thread while the pool forks its workers, delivered when this ends. A fork
-    pool forks them all in its first submit, before its manager thread (which alone tells them to
-    stop) exists: a KeyboardInterrupt raised then left forked workers, SIGINT ignored, waiting for tasks
-    for ever, and the process hung at exit joining them. The workers are forked with SIGINT blocked
-    too, so that one not yet in _adopt is not killed by it with a traceback."""
+    """SIGINT blocked in this thread while the workers are forked, delivered when this ends: a
+    KeyboardInterrupt raised between two forks is then raised after them, where _spread stops them
+    all. The workers are forked with SIGINT blocked too, so that one not yet in _adopt is not killed
+    by it with a traceback."""
 
     def __enter__(self) -> None:
         held = hasattr(signal, "pthread_sigmask")
@@ -182,34 +247,6 @@ class _sigint_held:
     def __exit__(self, *exc: Any) -> None:
         if self.mask is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
-
-
-def _shut(pool: Any) -> None:
-    """pool.shutdown(wait=False, cancel_futures=True); the workers it forked terminated where its manager
-    thread never started (an error, or a KeyboardInterrupt raised otherwise than by SIGINT, while it
-    forked them): nothing else would tell them to stop, and the process would hang at exit joining them."""
-    started = getattr(pool, "_executor_manager_thread", None) is not None
-    forked = [] if started else list((getattr(pool, "_processes", None) or {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in forked:
-        process.terminate()
-    for process in forked:
-        process.join(5)
-        if process.is_alive():
-            process.kill()
-            process.join()
-
-
-def _submit(pool: Any, start: int, stop: int) -> Any:
-    """A future of the task; one that holds the error where the pool cannot take it (a fork refused,
-    the pool broken by a worker's death): the reader then reads those bytes itself."""
-    try:
-        return pool.submit(_map_task, start, stop)
-    except Exception as exc:
-        from concurrent.futures import Future
-        failed: Future = Future()
-        failed.set_exception(exc)
-        return failed
 
 
 def _after_newline(fd: int, at: int, limit: int, reach: int) -> int:
@@ -235,8 +272,8 @@ def _after_newline(fd: int, at: int, limit: int, reach: int) -> int:
 def _adopt(fd: int) -> None:
     global _fd
     _fd = fd
-    # Ctrl-C reaches the whole process group: the reader stops the spread; a worker finishes its task
-    # (milliseconds) and exits when told, instead of printing a KeyboardInterrupt traceback. (Forked
+    # Ctrl-C reaches the whole process group: the reader stops the spread and kills its workers; a
+    # worker ignores it, instead of printing a KeyboardInterrupt traceback. (Forked
     # with SIGINT blocked, _sigint_held: one that came since is dropped as ignored, then unblocked.)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
