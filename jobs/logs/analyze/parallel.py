@@ -41,6 +41,7 @@ DENSE_BACKOFF_BYTES = 64 << 20
 # is handed back as dense: results in flight then stay small whatever the lines (the reader's own
 # sparse read of it, if any, is as cheap), and memory does not grow with the number of workers.
 KEPT_SHARE = 4
+FIRST_PIECE = 16 << 10     # the first read, until the engine is known (then twice as much each time)
 PIPE_BYTES = 1 << 20       # a worker's pipe: its answers written ahead of the reader, at most
 _fd = -1                   # the log's descriptor, in a worker (inherited over fork)
 
@@ -81,14 +82,18 @@ def _read_here(analyzer: LogAnalyzer, fd: int, pos: int, stop: int, limit: int, 
     """Feed the bytes from pos (just after a newline) through stop and on to the end of the line there,
     limit at most (or, until_mapped, until the analyzer accepts mapped pieces), in pieces ending after a
     newline (but a line longer than a piece, read a piece at a time); returns where it stopped: just after
-    a newline, or limit, so that the analyzer holds no partial line there."""
+    a newline, or limit, so that the analyzer holds no partial line there. Until mapped, the pieces
+    start small and double: a log names its engine in its first lines, and what is read here before
+    the workers start is read in full, one line at a time."""
     ended = True                                      # the bytes fed so far end with a line's newline
+    piece = FIRST_PIECE if until_mapped else READ_CHUNK
     while pos < limit and (pos < stop or not ended) and not (until_mapped and analyzer.accepts_mapped()):
-        end = _after_newline(fd, pos + READ_CHUNK, limit, READ_CHUNK)
+        end = _after_newline(fd, pos + piece, limit, READ_CHUNK)
         ended = end != 0
         end = end or pos + READ_CHUNK                 # (0: no newline that near; then end < limit)
         analyzer.feed(os.pread(fd, end - pos, pos))
         pos = end
+        piece = min(READ_CHUNK, piece * 2)
     return pos
 
 
