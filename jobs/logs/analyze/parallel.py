@@ -42,7 +42,8 @@ DENSE_BACKOFF_BYTES = 64 << 20
 # sparse read of it, if any, is as cheap), and memory does not grow with the number of workers.
 KEPT_SHARE = 4
 FIRST_PIECE = 16 << 10     # the first read, until the engine is known (then twice as much each time)
-PIPE_BYTES = 1 << 20       # a worker's pipe: its answers written ahead of the reader, at most
+IN_FLIGHT = 2              # tasks a worker may map ahead of the reader's taking their answers
+PIPE_BYTES = 1 << 20       # a worker's answers' pipe: its answers ahead written without waiting
 _fd = -1                   # the log's descriptor, in a worker (inherited over fork)
 
 
@@ -124,6 +125,8 @@ def _feed_spread(analyzer: LogAnalyzer, fd: int, pool: _Workers, tasks: list, at
         if pieces is None:                            # its worker died (killed, out of memory): read it here
             pieces = [(b - a, None)]
         dense = all(got is None for _, got in pieces)
+        if dense:                                     # (the workers stopped before this task is read here)
+            pool.stop()
         for length, got in pieces:
             if got is not None and analyzer.accepts_mapped():
                 analyzer.feed_mapped(length, got)
@@ -141,47 +144,59 @@ class _Workers:
     """Worker processes forked from this one, worker k mapping tasks k, k + n, k + 2n ... in order and
     writing each answer (marshal) to its own pipe, which the reader reads in task order.
 
-    Not concurrent.futures' process pool: importing it and multiprocessing, its manager thread and
-    queues, and its shutdown cost ~0.1 s of the VM's CPU (8 ms of results here), more than the
-    byte passes it spreads save on a serving log of 200 MB. A pipe holds a worker's next answers
-    while the reader takes others, and blocks it beyond that: memory stays flat. A worker that
+    Not concurrent.futures' process pool: importing it and multiprocessing, forking every worker
+    before the first task, its manager thread and queues and its shutdown cost ~0.1 s on the VM
+    with 16 workers, about what the spread saves on a serving log of 200 MB there. A worker begins a task only with a
+    credit from the reader (a byte on a second pipe): IN_FLIGHT at first, one more for each answer
+    taken. So it runs that far ahead and no further, whatever its answers' size: memory stays flat,
+    and on a dense log, where the reader is slow, idle workers take no core from it. A worker that
     dies leaves an end of file where its answer was; the reader then reads those bytes itself."""
 
     def __init__(self) -> None:
         self.pids: list[int] = []
-        self.pipes: list[int] = []
+        self.answers: list[int] = []                  # the reader's end of each worker's answers
+        self.credits: list[int] = []                  # the reader's end of each worker's credits
 
     def start(self, fd: int, tasks: list, n: int) -> None:
         with _sigint_held():                          # (delivered once they are all forked)
             for k in range(n):
-                read_end, write_end = os.pipe()
+                answers, credits = os.pipe(), os.pipe()
                 try:
                     pid = os.fork()
                 except BaseException:
-                    os.close(read_end)
-                    os.close(write_end)
+                    for end in (*answers, *credits):
+                        os.close(end)
                     raise
                 if pid == 0:                          # the worker: never returns
-                    _work(fd, tasks[k::n], write_end, [read_end, *self.pipes])
-                os.close(write_end)
+                    _work(fd, tasks[k::n], credits[0], answers[1],
+                          [answers[0], credits[1], *self.answers, *self.credits])
+                os.close(answers[1])
+                os.close(credits[0])
                 self.pids.append(pid)
-                self.pipes.append(read_end)
-                _widen(read_end)
+                self.answers.append(answers[0])
+                self.credits.append(credits[1])
+                _widen(answers[0])
+                os.write(credits[1], b"+" * IN_FLIGHT)
 
     def answer(self, number: int) -> Optional[list]:
         """Task `number`'s pieces (as _map_task made them), or None where its worker died first."""
-        pipe = self.pipes[number % len(self.pipes)]
+        k = number % len(self.answers)
+        pipe = self.answers[k]
         head = _read_exactly(pipe, 8)
         size = int.from_bytes(head, "little") if head is not None else -1
         blob = _read_exactly(pipe, size) if size >= 0 else None
+        try:
+            os.write(self.credits[k], b"+")
+        except OSError:                               # (a worker gone)
+            pass
         try:
             return marshal.loads(blob) if blob is not None else None
         except (EOFError, ValueError, TypeError):
             return None
 
     def stop(self) -> None:
-        for pipe in self.pipes:
-            os.close(pipe)
+        for end in (*self.answers, *self.credits):
+            os.close(end)
         for pid in self.pids:
             try:
                 os.kill(pid, signal.SIGKILL)          # (one done already has exited: a zombie, harmless)
@@ -192,18 +207,20 @@ class _Workers:
                 os.waitpid(pid, 0)
             except ChildProcessError:
                 pass
-        self.pipes, self.pids = [], []
+        self.pids, self.answers, self.credits = [], [], []
 
 
-def _work(fd: int, tasks: list, out: int, others: list[int]) -> None:
-    """A worker's life: its tasks mapped and written to `out`, then os._exit, whatever happens (no
-    stdio buffer inherited is flushed, no atexit hook of the reader's runs here)."""
+def _work(fd: int, tasks: list, credits: int, out: int, readers: list[int]) -> None:
+    """A worker's life: its tasks mapped, each once credited, and written to `out`, then os._exit,
+    whatever happens (no stdio buffer inherited is flushed, no atexit hook of the reader's runs here)."""
     status = 1
     try:
-        for pipe in others:                           # the reader's ends: a reader gone is then a broken pipe
-            os.close(pipe)
+        for end in readers:                           # the reader's ends: a reader gone is then a broken pipe
+            os.close(end)
         _adopt(fd)
         for a, b in tasks:
+            if not os.read(credits, 1):               # the reader is done with this worker
+                break
             blob = marshal.dumps(_map_task(a, b))
             _write_all(out, len(blob).to_bytes(8, "little") + blob)
         status = 0
