@@ -288,8 +288,11 @@ def test_a_piece_whose_kept_lines_are_most_of_it_comes_back_dense(tmp_path: Path
 
 
 
+# Both scripts take SIGINT as a terminal's process does: a test run started in the background (`cmd &`
+# in a script) inherits it ignored, and Python then raises no KeyboardInterrupt at all.
 INTERRUPTED = """
-import json, os, sys, time
+import json, os, signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from gpudeck.jobs.logs.analyze import LogAnalyzer, parallel
 parallel.MIN_FILE = 1 << 20
 parallel.TASK_BYTES = parallel.MIN_TASK_BYTES = 600 * 1024
@@ -339,6 +342,7 @@ def test_ctrl_c_stops_the_spread_without_the_workers_tracebacks(tmp_path: Path) 
 # yet in _adopt (so still with SIGINT blocked, as forked).
 FORKING = """
 import json, os, signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from gpudeck.jobs.logs.analyze import parallel
 parallel.MIN_FILE = 1 << 20
 parallel.TASK_BYTES = parallel.MIN_TASK_BYTES = 600 * 1024
