@@ -87,19 +87,21 @@ INPUTS = (
     ' NCCL work|NCCL operations have failed|NCCL WARN NET/\\\\w+ ?: (?:Got completion from '
     'peer|.*(?:failed|error))|NCCL WARN Call to \\\\w+ failed|NCCL WARN .*[Cc]onnection '
     "(?:refused|reset|closed)|NCCL WARN .*(?:failed to extend|shared memory segment) /dev/shm', 32, 8), "
-    "('[Aa]ddress already in use', 32, 8), ('Watchdog timeout \\\\(|watchdog_timeout=\\\\d+\\\\)|[Hh]ang "
-    'detected|detected a hang|execute_model timed out|ENGINE_ITERATION_TIMEOUT|Engine iteration timed '
-    "out', 32, 8), ('\\\\b[Ww]atchdog\\\\b.*?\\\\b(?:timeout|timed out|time "
-    'out|expired)|\\\\b(?:[Tt]imeout|[Tt]imed out)\\\\b.*?\\\\b[Ww]atchdog\\\\b\', 32, 8), ("Health check '
-    'failed\\\\. Server couldn\'t get a response from detokenizer", 32, 8), (\'^(?!.*\\\\b[Rr]etry)(?:.*?Did '
-    'not receive (?:a )?response from .{1,80}? within \\\\d+|Timeout waiting for (?!lock)\\\\w|.*?not ready '
-    'after waiting \\\\d+ seconds)\', 32, 8), ("undefined symbol|cannot open shared object file|No module '
-    'named|GLIBC(?:XX)?_[\\\\d.]+\'? not found|DLL load failed|cannot import name", 32, 8), (\'^[\\\\w.\\\\-]+(?:'
-    ' [\\\\w\\\\-]+)?: error: (?:unrecognized arguments|the following arguments are required|argument '
-    '\\\\S+|invalid choice|ambiguous option|unrecognized option|expected one argument)|^Error: (?:No such '
-    "option|Got unexpected extra argument|Invalid value for|Missing (?:option|argument))', 32, 8), "
-    "('User-specified \\\\w+ \\\\(\\\\d+\\\\) is greater than the derived|Bfloat16 is only supported on GPUs with"
-    " compute capability|Both servers must use the same --[\\\\w\\\\-]+ value', 32, 8), "
+    "('Error while deserializing header: (?:MetadataIncompleteBuffer|Header\\\\w+|InvalidHeader\\\\w*|header "
+    "too (?:large|small)|incomplete metadata)', 32, 8), ('[Aa]ddress already in use', 32, 8), ('Watchdog "
+    'timeout \\\\(|watchdog_timeout=\\\\d+\\\\)|[Hh]ang detected|detected a hang|execute_model timed '
+    "out|ENGINE_ITERATION_TIMEOUT|Engine iteration timed out', 32, 8), "
+    "('\\\\b[Ww]atchdog\\\\b.*?\\\\b(?:timeout|timed out|time out|expired)|\\\\b(?:[Tt]imeout|[Tt]imed "
+    'out)\\\\b.*?\\\\b[Ww]atchdog\\\\b\', 32, 8), ("Health check failed\\\\. Server couldn\'t get a response from '
+    'detokenizer", 32, 8), (\'^(?!.*\\\\b[Rr]etry)(?:.*?Did not receive (?:a )?response from .{1,80}? within'
+    ' \\\\d+|Timeout waiting for (?!lock)\\\\w|.*?not ready after waiting \\\\d+ seconds)\', 32, 8), ("undefined'
+    " symbol|cannot open shared object file|No module named|GLIBC(?:XX)?_[\\\\d.]+'? not found|DLL load "
+    'failed|cannot import name", 32, 8), (\'^[\\\\w.\\\\-]+(?: [\\\\w\\\\-]+)?: error: (?:unrecognized '
+    'arguments|the following arguments are required|argument \\\\S+|invalid choice|ambiguous '
+    'option|unrecognized option|expected one argument)|^Error: (?:No such option|Got unexpected extra '
+    "argument|Invalid value for|Missing (?:option|argument))', 32, 8), ('User-specified \\\\w+ \\\\(\\\\d+\\\\) "
+    'is greater than the derived|Bfloat16 is only supported on GPUs with compute capability|Both servers '
+    "must use the same --[\\\\w\\\\-]+ value', 32, 8), "
     "('\\\\b(?:[Uu]nknown|[Ii]nvalid|[Uu]nsupported|[Uu]nrecognized) (?:[\\\\w\\\\-]+ "
     '){0,3}?(?:method|backend|load_format|\\\\w+_format|parser|algorithm(?: name)?|dtype|choice)s?: '
     '[\\\'\\\\"]?[\\\\w.\\\\-]|must be divisible by (?:the )?(?:tensor|pipeline|data|expert|context) parallel '

@@ -329,6 +329,17 @@ FAILURES: tuple[Signature, ...] = (
     Signature("NCCL", "cause", NCCL, "nccl", 140, "NCCL 2.x, torch ProcessGroupNCCL",
               "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE) "
               "ran for 600059 milliseconds before timing out.", SPECIFIC, verdict=_nccl),
+    Signature("SAFETENSORS_CUT_SHORT", "cause",
+              regexcache.compile(r"Error while deserializing header: (?:MetadataIncompleteBuffer|Header\w+|"
+                                 r"InvalidHeader\w*|header too (?:large|small)|incomplete metadata)"),
+              "exception", 131,
+              "safetensors 0.3-0.6 (its Rust error's Debug name, or 0.6's words), read by vLLM, SGLang, "
+              "transformers' loaders",
+              "safetensors_rust.SafetensorError: Error while deserializing header: MetadataIncompleteBuffer",
+              SPECIFIC,
+              advice="a safetensors weight file is cut short or is not the file itself (a partial download, a "
+                     "git-lfs pointer): compare its size with the hub's, delete it and download it again "
+                     "(huggingface-cli download --force-download)"),
     Signature("PORT_IN_USE", "cause", PORT_IN_USE, "exception", 130, "uvicorn, any server",
               "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already "
               "in use", SPECIFIC, "exception_port"),
