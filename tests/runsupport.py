@@ -81,10 +81,15 @@ def write_jobs(path: Path, jobs: dict[str, dict]) -> Path:
 
 def wait_for(predicate: Callable[[], object], timeout: float = 20.0, what: str = "condition",
              interval: float = 0.05) -> object:
-    """predicate()'s first truthy value, polled every `interval` s; AssertionError naming `what` after `timeout` s."""
+    """predicate()'s first truthy value, polled every `interval` s; AssertionError naming `what` after `timeout` s.
+    A file the predicate reads that is not there yet counts as not yet (a run's record can be listed
+    before its runner has created its log: CI saw that race once)."""
     deadline = time.monotonic() + timeout
     while True:
-        value = predicate()
+        try:
+            value = predicate()
+        except FileNotFoundError:
+            value = None
         if value:
             return value
         if time.monotonic() > deadline:
