@@ -121,9 +121,9 @@ class LocalBox(Box):
 
     # -- who -----------------------------------------------------------------------------------
     def info(self) -> BoxInfo:
+        import socket                   # (here: ~5 ms of every command's start on the VM otherwise)
         from gpudeck.jobs import __version__
         path = self.jobs_path()
-        import socket                   # (here: ~5 ms of every command's start on the VM otherwise)
         return BoxInfo(name=self.name, local=True, hostname=socket.gethostname(), readonly=self.readonly,
                        version=__version__, python=".".join(map(str, sys.version_info[:3])), pid=os.getpid(),
                        state_dir=str(self.state_dir()), jobs_file=str(path) if path is not None else None)

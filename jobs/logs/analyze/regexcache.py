@@ -4,9 +4,10 @@ The stdlib compiles a pattern in pure Python (its parser and code generator): th
 ~110 patterns and its two prefilter tries cost ~0.1 s of CPU at every process start on the
 2-core VM, a third of `gpudeck analyze` of a small file. The code they compile to is a list of
 ints that only the interpreter build defines (kept here as an array's bytes); ``_sre.compile``
-turns it back into a pattern in microseconds. So `compile()` keeps, per interpreter build, {(pattern, flags): that code} in one
-file under ``$XDG_CACHE_HOME/gpudeck/regex/`` (``~/.cache/...``), read at import and written
-back (atomically) at exit when this process compiled a pattern it lacked. `derived()` keeps the
+turns it back into a pattern in microseconds. So `compile()` keeps, per interpreter build,
+{(pattern, flags): that code} in one file under ``$XDG_CACHE_HOME/gpudeck/regex/``
+(``~/.cache/...``), read at import and written back (atomically) at exit when this process
+compiled a pattern it lacked. `derived()` keeps the
 text of a pattern built in Python (the prefilter tries, ~10 ms each) the same way, by its inputs.
 
 A file is never trusted blindly, as hscache.py's databases are not: it is read only where it is a
