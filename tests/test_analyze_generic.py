@@ -473,6 +473,19 @@ def test_a_timestamp_then_a_level_after_a_space(line: str, level: str, message: 
     assert strip_prefixes(line)[:2] == (message, level)
 
 
+@pytest.mark.parametrize("line, message", [
+    # journald / syslog (a numeric zone): `host unit[pid]: ` is the wrapper's, stripped
+    ("2026-12-03T14:00:01+0000 gpu-box python3[4242]: train step[120]: loss 1.25", "train step[120]: loss 1.25"),
+    ("2026-12-03T14:00:01.123456+00:00 gpu-box kernel: Out of memory: Killed process 4242",
+     "Out of memory: Killed process 4242"),
+    # kubectl --timestamps writes `Z`: what follows is the program's own text, kept whole
+    ("2026-12-03T14:00:01.123456789Z train step[120]: loss 1.25", "train step[120]: loss 1.25"),
+    ("2026-12-03T14:00:01Z data loader[3]: shard 3 read", "data loader[3]: shard 3 read"),
+])
+def test_a_host_and_unit_after_a_stamp_only_where_journald_writes_them(line: str, message: str) -> None:
+    assert strip_prefixes(line)[0] == message
+
+
 @pytest.mark.parametrize("text,line", [
     ("Collecting vllm==0.99.0\nERROR: Could not find a version that satisfies the requirement vllm==0.99.0 (from "
      "versions: 0.10.0, 0.11.0)\nERROR: No matching distribution found for vllm==0.99.0", 2),

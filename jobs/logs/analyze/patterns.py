@@ -296,9 +296,10 @@ ANSI = regexcache.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x
 _LEVELS = "INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL|NOTICE"
 # An ISO-8601 stamp's zone, and after it what stamped the line (the timestamp is the record's, the rest a
 # wrapper's): kubelet's CRI log (/var/log/pods) `stdout F ` / `stderr P `, journalctl -o short-iso's
-# `host unit[pid]: ` (`host kernel: `).
+# `host unit[pid]: ` (`host kernel: `). journald and syslog write a numeric zone, never `Z`: after a `Z`
+# (kubectl --timestamps) a `train step[120]: ` is the message's own.
 STAMP_ZONE = r"(?:Z|[+-]\d\d:?\d\d)"
-STAMP_TAIL = r"\s(?:stdout|stderr)\s[FP](?=\s)|\s[\w.\-]+\s[\w.\-/@]+(?:\[\d+\]|(?<=\skernel)):(?=\s)"
+STAMP_TAIL = r"\s(?:stdout|stderr)\s[FP](?=\s)|(?<=\d)\s[\w.\-]+\s[\w.\-/@]+(?:\[\d+\]|(?<=\skernel)):(?=\s)"
 # A bracketed level, after its `[` and level: DeepSpeed's and many launchers' `[INFO] [launch.py:256:main] `,
 # HF examples' `[INFO|trainer.py:2406] 2026-05-02 14:00:01,100 >> `, a bare `[WARNING] `.
 BRACKET_LEVEL_TAIL = (r")(?:\|[\w.\-]+:\d+)?\](?:\s*\[[\w.\-]+:\d+(?::[\w<>.]+)?\])?"
