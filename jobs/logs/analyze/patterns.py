@@ -335,9 +335,12 @@ _PREFIX = regexcache.compile(
     r"|\[(?P<lvl4>[EWIF])\s[^\]]*\.(?:cpp|cc|cu|h|hpp|c):\d+\]"                                 # [E ProcessGroupNCCL.cpp:563]
     r"|\[?(?P<lvl5>[EWIF])\d{3,4}\s\d\d:\d\d:\d\d\.\d+(?:\s+\d+)?\s\S+:\d+\]"                         # glog, bare or [bracketed]
     r"|\[\s*\d+\.\d+\]"                                                                       # dmesg
+    # NCCL_DEBUG's header `host:pid:tid [dev] NCCL INFO `: its INFO is chatter (a missing net plugin's
+    # `cannot open shared object file` included); a WARN keeps its header, which NCCL's rows read
+    r"|[\w.\-]+:\d+:\d+ \[\d+\] NCCL (?P<lvl9>INFO|TRACE)(?=\s)"
     r"|(?:#\d+\s)?(?P<ts5>\d+\.\d+)(?=\s\S)"                                                  # buildkit 25.88
     r")\s?")
-_LEVEL_OF = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "FATAL", "D": "DEBUG", "C": "CRITICAL"}
+_LEVEL_OF = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "FATAL", "D": "DEBUG", "C": "CRITICAL", "TRACE": "DEBUG"}
 # What a wrapper puts before a whole record (outermost, before any prefix above): nobody can list
 # them all, so the shapes are generic. An IDE/CMake runner's `[build] `, kubectl's `[pod/x/c] ` and
 # `pod/x-7f9 `, docker compose's `web-1  | ` (or a pasted `  | `), a viewer's line number `[1830] `,
@@ -377,7 +380,7 @@ def strip_prefixes(text: str) -> tuple[str, Optional[str], Optional[tuple[str, s
             continue
         outer = False
         g = m.groupdict()
-        lvl = g["lvl1"] or g["lvl2"] or g["lvl3"] or g["lvl4"] or g["lvl5"] or g["lvl6"] or g["lvl7"] or g["lvl8"]
+        lvl = g["lvl1"] or g["lvl2"] or g["lvl3"] or g["lvl4"] or g["lvl5"] or g["lvl6"] or g["lvl7"] or g["lvl8"] or g["lvl9"]
         if lvl:
             level = _LEVEL_OF.get(lvl, lvl)
         for key in ("ts1", "ts4", "ts6", "ts3", "ts2", "ts5"):

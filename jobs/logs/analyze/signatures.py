@@ -547,6 +547,12 @@ PREFIXES: tuple[Signature, ...] = (
          "NeMo `[NeMo W <date> <time> file:N]` (a one-letter level); a logger's `[name]` before its timestamp "
          "behind a rank prefix (torchtitan `[rank0]:[titan] <ts> - root - INFO - `)",
          "[NeMo W 2026-12-03 14:00:02 nemo_logging:393] Could not import apex", "Could not import apex"),
+    _row("nccl_debug_info", "prefix", r"[\w.\-]+:\d+:\d+ \[\d+\] NCCL (?:INFO|TRACE)(?=\s)", "stripped", 77,
+         "NCCL_DEBUG=INFO / TRACE (all): `host:pid:tid [dev] NCCL INFO `, read at level INFO (never a failure); "
+         "a `NCCL WARN` keeps its header for NCCL's rows",
+         "gpu-a-03:40211:40211 [0] NCCL INFO NET/Plugin: Plugin load returned 2 : libnccl-net.so: cannot open "
+         "shared object file: No such file or directory", "NET/Plugin: Plugin load returned 2 : libnccl-net.so: "
+         "cannot open shared object file: No such file or directory"),
     _row("sglang_gpu_tag", "prefix", r"\[gpu=\d+\]", "stripped", 81, "SGLang 0.2 (ModelTpServer's lines)",
          "[gpu=0] Load weight end. type=LlamaForCausalLM, dtype=torch.float16", "Load weight end. type=LlamaForCausalLM, "
          "dtype=torch.float16"),
