@@ -137,10 +137,18 @@ def _slurm_comm(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
     return (SPECIFIC, "node_fail", "slurm_node_fail" if "Node failure on" in body else "slurm_comm")
 
 
+# An allocation the line says was the GPU's (a CUDA call, a device, a GPU buffer): a plain `out of memory` there is CUDA's.
+_GPU_ALLOCATION = regexcache.compile(r"\bcuda\w*|\bCUDA\w*|\bGPU\b|\bon device \d|\bVRAM\b|\bhipMalloc")
+
+
 def _plain_oom(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
     if "ecode out of memory happened" in body:
         return None             # SGLang 0.2-0.4 retracting requests (KV cache pressure, a warning): it serves on
-    if ctx.building or "cc1plus" in body or "allocating" in body:
+    if "cc1plus" in body:
+        return (SPECIFIC, "host_oom", "host_oom_build")
+    if _GPU_ALLOCATION.search(body) is not None:      # llama.cpp / Ollama: `… on device 0: cudaMalloc failed: out of memory`
+        return (SPECIFIC, "cuda_oom", "cuda_oom")
+    if ctx.building or "allocating" in body:
         return (SPECIFIC, "host_oom", "host_oom_build")
     return (SPECIFIC, "cuda_oom", "cuda_oom_nccl" if "Cuda failure" in body or "NCCL" in body else "cuda_oom")
 
