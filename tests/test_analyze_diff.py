@@ -21,6 +21,10 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # a bar's label names its phase: a hub download's file name is loading (a full one made the next
+    # bar capturing), Lightning's `Validation DataLoader 0` is training (its `Loader` read loading)
+    ("fixture vllm_hub_download_file_bars.log", "phase"): "loading",
+    ("fixture lightning_validation_after_dataset_prep.log", "phase"): "training",
     ("fixture build_ide_runner_prefixed_ninja.log", "progress"): (47, 230, "build"),      # [build] prefix
     ("fixture slurm_preempted.log", "progress"): (113, 230, "build"),                    # [build] prefix
     ("fixture pip_wheel_envelope_cmake_error.log", "failure"): ("build_failed", 12),     # not the numpy UserWarning

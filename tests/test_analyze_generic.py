@@ -526,3 +526,28 @@ def test_torch_elastic_summary_is_an_envelope_of_its_workers_end(code: str, tb: 
 def test_a_rows_words_alone_are_examined(line: str, cause: str) -> None:
     r = analyze_bytes(("step 100/1000 loss 2.2\n" + line + "\n").encode())
     assert r.failure is not None and (r.failure.cause, r.failure.line) == (cause, 2), r.failure
+
+
+@pytest.mark.parametrize("label, phase", [
+    ("Validation DataLoader 0", "training"),        # Lightning: validation runs within training (not a load)
+    ("Sanity Checking DataLoader 0", "training"),
+    ("Evaluating", "training"),
+    ("Generating train split", None),               # HF datasets: the data, not training yet
+    ("Running tokenizer on dataset (num_proc=16)", None),
+    ("Map (num_proc=8)", None),
+    ("model-00002-of-00017.safetensors", "loading"),   # a hub download, one bar a file
+    ("model.safetensors-00013-of-00039.safeten(…)", "loading"),
+    ("Loading checkpoint shards", "loading"),
+    ("Epoch 3", "training"),
+    ("Capturing CUDA graphs (decode, FULL)", "capturing"),
+])
+def test_a_bars_label_names_its_phase(label: str, phase) -> None:
+    from gpudeck.jobs.logs.analyze.patterns import label_phase
+    assert label_phase(label) == phase
+
+
+def test_dataset_preparation_bars_alone_are_not_training() -> None:
+    data = (b"Generating train split: 100%|##########| 100000/100000 [00:02<00:00, 41021.33 examples/s]\n"
+            b"Running tokenizer on dataset (num_proc=16):  45%|####5     | 45000/100000 [00:10<00:12, 4400.00 examples/s]\n")
+    a = analyze_bytes(data)
+    assert a.phase != "training" and a.progress is not None and a.progress.done == 45000

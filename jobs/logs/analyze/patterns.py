@@ -892,14 +892,26 @@ HINTS = {
 
 
 
+_EVAL_BARS = ("validat", "sanity check", "eval", "testing", "predicting")
+_DATA_PREP_BARS = ("map", "filter", "generating ")
+_DATA_PREP_WORDS = ("dataset", " split", "tokeniz", "preprocess", "grouping texts", "chat template")
+_WEIGHT_FILES = (".safeten", ".gguf", ".bin", ".pt", ".msgpack", ".h5")
+
+
 def label_phase(label: str) -> Optional[str]:
     """The phase a progress bar's label names, or None for an unlabeled/unknown bar."""
     low = label.lower()
     if "captur" in low or "graph" in low:
         return "capturing"
+    if low.startswith(_EVAL_BARS):
+        return "training"     # Lightning's `Validation DataLoader 0`, a trainer's eval: within training
+    if low.startswith(_DATA_PREP_BARS) or any(word in low for word in _DATA_PREP_WORDS):
+        return None           # HF datasets' `Generating train split`, `Map`: the data, neither training nor a load
     for word in ("load", "checkpoint", "shard", "weight", "download", "fetch"):
         if word in low:
             return "loading"
+    if any(ext in low for ext in _WEIGHT_FILES):
+        return "loading"      # hub downloads, one bar a file: `model-00002-of-00017.safetensors`
     if "compil" in low or "autotun" in low or "warm" in low:
         return "compiling"
     for word in ("train", "epoch", "step", "iter"):

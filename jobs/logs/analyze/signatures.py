@@ -716,7 +716,9 @@ MARKERS = regexcache.compile(_grouped(PHASES))
 # Progress, serving numbers and warnings: the readers of patterns.py / generic.py, one row each.
 PROGRESS: tuple[Signature, ...] = (
     _row("tqdm bar", "progress", TQDM, "done/total, rate, ETA; phase from the label", 30,
-         "tqdm (any), vLLM shard loader `% Completed |`, bar-less non-TTY bars",
+         "tqdm (any), vLLM shard loader `% Completed |`, bar-less non-TTY bars; the label's phase "
+         "(patterns.label_phase): a hub file's name is loading, validation/eval is training, HF datasets' "
+         "preparation (`Generating train split`, `Map`, `… dataset`) names none",
          "Capturing CUDA graphs (decode, FULL):  45%|####5     | 23/51 [00:02<00:02, 11.40it/s]", "23/51"),
     _row("ninja [n/N]", "progress", NINJA, "build n/N", 29, "ninja (CMake, torch cpp_extension)",
          "[12/345] Building CUDA object CMakeFiles/_C.dir/csrc/x.cu.o", "12/345"),
