@@ -22,7 +22,8 @@ The rule, in order:
 5. Progress past a logged error (``RECOVERY_ADVANCES`` updates of the series it was logged in,
    or where none ran yet, of the first one after it), a phase marker that moves the job on to
    another phase (where what is held may be a logged fallback, ``FALLBACK_CAUSES``: an OOM or
-   an NCCL error is not undone by another rank's marker), or serving proves the job carried on:
+   an NCCL error is not undone by another rank's marker; or a build error as a marker moves the job on
+   to training: a probe's compile or link test, DeepSpeed's op builder), or serving proves the job carried on:
    the candidates so far are dropped (an ``error_recovered`` warning remains). Only serving is
    proof: what a marker or progress dropped (another rank may log those while the one that raised
    the error died) is named again by an envelope after it, as in rule 4.

@@ -332,8 +332,15 @@ class State:
         self._enter_phase(kind, line)
         # A job that goes on to another phase after logging an error did not die of it (cause.py, rule 5).
         if self.progress_at_failure is not None and self.phase != before and (
-                self.best is None or self.best.cause in FALLBACK_CAUSES):
+                self.best is None or self.best.cause in FALLBACK_CAUSES or self._past_a_probe_build()):
             self._recovered(line)
+
+    def _past_a_probe_build(self) -> bool:
+        """A build error held as a marker moves the job on to training: a probe's compile or link test
+        failed (DeepSpeed's op builder: `/usr/bin/ld: cannot find -laio`); a real build ends on one.
+        (A marker's only: folded runs of bars may skip the one that turns the phase, scanner.bar_run.)"""
+        best = self.best
+        return best is not None and best.cause == "build_failed" and self.phase == "training"
 
     def _enter_phase(self, kind: Optional[str], line: int) -> None:
         if kind == "loading":
