@@ -18,7 +18,9 @@ The rule, in order:
    ERROR line above it names the line (its cause stays the envelope's). A traceback's
    header is an envelope of its final line: an envelope that ends the traceback (a build
    tool's CalledProcessError: a setup.py or ``cmake --build`` wrapping ninja) replaces it,
-   while an envelope printed before the traceback (``ninja: build stopped``) stays first.
+   while an envelope printed before the traceback (``ninja: build stopped``) stays first. A
+   traceback nested in a wrapper's output (pip's ``╰─> [N lines of output]`` block) ends on an
+   indented exception line: that line is the error inside, not quoted source.
 5. Progress past a logged error (``RECOVERY_ADVANCES`` updates of the series it was logged in,
    or where none ran yet, of the first one after it), a phase marker that moves the job on to
    another phase (where what is held may be a logged fallback, ``FALLBACK_CAUSES``: an OOM or

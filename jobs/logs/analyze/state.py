@@ -12,7 +12,7 @@ from .model import (ALL_FAMILIES, F, Failure, KeyLine, LogAnalysis, LogWarning, 
                     SPEC_WINDOW, STALL_REPEATS, ServingNumbers, W)
 from .cause import FALLBACK_CAUSES, Spec, is_warning
 from .generic import is_count, labelled_bracket, labelled_count
-from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, FRAME, GPU_FAULT, HINTS, JIT, KV_PRESSURE, LOSS_DICT,
+from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HINTS, JIT, KV_PRESSURE, LOSS_DICT,
                        MAKE, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SERIES_LABELS, SIZE,
                        SLURM_OOM, STALL_NOTICE, STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID,
                        XID_APP, XID_NOISE, clock, indent_width, label_phase, num, parse_serving_stats_line, read_stats,
@@ -715,8 +715,9 @@ class State:
         if body.startswith("usage:"):
             self.usage_line = line
             return
-        # Source lines quoted inside a traceback (`raise RuntimeError("NCCL error …")`) are not errors.
-        if indent >= CODE_INDENT and line - self.last_frame_line <= 40:
+        # Source lines quoted inside a traceback (`raise RuntimeError("NCCL error …")`) are not errors;
+        # an exception line indented there ends a traceback nested in a wrapper's output (pip's block).
+        if indent >= CODE_INDENT and line - self.last_frame_line <= 40 and EXC_LINE.match(body) is None:
             return
         if body[0] in "^~":
             return

@@ -9,7 +9,7 @@ from operator import itemgetter
 from typing import Literal, Optional, Union
 
 from .model import ALL_FAMILIES, F, Family, GIANT_SEGMENT, M, P, S, SERVING_KEYS, W
-from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, FAMILY, FRAME, JIT, KV_PRESSURE, LOSS_DICT, MAKE,
+from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, EXC_LINE, FAMILY, FRAME, JIT, KV_PRESSURE, LOSS_DICT, MAKE,
                        NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STALL_NOTICE, STEP,
                        TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, clock, families_in, indent_width, label_phase, parse_serving_stats_line, prefilter_in, prefix_ts_span,
                        serving_stats_spans, strip_prefixes, training_shaped, ts_seconds)
@@ -400,7 +400,7 @@ def _text_plan(text: str, fams: int, depth: int) -> RecordPlan:
         elif body.startswith("usage:"):
             plan.failure = "usage"
         else:
-            plan.guard = plan.indent >= CODE_INDENT
+            plan.guard = plan.indent >= CODE_INDENT and EXC_LINE.match(body) is None    # (state._failure)
             if body[0] in "^~":
                 pass
             elif STALL_NOTICE.search(body):
