@@ -67,10 +67,11 @@ INPUTS = (
     'zero exit status (?:137|-9)\\\\b|Signals\\\\.SIGKILL|killed by signal(?: 9\\\\b|:? Killed)|received signal'
     ' 9\\\\b|terminated by signal 9\\\\b|Out of memory: Kill|invoked oom-killer|oom-'
     'kill|oom_reaper|^MemoryError\\\\b|std::bad_alloc|Cannot allocate memory|virtual memory exhausted|out '
-    "of memory allocating|exitcode\\\\s*:\\\\s*-9\\\\b|Signal \\\\d+ \\\\(SIGKILL\\\\) received|OOMKilled', 32, 8), "
-    "('\\\\bsignal: killed\\\\b|\\\\breceived SIGKILL\\\\b|\\\\bSIGKILL received\\\\b|\\\\bwas SIGKILLed\\\\b', 32, 8), "
-    "('(?:\\\\b[Ee]xit[ _]?(?:[Cc]ode|[Ss]tatus)|\\\\bexitCode|\\\\breturn[ _]?code|\\\\bterminated with(?: exit "
-    '?code| signal)?)\\\\s*[:=]?\\\\s*(?:137|-9)\\\\b|\\\\bterminated with signal 9\\\\b|unexpectedly failed with '
+    'of memory allocating|exitcode\\\\s*:\\\\s*-9\\\\b|Signal \\\\d+ \\\\(SIGKILL\\\\) received|\\\\btasks? [\\\\d,\\\\-]+:'
+    " Killed\\\\b|OOMKilled', 32, 8), ('\\\\bsignal: killed\\\\b|\\\\breceived SIGKILL\\\\b|\\\\bSIGKILL "
+    "received\\\\b|\\\\bwas SIGKILLed\\\\b', 32, 8), ('(?:\\\\b[Ee]xit[ "
+    '_]?(?:[Cc]ode|[Ss]tatus)|\\\\bexitCode|\\\\breturn[ _]?code|\\\\bterminated with(?: exit ?code| '
+    'signal)?)\\\\s*[:=]?\\\\s*(?:137|-9)\\\\b|\\\\bterminated with signal 9\\\\b|unexpectedly failed with '
     "(?:exitcode=|an exit code )9\\\\b', 32, 8), ('out of memory', 32, 8), ('Torch not compiled with CUDA "
     "enabled', 32, 8), ('CUDA error(?!s)|Cuda error(?!s)|CUDA driver error|\\\\.cuh?:\\\\d+: .*Assertion .* "
     'failed|illegal memory access|device-side '

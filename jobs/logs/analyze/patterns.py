@@ -688,6 +688,7 @@ HOST_OOM = regexcache.compile(
     r"|std::bad_alloc|Cannot allocate memory|virtual memory exhausted|out of memory allocating"
     # torch.distributed.elastic: "failed (exitcode: -9) local_rank: 0", "Signal 9 (SIGKILL) received by PID"
     r"|exitcode\s*:\s*-9\b|Signal \d+ \(SIGKILL\) received"
+    r"|\btasks? [\d,\-]+: Killed\b"       # srun: `srun: error: gpu-b11: task 2: Killed`
     r"|OOMKilled")   # Docker / Kubernetes: the container's memory limit
 NCCL = regexcache.compile(
     r"NCCL error|nccl(?:System|Internal|UnhandledCuda|InvalidUsage|Remote|InvalidArgument)Error"
