@@ -21,6 +21,8 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # trainer banners: torchtitan's `total steps 3000` is the run's total (its steps read n/None)
+    ("fixture torchtitan_total_steps_banner.log", "progress"): (30, 3000, "step"),
     # a bar's label names its phase: a hub download's file name is loading (a full one made the next
     # bar capturing), Lightning's `Validation DataLoader 0` is training (its `Loader` read loading)
     ("fixture vllm_hub_download_file_bars.log", "phase"): "loading",

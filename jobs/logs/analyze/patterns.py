@@ -492,7 +492,13 @@ LOSS_DICT = regexcache.compile(r"""^\{['"](?:loss|train_loss|eval_loss)['"]\s*:.
                        r"""(?:.*['"](?:global_)?step['"]\s*:\s*(\d+))?""")
 TRAIN_END = regexcache.compile(r"""^\{['"]train_runtime['"]""")
 NUM_EPOCHS = regexcache.compile(r"Num [Ee]pochs\s*=\s*([\d,]+)")
-TOTAL_STEPS = regexcache.compile(r"Total optimization steps\s*=\s*([\d,]+)")
+# HF Trainer's banner `Total optimization steps = 1,500`; torchtitan's `…, total steps 1000 (warmup 200)`
+TOTAL_STEPS = regexcache.compile(r"(?:Total optimization steps\s*=\s*|\btotal steps:?\s+)([\d,]+)")
+
+
+def names_totals(body: str) -> bool:
+    """Whether a record may be a trainer's banner of totals (NUM_EPOCHS / TOTAL_STEPS): read as one, never as a step."""
+    return "Num" in body or "optimization" in body or "total steps" in body
 
 
 def clock(text: str) -> Optional[float]:

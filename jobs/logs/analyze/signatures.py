@@ -729,7 +729,7 @@ PROGRESS: tuple[Signature, ...] = (
     _row("HF loss dict 'epoch'", "progress", LOSS_DICT, "epoch of `Num Epochs`", 25, "HF Trainer",
          "{'loss': 1.2, 'grad_norm': 1.0, 'learning_rate': 1e-05, 'epoch': 0.59}", "0.59/None"),
     _row("trainer banners", "progress", NUM_EPOCHS.pattern + "|" + TOTAL_STEPS.pattern, "totals", 24,
-         "HF Trainer", "  Total optimization steps = 564", ""),
+         "HF Trainer; torchtitan (`…, total steps 3000 (warmup 300)`)", "  Total optimization steps = 564", ""),
     _row("labelled [n/N]", "progress", generic.LABELLED_BRACKET, "n/N; phase from the label", 23,
          "any: the generic layer, a [N/M] after a label that names a phase, or before a build step's words "
          "(`BUILD_STEP_ANYWHERE`: ninja behind a prefix nobody listed)",

@@ -15,7 +15,7 @@ from .generic import is_count, labelled_bracket, labelled_count
 from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HINTS, JIT, KV_PRESSURE, LOSS_DICT,
                        MAKE, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SERIES_LABELS, SIZE,
                        SLURM_OOM, STALL_NOTICE, STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID,
-                       XID_APP, XID_NOISE, clock, indent_width, label_phase, num, parse_serving_stats_line, read_stats,
+                       XID_APP, XID_NOISE, clock, indent_width, label_phase, names_totals, num, parse_serving_stats_line, read_stats,
                        series_label, strip_prefixes, training_shaped, ts_seconds)
 from .signatures import ENDS_TRACEBACK, ENGINE_WEAK, MARKERS, Context, classify as classify_failure, engine_signals
 
@@ -540,7 +540,7 @@ class State:
                 self.phase = "training"
                 self.why["phase"] = f"HF Trainer train_runtime dict (line {line})"
                 return
-        if "Num" in body or "optimization" in body:
+        if names_totals(body):
             m = NUM_EPOCHS.search(body)
             if m:
                 self.num_epochs = int(m.group(1).replace(",", ""))

@@ -11,7 +11,7 @@ from typing import Literal, Optional, Union
 from .model import ALL_FAMILIES, F, Family, GIANT_SEGMENT, M, P, S, SERVING_KEYS, W
 from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, EXC_LINE, FAMILY, FRAME, JIT, KV_PRESSURE, LOSS_DICT, MAKE,
                        NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STALL_NOTICE, STEP,
-                       TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, clock, families_in, indent_width, label_phase, parse_serving_stats_line, prefilter_in, prefix_ts_span,
+                       TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, clock, families_in, indent_width, label_phase, names_totals, parse_serving_stats_line, prefilter_in, prefix_ts_span,
                        serving_stats_spans, strip_prefixes, training_shaped, ts_seconds)
 from .generic import labelled_bracket, labelled_count
 from .cause import Spec
@@ -121,7 +121,7 @@ def _progress_kind(body: str, ts: Optional[tuple[str, str]]) -> Kind:
         return K_OTHER
     if c == "{" and (LOSS_DICT.match(body) or TRAIN_END.match(body)):
         return K_OTHER
-    if "Num" in body or "optimization" in body:
+    if names_totals(body):
         return K_OTHER if (NUM_EPOCHS.search(body) or TOTAL_STEPS.search(body)) else K_INERT
     if not ("tep" in body or "TEP" in body or "ter" in body or "poch" in body or "POCH" in body):
         return K_OTHER if labelled_count(body) is not None else K_INERT
@@ -462,7 +462,7 @@ def progress_plan(body: str) -> Optional[tuple]:
             return (PG_LOSS, m.span(1), m.span(2) if m.group(2) is not None else None)
         if TRAIN_END.match(body):
             return None
-    if "Num" in body or "optimization" in body:
+    if names_totals(body):
         return None
     if not ("tep" in body or "TEP" in body or "ter" in body or "poch" in body or "POCH" in body):
         m = labelled_count(body)
