@@ -128,19 +128,45 @@ def test_sglang_is_ready_only_when_fired_up() -> None:
     assert r.warnings == ()
 
 
-def test_error_then_serving_is_recovered_not_failed() -> None:
+def test_a_request_error_while_serving_is_a_warning_not_a_failure() -> None:
     r = analyze_file(FIXTURES / "serving_recovered_error.log")
     assert r.failure is None and r.phase == "ready"
-    assert [(w.code, w.line) for w in r.warnings] == [("error_recovered", 6)]
+    assert [(w.code, w.line) for w in r.warnings] == [("request_error", 6)]
+    assert r.warnings[0].message == ("a request failed and the server answered it (it serves on): ValueError: This "
+                                     "model's maximum context length is 8192 tokens.")
+    # no stats line after it: the server answered the request (vLLM's handler caught it), it is no crash
+    data = (FIXTURES / "serving_recovered_error.log").read_bytes()
+    cut = analyze_bytes(data[:data.index(b"(APIServer pid=5) INFO:     10.0.0.9")])
+    assert cut.failure is None and cut.phase == "ready" and [w.code for w in cut.warnings] == ["request_error"]
+
+
+def test_error_then_serving_is_recovered_not_failed() -> None:
+    data = (FIXTURES / "serving_recovered_error.log").read_bytes().replace(
+        b"(APIServer pid=5) ERROR 06-01 12:00:00 [serving_chat.py:300] Error in preprocessing prompt inputs\n", b"")
+    r = analyze_bytes(data)
+    assert r.failure is None and r.phase == "ready"
+    assert [(w.code, w.line) for w in r.warnings] == [("error_recovered", 5)]
     # (the state keeps the warning's parts; its text is made with the result)
-    assert r.warnings[0].message == ("exception logged at line 6 but the job carried on: ValueError: This model's "
+    assert r.warnings[0].message == ("exception logged at line 5 but the job carried on: ValueError: This model's "
                                      "maximum context length is 8192 tokens.")
 
 
 def test_crash_while_serving_is_failed() -> None:
-    data = (FIXTURES / "serving_recovered_error.log").read_bytes()
+    # An exception no request-error line announces, and no serving after it: the server died of it.
+    data = (FIXTURES / "serving_recovered_error.log").read_bytes().replace(
+        b"(APIServer pid=5) ERROR 06-01 12:00:00 [serving_chat.py:300] Error in preprocessing prompt inputs\n", b"")
     r = analyze_bytes(data[:data.index(b"(APIServer pid=5) INFO:     10.0.0.9")])
-    assert r.failure.cause == "exception" and r.failure.line == 6
+    assert r.failure.cause == "exception" and r.failure.line == 5
+
+
+def test_a_specific_cause_inside_a_request_error_still_decides() -> None:
+    data = (b"(APIServer pid=5) INFO:     Application startup complete.\n"
+            b"ERROR:    Exception in ASGI application\n"
+            b"Traceback (most recent call last):\n"
+            b'  File "/venv/lib/python3.12/site-packages/vllm/engine/async_llm.py", line 400, in generate\n'
+            b"RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    r = analyze_bytes(data)
+    assert r.phase == "failed" and (r.failure.cause, r.failure.line) == ("cuda_error", 5)
 
 
 def test_hf_trainer_bar_with_cr_updates_and_glued_loss_dict() -> None:

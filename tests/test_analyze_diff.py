@@ -21,6 +21,11 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # cause.py rule 6: vLLM's handler logged one request's ValueError and answered 400: a warning
+    ("fixture serving_recovered_error.log", "warnings"): ["request_error"],
+    ("fixture sglang_asgi_request_exception_serves_on.log", "warnings"): ["request_error"],   # uvicorn's own words
+    ("fixture sglang_asgi_request_exception_serves_on.log", "failure"): None,
+    ("fixture sglang_asgi_request_exception_serves_on.log", "phase"): "ready",
     # trainer banners: torchtitan's `total steps 3000` is the run's total (its steps read n/None)
     ("fixture torchtitan_total_steps_banner.log", "progress"): (30, 3000, "step"),
     # a bar's label names its phase: a hub download's file name is loading (a full one made the next

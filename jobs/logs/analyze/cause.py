@@ -29,6 +29,10 @@ The rule, in order:
    the candidates so far are dropped (an ``error_recovered`` warning remains). Only serving is
    proof: what a marker or progress dropped (another rank may log those while the one that raised
    the error died) is named again by an envelope after it, as in rule 4.
+6. A server's request error is no failure: a plain exception (a traceback's final line, its
+   header) within 40 lines after a line saying one request failed (uvicorn's ``Exception in ASGI
+   application``, vLLM's ``Error in preprocessing prompt inputs``) is that request's, which the
+   server answered: a ``request_error`` warning. A specific cause there (a CUDA error) still decides.
 
 Which row decides one *line* that several rows match is the rows' ``priority`` (higher
 first), so the table, not the order of code, says that "CUDA error … NCCL watchdog"

@@ -46,10 +46,11 @@ INPUTS = (
     "('Allowing ninja to set a default number of workers|make -j(?:\\\\s|$)|virtual memory exhausted|Cannot"
     " allocate memory|std::bad_alloc', 32, 16), ('preempted by PreemptionMode|not enough KV cache "
     "space|KV cache pool is full|[Dd]ecode out of memory happened|[Rr]etract(?:ed)? requests', 32, 16), "
-    "('Prebuilt kernels not found|using JIT backend|Loading JIT ops|JIT compil', 32, 16), ('\\\\*\\\\*\\\\* "
-    "(?:JOB|STEP) \\\\S+ ON \\\\S+ CANCELLED AT \\\\S+(?: DUE TO (?P<why>[A-Z ,]+?))? \\\\*\\\\*\\\\*', 32, 8), "
-    "('(?:sbatch|srun|salloc): error: (?:Batch job submission failed|Unable to allocate resources|Job "
-    "submit/allocate failed): ', 32, 8), "
+    "('Prebuilt kernels not found|using JIT backend|Loading JIT ops|JIT compil', 32, 16), ('Exception in "
+    'ASGI application|Error in preprocessing prompt inputs|Error in (?:chat )?completion stream '
+    "generator', 32, 16), ('\\\\*\\\\*\\\\* (?:JOB|STEP) \\\\S+ ON \\\\S+ CANCELLED AT \\\\S+(?: DUE TO (?P<why>[A-Z "
+    ",]+?))? \\\\*\\\\*\\\\*', 32, 8), ('(?:sbatch|srun|salloc): error: (?:Batch job submission failed|Unable "
+    "to allocate resources|Job submit/allocate failed): ', 32, 8), "
     "('\\\\b(?:srun|slurmstepd|salloc|sbatch|slurmd)(?:-[\\\\w.\\\\-]+)?(?:\\\\[\\\\d+\\\\])?: error: .*?(?:Socket "
     'timed out|Zero Bytes were transmitted|Communication (?:connection|send|receive) failure|contact '
     "slurm controller|Connection (?:timed out|refused)|Node failure on )', 32, 8), ('fallen off the "
@@ -222,6 +223,9 @@ ANCHORS: tuple[tuple[bytes, int], ...] = (
     (b'server_args=', 4),
     (b'fired up and ready to roll', 4),
     (b'Draft acceptance rate:', 2),
+    (b'Exception in ASGI application', 16),
+    (b'Error in preprocessing prompt inputs', 16),
+    (b'completion stream generator', 16),
     (b'CANCELLED AT', 8),
     (b'node running low on memory', 8),
     (b'exceeds the memory usage threshold', 8),

@@ -121,6 +121,10 @@ def _alternatives(items: Any) -> list[Any]:
         return [alt for branch in items[0][1][1] for alt in _alternatives(branch)]
     if len(items) == 1 and items[0][0] is sre.SUBPATTERN and not items[0][1][1] & re.IGNORECASE:
         return _alternatives(items[0][1][3])
+    if len(items) > 1 and items[-1][0] is sre.BRANCH and all(op is sre.LITERAL for op, _ in items[:-1]):
+        # The parser factors the alternatives' common first letters out (`Exception…|Error…` is
+        # `E(?:xception…|rror…)`): each alternative is that prefix and its branch.
+        return [items[:-1] + alt for branch in items[-1][1][1] for alt in _alternatives(branch)]
     return [items]
 
 
@@ -789,6 +793,16 @@ OOM_RISK = regexcache.compile(r"Allowing ninja to set a default number of worker
 KV_PRESSURE = regexcache.compile(r"preempted by PreemptionMode|not enough KV cache space|KV cache pool is full"
                           r"|[Dd]ecode out of memory happened|[Rr]etract(?:ed)? requests")
 JIT = regexcache.compile(r"Prebuilt kernels not found|using JIT backend|Loading JIT ops|JIT compil")
+# A server logging one request's failure, the traceback to follow: uvicorn's unhandled exception in a
+# route, vLLM's OpenAI handlers catching one. The server answers that request (400/500) and serves on.
+REQUEST_ERROR = regexcache.compile(r"Exception in ASGI application|Error in preprocessing prompt inputs"
+                                   r"|Error in (?:chat )?completion stream generator")
+REQUEST_ERROR_LINES = 40      # how far the traceback a request-error line announces may run
+
+
+def warns(body: str) -> bool:
+    """Whether State._warnings reads anything in this record (the warning rows' patterns)."""
+    return bool(OOM_RISK.search(body) or KV_PRESSURE.search(body) or JIT.search(body) or REQUEST_ERROR.search(body))
 
 HINTS = {
     "cuda_oom": "GPU memory exhausted — lower --gpu-memory-utilization / --mem-fraction-static, max model length "

@@ -33,7 +33,7 @@ from .patterns import (_LEVELS, _PREFIX, BAD_ARGS, BRACKET_LEVEL_TAIL, CONFIG_RE
                        HF_HUB, HINTS, STAMP_TAIL, STAMP_ZONE, BUILD_SPECIFIC, BUILD_UMBRELLA, CRASH, CUDA_ERR, CUDA_OOM,
                        ENGINE_UMBRELLA, EPOCH, EXC_LINE, FOREIGN_PREFIX, GPU_FAULT, HANG, HOST_OOM, IMPORT, JIT,
                        KV_PRESSURE, LOSS_DICT, MAKE, NCCL, NINJA, NODE_OOM, NUM_EPOCHS, OOM_RISK, PORT_IN_USE,
-                       PYDANTIC_DETAIL, SLURM_END, STEP, TOTAL_STEPS, TQDM, VLLM_SPEC_RATE, _SGLANG_FIELD, _VLLM_STATS,
+                       PYDANTIC_DETAIL, REQUEST_ERROR, SLURM_END, STEP, TOTAL_STEPS, TQDM, VLLM_SPEC_RATE, _SGLANG_FIELD, _VLLM_STATS,
                        is_build_tool)
 from . import regexcache
 
@@ -762,6 +762,10 @@ WARNINGS: tuple[Signature, ...] = (
          "Sequence group 3 is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache space."),
     _row("jit_compile", "warning", JIT, "jit_compile", 8, "flashinfer, DeepSpeed ops",
          "Prebuilt kernels not found, using JIT backend"),
+    _row("request_error", "warning", REQUEST_ERROR, "request_error", 7,
+         "uvicorn / Starlette (any ASGI server: vLLM, SGLang); vLLM's OpenAI handlers (0.6 -> current). A plain "
+         "exception within 40 lines after it is that request's: a warning, no failure (cause.py rule 6)",
+         "ERROR:    Exception in ASGI application"),
 )
 
 TABLE: tuple[Signature, ...] = PREFIXES + ENGINES + PHASES + PROGRESS + SERVING + WARNINGS + FAILURES

@@ -13,7 +13,7 @@ from .model import (ALL_FAMILIES, F, Failure, KeyLine, LogAnalysis, LogWarning, 
 from .cause import FALLBACK_CAUSES, Spec, is_warning
 from .generic import is_count, labelled_bracket, labelled_count
 from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HINTS, JIT, KV_PRESSURE, LOSS_DICT,
-                       MAKE, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SERIES_LABELS, SIZE,
+                       MAKE, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, REQUEST_ERROR, REQUEST_ERROR_LINES, SERIES_LABELS, SIZE,
                        SLURM_OOM, STALL_NOTICE, STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID,
                        XID_APP, XID_NOISE, clock, indent_width, label_phase, names_totals, num, parse_serving_stats_line, read_stats,
                        series_label, strip_prefixes, training_shaped, ts_seconds)
@@ -114,7 +114,7 @@ class State:
     __slots__ = ("now", "engine_strong", "engine_path", "engine_weak", "weak_seen", "phase", "load_done",
                  "ready_line", "serving", "spec_recent", "warnings", "num_epochs", "total_steps", "bar", "hint",
                  "seq", "series", "first_error", "best", "first_low", "first_weak", "advances_since_failure",
-                 "progress_at_failure", "last_frame_line", "usage_line", "nvrm", "last_progress_key", "labels",
+                 "progress_at_failure", "last_frame_line", "request_error_at", "usage_line", "nvrm", "last_progress_key", "labels",
                  "stall_notices", "why", "text", "progress_at", "ready_text", "recovered_from", "__dict__")
 
     def __init__(self) -> None:
@@ -149,6 +149,7 @@ class State:
         self.advances_since_failure = 0
         self.progress_at_failure: Optional[tuple[tuple, Number]] = None
         self.last_frame_line = -10**9
+        self.request_error_at = -10**9                # the last request-error line (REQUEST_ERROR)
         self.usage_line = -10**9
         self.nvrm: deque[tuple[int, str]] = deque(maxlen=6)
         self.last_progress_key: Optional[tuple[tuple, float]] = None
@@ -764,6 +765,12 @@ class State:
         return self.first_weak is not None
 
     def _candidate(self, cand: _Candidate) -> None:
+        if (cand.cause == "exception" and cand.line - self.request_error_at <= REQUEST_ERROR_LINES
+                and not self.candidate_is_noop(cand.spec)):
+            # (cause.py rule 6) the traceback of one request the server answered: a warning, no failure
+            self.warnings["request_error"] = ("request_error", cand.line, f"a request failed and the server "
+                                              f"answered it (it serves on): {cand.message}")
+            return
         if self.first_error is None:
             self.first_error = cand
         if cand.spec >= _EXCEPTION:
@@ -867,6 +874,12 @@ class State:
         elif KV_PRESSURE.search(body):
             self.warnings["kv_cache_pressure"] = (
                 "kv_cache_pressure", line, f"KV cache full, requests preempted/retracted: {body[:200]}")
+        elif REQUEST_ERROR.search(body):
+            # One request failed: the exception its traceback ends on (within REQUEST_ERROR_LINES) is
+            # that request's, which the server answered; it is no candidate (see _candidate).
+            self.request_error_at = line
+            self.warnings["request_error"] = ("request_error", line, f"a request failed and the server answered "
+                                              f"it (it serves on): {body[:200]}")
         elif JIT.search(body) and "jit_compile" not in self.warnings:
             self.warnings["jit_compile"] = (
                 "jit_compile", line, "kernels are JIT-compiled on first use (no prebuilt kernels): the next "

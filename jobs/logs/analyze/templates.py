@@ -11,7 +11,7 @@ from typing import Literal, Optional, Union
 from .model import ALL_FAMILIES, F, Family, GIANT_SEGMENT, M, P, S, SERVING_KEYS, W
 from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, EXC_LINE, FAMILY, FRAME, JIT, KV_PRESSURE, LOSS_DICT, MAKE,
                        NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STALL_NOTICE, STEP,
-                       TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, clock, families_in, indent_width, label_phase, names_totals, parse_serving_stats_line, prefilter_in, prefix_ts_span,
+                       TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, clock, families_in, indent_width, label_phase, names_totals, parse_serving_stats_line, warns, prefilter_in, prefix_ts_span,
                        serving_stats_spans, strip_prefixes, training_shaped, ts_seconds)
 from .generic import labelled_bracket, labelled_count
 from .cause import Spec
@@ -160,7 +160,7 @@ def _glued_inert(rest: str, fams: int) -> bool:
         return False
     if fams & F and not _failure_inert(body, level):
         return False
-    return not (fams & W and (OOM_RISK.search(body) or KV_PRESSURE.search(body) or JIT.search(body)))
+    return not (fams & W and warns(body))
 
 
 def classify_template(tpl: bytes, engine_known: bool) -> Union[int, Template]:
@@ -210,7 +210,7 @@ def classify_template(tpl: bytes, engine_known: bool) -> Union[int, Template]:
         return Template(fams, K_OTHER)
     if fams & F and not _failure_inert(body, level):
         return Template(fams, K_OTHER)
-    if fams & W and (OOM_RISK.search(body) or KV_PRESSURE.search(body) or JIT.search(body)):
+    if fams & W and warns(body):
         return Template(fams, K_OTHER)
     if kind == K_INERT and hits == no_hits:
         return 0
@@ -409,7 +409,7 @@ def _text_plan(text: str, fams: int, depth: int) -> RecordPlan:
                 pass
             elif not _failure_inert(body, level):
                 plan.failure = "classify"
-    plan.warn = bool(fams & W) and bool(OOM_RISK.search(body) or KV_PRESSURE.search(body) or JIT.search(body))
+    plan.warn = bool(fams & W) and warns(body)
     plan.marker_only = plan.marker is not None and not (plan.stats or plan.progress or plan.warn or plan.failure)
     plan.hint_only = (plan.progress and plan.prog is not None and plan.prog[0] == PG_LOSS and plan.ts is None
                       and not (plan.stats or plan.marker or plan.warn or plan.failure))
