@@ -21,6 +21,9 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # server_listening: llama.cpp's `server is listening on http://…` and idle slots say it serves
+    ("fixture llamacpp_server_ready_idle.log", "phase"): "ready",
+    ("fixture llamacpp_server_ready_idle.log", "ready_line"): 17,
     # cause.py rule 6: vLLM's handler logged one request's ValueError and answered 400: a warning
     ("fixture serving_recovered_error.log", "warnings"): ["request_error"],
     ("fixture sglang_asgi_request_exception_serves_on.log", "warnings"): ["request_error"],   # uvicorn's own words

@@ -18,13 +18,14 @@ INPUTS = (
     "allocated|Memory pool end', 0, 4), ('Starting vLLM API server|Available routes are|Started server "
     'process|Waiting for application startup|Uvicorn running on|Initializing a V\\\\d LLM engine|Server '
     "args|server_args=', 0, 4), ('Application startup complete', 0, 4), ('fired up and ready to roll', 0,"
-    " 4), ('Building (?:CUDA|CXX|C) object|\\\\*\\\\*\\\\* Configuring CMake|-- Configuring "
-    '(?:done|incomplete)|-- The (?:C|CXX|CUDA) compiler identification|Building wheel|running '
-    'build_ext|Emitting ninja build file|scikit-build-core|Linking (?:CUDA|CXX|C) '
-    "(?:shared|static)|Building extension', 0, 4), ('\\\\*+ Running training \\\\*+|^training "
-    "\\\\.\\\\.\\\\.\\\\s*$', 0, 4), ('(?P<pct>\\\\d{1,3})%\\\\s*(?:\\\\|[^|\\\\r\\\\n]{0,400}\\\\||Completed\\\\s*\\\\||(?=\\\\d+("
-    '?:\\\\.\\\\d+)?[kKMGT]?/\\\\d+(?:\\\\.\\\\d+)?[kKMGT]?\\\\s*\\\\[))\\\\s*(?P<n>\\\\d+(?:\\\\.\\\\d+)?)(?P<nu>[kKMGT]?)/(?P'
-    '<N>\\\\d+(?:\\\\.\\\\d+)?)(?P<Nu>[kKMGT]?)(?!\\\\.?\\\\d|[eE][-'
+    " 4), ('[Ss]erver is listening on https?://|\\\\bListening on https?://|\\\\bListening at:? https?://|\\\\*"
+    " Running on https?://|\\\\bServing on https?://|llama runner started in|all slots are idle', 0, 4), "
+    "('Building (?:CUDA|CXX|C) object|\\\\*\\\\*\\\\* Configuring CMake|-- Configuring (?:done|incomplete)|-- "
+    'The (?:C|CXX|CUDA) compiler identification|Building wheel|running build_ext|Emitting ninja build '
+    "file|scikit-build-core|Linking (?:CUDA|CXX|C) (?:shared|static)|Building extension', 0, 4), ('\\\\*+ "
+    "Running training \\\\*+|^training \\\\.\\\\.\\\\.\\\\s*$', 0, 4), ('(?P<pct>\\\\d{1,3})%\\\\s*(?:\\\\|[^|\\\\r\\\\n]{0,4"
+    '00}\\\\||Completed\\\\s*\\\\||(?=\\\\d+(?:\\\\.\\\\d+)?[kKMGT]?/\\\\d+(?:\\\\.\\\\d+)?[kKMGT]?\\\\s*\\\\[))\\\\s*(?P<n>\\\\d+('
+    '?:\\\\.\\\\d+)?)(?P<nu>[kKMGT]?)/(?P<N>\\\\d+(?:\\\\.\\\\d+)?)(?P<Nu>[kKMGT]?)(?!\\\\.?\\\\d|[eE][-'
     "+]?\\\\d)(?:\\\\s*\\\\[(?P<inner>[^\\\\]\\\\r\\\\n]{0,200})\\\\])?', 32, 1), ('^\\\\[(\\\\d+)/(\\\\d+)\\\\]\\\\s', 32, 1), "
     "('^\\\\[\\\\s*(\\\\d{1,3})%\\\\]\\\\s', 32, 1), ('\\\\b(?:global[_ ])?(?:step|Step|STEP|iter|Iter|iteration|Iter"
     "ation)\\\\b\\\\s*[:=#]?\\\\s*\\\\[?\\\\s*(\\\\d+)(?![\\\\w.])\\\\s*(?:/\\\\s*(\\\\d+(?:[eE]\\\\+?\\\\d+)?)(?![\\\\w.]))?', 32,"
@@ -91,9 +92,11 @@ INPUTS = (
     'peer|.*(?:failed|error))|NCCL WARN Call to \\\\w+ failed|NCCL WARN .*[Cc]onnection '
     "(?:refused|reset|closed)|NCCL WARN .*(?:failed to extend|shared memory segment) /dev/shm', 32, 8), "
     "('Error while deserializing header: (?:MetadataIncompleteBuffer|Header\\\\w+|InvalidHeader\\\\w*|header "
-    "too (?:large|small)|incomplete metadata)', 32, 8), ('[Aa]ddress already in use', 32, 8), ('Watchdog "
-    'timeout \\\\(|watchdog_timeout=\\\\d+\\\\)|[Hh]ang detected|detected a hang|execute_model timed '
-    "out|ENGINE_ITERATION_TIMEOUT|Engine iteration timed out', 32, 8), "
+    "too (?:large|small)|incomplete metadata)', 32, 8), ('\\\\berror loading model: |\\\\bfailed to load "
+    "model\\\\b|exiting due to model loading error', 32, 8), ('\\\\bexiting due to (?:[\\\\w-]+ "
+    '){0,3}error\\\\b\', 32, 8), ("[Aa]ddress already in use|couldn\'t bind HTTP server socket", 32, 8), '
+    "('Watchdog timeout \\\\(|watchdog_timeout=\\\\d+\\\\)|[Hh]ang detected|detected a hang|execute_model timed"
+    " out|ENGINE_ITERATION_TIMEOUT|Engine iteration timed out', 32, 8), "
     "('\\\\b[Ww]atchdog\\\\b.*?\\\\b(?:timeout|timed out|time out|expired)|\\\\b(?:[Tt]imeout|[Tt]imed "
     'out)\\\\b.*?\\\\b[Ww]atchdog\\\\b\', 32, 8), ("Health check failed\\\\. Server couldn\'t get a response from '
     'detokenizer", 32, 8), (\'^(?!.*\\\\b[Rr]etry)(?:.*?Did not receive (?:a )?response from .{1,80}? within'
@@ -222,6 +225,13 @@ ANCHORS: tuple[tuple[bytes, int], ...] = (
     (b'ownloading', 4),
     (b'server_args=', 4),
     (b'fired up and ready to roll', 4),
+    (b'erver is listening on http', 4),
+    (b'Listening on http', 4),
+    (b'Listening at', 4),
+    (b'* Running on http', 4),
+    (b'Serving on http', 4),
+    (b'llama runner started in', 4),
+    (b'all slots are idle', 4),
     (b'Draft acceptance rate:', 2),
     (b'Exception in ASGI application', 16),
     (b'Error in preprocessing prompt inputs', 16),
@@ -252,6 +262,7 @@ ANCHORS: tuple[tuple[bytes, int], ...] = (
     (b'could not select device driver "', 8),
     (b'collective operation timeout', 8),
     (b'ddress already in use', 8),
+    (b"couldn't bind HTTP server socket", 8),
     (b'ang detected', 8),
     (b'detected a hang', 8),
     (b'ENGINE_ITERATION_TIMEOUT', 8),

@@ -675,7 +675,7 @@ CUDA_OOM = regexcache.compile(
     r"|not enough GPU memory available"   # vLLM 0.2x auto-fit of max_model_len: not even one token fits
     # GPU memory held by someone else at startup (vLLM >= 0.10 / SGLang)
     r"|is less than desired GPU memory utilization|memory capacity is unbalanced")
-PORT_IN_USE = regexcache.compile(r"[Aa]ddress already in use")
+PORT_IN_USE = regexcache.compile(r"[Aa]ddress already in use|couldn't bind HTTP server socket")
 # The Hugging Face Hub refusing a download (a gated or private repo, a bad token) or unreachable (offline mode,
 # no network). No status digits: a template's are 0s; the words after them say which.
 HF_HUB = regexcache.compile(r"GatedRepoError|[Cc]annot access gated repo|access a gated repo|RepositoryNotFoundError"

@@ -348,7 +348,17 @@ FAILURES: tuple[Signature, ...] = (
               advice="a safetensors weight file is cut short or is not the file itself (a partial download, a "
                      "git-lfs pointer): compare its size with the hub's, delete it and download it again "
                      "(huggingface-cli download --force-download)"),
-    Signature("PORT_IN_USE", "cause", PORT_IN_USE, "exception", 130, "uvicorn, any server",
+    Signature("MODEL_LOAD_FAILED", "cause",
+              regexcache.compile(r"\berror loading model: |\bfailed to load model\b|exiting due to model loading error"),
+              "exception", 129, "llama.cpp server / llama-cli (2024-2026, `llama_model_load: error loading model:`), "
+              "Ollama's runner", "llama_model_load: error loading model: llama_model_loader: failed to load model from "
+              "/models/x.gguf", EXCEPTION,
+              advice="the model file could not be loaded: check the path, that the file is whole (its size against "
+                     "the source's) and that this build reads its format (a GGUF newer than the binary)"),
+    Signature("SERVER_EXIT", "cause", regexcache.compile(r"\bexiting due to (?:[\w-]+ ){0,3}error\b"),
+              "exception", 58, "llama.cpp server's `main: exiting due to HTTP server error`: a server giving up, "
+              "its reason on the lines above", "main: exiting due to HTTP server error", UMBRELLA, "exception"),
+    Signature("PORT_IN_USE", "cause", PORT_IN_USE, "exception", 130, "uvicorn, llama.cpp server, any server",
               "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already "
               "in use", SPECIFIC, "exception_port"),
     Signature("HANG", "cause", HANG, "hang", 120, "SGLang 2024-2025 scheduler watchdog, vLLM V1, vLLM V0's engine "
@@ -694,6 +704,12 @@ PHASES: tuple[Signature, ...] = (
          "INFO:     Application startup complete.", "ready"),
     _row("sglang_ready", "phase", r"fired up and ready to roll", "ready", 39, "SGLang",
          "The server is fired up and ready to roll!", "ready"),
+    _row("server_listening", "phase", r"[Ss]erver is listening on https?://|\bListening on https?://|\bListening at:? https?://"
+         r"|\* Running on https?://|\bServing on https?://|llama runner started in|all slots are idle", "startup_complete", 39,
+         "any HTTP server naming its URL once it serves (llama.cpp server's `server is listening on http://…`, "
+         "werkzeug, gunicorn), llama.cpp's idle slots, Ollama's runner; its early `HTTP server is listening, "
+         "hostname:` (before the model loads) names none",
+         "main: server is listening on http://0.0.0.0:8080 - starting the main loop", "ready"),
     _row("build_steps", "phase", r"Building (?:CUDA|CXX|C) object|\*\*\* Configuring CMake|-- Configuring (?:done|incomplete)"
          r"|-- The (?:C|CXX|CUDA) compiler identification|Building wheel|running build_ext|Emitting ninja build file"
          r"|scikit-build-core|Linking (?:CUDA|CXX|C) (?:shared|static)|Building extension", "building", 38,
