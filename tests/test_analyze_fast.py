@@ -80,6 +80,8 @@ MAKERS = [
                         "ERROR 05-07 10:00:00 [core.py:1] EngineCore failed to start.",
                         "WARNING 05-07 10:00:00 [x.py:1] Error %d ignored" % _n(r), "    ^^^^^", "KeyboardInterrupt",
                         "ERROR:    Exception in ASGI application",
+                        "CRITICAL 05-07 10:00:00 [core_client.py:359] Got fatal signal from worker processes, shutting "
+                        "down. See stack trace above for root cause issue.",
                         "(APIServer pid=1) ERROR 05-07 10:00:00 [serving_chat.py:246] Error in preprocessing prompt inputs",
                         "      ModuleNotFoundError: No module named 'torch'",
                         "/usr/bin/ld: cannot find -laio: No such file or directory",

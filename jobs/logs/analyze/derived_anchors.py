@@ -64,17 +64,17 @@ INPUTS = (
     'blocks|Not enough memory\\\\. Please try to increase|can be stored in KV cache|Capture cuda graph '
     'failed:.*out of memory|insufficient (?:GPU|device) memory|out of memory on (?:device|GPU)|larger '
     'than the available KV cache memory|not enough GPU memory available|is less than desired GPU memory '
-    "utilization|memory capacity is unbalanced', 32, 8), ('^Killed\\\\s*$|^Killed "
-    'process|\\\\d+\\\\s+Killed\\\\b|\\\\bKilled\\\\s{2,}\\\\S|died due to signal 9|Killed signal terminated '
-    'program|internal compiler error: Killed|(?:exit|exited with) (?:code|status)[:= ]*(?:137|-9)\\\\b|non-'
-    'zero exit status (?:137|-9)\\\\b|Signals\\\\.SIGKILL|killed by signal(?: 9\\\\b|:? Killed)|received signal'
-    ' 9\\\\b|terminated by signal 9\\\\b|Out of memory: Kill|invoked oom-killer|oom-'
-    'kill|oom_reaper|^MemoryError\\\\b|std::bad_alloc|Cannot allocate memory|virtual memory exhausted|out '
-    'of memory allocating|exitcode\\\\s*:\\\\s*-9\\\\b|Signal \\\\d+ \\\\(SIGKILL\\\\) received|\\\\btasks? [\\\\d,\\\\-]+:'
-    " Killed\\\\b|OOMKilled', 32, 8), ('\\\\bsignal: killed\\\\b|\\\\breceived SIGKILL\\\\b|\\\\bSIGKILL "
-    "received\\\\b|\\\\bwas SIGKILLed\\\\b', 32, 8), ('(?:\\\\b[Ee]xit[ "
-    '_]?(?:[Cc]ode|[Ss]tatus)|\\\\bexitCode|\\\\breturn[ _]?code|\\\\bterminated with(?: exit ?code| '
-    'signal)?)\\\\s*[:=]?\\\\s*(?:137|-9)\\\\b|\\\\bterminated with signal 9\\\\b|unexpectedly failed with '
+    "utilization|memory capacity is unbalanced', 32, 8), ('Got fatal signal from worker processes, "
+    "shutting down', 32, 8), ('^Killed\\\\s*$|^Killed process|\\\\d+\\\\s+Killed\\\\b|\\\\bKilled\\\\s{2,}\\\\S|died "
+    'due to signal 9|Killed signal terminated program|internal compiler error: Killed|(?:exit|exited '
+    'with) (?:code|status)[:= ]*(?:137|-9)\\\\b|non-zero exit status (?:137|-9)\\\\b|Signals\\\\.SIGKILL|killed'
+    ' by signal(?: 9\\\\b|:? Killed)|received signal 9\\\\b|terminated by signal 9\\\\b|Out of memory: '
+    'Kill|invoked oom-killer|oom-kill|oom_reaper|^MemoryError\\\\b|std::bad_alloc|Cannot allocate '
+    'memory|virtual memory exhausted|out of memory allocating|exitcode\\\\s*:\\\\s*-9\\\\b|Signal \\\\d+ '
+    "\\\\(SIGKILL\\\\) received|\\\\btasks? [\\\\d,\\\\-]+: Killed\\\\b|OOMKilled', 32, 8), ('\\\\bsignal: "
+    "killed\\\\b|\\\\breceived SIGKILL\\\\b|\\\\bSIGKILL received\\\\b|\\\\bwas SIGKILLed\\\\b', 32, 8), "
+    "('(?:\\\\b[Ee]xit[ _]?(?:[Cc]ode|[Ss]tatus)|\\\\bexitCode|\\\\breturn[ _]?code|\\\\bterminated with(?: exit "
+    '?code| signal)?)\\\\s*[:=]?\\\\s*(?:137|-9)\\\\b|\\\\bterminated with signal 9\\\\b|unexpectedly failed with '
     "(?:exitcode=|an exit code )9\\\\b', 32, 8), ('out of memory', 32, 8), ('Torch not compiled with CUDA "
     "enabled', 32, 8), ('CUDA error(?!s)|Cuda error(?!s)|CUDA driver error|\\\\.cuh?:\\\\d+: .*Assertion .* "
     'failed|illegal memory access|device-side '
@@ -138,16 +138,16 @@ INPUTS = (
     'failed to start|\\\\bhit an exception|\\\\b(?:Ray)?WorkerProc failed(?: to start)?[.:]|shutdown signal '
     'from EngineCore failed to send|Scheduler or DataParallelController \\\\d+ terminated with|Subprocess '
     '\\\\S+ \\\\(pid=\\\\d+\\\\) crashed with exit code|Received sigquit from a child '
-    'process|EngineDeadError|EngineCore encountered a fatal error|died unexpectedly|[Ww]orker.* '
-    'died|Child process .* died|terminate called after throwing|scheduler is dead|Traceback \\\\(most '
-    'recent call last\\\\)|Initialization failed\\\\. detoken|Capture cuda graph failed|failed \\\\(exitcode: '
-    '-?\\\\d+\\\\) local_rank|To enable traceback see: \\\\S*pytorch\\\\.org/docs/\\\\S*elastic|AsyncLLMEngine has '
-    'failed|Engine background task failed|RPCServer process died|output_handler failed|Exception in '
-    'ModelTpServer\', 32, 8), ("GatedRepoError|[Cc]annot access gated repo|access a gated '
-    'repo|RepositoryNotFoundError|Repository Not Found for url|Client Error: (?:Unauthorized|Forbidden) '
-    "for url: https://huggingface\\\\.co|Invalid user token|couldn't connect to "
-    '\'https://huggingface\\\\.co\'|LocalEntryNotFoundError|outgoing traffic has been disabled", 32, 8), '
-    "('Segmentation fault|SIGSEGV|core dumped|Aborted \\\\(core dumped\\\\)|Fatal Python error|^Bus "
+    'process|EngineDeadError|EngineCore encountered a fatal error|See stack trace (?:above )?for root '
+    'cause|died unexpectedly|[Ww]orker.* died|Child process .* died|terminate called after '
+    'throwing|scheduler is dead|Traceback \\\\(most recent call last\\\\)|Initialization failed\\\\. '
+    'detoken|Capture cuda graph failed|failed \\\\(exitcode: -?\\\\d+\\\\) local_rank|To enable traceback see: '
+    '\\\\S*pytorch\\\\.org/docs/\\\\S*elastic|AsyncLLMEngine has failed|Engine background task failed|RPCServer'
+    ' process died|output_handler failed|Exception in ModelTpServer\', 32, 8), ("GatedRepoError|[Cc]annot '
+    'access gated repo|access a gated repo|RepositoryNotFoundError|Repository Not Found for url|Client '
+    "Error: (?:Unauthorized|Forbidden) for url: https://huggingface\\\\.co|Invalid user token|couldn't "
+    'connect to \'https://huggingface\\\\.co\'|LocalEntryNotFoundError|outgoing traffic has been disabled", '
+    "32, 8), ('Segmentation fault|SIGSEGV|core dumped|Aborted \\\\(core dumped\\\\)|Fatal Python error|^Bus "
     "error\\\\b|\\\\(SIG(?:BUS|ABRT|ILL|FPE)\\\\) received by PID', 32, 8), ('^\\\\s*(?:Value|Assertion) error, "
     "\\\\S', 32, 8), ('^(?:-\\\\s+)?(?P<type>(?:(?:[A-Za-z_]\\\\w*\\\\.)*[A-Za-"
     'z_]\\\\w*(?:Error|Exception|Interrupt|Fault|Failed|OutOfResources|TimeoutExpired|NotFound)|(?:[A-Za-z_'
@@ -284,6 +284,7 @@ ANCHORS: tuple[tuple[bytes, int], ...] = (
     (b'No matching distribution found for', 8),
     (b'Could not find a version that satisfies the requirement', 8),
     (b'because these package versions have conflicting dependencies', 8),
+    (b'See stack trace', 8),
     (b'terminate called after throwing', 8),
     (b'Invalid user token', 8),
     (b"couldn't connect to 'https://huggingface.co'", 8),

@@ -770,6 +770,9 @@ ENGINE_UMBRELLA = regexcache.compile(
     # SGLang 0.5.x: the launcher / DP controller seeing a child end, the subprocess watchdog's SIGQUIT
     r"|Scheduler or DataParallelController \d+ terminated with|Subprocess \S+ \(pid=\d+\) crashed with exit code"
     r"|Received sigquit from a child process|EngineDeadError|EngineCore encountered a fatal error"
+    # vLLM V1's own pointers to the error above (0.8: `Exception: WorkerProc initialization failed … See
+    # stack trace for root cause.`, the client's `Got fatal signal from worker processes … See stack trace above`)
+    r"|See stack trace (?:above )?for root cause"
     r"|died unexpectedly|[Ww]orker.* died|Child process .* died|terminate called after throwing|scheduler is dead"
     r"|Traceback \(most recent call last\)|Initialization failed\. detoken|Capture cuda graph failed"
     # launchers: torch elastic's "failed (exitcode: 1) local_rank: 0 (pid: …) of binary" and its summary's

@@ -314,6 +314,12 @@ FAILURES: tuple[Signature, ...] = (
               "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 50.00 MiB. GPU 0 has a total "
               "capacity of 23.56 GiB", SPECIFIC, verdict=_cuda_oom,
               test=_cuda_oom_test),
+    Signature("ENGINE_SELF_KILL", "cause", regexcache.compile(r"Got fatal signal from worker processes, shutting down"),
+              "exception", 171, "vLLM V1 0.8-0.9 (core_client: its worker's error above, then it SIGKILLs its own "
+              "process tree): an envelope; the shell's bare `Killed` after it (within 3 lines) is that kill, "
+              "not the OOM killer's",
+              "CRITICAL 05-07 19:18:17 [core_client.py:359] Got fatal signal from worker processes, shutting down. "
+              "See stack trace above for root cause issue.", UMBRELLA, "exception"),
     Signature("HOST_OOM", "cause", HOST_OOM, "host_oom", 170, "Linux OOM killer, gcc, torch elastic, docker",
               "c++: fatal error: Killed signal terminated program cc1plus", SPECIFIC, verdict=_host_oom),
     Signature("SIGKILLED", "cause", generic.SIGKILLED, "host_oom", 165, "Go os/exec, supervisors, launchers",

@@ -45,6 +45,9 @@ def _is_traceback_header(cand: _Candidate) -> bool:
     return "Traceback (most recent call last)" in cand.message
 
 
+# The rows whose candidates _candidate looks at first: an engine killing itself, the bare `Killed` after it.
+_SELF_KILL_SIGS = frozenset(("ENGINE_SELF_KILL", "HOST_OOM"))
+
 # --------------------------------------------------------------------------- the state machine
 
 # _classify's verdicts by (body, level, phase), for examine_planned: bounded, shared by analyzers.
@@ -114,7 +117,7 @@ class State:
     __slots__ = ("now", "engine_strong", "engine_path", "engine_weak", "weak_seen", "phase", "load_done",
                  "ready_line", "serving", "spec_recent", "warnings", "num_epochs", "total_steps", "bar", "hint",
                  "seq", "series", "first_error", "best", "first_low", "first_weak", "advances_since_failure",
-                 "progress_at_failure", "last_frame_line", "request_error_at", "usage_line", "nvrm", "last_progress_key", "labels",
+                 "progress_at_failure", "last_frame_line", "request_error_at", "self_kill_at", "usage_line", "nvrm", "last_progress_key", "labels",
                  "stall_notices", "why", "text", "progress_at", "ready_text", "recovered_from", "__dict__")
 
     def __init__(self) -> None:
@@ -150,6 +153,7 @@ class State:
         self.progress_at_failure: Optional[tuple[tuple, Number]] = None
         self.last_frame_line = -10**9
         self.request_error_at = -10**9                # the last request-error line (REQUEST_ERROR)
+        self.self_kill_at = -10**9                    # the last ENGINE_SELF_KILL line
         self.usage_line = -10**9
         self.nvrm: deque[tuple[int, str]] = deque(maxlen=6)
         self.last_progress_key: Optional[tuple[tuple, float]] = None
@@ -765,6 +769,11 @@ class State:
         return self.first_weak is not None
 
     def _candidate(self, cand: _Candidate) -> None:
+        if cand.sig in _SELF_KILL_SIGS:
+            if cand.sig == "ENGINE_SELF_KILL":
+                self.self_kill_at = cand.line
+            elif cand.line - self.self_kill_at <= 3 and cand.message.strip() == "Killed":
+                return                # the engine's SIGKILL of its own processes, announced above: no OOM
         if (cand.cause == "exception" and cand.line - self.request_error_at <= REQUEST_ERROR_LINES
                 and not self.candidate_is_noop(cand.spec)):
             # (cause.py rule 6) the traceback of one request the server answered: a warning, no failure
