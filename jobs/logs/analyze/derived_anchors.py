@@ -61,20 +61,21 @@ INPUTS = (
     "threshold|Ray killed this worker|killed due to memory pressure \\\\(OOM\\\\)', 32, 8), ('CUDA out of "
     'memory|OutOfMemoryError|CUDA (?:driver )?error: out of '
     'memory|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|No available memory for the cache '
-    'blocks|Not enough memory\\\\. Please try to increase|can be stored in KV cache|Capture cuda graph '
-    'failed:.*out of memory|insufficient (?:GPU|device) memory|out of memory on (?:device|GPU)|larger '
-    'than the available KV cache memory|not enough GPU memory available|is less than desired GPU memory '
-    "utilization|memory capacity is unbalanced', 32, 8), ('Got fatal signal from worker processes, "
-    "shutting down', 32, 8), ('^Killed\\\\s*$|^Killed process|\\\\d+\\\\s+Killed\\\\b|\\\\bKilled\\\\s{2,}\\\\S|died "
-    'due to signal 9|Killed signal terminated program|internal compiler error: Killed|(?:exit|exited '
-    'with) (?:code|status)[:= ]*(?:137|-9)\\\\b|non-zero exit status (?:137|-9)\\\\b|Signals\\\\.SIGKILL|killed'
-    ' by signal(?: 9\\\\b|:? Killed)|received signal 9\\\\b|terminated by signal 9\\\\b|Out of memory: '
-    'Kill|invoked oom-killer|oom-kill|oom_reaper|^MemoryError\\\\b|std::bad_alloc|Cannot allocate '
-    'memory|virtual memory exhausted|out of memory allocating|exitcode\\\\s*:\\\\s*-9\\\\b|Signal \\\\d+ '
-    "\\\\(SIGKILL\\\\) received|\\\\btasks? [\\\\d,\\\\-]+: Killed\\\\b|OOMKilled', 32, 8), ('\\\\bsignal: "
-    "killed\\\\b|\\\\breceived SIGKILL\\\\b|\\\\bSIGKILL received\\\\b|\\\\bwas SIGKILLed\\\\b', 32, 8), "
-    "('(?:\\\\b[Ee]xit[ _]?(?:[Cc]ode|[Ss]tatus)|\\\\bexitCode|\\\\breturn[ _]?code|\\\\bterminated with(?: exit "
-    '?code| signal)?)\\\\s*[:=]?\\\\s*(?:137|-9)\\\\b|\\\\bterminated with signal 9\\\\b|unexpectedly failed with '
+    'blocks|Not enough memory\\\\. Please try to increase|Not enough memory to handle \\\\d+ (?:prefill '
+    '|total )?tokens|can be stored in KV cache|Capture cuda graph failed:.*out of memory|insufficient '
+    '(?:GPU|device) memory|out of memory on (?:device|GPU)|larger than the available KV cache memory|not '
+    'enough GPU memory available|is less than desired GPU memory utilization|memory capacity is '
+    "unbalanced', 32, 8), ('Got fatal signal from worker processes, shutting down', 32, 8), "
+    "('^Killed\\\\s*$|^Killed process|\\\\d+\\\\s+Killed\\\\b|\\\\bKilled\\\\s{2,}\\\\S|died due to signal 9|Killed "
+    'signal terminated program|internal compiler error: Killed|(?:exit|exited with) (?:code|status)[:= '
+    ']*(?:137|-9)\\\\b|non-zero exit status (?:137|-9)\\\\b|Signals\\\\.SIGKILL|killed by signal(?: 9\\\\b|:? '
+    'Killed)|received signal 9\\\\b|terminated by signal 9\\\\b|Out of memory: Kill|invoked oom-killer|oom-'
+    'kill|oom_reaper|^MemoryError\\\\b|std::bad_alloc|Cannot allocate memory|virtual memory exhausted|out '
+    'of memory allocating|exitcode\\\\s*:\\\\s*-9\\\\b|Signal \\\\d+ \\\\(SIGKILL\\\\) received|\\\\btasks? [\\\\d,\\\\-]+:'
+    " Killed\\\\b|OOMKilled', 32, 8), ('\\\\bsignal: killed\\\\b|\\\\breceived SIGKILL\\\\b|\\\\bSIGKILL "
+    "received\\\\b|\\\\bwas SIGKILLed\\\\b', 32, 8), ('(?:\\\\b[Ee]xit[ "
+    '_]?(?:[Cc]ode|[Ss]tatus)|\\\\bexitCode|\\\\breturn[ _]?code|\\\\bterminated with(?: exit ?code| '
+    'signal)?)\\\\s*[:=]?\\\\s*(?:137|-9)\\\\b|\\\\bterminated with signal 9\\\\b|unexpectedly failed with '
     "(?:exitcode=|an exit code )9\\\\b', 32, 8), ('out of memory', 32, 8), ('Torch not compiled with CUDA "
     "enabled', 32, 8), ('CUDA error(?!s)|Cuda error(?!s)|CUDA driver error|\\\\.cuh?:\\\\d+: .*Assertion .* "
     'failed|illegal memory access|device-side '

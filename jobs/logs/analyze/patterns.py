@@ -670,6 +670,7 @@ GPU_FAULT = regexcache.compile(r"fallen off the bus|GPU is lost|[Uu]ncorrectable
 CUDA_OOM = regexcache.compile(
     r"CUDA out of memory|OutOfMemoryError|CUDA (?:driver )?error: out of memory|cudaErrorMemoryAllocation"
     r"|CUBLAS_STATUS_ALLOC_FAILED|No available memory for the cache blocks|Not enough memory\. Please try to increase"
+    r"|Not enough memory to handle \d+ (?:prefill |total )?tokens"   # TGI warmup: lower --max-batch-prefill-tokens
     r"|can be stored in KV cache|Capture cuda graph failed:.*out of memory|insufficient (?:GPU|device) memory"
     r"|out of memory on (?:device|GPU)|larger than the available KV cache memory"
     r"|not enough GPU memory available"   # vLLM 0.2x auto-fit of max_model_len: not even one token fits
