@@ -21,6 +21,8 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # labelled [n/N]: of several counters the last, the finest, labelled with the ones before it
+    ("fixture train_loop_epoch_step_brackets.log", "progress"): (300, 782, "Epoch 2 Step"),
     # server_listening: llama.cpp's `server is listening on http://…` and idle slots say it serves
     ("fixture llamacpp_server_ready_idle.log", "phase"): "ready",
     ("fixture llamacpp_server_ready_idle.log", "ready_line"): 17,

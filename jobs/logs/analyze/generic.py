@@ -180,15 +180,21 @@ class _Named:
 
 
 def labelled_bracket(body: str) -> Optional[_Named]:
-    """The first [N/M] counter of a body whose label names a phase — the words before it, or
-    (a build step) the words after it — or None. By shape only (templates ask it too)."""
+    """The [N/M] counter of a body whose label names a phase — the words before it, or (a build step)
+    the words after it — or None. By shape only (templates ask it too). Of several, the last is read:
+    the finest (`Epoch [3/10] Step [170/500]`), labelled with the ones before it (`Epoch 3 Step`)."""
     if "/" not in body or "[" not in body:
         return None
+    found: Optional[_Named] = None
     for m in _labelled(LABELLED_BRACKET, _BRACKET, body):
         label = m.group("label").strip().rstrip(":").strip()
         phase = label_phase(label)
         if phase is not None:
-            return _Named(m, label, phase)
+            if found is not None:
+                label = f"{found.label} {found.m.group('n')} {label}"
+            found = _Named(m, label, phase)
+    if found is not None:
+        return found
     step = BUILD_STEP_ANYWHERE.search(body)
     if step is not None and _BUILD_WORDS.search(step.group("label")):
         return _Named(step, "build", "building")

@@ -754,7 +754,8 @@ PROGRESS: tuple[Signature, ...] = (
          "HF Trainer; torchtitan (`…, total steps 3000 (warmup 300)`)", "  Total optimization steps = 564", ""),
     _row("labelled [n/N]", "progress", generic.LABELLED_BRACKET, "n/N; phase from the label", 23,
          "any: the generic layer, a [N/M] after a label that names a phase, or before a build step's words "
-         "(`BUILD_STEP_ANYWHERE`: ninja behind a prefix nobody listed)",
+         "(`BUILD_STEP_ANYWHERE`: ninja behind a prefix nobody listed); of several the last, the finest "
+         "(`Epoch [3/10] Step [170/500]`: 170/500, `Epoch 3 Step`)",
          "rank0: Loading checkpoint shard [3/8] from /models/x", "3/8"),
     _row("labelled n/N", "progress", generic.LABELLED_COUNT, "n/N; phase from the label", 22,
          "any: the generic layer, `label N/M` (a whole token, N <= M) in a line with no step/epoch word, no "
