@@ -78,8 +78,11 @@ fi
 if [ "$phase" = analyze ]; then
   # `gpudeck analyze` on a many-core machine: parallel.py spreads a file's byte passes over the cores
   # (-j 1, the one-process reading, is the bench's baseline). The bench runs the CLI through a venv
-  # that sees this machine's packages, the shim and the wheels (hyperscan), with a gpudeck script.
-  python3 -m venv --system-site-packages /tmp/gd-venv
+  # of its own, as the README's Quickstart makes one, seeing the shim and the wheels (hyperscan), with
+  # a gpudeck script. Not this machine's site-packages: their .pth files run at every start of a
+  # Python that sees them (numba-cuda's redirector: 25 ms of a 90 ms `analyze` of one line, 12-07).
+  rm -rf /tmp/gd-venv
+  python3 -m venv --without-pip /tmp/gd-venv
   echo "$shim:$site" | tr ':' '\n' > "$(/tmp/gd-venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/gd.pth"
   printf '#!/tmp/gd-venv/bin/python\nimport sys\nfrom gpudeck.console.cli import main\nsys.exit(main())\n' > /tmp/gd-venv/bin/gpudeck
   chmod +x /tmp/gd-venv/bin/gpudeck
