@@ -551,3 +551,15 @@ def test_dataset_preparation_bars_alone_are_not_training() -> None:
             b"Running tokenizer on dataset (num_proc=16):  45%|####5     | 45000/100000 [00:10<00:12, 4400.00 examples/s]\n")
     a = analyze_bytes(data)
     assert a.phase != "training" and a.progress is not None and a.progress.done == 45000
+
+
+def test_a_timestamp_after_one_leading_space_dates_the_record() -> None:
+    # Megatron-LM prints ` [2025-02-10 08:04:01] iteration  100/ 500000 | … elapsed time per iteration (ms): …`:
+    # its timestamps give the rate and the ETA
+    data = b"".join(b" [2026-12-07 08:%02d:%02d] iteration %8d/  500000 | consumed samples: %12d | elapsed time per "
+                    b"iteration (ms): 1180.0 | learning rate: 3.000E-05 | lm loss: 6.41E+00 |\n"
+                    % (4 + 2 * k, 0, 100 * (k + 1), 102400 * (k + 1)) for k in range(3))
+    a = analyze_bytes(data)
+    assert a.phase == "training" and (a.progress.done, a.progress.total) == (300, 500000)
+    assert a.progress.rate == pytest.approx(200 / 240) and a.progress.eta_s == pytest.approx((500000 - 300) * 240 / 200)
+    assert strip_prefixes(" [2026-12-07 08:04:00] iteration 100/500000")[0] == "iteration 100/500000"

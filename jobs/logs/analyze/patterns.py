@@ -314,7 +314,7 @@ _PREFIX = regexcache.compile(
     r"\((?:[A-Za-z][\w\-:]*\s+(?:[\w=]+\s+){0,3})?pid=\d+(?:,\s*ip=[^)]*)?\)"                                   # (Worker_TP0 pid=1)
     r"|\[rank\d+\]:?|\[gpu=\d+\]"                                                             # [rank0]: / SGLang 0.2's [gpu=0]
     r"|\[(?:PG [^\]]*?)?Rank \d+\]"                                                            # [PG ID 0 PG GUID 0 Rank 1]
-    r"|\[(?P<ts1>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:\s+[A-Z]{1,4}\d+)*\]"          # [2025-.. DP0 TP0]
+    r"| ?\[(?P<ts1>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:\s+[A-Z]{1,4}\d+)*\]"         # [2025-.. DP0 TP0], Megatron's " [ts] "
     r"|\[(?P<ts2>\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:\s+[A-Z]{1,4}\d+)*\]"                            # [23:03:43 TP0]
     # vLLM header; a logging config of its own may date it in full (`ERROR 2026-01-28 06:36:45,123 [core.py:946]`)
     r"|(?P<lvl1>" + _LEVELS + r")\s+(?:(?P<ts3>\d\d-\d\d\s\d\d:\d\d:\d\d)|(?P<ts6>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d))"

@@ -538,8 +538,9 @@ PREFIXES: tuple[Signature, ...] = (
     _row("vllm_logger_header", "prefix", r"(?:INFO|WARNING|ERROR|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.\-]+:\d+\]", "stripped", 89, "vLLM >= 0.7 `[file.py:N]`; 0.4-0.6 `file.py:N]`",
          "INFO 07-24 04:00:31 metrics.py:295] Avg prompt throughput: 0.0 tokens/s",
          "Avg prompt throughput: 0.0 tokens/s"),
-    _row("sglang_rank_tags", "prefix", r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\s+[A-Z]{1,4}\d+)*\]", "stripped", 88,
-         "SGLang 2024 `[TP0]` -> 2025-26 `[time DPn PPn ATTN_CPn MOE_DPn TPn EPn]`",
+    _row("sglang_rank_tags", "prefix", r" ?\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\s+[A-Z]{1,4}\d+)*\]", "stripped", 88,
+         "SGLang 2024 `[TP0]` -> 2025-26 `[time DPn PPn ATTN_CPn MOE_DPn TPn EPn]`; Megatron-LM's ` [time] "
+         "iteration …` (one space before: its timestamps give the rate)",
          "[2026-05-02 10:06:02 PP1 TP1] Load weight end.", "Load weight end."),
     _row("torch_rank", "prefix", r"\[rank\d+\]:?|\[(?:PG [^\]]*?)?Rank \d+\]", "stripped", 87, "torch.distributed `[rankN]:`, ProcessGroupNCCL `[PG … Rank N]`",
          "[rank0]:[E ProcessGroupNCCL.cpp:563] [Rank 0] Watchdog fired", "Watchdog fired"),
