@@ -12,14 +12,14 @@ import typing
 from pathlib import Path
 
 from gpudeck.jobs import box as box_module
-from gpudeck.jobs.box import results
+from gpudeck.jobs.box import analyze_result, results
 from gpudeck.jobs.box.serve import OPS
 
 OUT = Path(__file__).resolve().parent / "BOX.md"
 
 INTRO = """# The Box interface
 
-Generated from `jobs/box/__init__.py` and `jobs/box/results.py` by `docs/make_box_reference.py`; do not edit.
+Generated from `jobs/box/__init__.py`, `jobs/box/results.py` and `analyze_result.py` by `docs/make_box_reference.py`; do not edit.
 
 A **box** is a machine with GPUs and jobs. Every face of gpudeck — each CLI command, the console's
 views, the exporter, the web console — speaks to a box through this one interface: `LocalBox` answers
@@ -59,7 +59,9 @@ def render() -> str:
         out.append(f"### `{name}{_signature(member)}`{over}\n\n{doc}\n")
     out.append("## Results\n")
     for name, cls in vars(results).items():
-        if not (inspect.isclass(cls) and dataclasses.is_dataclass(cls)) or cls.__module__ != results.__name__:
+        # (AnalyzeResult lives in analyze_result.py, re-exported by results.py: see there)
+        if not (inspect.isclass(cls) and dataclasses.is_dataclass(cls)) or cls.__module__ not in (
+                results.__name__, analyze_result.__name__):
             continue
         out.append(f"### `{name}`\n\n{inspect.cleandoc(cls.__doc__ or '')}\n")
         out.append("| field | type |\n|---|---|")

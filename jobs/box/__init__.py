@@ -15,20 +15,33 @@ Stdlib only at import time: the agent imports this package on the box.
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Callable, Optional
-
-from gpudeck.jobs.box.results import (AnalyzeResult, BoxInfo, CheckResult, DoctorReport, JobsListing, LogChunk,
-                                      PipelineProgress, PipelineStarted, PivotOutcome, PivotPlan, Postmortem, Pruned,
-                                      Reindexed, Restarted, RunsListing, StacksResult, Started, StatusReport, Stopped)
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from gpudeck.jobs.box.results import (AnalyzeResult, BoxInfo, CheckResult, DoctorReport, JobsListing, LogChunk,
+                                          PipelineProgress, PipelineStarted, PivotOutcome, PivotPlan, Postmortem,
+                                          Pruned, Reindexed, Restarted, RunsListing, StacksResult, Started,
+                                          StatusReport, Stopped)
 
     from gpudeck.jobs.hosts.config import HostSpec
 
 __all__ = ["Box", "BoxError", "open_box", "AnalyzeResult", "BoxInfo", "CheckResult", "DoctorReport", "JobsListing",
            "LogChunk", "PipelineProgress", "PipelineStarted", "PivotOutcome", "PivotPlan", "Postmortem", "Pruned",
            "Reindexed", "Restarted", "RunsListing", "StacksResult", "Started", "StatusReport", "Stopped"]
+
+_RESULTS = frozenset(__all__[3:])
+
+
+def __getattr__(name: str) -> Any:
+    """The results, re-exported on first use (PEP 562): a command that needs one loads results.py then,
+    and `gpudeck analyze` (BoxError, LocalBox) never does (local.py imports each where it builds it)."""
+    if name in _RESULTS:
+        from gpudeck.jobs.box import results
+        return getattr(results, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # A log read waits at most this long for new output: long enough to make following cheap,
 # short enough that a dead link is noticed by the next read.

@@ -12,13 +12,12 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+# AnalyzeResult is one of these, in a module of its own (see there); _dict is shared with it.
+from gpudeck.jobs.box.analyze_result import AnalyzeResult as AnalyzeResult, _dict  # noqa: F401
+
 
 def _str_list(value: Any) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else []
-
-
-def _dict(value: Any) -> dict:
-    return dict(value) if isinstance(value, dict) else {}
 
 
 def _opt_str(value: Any) -> Optional[str]:
@@ -134,26 +133,6 @@ class DoctorReport:
     @classmethod
     def from_json(cls, obj: Any) -> "DoctorReport":
         return cls(payload=_dict(obj))
-
-
-@dataclass(frozen=True)
-class AnalyzeResult:
-    """`gpudeck analyze FILE`: the analysis (`--json` form), unrounded for the text form, and whether it was cut."""
-    analysis: dict
-    raw: dict
-    truncated: bool = False
-
-    def log_analysis(self) -> Any:
-        from gpudeck.jobs.logs.analyze import LogAnalysis
-        return LogAnalysis.from_dict(self.raw)
-
-    def to_json(self) -> dict:
-        return {"analysis": self.analysis, "raw": self.raw, "truncated": self.truncated}
-
-    @classmethod
-    def from_json(cls, obj: Any) -> "AnalyzeResult":
-        obj = _dict(obj)
-        return cls(analysis=_dict(obj.get("analysis")), raw=_dict(obj.get("raw")), truncated=bool(obj.get("truncated")))
 
 
 @dataclass(frozen=True)
