@@ -21,6 +21,9 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # tgi_ready: text-generation-inference's router `… router/src/server.rs:2402: Connected` serves
+    ("fixture tgi_v3_router_connected.log", "phase"): "ready",
+    ("fixture tgi_v3_router_connected.log", "ready_line"): 13,
     # labelled [n/N]: of several counters the last, the finest, labelled with the ones before it
     ("fixture train_loop_epoch_step_brackets.log", "progress"): (300, 782, "Epoch 2 Step"),
     # server_listening: llama.cpp's `server is listening on http://…` and idle slots say it serves

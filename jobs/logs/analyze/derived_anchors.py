@@ -18,14 +18,16 @@ INPUTS = (
     "allocated|Memory pool end', 0, 4), ('Starting vLLM API server|Available routes are|Started server "
     'process|Waiting for application startup|Uvicorn running on|Initializing a V\\\\d LLM engine|Server '
     "args|server_args=', 0, 4), ('Application startup complete', 0, 4), ('fired up and ready to roll', 0,"
-    " 4), ('[Ss]erver is listening on https?://|\\\\bListening on https?://|\\\\bListening at:? https?://|\\\\*"
-    " Running on https?://|\\\\bServing on https?://|llama runner started in|all slots are idle', 0, 4), "
-    "('Building (?:CUDA|CXX|C) object|\\\\*\\\\*\\\\* Configuring CMake|-- Configuring (?:done|incomplete)|-- "
-    'The (?:C|CXX|CUDA) compiler identification|Building wheel|running build_ext|Emitting ninja build '
-    "file|scikit-build-core|Linking (?:CUDA|CXX|C) (?:shared|static)|Building extension', 0, 4), ('\\\\*+ "
-    "Running training \\\\*+|^training \\\\.\\\\.\\\\.\\\\s*$', 0, 4), ('(?P<pct>\\\\d{1,3})%\\\\s*(?:\\\\|[^|\\\\r\\\\n]{0,4"
-    '00}\\\\||Completed\\\\s*\\\\||(?=\\\\d+(?:\\\\.\\\\d+)?[kKMGT]?/\\\\d+(?:\\\\.\\\\d+)?[kKMGT]?\\\\s*\\\\[))\\\\s*(?P<n>\\\\d+('
-    '?:\\\\.\\\\d+)?)(?P<nu>[kKMGT]?)/(?P<N>\\\\d+(?:\\\\.\\\\d+)?)(?P<Nu>[kKMGT]?)(?!\\\\.?\\\\d|[eE][-'
+    " 4), ('text_generation_launcher: Starting shard|(?:router|backends/\\\\w+)/src/\\\\w+\\\\.rs:\\\\d+: Warming"
+    " up model', 0, 4), ('router/src/\\\\w+\\\\.rs:\\\\d+: Connected\\\\b', 0, 4), ('[Ss]erver is listening on "
+    'https?://|\\\\bListening on https?://|\\\\bListening at:? https?://|\\\\* Running on https?://|\\\\bServing '
+    "on https?://|llama runner started in|all slots are idle', 0, 4), ('Building (?:CUDA|CXX|C) "
+    'object|\\\\*\\\\*\\\\* Configuring CMake|-- Configuring (?:done|incomplete)|-- The (?:C|CXX|CUDA) compiler'
+    ' identification|Building wheel|running build_ext|Emitting ninja build file|scikit-build-core|Linking'
+    " (?:CUDA|CXX|C) (?:shared|static)|Building extension', 0, 4), ('\\\\*+ Running training \\\\*+|^training"
+    " \\\\.\\\\.\\\\.\\\\s*$', 0, 4), ('(?P<pct>\\\\d{1,3})%\\\\s*(?:\\\\|[^|\\\\r\\\\n]{0,400}\\\\||Completed\\\\s*\\\\||(?=\\\\d+"
+    '(?:\\\\.\\\\d+)?[kKMGT]?/\\\\d+(?:\\\\.\\\\d+)?[kKMGT]?\\\\s*\\\\[))\\\\s*(?P<n>\\\\d+(?:\\\\.\\\\d+)?)(?P<nu>[kKMGT]?)/(?'
+    'P<N>\\\\d+(?:\\\\.\\\\d+)?)(?P<Nu>[kKMGT]?)(?!\\\\.?\\\\d|[eE][-'
     "+]?\\\\d)(?:\\\\s*\\\\[(?P<inner>[^\\\\]\\\\r\\\\n]{0,200})\\\\])?', 32, 1), ('^\\\\[(\\\\d+)/(\\\\d+)\\\\]\\\\s', 32, 1), "
     "('^\\\\[\\\\s*(\\\\d{1,3})%\\\\]\\\\s', 32, 1), ('\\\\b(?:global[_ ])?(?:step|Step|STEP|iter|Iter|iteration|Iter"
     "ation)\\\\b\\\\s*[:=#]?\\\\s*\\\\[?\\\\s*(\\\\d+)(?![\\\\w.])\\\\s*(?:/\\\\s*(\\\\d+(?:[eE]\\\\+?\\\\d+)?)(?![\\\\w.]))?', 32,"
@@ -226,6 +228,8 @@ ANCHORS: tuple[tuple[bytes, int], ...] = (
     (b'ownloading', 4),
     (b'server_args=', 4),
     (b'fired up and ready to roll', 4),
+    (b': Warming up model', 4),
+    (b'router/src/', 4),
     (b'erver is listening on http', 4),
     (b'Listening on http', 4),
     (b'Listening at', 4),

@@ -711,6 +711,12 @@ PHASES: tuple[Signature, ...] = (
          "INFO:     Application startup complete.", "ready"),
     _row("sglang_ready", "phase", r"fired up and ready to roll", "ready", 39, "SGLang",
          "The server is fired up and ready to roll!", "ready"),
+    _row("tgi_phases", "phase", r"text_generation_launcher: Starting shard|(?:router|backends/\w+)/src/\w+\.rs:\d+: Warming up model",
+         "starting", 39, "text-generation-inference 1.x-3.x: the launcher starting its shards, the router warming up",
+         "INFO text_generation_router: router/src/main.rs:559: Warming up model", "starting"),
+    _row("tgi_ready", "phase", r"router/src/\w+\.rs:\d+: Connected\b", "ready", 39,
+         "text-generation-inference 1.x-3.x: the router connected to its warmed-up shards, serving",
+         "INFO text_generation_router: router/src/main.rs:597: Connected", "ready"),
     _row("server_listening", "phase", r"[Ss]erver is listening on https?://|\bListening on https?://|\bListening at:? https?://"
          r"|\* Running on https?://|\bServing on https?://|llama runner started in|all slots are idle", "startup_complete", 39,
          "any HTTP server naming its URL once it serves (llama.cpp server's `server is listening on http://…`, "
