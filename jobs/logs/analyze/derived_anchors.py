@@ -95,7 +95,8 @@ INPUTS = (
     'peer|.*(?:failed|error))|NCCL WARN Call to \\\\w+ failed|NCCL WARN .*[Cc]onnection '
     "(?:refused|reset|closed)|NCCL WARN .*(?:failed to extend|shared memory segment) /dev/shm', 32, 8), "
     "('Error while deserializing header: (?:MetadataIncompleteBuffer|Header\\\\w+|InvalidHeader\\\\w*|header "
-    "too (?:large|small)|incomplete metadata)', 32, 8), ('\\\\berror loading model: |\\\\bfailed to load "
+    "too (?:large|small)|incomplete metadata)', 32, 8), ('killed by signal: Bus error|out of shared "
+    "memory|insufficient shared memory', 32, 8), ('\\\\berror loading model: |\\\\bfailed to load "
     "model\\\\b|exiting due to model loading error', 32, 8), ('\\\\bexiting due to (?:[\\\\w-]+ "
     '){0,3}error\\\\b\', 32, 8), ("[Aa]ddress already in use|couldn\'t bind HTTP server socket", 32, 8), '
     "('Watchdog timeout \\\\(|watchdog_timeout=\\\\d+\\\\)|[Hh]ang detected|detected a hang|execute_model timed"
@@ -266,6 +267,7 @@ ANCHORS: tuple[tuple[bytes, int], ...] = (
     (b'forward compatibility was attempted on non supported HW', 8),
     (b'could not select device driver "', 8),
     (b'collective operation timeout', 8),
+    (b'out of shared memory', 8),
     (b'ddress already in use', 8),
     (b"couldn't bind HTTP server socket", 8),
     (b'ang detected', 8),

@@ -354,6 +354,16 @@ FAILURES: tuple[Signature, ...] = (
               advice="a safetensors weight file is cut short or is not the file itself (a partial download, a "
                      "git-lfs pointer): compare its size with the hub's, delete it and download it again "
                      "(huggingface-cli download --force-download)"),
+    Signature("SHM_EXHAUSTED", "cause",
+              regexcache.compile(r"killed by signal: Bus error|out of shared memory|insufficient shared memory"),
+              "exception", 128, "torch DataLoader (all: `DataLoader worker (pid N) is killed by signal: Bus error. "
+              "It is possible that dataloader's workers are out of shared memory`)",
+              "RuntimeError: DataLoader worker (pid 4123) is killed by signal: Bus error. It is possible that "
+              "dataloader's workers are out of shared memory. Please try to raise your shared memory limit.",
+              SPECIFIC,
+              advice="/dev/shm is full: DataLoader workers pass batches through shared memory — give the container "
+                     "more (docker --shm-size=16g or --ipc=host; Kubernetes: an emptyDir with medium: Memory at "
+                     "/dev/shm), or lower num_workers"),
     Signature("MODEL_LOAD_FAILED", "cause",
               regexcache.compile(r"\berror loading model: |\bfailed to load model\b|exiting due to model loading error"),
               "exception", 129, "llama.cpp server / llama-cli (2024-2026, `llama_model_load: error loading model:`), "
