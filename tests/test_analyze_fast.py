@@ -80,6 +80,8 @@ MAKERS = [
                         "ERROR 05-07 10:00:00 [core.py:1] EngineCore failed to start.",
                         "WARNING 05-07 10:00:00 [x.py:1] Error %d ignored" % _n(r), "    ^^^^^", "KeyboardInterrupt",
                         "ERROR:    Exception in ASGI application",
+                        "slurmstepd: error: *** JOB %d ON node-1 CANCELLED AT 2026-12-07T17:00:01 ***" % _n(r),
+                        "bash: line 1:  %d Killed                  sleep 0.2" % _n(r),
                         "CRITICAL 05-07 10:00:00 [core_client.py:359] Got fatal signal from worker processes, shutting "
                         "down. See stack trace above for root cause issue.",
                         "(APIServer pid=1) ERROR 05-07 10:00:00 [serving_chat.py:246] Error in preprocessing prompt inputs",

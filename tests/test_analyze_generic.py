@@ -563,3 +563,15 @@ def test_a_timestamp_after_one_leading_space_dates_the_record() -> None:
     assert a.phase == "training" and (a.progress.done, a.progress.total) == (300, 500000)
     assert a.progress.rate == pytest.approx(200 / 240) and a.progress.eta_s == pytest.approx((500000 - 300) * 240 / 200)
     assert strip_prefixes(" [2026-12-07 08:04:00] iteration 100/500000")[0] == "iteration 100/500000"
+
+
+def test_a_sigkill_after_a_requested_cancel_is_the_cancels_own() -> None:
+    # scancel: SIGTERM, then SIGKILL after KillWait; slurmstepd announces the cancel first. The shell's
+    # `Killed` after it is that escalation, no OOM; before any cancel it is still the OOM killer's.
+    cancel = b"slurmstepd: error: *** JOB 41 ON node-1 CANCELLED AT 2026-12-07T17:00:01 ***\n"
+    killed = b"bash: line 1:  9039 Killed                  sleep 0.2\n"
+    assert analyze_bytes(b"ready\ngot TERM, ignoring\n" + cancel + killed).failure is None
+    a = analyze_bytes(b"step 10/100 loss 1.0\n" + killed + cancel)
+    assert (a.failure.cause, a.failure.line) == ("host_oom", 2)
+    timed_out = b"slurmstepd: error: *** JOB 41 ON node-1 CANCELLED AT 2026-12-07T17:00:01 DUE TO TIME LIMIT ***\n"
+    assert analyze_bytes(b"step 10/100 loss 1.0\n" + timed_out + killed).failure.cause == "time_limit"

@@ -701,6 +701,9 @@ HOST_OOM = regexcache.compile(
     r"|exitcode\s*:\s*-9\b|Signal \d+ \(SIGKILL\) received"
     r"|\btasks? [\d,\-]+: Killed\b"       # srun: `srun: error: gpu-b11: task 2: Killed`
     r"|OOMKilled")   # Docker / Kubernetes: the container's memory limit
+# A shell's report of a child it saw SIGKILLed (`bash: line 1:  9039 Killed  sleep 0.2`, a bare `Killed`): no
+# word of who sent it (State drops it after an engine's own kill or a requested cancel).
+SHELL_KILLED = regexcache.compile(r"^Killed\s*$|\d+\s+Killed\b")
 NCCL = regexcache.compile(
     r"NCCL error|nccl(?:System|Internal|UnhandledCuda|InvalidUsage|Remote|InvalidArgument)Error"
     r"|collective operation timeout|NCCL communicator was aborted|NCCL (?:timeout|Timeout)|DistBackendError"

@@ -13,7 +13,7 @@ from .model import (ALL_FAMILIES, F, Failure, KeyLine, LogAnalysis, LogWarning, 
 from .cause import FALLBACK_CAUSES, Spec, is_warning
 from .generic import is_count, labelled_bracket, labelled_count
 from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HINTS, JIT, KV_PRESSURE, LOSS_DICT,
-                       MAKE, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, REQUEST_ERROR, REQUEST_ERROR_LINES, SERIES_LABELS, SIZE,
+                       MAKE, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, REQUEST_ERROR, REQUEST_ERROR_LINES, SERIES_LABELS, SHELL_KILLED, SIZE,
                        SLURM_OOM, STALL_NOTICE, STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID,
                        XID_APP, XID_NOISE, clock, indent_width, label_phase, names_totals, num, parse_serving_stats_line, read_stats,
                        series_label, strip_prefixes, training_shaped, ts_seconds)
@@ -117,7 +117,7 @@ class State:
     __slots__ = ("now", "engine_strong", "engine_path", "engine_weak", "weak_seen", "phase", "load_done",
                  "ready_line", "serving", "spec_recent", "warnings", "num_epochs", "total_steps", "bar", "hint",
                  "seq", "series", "first_error", "best", "first_low", "first_weak", "advances_since_failure",
-                 "progress_at_failure", "last_frame_line", "request_error_at", "self_kill_at", "usage_line", "nvrm", "last_progress_key", "labels",
+                 "progress_at_failure", "last_frame_line", "request_error_at", "self_kill_at", "cancelled_at", "usage_line", "nvrm", "last_progress_key", "labels",
                  "stall_notices", "why", "text", "progress_at", "ready_text", "recovered_from", "__dict__")
 
     def __init__(self) -> None:
@@ -154,6 +154,7 @@ class State:
         self.last_frame_line = -10**9
         self.request_error_at = -10**9                # the last request-error line (REQUEST_ERROR)
         self.self_kill_at = -10**9                    # the last ENGINE_SELF_KILL line
+        self.cancelled_at = 10**18                    # the first requested cancel (Slurm's, no reason given)
         self.usage_line = -10**9
         self.nvrm: deque[tuple[int, str]] = deque(maxlen=6)
         self.last_progress_key: Optional[tuple[tuple, float]] = None
@@ -237,6 +238,8 @@ class State:
     def _classify_memo(self, body: str, level: Optional[str], line: int) -> Optional[_Candidate]:
         """_classify() through a memo of its pure part (what it makes of a body at a phase); None
         also for a remembered candidate that _candidate() would ignore now."""
+        if "CANCELLED AT" in body and "DUE TO" not in body and line < self.cancelled_at:
+            self.cancelled_at = line              # (as _classify: a memo hit must not skip it)
         if body.startswith("NVRM:") and len(body) <= 1024:
             # A driver line that names no fault (nor Xid, nor Slurm) only joins the NVRM window.
             plain = _NVRM_PLAIN.get(body)
@@ -772,8 +775,11 @@ class State:
         if cand.sig in _SELF_KILL_SIGS:
             if cand.sig == "ENGINE_SELF_KILL":
                 self.self_kill_at = cand.line
-            elif cand.line - self.self_kill_at <= 3 and cand.message.strip() == "Killed":
-                return                # the engine's SIGKILL of its own processes, announced above: no OOM
+            elif (cand.line - self.self_kill_at <= 3 or self.cancelled_at < cand.line) and \
+                    SHELL_KILLED.search(cand.message) is not None:
+                # the engine's SIGKILL of its own processes, announced above, or a requested cancel's
+                # escalation (scancel: SIGTERM, then SIGKILL after KillWait): no OOM
+                return
         if (cand.cause == "exception" and cand.line - self.request_error_at <= REQUEST_ERROR_LINES
                 and not self.candidate_is_noop(cand.spec)):
             # (cause.py rule 6) the traceback of one request the server answered: a warning, no failure
@@ -798,6 +804,8 @@ class State:
 
     def _classify(self, body: str, level: Optional[str], line: int) -> Optional[_Candidate]:
         msg = body[:MAX_MESSAGE]
+        if "CANCELLED AT" in body and "DUE TO" not in body and line < self.cancelled_at:
+            self.cancelled_at = line              # a stop someone asked for (SLURM_END reads no failure in it)
 
         # (Slurm's own end of a job is the table's SLURM_END row, tried first by classify_failure below.)
         if ("slurmstepd" in body or body.startswith("***")) and SLURM_OOM.search(body):

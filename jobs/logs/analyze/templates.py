@@ -140,6 +140,8 @@ def _failure_inert(body: str, level: Optional[str]) -> bool:
         return True
     if body.startswith("NVRM:") or any(w in body for w in _DIGIT_VALUE_WORDS) or BAD_ARGS.search(body):
         return False                                  # digit- or state-dependent verdicts
+    if "CANCELLED AT" in body and "DUE TO" not in body:
+        return False                                  # a requested cancel: no candidate, but State notes it
     return _PROBE._classify(body, level, 0) is None
 
 
