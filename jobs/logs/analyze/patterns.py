@@ -789,6 +789,14 @@ ENGINE_UMBRELLA = regexcache.compile(
 # Slurm's step daemon writes these into the job's own output when Slurm ends the job.
 # (slurmstepd's node failure reads "DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS")
 SLURM_END = regexcache.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+(?: DUE TO (?P<why>[A-Z ,]+?))? \*\*\*")
+
+
+def requested_cancel(body: str) -> bool:
+    """Whether a record is Slurm's note of a cancel someone asked for (SLURM_END with no `DUE TO`):
+    no failure, but the shell's `Killed` after it is the cancel's SIGKILL escalation."""
+    return "CANCELLED AT" in body and "DUE TO" not in body
+
+
 SLURM_OOM = regexcache.compile(r"Detected \d+ oom[-_ ]kill event|Exceeded (?:job|step) memory limit|exceeded memory limit")
 # (torch elastic's failures table names a worker's fatal signal: `traceback : Signal 7 (SIGBUS) received by PID`)
 CRASH = regexcache.compile(r"Segmentation fault|SIGSEGV|core dumped|Aborted \(core dumped\)|Fatal Python error|^Bus error\b"

@@ -15,7 +15,7 @@ from .generic import is_count, labelled_bracket, labelled_count
 from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HINTS, JIT, KV_PRESSURE, LOSS_DICT,
                        MAKE, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, REQUEST_ERROR, REQUEST_ERROR_LINES, SERIES_LABELS, SHELL_KILLED, SIZE,
                        SLURM_OOM, STALL_NOTICE, STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID,
-                       XID_APP, XID_NOISE, clock, indent_width, label_phase, names_totals, num, parse_serving_stats_line, read_stats,
+                       XID_APP, XID_NOISE, clock, indent_width, label_phase, names_totals, num, parse_serving_stats_line, read_stats, requested_cancel,
                        series_label, strip_prefixes, training_shaped, ts_seconds)
 from .signatures import ENDS_TRACEBACK, ENGINE_WEAK, MARKERS, Context, classify as classify_failure, engine_signals
 
@@ -238,7 +238,7 @@ class State:
     def _classify_memo(self, body: str, level: Optional[str], line: int) -> Optional[_Candidate]:
         """_classify() through a memo of its pure part (what it makes of a body at a phase); None
         also for a remembered candidate that _candidate() would ignore now."""
-        if "CANCELLED AT" in body and "DUE TO" not in body and line < self.cancelled_at:
+        if line < self.cancelled_at and requested_cancel(body):
             self.cancelled_at = line              # (as _classify: a memo hit must not skip it)
         if body.startswith("NVRM:") and len(body) <= 1024:
             # A driver line that names no fault (nor Xid, nor Slurm) only joins the NVRM window.
@@ -804,7 +804,7 @@ class State:
 
     def _classify(self, body: str, level: Optional[str], line: int) -> Optional[_Candidate]:
         msg = body[:MAX_MESSAGE]
-        if "CANCELLED AT" in body and "DUE TO" not in body and line < self.cancelled_at:
+        if line < self.cancelled_at and requested_cancel(body):
             self.cancelled_at = line              # a stop someone asked for (SLURM_END reads no failure in it)
 
         # (Slurm's own end of a job is the table's SLURM_END row, tried first by classify_failure below.)

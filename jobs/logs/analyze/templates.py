@@ -11,7 +11,7 @@ from typing import Literal, Optional, Union
 from .model import ALL_FAMILIES, F, Family, GIANT_SEGMENT, M, P, S, SERVING_KEYS, W
 from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, EXC_LINE, FAMILY, FRAME, JIT, KV_PRESSURE, LOSS_DICT, MAKE,
                        NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STALL_NOTICE, STEP,
-                       TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, clock, families_in, indent_width, label_phase, names_totals, parse_serving_stats_line, warns, prefilter_in, prefix_ts_span,
+                       TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, clock, families_in, indent_width, label_phase, names_totals, parse_serving_stats_line, warns, prefilter_in, prefix_ts_span, requested_cancel,
                        serving_stats_spans, strip_prefixes, training_shaped, ts_seconds)
 from .generic import labelled_bracket, labelled_count
 from .cause import Spec
@@ -140,7 +140,7 @@ def _failure_inert(body: str, level: Optional[str]) -> bool:
         return True
     if body.startswith("NVRM:") or any(w in body for w in _DIGIT_VALUE_WORDS) or BAD_ARGS.search(body):
         return False                                  # digit- or state-dependent verdicts
-    if "CANCELLED AT" in body and "DUE TO" not in body:
+    if requested_cancel(body):
         return False                                  # a requested cancel: no candidate, but State notes it
     return _PROBE._classify(body, level, 0) is None
 
