@@ -427,11 +427,17 @@ class Supervisor:
         if run is None:
             return JobState(name=name, kind=spec.kind, state="idle", port=spec.port,
                             port_open=port_open, gpus=tuple(spec.gpus))
+        slurm_run = run.meta().get("backend") == "slurm"
+        if slurm_run:
+            from gpudeck.jobs import slurm
+            slurm.reconcile(run)           # a watcher that died is re-attached (or the end recorded)
+        # The run's state before Slurm's fields: the watcher writes exit.json before slurm.json's
+        # final state, so fields read after an ended state come from the exit record, never a stale poll.
+        rs: RunState = run.state()
         slurm_fields = None
-        if run.meta().get("backend") == "slurm":
+        if slurm_run:
             slurm_fields = self._slurm_fields(run)
             port_open = None               # the port is on a Slurm node, not on this box
-        rs: RunState = run.state()
         return JobState(
             name=name, kind=spec.kind, state=rs.state, pid=rs.job_pid, run_id=run.run_id,
             exit_code=rs.exit_code, signal=rs.signal, started_at=rs.started_at, ended_at=rs.ended_at,
@@ -440,9 +446,8 @@ class Supervisor:
 
     @staticmethod
     def _slurm_fields(run: Run) -> dict:
-        """Slurm's own view of the run (job id, state, reason, nodes), re-attaching a watcher that died."""
+        """Slurm's own view of the run (job id, state, reason, nodes)."""
         from gpudeck.jobs import slurm
-        slurm.reconcile(run)
         meta = run.meta()
         live = slurm.live(run)
         record = run.exit_record() or {}
