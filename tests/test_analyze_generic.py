@@ -281,6 +281,26 @@ def test_a_labelled_bracket_counter_anywhere_in_a_line(line: bytes, want) -> Non
         assert r.progress is not None and (r.phase, r.progress.done, r.progress.total) == want
 
 
+@pytest.mark.parametrize("line,want", [
+    # Lightning's RichProgressBar: the epoch counter labels the bar; the bar counts batches
+    ("Epoch 3/9  ━━━━━━━━━━━━━━━━╸━━━━━━━━━━━━━━ 400/1000 0:04:52 • 0:07:37 1.33it/s v_num: 0 loss: 1.23",
+     ("training", 400, 1000, "Epoch 3/9", 1.33, 457.0)),
+    ("Validation DataLoader 0 ━━━━━━━━━━╸━━━━━━━━━━━ 50/100 0:00:05 • 0:00:05 9.52it/s",
+     ("training", 50, 100, "Validation DataLoader 0", 9.52, 5.0)),
+    # no label, seconds per item: a bar of an unknown phase
+    ("━━━━━━━━━━━━━━━━━━━━━━━╺━━━━━━━━━━━━ 12/20 0:01:40 • 0:01:20 8.00s/it", ("unknown", 12, 20, "", 0.125, 80.0)),
+    # box-drawing with no count after it (a table's rule) is no bar
+    ("┡━━━╇━━━━━━━╇━━━━━━╇━━━━━━━━┩ 3 rows", None),
+])
+def test_a_rich_progress_bar_reads_its_own_count(line: str, want) -> None:
+    r = analyze_bytes(line.encode() + b"\n")
+    if want is None:
+        assert r.progress is None
+    else:
+        p = r.progress
+        assert p is not None and (r.phase, p.done, p.total, p.label, p.rate, p.eta_s) == want
+
+
 @pytest.mark.parametrize("line", [b"exec: worker: signal: killed", b"supervisor: worker 3 received SIGKILL",
                                    b"Process exited with exit code 137", b"Killed"])
 def test_a_sigkill_in_any_words_is_host_oom_with_dmesg(line: bytes) -> None:

@@ -169,21 +169,59 @@ def _labelled(rx: "re.Pattern[str]", counters: "re.Pattern[str]", body: str) -> 
 
 
 class _Named:
-    """A counter match with its label given (the words before it, or for a build step the step's words)."""
-    __slots__ = ("m", "label", "phase")
+    """A counter match with its label given (the words before it, or for a build step the step's words);
+    a rich bar's also with the rate and remaining time it prints (else None)."""
+    __slots__ = ("m", "label", "phase", "sig", "rate", "eta")
 
-    def __init__(self, m: "re.Match[str]", label: str, phase: Optional[str]) -> None:
-        self.m, self.label, self.phase = m, label, phase
+    def __init__(self, m: "re.Match[str]", label: str, phase: Optional[str], sig: str = "labelled [n/N]",
+                 rate: Optional[float] = None, eta: Optional[float] = None) -> None:
+        self.m, self.label, self.phase, self.sig, self.rate, self.eta = m, label, phase, sig, rate, eta
 
     def group(self, name: str) -> str:
         return self.label if name == "label" else self.m.group(name)
 
 
+# A rich progress bar (rich.progress, as Lightning's RichProgressBar and pip draw it): its glyphs, then the
+# count it shows, then its columns (`Epoch 3/9 ━━━━╸━━━ 400/1000 0:04:52 • 0:07:37 1.33it/s`). The words
+# before the glyphs label it; a counter among them (`3/9`) is the label's, the one after the glyphs the bar's.
+RICH_BAR = regexcache.compile(r"[━╸╺╾╼]{3,}\s*(?P<n>\d+(?:\.\d+)?)/(?P<N>\d+(?:\.\d+)?)(?![\w./%])")
+_RICH_REMAINING = regexcache.compile(r"(?:•|\beta)\s*(?P<rem>\d+:\d\d(?::\d\d)?)\b")
+_RICH_RATE = regexcache.compile(r"(?P<v>\d+(?:\.\d+)?)\s*(?P<u>it/s|s/it)\b")
+
+
+def rich_bar(body: str) -> Optional[_Named]:
+    """A rich progress bar's count, label (the words before its glyphs, any phase or none), rate and
+    remaining time; None for a line that draws none. By shape only (templates ask it too)."""
+    m = RICH_BAR.search(body)
+    if m is None:
+        return None
+    label = body[:m.start()].strip().rstrip(":").strip()[:100]
+    rest = body[m.end():]
+    rate: Optional[float] = None
+    r = _RICH_RATE.search(rest)
+    if r is not None:
+        v = float(r.group("v"))
+        rate = v if r.group("u") == "it/s" else (1.0 / v if v else None)
+    eta: Optional[float] = None
+    t = _RICH_REMAINING.search(rest)
+    if t is not None:
+        parts = t.group("rem").split(":")
+        eta = float(sum(int(p) * 60 ** k for k, p in enumerate(reversed(parts))))
+    return _Named(m, label, label_phase(label), "rich bar n/N", rate, eta)
+
+
 def labelled_bracket(body: str) -> Optional[_Named]:
     """The [N/M] counter of a body whose label names a phase — the words before it, or (a build step)
     the words after it — or None. By shape only (templates ask it too). Of several, the last is read:
-    the finest (`Epoch [3/10] Step [170/500]`), labelled with the ones before it (`Epoch 3 Step`)."""
-    if "/" not in body or "[" not in body:
+    the finest (`Epoch [3/10] Step [170/500]`), labelled with the ones before it (`Epoch 3 Step`).
+    A rich progress bar's count is read first, whatever its label (rich_bar)."""
+    if "/" not in body:
+        return None
+    if "━" in body or "╸" in body or "╺" in body:
+        bar = rich_bar(body)
+        if bar is not None:
+            return bar
+    if "[" not in body:
         return None
     found: Optional[_Named] = None
     for m in _labelled(LABELLED_BRACKET, _BRACKET, body):

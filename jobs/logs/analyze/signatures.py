@@ -769,6 +769,11 @@ PROGRESS: tuple[Signature, ...] = (
          "{'loss': 1.2, 'grad_norm': 1.0, 'learning_rate': 1e-05, 'epoch': 0.59}", "0.59/None"),
     _row("trainer banners", "progress", NUM_EPOCHS.pattern + "|" + TOTAL_STEPS.pattern, "totals", 24,
          "HF Trainer; torchtitan (`…, total steps 3000 (warmup 300)`)", "  Total optimization steps = 564", ""),
+    _row("rich bar n/N", "progress", generic.RICH_BAR, "n/N, rate, remaining; phase from the label", 23,
+         "any rich.progress bar: Lightning's RichProgressBar, pip; the words before the glyphs label it, and a "
+         "counter among them is the label's (`Epoch 3/9 ━━━╸━ 400/1000 0:04:52 • 0:07:37 1.33it/s`: 400/1000)",
+         "Epoch 3/9  ━━━━━━━━━━━━━━━━╸━━━━━━━━━━━━━━━━━━━━━━━ 400/1000 0:04:52 • 0:07:37 1.33it/s v_num: 0",
+         "400/1000"),
     _row("labelled [n/N]", "progress", generic.LABELLED_BRACKET, "n/N; phase from the label", 23,
          "any: the generic layer, a [N/M] after a label that names a phase, or before a build step's words "
          "(`BUILD_STEP_ANYWHERE`: ninja behind a prefix nobody listed); of several the last, the finest "

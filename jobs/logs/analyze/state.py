@@ -529,7 +529,7 @@ class State:
         named = labelled_bracket(body)
         if named is not None:                # the generic layer: a labelled [N/M] anywhere in the line
             self._set_progress("bar", named.phase or "unknown", named.label, float(named.group("n")),
-                               float(named.group("N")), None, None, line, ts, sig="labelled [n/N]")
+                               float(named.group("N")), named.rate, named.eta, line, ts, sig=named.sig)
             return
         if c == "{":
             m = LOSS_DICT.match(body)
