@@ -315,6 +315,25 @@ def test_compiler_unrecognized_option_is_a_build_failure_not_bad_arguments() -> 
     assert r.failure.cause == "build_failed"
 
 
+_LINK_PROBE = b"/usr/bin/ld: cannot find -laio: No such file or directory\ncollect2: error: ld returned 1 exit status\n"
+
+
+@pytest.mark.parametrize("after,cause", [
+    # a GPU's own failure is no consequence of a build error: the job got past it (cause.py rule 3)
+    (b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n", "cuda_oom"),
+    (b"NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.\n", "gpu_fault"),
+    # consequences of a failed build stay the build's: the op it could not load, the rank left waiting
+    (b"ImportError: /root/.cache/torch_extensions/fused_adam/fused_adam.so: cannot open shared object file\n",
+     "build_failed"),
+    (b"torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, remote process exited\n",
+     "build_failed"),
+])
+def test_a_gpu_failure_after_a_build_error_decides_its_consequences_do_not(after: bytes, cause: str) -> None:
+    r = analyze_bytes(_LINK_PROBE + after)
+    assert r.failure is not None and r.failure.cause == cause, r.failure
+    assert r.failure.line == (3 if cause != "build_failed" else 2)
+
+
 def test_phase_and_cause_vocabulary() -> None:
     for name in FAILURES:
         assert analyze_file(FIXTURES / name).phase in PHASES

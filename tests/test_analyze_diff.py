@@ -21,6 +21,8 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # cause.py rule 3: a CUDA OOM after DeepSpeed's failed op-builder link probe is no consequence of it
+    ("fixture deepspeed_op_probe_then_cuda_oom.log", "failure"): ("cuda_oom", 12),
     # rich bar n/N: Lightning's RichProgressBar counts batches after its glyphs; `Epoch 3/9` labels it
     ("fixture lightning_rich_progress_bar.log", "progress"): (400, 1000, "Epoch 3/9"),
     # tgi_ready: text-generation-inference's router `… router/src/server.rs:2402: Connected` serves

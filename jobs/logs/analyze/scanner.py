@@ -749,13 +749,13 @@ class _Chunk:
         SPECIFIC candidate is held, else one by one."""
         state, has_cr = self.state, self.has_cr
         best = state.best
-        if best is not None and best.spec >= SPECIFIC and not has_cr:
+        if best is not None and best.hold >= SPECIFIC and not has_cr:
             return
         infos = self.infos
         for i in self.sel[first:self.next_first]:
             only = infos[i].plan.only
             best = state.best
-            if best is not None and (best.spec >= only if only >= 0 else not has_cr and best.spec >= SPECIFIC):
+            if best is not None and (best.hold >= only if only >= 0 else not has_cr and best.hold >= SPECIFIC):
                 continue
             if self.run_kind:
                 self.flush_run()
@@ -772,12 +772,12 @@ class _Chunk:
         if best is None or (self.deferred and info.fams & S):
             return False
         if only >= 0:
-            return best.spec >= only
+            return best.hold >= only
         # An NVRM line's candidate changes nothing, and the window it joins is read only by a later
         # driver-fault line's candidate, walking back over consecutive lines: a no-op too until a
         # recovery clears `best`, which takes a line that is no NVRM line (one line each when no \r
         # splits lines), so no walk after it reaches back over it.
-        return only == ONLY_NVRM and not self.has_cr and best.spec >= SPECIFIC
+        return only == ONLY_NVRM and not self.has_cr and best.hold >= SPECIFIC
 
     # ----------------------------------------------------------------------- phase: markers
 

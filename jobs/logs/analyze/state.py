@@ -40,10 +40,19 @@ class _Candidate:
     hint_key: str
     sig: str = ""      # the signature that matched (named for `decided_by`)
 
+    @property
+    def hold(self) -> int:
+        """The rank a candidate of the same or a lower one cannot displace (candidate_is_noop): its own, but
+        a build error's is one lower, since a GPU's own failure after it displaces it (cause.py, rule 3)."""
+        return self.spec - 1 if self.cause == "build_failed" else self.spec
+
 
 def _is_traceback_header(cand: _Candidate) -> bool:
     return "Traceback (most recent call last)" in cand.message
 
+
+# Causes a build error cannot bring about: after one, the job ran on its GPU past the build (cause.py, rule 3).
+_PAST_A_BUILD = frozenset(("cuda_oom", "gpu_fault"))
 
 # The rows whose candidates _candidate looks at first: an engine killing itself, the bare `Killed` after it.
 _SELF_KILL_SIGS = frozenset(("ENGINE_SELF_KILL", "HOST_OOM"))
@@ -763,7 +772,7 @@ class State:
             # While one is held, root_cause() reads `best` alone (first_low and first_weak are read
             # only without it, and _recovered clears them with it), and progress_at_failure was set
             # with it. So this is monotone in spec: a bound on a line's rank may stand for it.
-            return best.spec >= spec
+            return best.hold >= spec
         if spec >= _EXCEPTION:
             return False
         if spec == _UMBRELLA:
@@ -791,7 +800,8 @@ class State:
         if cand.spec >= _EXCEPTION:
             # Slurm's own OOM line names the limit that killed it: a better hint than the bare "Killed" above it.
             if (self.best is None or cand.spec > self.best.spec
-                    or (cand.hint_key == "slurm_oom" and self.best.cause == "host_oom")):
+                    or (cand.hint_key == "slurm_oom" and self.best.cause == "host_oom")
+                    or (cand.cause in _PAST_A_BUILD and self.best.cause == "build_failed" and cand.spec >= self.best.spec)):
                 self.best = cand
         elif cand.spec == _UMBRELLA:
             if self.first_low is None or (cand.sig in ENDS_TRACEBACK and _is_traceback_header(self.first_low)):
