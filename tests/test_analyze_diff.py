@@ -21,6 +21,13 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # sglang_ready: the Rust routers' `Router ready | workers: [...]` serves
+    ("fixture sglang_router_ready_serving.log", "phase"): "ready",
+    ("fixture sglang_router_ready_serving.log", "ready_line"): 6,
+    # jit_compile: vLLM on TPU precompiling its padded shapes; Gaudi's `[Warmup][Decode][9/32]` buckets
+    ("fixture vllm_tpu_xla_precompile.log", "phase"): "compiling",
+    ("fixture vllm_gaudi_warmup_buckets.log", "phase"): "compiling",
+    ("fixture vllm_gaudi_warmup_buckets.log", "progress"): (9, 32, "Warmup Decode"),
     # cause.py rule 3: a CUDA OOM after DeepSpeed's failed op-builder link probe is no consequence of it
     ("fixture deepspeed_op_probe_then_cuda_oom.log", "failure"): ("cuda_oom", 12),
     # rich bar n/N: Lightning's RichProgressBar counts batches after its glyphs; `Epoch 3/9` labels it

@@ -10,16 +10,18 @@ INPUTS = (
     " took|Load weight end|Loaded model weights', 0, 4), ('Dynamo bytecode transform|Compiling a "
     'graph|torch\\\\.compile(?! takes)|torch_compile_cache|Compile and warming up model for size|Cache the '
     "graph (?:of|for) |compiler manager cache', 0, 4), ('Prebuilt kernels not found|Loading JIT ops|JIT "
-    "compil|Compiling (?:kernel|module|model)', 0, 4), ('AUTOTUNE \\\\w+\\\\(|SingleProcess AUTOTUNE', 0, 4),"
-    " ('torch\\\\.compile takes', 0, 4), ('Capture (?:\\\\w+ ){0,2}(?:cuda|CUDA) graph begin|Capturing CUDA "
-    'graph|Capturing cudagraph|Capturing the model for CUDA graph|Capturing batches|Capture (?:piecewise '
-    ")?cuda graph (?:bs|num tokens)', 0, 4), ('Capture (?:\\\\w+ ){0,2}(?:cuda|CUDA) graph end|Graph "
-    "capturing finished', 0, 4), ('GPU KV cache size|Available KV cache memory|KV Cache is "
-    "allocated|Memory pool end', 0, 4), ('Starting vLLM API server|Available routes are|Started server "
-    'process|Waiting for application startup|Uvicorn running on|Initializing a V\\\\d LLM engine|Server '
-    "args|server_args=', 0, 4), ('Application startup complete', 0, 4), ('fired up and ready to roll', 0,"
-    " 4), ('text_generation_launcher: Starting shard|(?:router|backends/\\\\w+)/src/\\\\w+\\\\.rs:\\\\d+: Warming"
-    " up model', 0, 4), ('router/src/\\\\w+\\\\.rs:\\\\d+: Connected\\\\b', 0, 4), ('[Ss]erver is listening on "
+    "compil|Compiling (?:kernel|module|model)|Compiling the model with different input shapes', 0, 4), "
+    "('AUTOTUNE \\\\w+\\\\(|SingleProcess AUTOTUNE', 0, 4), ('torch\\\\.compile takes|Compilation finished in "
+    "\\\\d|Compilation for (?:prefill|decode) done in', 0, 4), ('Capture (?:\\\\w+ ){0,2}(?:cuda|CUDA) graph "
+    'begin|Capturing CUDA graph|Capturing cudagraph|Capturing the model for CUDA graph|Capturing '
+    "batches|Capture (?:piecewise )?cuda graph (?:bs|num tokens)', 0, 4), ('Capture (?:\\\\w+ "
+    "){0,2}(?:cuda|CUDA) graph end|Graph capturing finished', 0, 4), ('GPU KV cache size|Available KV "
+    "cache memory|KV Cache is allocated|Memory pool end', 0, 4), ('Starting vLLM API server|Available "
+    'routes are|Started server process|Waiting for application startup|Uvicorn running on|Initializing a '
+    "V\\\\d LLM engine|Server args|server_args=', 0, 4), ('Application startup complete', 0, 4), ('fired up"
+    " and ready to roll|Router ready \\\\| workers:', 0, 4), ('text_generation_launcher: Starting "
+    "shard|(?:router|backends/\\\\w+)/src/\\\\w+\\\\.rs:\\\\d+: Warming up model', 0, 4), "
+    "('router/src/\\\\w+\\\\.rs:\\\\d+: Connected\\\\b', 0, 4), ('[Ss]erver is listening on "
     'https?://|\\\\bListening on https?://|\\\\bListening at:? https?://|\\\\* Running on https?://|\\\\bServing '
     "on https?://|llama runner started in|all slots are idle', 0, 4), ('Building (?:CUDA|CXX|C) "
     'object|\\\\*\\\\*\\\\* Configuring CMake|-- Configuring (?:done|incomplete)|-- The (?:C|CXX|CUDA) compiler'
@@ -37,7 +39,8 @@ INPUTS = (
     "32, 1), ('Num [Ee]pochs\\\\s*=\\\\s*([\\\\d,]+)|(?:Total optimization steps\\\\s*=\\\\s*|\\\\btotal "
     "steps:?\\\\s+)([\\\\d,]+)', 0, 1), "
     "('[━╸╺╾╼]{3,}\\\\s*(?P<n>\\\\d+(?:\\\\.\\\\d+)?)/(?P<N>\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w./%])', 32, 1), "
-    "('(?P<label>[A-Za-z][\\\\w .:\\\\-]{0,60}?)\\\\s*\\\\[\\\\s*(?P<n>\\\\d+)\\\\s*/\\\\s*(?P<N>\\\\d+)\\\\s*\\\\]', 32, 1), "
+    "('(?P<label>[A-Za-z][\\\\w .:\\\\-]{0,60}?)(?P<tags>(?:\\\\]\\\\s*\\\\[[A-Za-z][\\\\w "
+    ".:\\\\-]{0,30})*)\\\\]?\\\\s*\\\\[\\\\s*(?P<n>\\\\d+)\\\\s*/\\\\s*(?P<N>\\\\d+)\\\\s*\\\\]', 32, 1), "
     "('(?P<label>[A-Za-z][\\\\w .:\\\\-]{0,60}?)\\\\s+(?P<n>\\\\d+)/(?P<N>\\\\d+)(?![\\\\w./%])', 32, 1), ('Avg "
     'prompt throughput:\\\\s*([-+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.])[^,]*,\\\\s*Avg generation throughput:\\\\s*([-'
     '+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.])(?:.*?Running:\\\\s*([-'
@@ -68,7 +71,8 @@ INPUTS = (
     '|total )?tokens|can be stored in KV cache|Capture cuda graph failed:.*out of memory|insufficient '
     '(?:GPU|device) memory|out of memory on (?:device|GPU)|larger than the available KV cache memory|not '
     'enough GPU memory available|is less than desired GPU memory utilization|memory capacity is '
-    "unbalanced', 32, 8), ('Got fatal signal from worker processes, shutting down', 32, 8), "
+    "unbalanced|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY|PI_ERROR_OUT_OF_RESOURCES', 32, 8), ('Got fatal "
+    "signal from worker processes, shutting down|Received sigquit from a child process', 32, 8), "
     "('^Killed\\\\s*$|^Killed process|\\\\d+\\\\s+Killed\\\\b|\\\\bKilled\\\\s{2,}\\\\S|died due to signal 9|Killed "
     'signal terminated program|internal compiler error: Killed|(?:exit|exited with) (?:code|status)[:= '
     ']*(?:137|-9)\\\\b|non-zero exit status (?:137|-9)\\\\b|Signals\\\\.SIGKILL|killed by signal(?: 9\\\\b|:? '
@@ -84,16 +88,17 @@ INPUTS = (
     'failed|illegal memory access|device-side '
     'assert|CUBLAS_STATUS_(?!SUCCESS)[A-Z_]+|CUDNN_STATUS_[A-Z_]+|cuDNN error|cudaError[A-Z]\\\\w+|no '
     'kernel image is available|misaligned address|unspecified launch failure|CUDA driver version is '
-    "insufficient|illegal instruction was encountered|Cuda failure \\\\d* ?\\'|No CUDA GPUs are "
-    'available|Found no NVIDIA driver|CUDA driver initialization failed|Unexpected error from '
-    'cudaGetDeviceCount|Driver/library version mismatch|forward compatibility was attempted on non '
-    "supported HW|couldn\\'t communicate with the NVIDIA driver|NVIDIA driver on your system is too "
-    'old|\\\\bhas no (?:GPU|CUDA device)s? available|nvidia-container-cli: \\\\w+ error|could not select '
-    'device driver \\\\"[^\\\\"]*\\\\" with capabilities: \\\\[\\\\[gpu\\\\]\\\\]\', 32, 8), (\'NCCL '
+    "insufficient|illegal instruction was encountered|Cuda failure \\\\d* ?\\'|Memory access fault by GPU "
+    'node-\\\\d+|UR_RESULT_ERROR_DEVICE_LOST|No CUDA GPUs are available|Found no NVIDIA driver|CUDA driver '
+    'initialization failed|Unexpected error from cudaGetDeviceCount|Driver/library version '
+    "mismatch|forward compatibility was attempted on non supported HW|couldn\\'t communicate with the "
+    'NVIDIA driver|NVIDIA driver on your system is too old|\\\\bhas no (?:GPU|CUDA device)s? '
+    'available|nvidia-container-cli: \\\\w+ error|could not select device driver \\\\"[^\\\\"]*\\\\" with '
+    "capabilities: \\\\[\\\\[gpu\\\\]\\\\]', 32, 8), ('NCCL "
     'error|nccl(?:System|Internal|UnhandledCuda|InvalidUsage|Remote|InvalidArgument)Error|collective '
     'operation timeout|NCCL communicator was aborted|NCCL (?:timeout|Timeout)|DistBackendError|Timeout at'
-    ' NCCL work|NCCL operations have failed|NCCL WARN NET/\\\\w+ ?: (?:Got completion from '
-    'peer|.*(?:failed|error))|NCCL WARN Call to \\\\w+ failed|NCCL WARN .*[Cc]onnection '
+    ' NCCL work|NCCL operations have failed|DeepEP error: timeout|NCCL WARN NET/\\\\w+ ?: (?:Got completion'
+    ' from peer|.*(?:failed|error))|NCCL WARN Call to \\\\w+ failed|NCCL WARN .*[Cc]onnection '
     "(?:refused|reset|closed)|NCCL WARN .*(?:failed to extend|shared memory segment) /dev/shm', 32, 8), "
     "('Error while deserializing header: (?:MetadataIncompleteBuffer|Header\\\\w+|InvalidHeader\\\\w*|header "
     "too (?:large|small)|incomplete metadata)', 32, 8), ('killed by signal: Bus error|out of shared "
@@ -228,8 +233,11 @@ INPUTS = (
 
 ANCHORS: tuple[tuple[bytes, int], ...] = (
     (b'ownloading', 4),
+    (b'Compilation finished in', 4),
+    (b'Compilation for', 4),
     (b'server_args=', 4),
     (b'fired up and ready to roll', 4),
+    (b'Router ready | workers:', 4),
     (b': Warming up model', 4),
     (b'router/src/', 4),
     (b'erver is listening on http', 4),
@@ -264,6 +272,7 @@ ANCHORS: tuple[tuple[bytes, int], ...] = (
     (b'unspecified launch failure', 8),
     (b'illegal instruction was encountered', 8),
     (b'Cuda failure', 8),
+    (b'Memory access fault by GPU node-', 8),
     (b'Driver/library version mismatch', 8),
     (b'forward compatibility was attempted on non supported HW', 8),
     (b'could not select device driver "', 8),

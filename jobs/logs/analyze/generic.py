@@ -142,7 +142,10 @@ COUNTER = regexcache.compile(r"\[\s*(?P<bn>\d+)\s*/\s*(?P<bN>\d+)\s*\]"
 
 # "[N/M]" after a label, anywhere in a line ("Loading shard [3/8]", "rank0 capture [12/52]"): what
 # State reads when no signature read the line's progress and the label names a phase (label_phase).
-LABELLED_BRACKET = regexcache.compile(r"(?P<label>[A-Za-z][\w .:\-]{0,60}?)\s*\[\s*(?P<n>\d+)\s*/\s*(?P<N>\d+)\s*\]")
+# A label may be a chain of bracketed tags (`[Warmup][Prompt][7/24]`, vLLM on Gaudi): the first names it,
+# the others (`tags`) follow it in the label.
+LABELLED_BRACKET = regexcache.compile(r"(?P<label>[A-Za-z][\w .:\-]{0,60}?)(?P<tags>(?:\]\s*\[[A-Za-z][\w .:\-]{0,30})*)\]?"
+                                      r"\s*\[\s*(?P<n>\d+)\s*/\s*(?P<N>\d+)\s*\]")
 _BRACKET = regexcache.compile(r"\s*\[\s*\d+\s*/\s*\d+\s*\]")                  # its counters alone
 
 
@@ -226,6 +229,8 @@ def labelled_bracket(body: str) -> Optional[_Named]:
     found: Optional[_Named] = None
     for m in _labelled(LABELLED_BRACKET, _BRACKET, body):
         label = m.group("label").strip().rstrip(":").strip()
+        if m.group("tags"):
+            label = " ".join([label] + [t.strip("[] ") for t in m.group("tags").split("[")[1:]])
         phase = label_phase(label)
         if phase is not None:
             if found is not None:

@@ -675,7 +675,8 @@ CUDA_OOM = regexcache.compile(
     r"|out of memory on (?:device|GPU)|larger than the available KV cache memory"
     r"|not enough GPU memory available"   # vLLM 0.2x auto-fit of max_model_len: not even one token fits
     # GPU memory held by someone else at startup (vLLM >= 0.10 / SGLang)
-    r"|is less than desired GPU memory utilization|memory capacity is unbalanced")
+    r"|is less than desired GPU memory utilization|memory capacity is unbalanced"
+    r"|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY|PI_ERROR_OUT_OF_RESOURCES")   # Intel XPU (Unified Runtime, its SYCL PI before)
 PORT_IN_USE = regexcache.compile(r"[Aa]ddress already in use|couldn't bind HTTP server socket")
 # The Hugging Face Hub refusing a download (a gated or private repo, a bad token) or unreachable (offline mode,
 # no network). No status digits: a template's are 0s; the words after them say which.
@@ -708,6 +709,7 @@ NCCL = regexcache.compile(
     r"NCCL error|nccl(?:System|Internal|UnhandledCuda|InvalidUsage|Remote|InvalidArgument)Error"
     r"|collective operation timeout|NCCL communicator was aborted|NCCL (?:timeout|Timeout)|DistBackendError"
     r"|Timeout at NCCL work|NCCL operations have failed"
+    r"|DeepEP error: timeout"          # DeepEP's internode dispatch/combine (NVSHMEM): the ranks' communication
     r"|NCCL WARN NET/\w+ ?: (?:Got completion from peer|.*(?:failed|error))|NCCL WARN Call to \w+ failed"
     r"|NCCL WARN .*[Cc]onnection (?:refused|reset|closed)|NCCL WARN .*(?:failed to extend|shared memory segment) /dev/shm")
 CUDA_NO_DEVICE = (r"No CUDA GPUs are available|Found no NVIDIA driver|CUDA driver initialization failed"
@@ -724,6 +726,8 @@ CUDA_ERR = regexcache.compile(
     r"|unspecified launch failure|CUDA driver version is insufficient|illegal instruction was encountered"
     # NCCL's own report of a CUDA call it made (`NCCL WARN Cuda failure 217 '...'`, torch's `Last error:`)
     r"|Cuda failure \d* ?'"
+    # ROCm's HIP runtime on a GPU page fault (CUDA's illegal memory access); Intel XPU's device gone
+    r"|Memory access fault by GPU node-\d+|UR_RESULT_ERROR_DEVICE_LOST"
     # no usable GPU at all: no driver, a driver and its libraries of two versions, none passed into the container
     r"|" + CUDA_NO_DEVICE)
 # vLLM's shm_broadcast notice (INFO, once a minute while a step waits): one is a slow compile, repeats a hang.

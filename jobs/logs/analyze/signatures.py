@@ -314,10 +314,11 @@ FAILURES: tuple[Signature, ...] = (
               "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 50.00 MiB. GPU 0 has a total "
               "capacity of 23.56 GiB", SPECIFIC, verdict=_cuda_oom,
               test=_cuda_oom_test),
-    Signature("ENGINE_SELF_KILL", "cause", regexcache.compile(r"Got fatal signal from worker processes, shutting down"),
+    Signature("ENGINE_SELF_KILL", "cause", regexcache.compile(r"Got fatal signal from worker processes, shutting down"
+                                                              r"|Received sigquit from a child process"),
               "exception", 171, "vLLM V1 0.8-0.9 (core_client: its worker's error above, then it SIGKILLs its own "
-              "process tree): an envelope; the shell's bare `Killed` after it (within 3 lines) is that kill, "
-              "not the OOM killer's",
+              "process tree), SGLang (its SIGQUIT handler, a child's failure above, then the same): an envelope; "
+              "the shell's bare `Killed` after it (within 3 lines) is that kill, not the OOM killer's",
               "CRITICAL 05-07 19:18:17 [core_client.py:359] Got fatal signal from worker processes, shutting down. "
               "See stack trace above for root cause issue.", UMBRELLA, "exception"),
     Signature("HOST_OOM", "cause", HOST_OOM, "host_oom", 170, "Linux OOM killer, gcc, torch elastic, docker",
@@ -699,11 +700,13 @@ PHASES: tuple[Signature, ...] = (
          "vLLM V1 (and its compile-size warmup and graph cache, 0.2x), SGLang --enable-torch-compile "
          "(`Cache the graph of shape N`, 0.5.4+)",
          "Dynamo bytecode transform time: 7.14 s", "compiling"),
-    _row("jit_compile", "phase", r"Prebuilt kernels not found|Loading JIT ops|JIT compil|Compiling (?:kernel|module|model)",
-         "compiling", 47, "flashinfer, DeepSpeed ops", "Prebuilt kernels not found, using JIT backend", "compiling"),
+    _row("jit_compile", "phase", r"Prebuilt kernels not found|Loading JIT ops|JIT compil|Compiling (?:kernel|module|model)"
+         r"|Compiling the model with different input shapes",
+         "compiling", 47, "flashinfer, DeepSpeed ops; vLLM on TPU (XLA precompiles each padded shape, 0.4-0.1x)", "Prebuilt kernels not found, using JIT backend", "compiling"),
     _row("inductor_autotune", "phase", r"AUTOTUNE \w+\(|SingleProcess AUTOTUNE", "compiling", 46, "torch Inductor",
          "AUTOTUNE mm(128x4096, 4096x4096)", "compiling"),
-    _row("compile_done", "phase", r"torch\.compile takes", "compiled", 45, "vLLM V1",
+    _row("compile_done", "phase", r"torch\.compile takes|Compilation finished in \d|Compilation for (?:prefill|decode) done in",
+         "compiled", 45, "vLLM V1; on TPU (`Compilation finished in 41.07 [secs].`, V0's `… for decode done in`)",
          "torch.compile takes 7.14 s in total", "starting"),
     _row("capture_begin", "phase", r"Capture (?:\w+ ){0,2}(?:cuda|CUDA) graph begin|Capturing CUDA graph|Capturing cudagraph"
          r"|Capturing the model for CUDA graph|Capturing batches|Capture (?:piecewise )?cuda graph (?:bs|num tokens)",
@@ -719,7 +722,8 @@ PHASES: tuple[Signature, ...] = (
          "starting", 41, "vLLM, SGLang, uvicorn", "INFO:     Started server process [123]", "starting"),
     _row("uvicorn_ready", "phase", r"Application startup complete", "startup_complete", 40, "uvicorn (vLLM)",
          "INFO:     Application startup complete.", "ready"),
-    _row("sglang_ready", "phase", r"fired up and ready to roll", "ready", 39, "SGLang",
+    _row("sglang_ready", "phase", r"fired up and ready to roll|Router ready \| workers:", "ready", 39,
+         "SGLang; the Rust routers (sgl-router, smg, vllm-router: `Router ready | workers: [...]`)",
          "The server is fired up and ready to roll!", "ready"),
     _row("tgi_phases", "phase", r"text_generation_launcher: Starting shard|(?:router|backends/\w+)/src/\w+\.rs:\d+: Warming up model",
          "starting", 39, "text-generation-inference 1.x-3.x: the launcher starting its shards, the router warming up",
