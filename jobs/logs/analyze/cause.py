@@ -24,7 +24,8 @@ The rule, in order:
    traceback nested in a wrapper's output (pip's ``╰─> [N lines of output]`` block) ends on an
    indented exception line: that line is the error inside, not quoted source.
 5. Progress past a logged error (``RECOVERY_ADVANCES`` updates of the series it was logged in,
-   or where none ran yet, of the first one after it), a phase marker that moves the job on to
+   or where none ran yet, of the first one after it, counted from the error held: a wrapper such as
+   pip prints its envelope before the output it wraps), a phase marker that moves the job on to
    another phase (where what is held may be a logged fallback, ``FALLBACK_CAUSES``: an OOM or
    an NCCL error is not undone by another rank's marker; or a build error as a marker moves the job on
    to training: a probe's compile or link test, DeepSpeed's op builder), or serving proves the job carried on:

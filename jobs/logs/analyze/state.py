@@ -803,6 +803,10 @@ class State:
                     or (cand.hint_key == "slurm_oom" and self.best.cause == "host_oom")
                     or (cand.cause in _PAST_A_BUILD and self.best.cause == "build_failed" and cand.spec >= self.best.spec)):
                 self.best = cand
+                # (cause.py rule 5) progress proves recovery from the error held, so it counts from this one:
+                # pip prints its envelope before the build output it wraps, whose ninja steps came first.
+                self.advances_since_failure = 0
+                self.progress_at_failure = self.last_progress_key or ((), 0)
         elif cand.spec == _UMBRELLA:
             if self.first_low is None or (cand.sig in ENDS_TRACEBACK and _is_traceback_header(self.first_low)):
                 self.first_low = cand       # (cause.py rule 4: the envelope that ends a traceback names it)
