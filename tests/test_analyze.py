@@ -267,6 +267,14 @@ def test_unterminated_bar_counts_while_live() -> None:
     assert a.result().progress.done == 12
 
 
+def test_unlabeled_bar_after_transformers_loaded_the_weights_is_no_capture() -> None:
+    # from_pretrained's bar, then a script's or a harness's own bars: nothing captures CUDA graphs
+    data = (b"Loading checkpoint shards: 100%|##########| 4/4 [00:04<00:00,  1.02s/it]\n"
+            b" 45%|####      | 450/1000 [01:10<01:26,  6.40it/s]\n")
+    r = analyze_bytes(data)
+    assert r.phase != "capturing" and r.progress is not None and (r.progress.done, r.progress.total) == (450, 1000)
+
+
 def test_unlabeled_bar_after_weights_is_cuda_graph_capture() -> None:
     data = (b"Loading safetensors checkpoint shards: 100% Completed | 2/2 [00:01<00:00,  1.50it/s]\n\n"
             b"  0%|          | 0/12 [00:00<?, ?it/s]\n")

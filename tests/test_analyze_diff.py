@@ -21,6 +21,8 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # an unlabeled bar after transformers' `Loading checkpoint shards` is no CUDA-graph capture (lm-eval's)
+    ("fixture lm_eval_hf_model_midway.log", "phase"): "loading",
     # sglang_ready: the Rust routers' `Router ready | workers: [...]` serves
     ("fixture sglang_router_ready_serving.log", "phase"): "ready",
     ("fixture sglang_router_ready_serving.log", "ready_line"): 6,

@@ -106,6 +106,8 @@ PG_NINJA, PG_MAKE, PG_LOSS, PG_STEP, PG_COUNT = range(5)
 # line (a no-op only where the scanner knows it is: see scanner._Chunk).
 ONLY_STALL, ONLY_NVRM = -2, -3
 
+# transformers' from_pretrained bar (vLLM's and SGLang's loaders say `Loading safetensors checkpoint shards`).
+_HF_LOAD_BAR = "Loading checkpoint shards"
 # The label of a bar that has none, by its phase.
 _DEFAULT_LABELS = {"capturing": "CUDA graphs", "loading": "weights", "training": "training", "building": "build",
                    "compiling": "compile"}
@@ -123,7 +125,7 @@ class State:
     # Slots: more than 30 attributes overflow an instance's shared-key dict (CPython 3.11), and every
     # self.x then goes through the instance's own dict; a slot is read at a fixed offset. (__dict__
     # kept: tests wrap a method on an instance.)
-    __slots__ = ("now", "engine_strong", "engine_path", "engine_weak", "weak_seen", "phase", "load_done",
+    __slots__ = ("now", "engine_strong", "engine_path", "engine_weak", "weak_seen", "phase", "load_done", "hf_loaded",
                  "ready_line", "serving", "spec_recent", "warnings", "num_epochs", "total_steps", "bar", "hint",
                  "seq", "series", "first_error", "best", "first_low", "first_weak", "advances_since_failure",
                  "progress_at_failure", "last_frame_line", "request_error_at", "self_kill_at", "cancelled_at", "usage_line", "nvrm", "last_progress_key", "labels",
@@ -137,6 +139,7 @@ class State:
         self.weak_seen: set[str] = set()
         self.phase: Optional[str] = None
         self.load_done = False
+        self.hf_loaded = False           # the load that completed was transformers' (see _unnamed_bar_phase)
         self.ready_line: Optional[int] = None
         self.serving: dict[str, float] = {}
         self.spec_recent: deque[tuple[Optional[float], Optional[float]]] = deque(maxlen=SPEC_WINDOW)
@@ -469,6 +472,7 @@ class State:
         phase = named_phase or self._unnamed_bar_phase()
         if phase == "loading" and total and done >= total:
             self.load_done = True
+            self.hf_loaded = label.startswith(_HF_LOAD_BAR)
         self._set_progress("bar", phase, label or _DEFAULT_LABELS.get(phase, ""), done, total, rate, eta, line, None,
                            key_label)
         if named_phase == "capturing" and total and done >= total:
@@ -481,9 +485,10 @@ class State:
         current = self.phase
         if current in ("training", "building"):
             return current
-        # An unlabeled bar right after the weights are in is the CUDA-graph capture (SGLang's old bar).
+        # An unlabeled bar right after the weights are in is the CUDA-graph capture (SGLang's old bar), unless
+        # transformers loaded them (its `Loading checkpoint shards`): a script's or a harness's bars follow.
         if self.load_done and current in ("starting", "compiling", "loading", "capturing"):
-            return "capturing"
+            return "unknown" if self.hf_loaded else "capturing"
         return current or "unknown"
 
     def _progress_planned(self, body: str, line: int, ts: Optional[tuple[str, str]], prog: tuple) -> None:
