@@ -21,6 +21,8 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # TORCH_RERAISED: a DataLoader worker's re-raise is an envelope of its `Original Traceback`'s error
+    ("fixture dataloader_worker_stale_nfs_handle.log", "failure"): ("exception", 17),
     # an unlabeled bar after transformers' `Loading checkpoint shards` is no CUDA-graph capture (lm-eval's)
     ("fixture lm_eval_hf_model_midway.log", "phase"): "loading",
     # sglang_ready: the Rust routers' `Router ready | workers: [...]` serves

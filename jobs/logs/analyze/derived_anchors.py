@@ -41,9 +41,9 @@ INPUTS = (
     "('[━╸╺╾╼]{3,}\\\\s*(?P<n>\\\\d+(?:\\\\.\\\\d+)?)/(?P<N>\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w./%])', 32, 1), "
     "('(?P<label>[A-Za-z][\\\\w .:\\\\-]{0,60}?)(?P<tags>(?:\\\\]\\\\s*\\\\[[A-Za-z][\\\\w "
     ".:\\\\-]{0,30})*)\\\\]?\\\\s*\\\\[\\\\s*(?P<n>\\\\d+)\\\\s*/\\\\s*(?P<N>\\\\d+)\\\\s*\\\\]', 32, 1), "
-    "('(?P<label>[A-Za-z][\\\\w .:\\\\-]{0,60}?)\\\\s+(?P<n>\\\\d+)/(?P<N>\\\\d+)(?![\\\\w./%])', 32, 1), ('Avg "
-    'prompt throughput:\\\\s*([-+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.])[^,]*,\\\\s*Avg generation throughput:\\\\s*([-'
-    '+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.])(?:.*?Running:\\\\s*([-'
+    "('(?P<label>[A-Za-z][\\\\w .:\\\\-]{0,60}?)\\\\s+(?P<n>\\\\d+)/(?P<N>\\\\d+)(?![\\\\w./%])(?! nodes? (?:are|is) "
+    "available)', 32, 1), ('Avg prompt throughput:\\\\s*([-+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.])[^,]*,\\\\s*Avg "
+    'generation throughput:\\\\s*([-+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.])(?:.*?Running:\\\\s*([-'
     '+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.])\\\\s*req)?(?:.*?(?:Waiting|Pending):\\\\s*([-'
     '+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.])\\\\s*req)?(?:.*?GPU KV cache '
     "usage:\\\\s*([-+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.])\\\\s*%)?', 32, 2), ('Draft acceptance "
@@ -56,8 +56,10 @@ INPUTS = (
     "('Prebuilt kernels not found|using JIT backend|Loading JIT ops|JIT compil', 32, 16), ('Exception in "
     'ASGI application|Error in preprocessing prompt inputs|Error in (?:chat )?completion stream '
     "generator', 32, 16), ('\\\\*\\\\*\\\\* (?:JOB|STEP) \\\\S+ ON \\\\S+ CANCELLED AT \\\\S+(?: DUE TO (?P<why>[A-Z "
-    ",]+?))? \\\\*\\\\*\\\\*', 32, 8), ('(?:sbatch|srun|salloc): error: (?:Batch job submission failed|Unable "
-    "to allocate resources|Job submit/allocate failed): ', 32, 8), "
+    ",]+?))? \\\\*\\\\*\\\\*', 32, 8), ('=>> PBS: job killed: "
+    '(?P<pbs>walltime|mem|vmem|pmem|pvmem)\\\\b|\\\\bTERM_(?P<lsf>RUNLIMIT|CPULIMIT|MEMLIMIT|SWAP|PREEMPT): '
+    "job killed|\\\\bPreempted by (?:pod )?\\\\S+ on node \\\\S', 32, 8), ('(?:sbatch|srun|salloc): error: "
+    "(?:Batch job submission failed|Unable to allocate resources|Job submit/allocate failed): ', 32, 8), "
     "('\\\\b(?:srun|slurmstepd|salloc|sbatch|slurmd)(?:-[\\\\w.\\\\-]+)?(?:\\\\[\\\\d+\\\\])?: error: .*?(?:Socket "
     'timed out|Zero Bytes were transmitted|Communication (?:connection|send|receive) failure|contact '
     "slurm controller|Connection (?:timed out|refused)|Node failure on )', 32, 8), ('fallen off the "
@@ -83,9 +85,9 @@ INPUTS = (
     "received\\\\b|\\\\bwas SIGKILLed\\\\b', 32, 8), ('(?:\\\\b[Ee]xit[ "
     '_]?(?:[Cc]ode|[Ss]tatus)|\\\\bexitCode|\\\\breturn[ _]?code|\\\\bterminated with(?: exit ?code| '
     'signal)?)\\\\s*[:=]?\\\\s*(?:137|-9)\\\\b|\\\\bterminated with signal 9\\\\b|unexpectedly failed with '
-    "(?:exitcode=|an exit code )9\\\\b', 32, 8), ('out of memory', 32, 8), ('Torch not compiled with CUDA "
-    "enabled', 32, 8), ('CUDA error(?!s)|Cuda error(?!s)|CUDA driver error|\\\\.cuh?:\\\\d+: .*Assertion .* "
-    'failed|illegal memory access|device-side '
+    "(?:exitcode=|an exit code )9\\\\b|\\\\bexited on signal 9\\\\b', 32, 8), ('out of memory', 32, 8), ('Torch"
+    " not compiled with CUDA enabled', 32, 8), ('CUDA error(?!s)|Cuda error(?!s)|CUDA driver "
+    'error|\\\\.cuh?:\\\\d+: .*Assertion .* failed|illegal memory access|device-side '
     'assert|CUBLAS_STATUS_(?!SUCCESS)[A-Z_]+|CUDNN_STATUS_[A-Z_]+|cuDNN error|cudaError[A-Z]\\\\w+|no '
     'kernel image is available|misaligned address|unspecified launch failure|CUDA driver version is '
     "insufficient|illegal instruction was encountered|Cuda failure \\\\d* ?\\'|Memory access fault by GPU "
@@ -144,22 +146,24 @@ INPUTS = (
     "('Could not build wheels for \\\\S|Failed to build installable wheels', 32, 8), ('No matching "
     'distribution found for \\\\S|Could not find a version that satisfies the '
     'requirement|ResolutionImpossible|because these package versions have conflicting dependencies|No '
-    "solution found when resolving dependencies', 32, 8), ('Engine core initialization failed|EngineCore "
-    'failed to start|\\\\bhit an exception|\\\\b(?:Ray)?WorkerProc failed(?: to start)?[.:]|shutdown signal '
-    'from EngineCore failed to send|Scheduler or DataParallelController \\\\d+ terminated with|Subprocess '
-    '\\\\S+ \\\\(pid=\\\\d+\\\\) crashed with exit code|Received sigquit from a child '
-    'process|EngineDeadError|EngineCore encountered a fatal error|See stack trace (?:above )?for root '
-    'cause|died unexpectedly|[Ww]orker.* died|Child process .* died|terminate called after '
-    'throwing|scheduler is dead|Traceback \\\\(most recent call last\\\\)|Initialization failed\\\\. '
-    'detoken|Capture cuda graph failed|failed \\\\(exitcode: -?\\\\d+\\\\) local_rank|To enable traceback see: '
-    '\\\\S*pytorch\\\\.org/docs/\\\\S*elastic|AsyncLLMEngine has failed|Engine background task failed|RPCServer'
-    ' process died|output_handler failed|Exception in ModelTpServer\', 32, 8), ("GatedRepoError|[Cc]annot '
-    'access gated repo|access a gated repo|RepositoryNotFoundError|Repository Not Found for url|Client '
-    "Error: (?:Unauthorized|Forbidden) for url: https://huggingface\\\\.co|Invalid user token|couldn't "
-    'connect to \'https://huggingface\\\\.co\'|LocalEntryNotFoundError|outgoing traffic has been disabled", '
-    "32, 8), ('Segmentation fault|SIGSEGV|core dumped|Aborted \\\\(core dumped\\\\)|Fatal Python error|^Bus "
-    "error\\\\b|\\\\(SIG(?:BUS|ABRT|ILL|FPE)\\\\) received by PID', 32, 8), ('^\\\\s*(?:Value|Assertion) error, "
-    "\\\\S', 32, 8), ('^(?:-\\\\s+)?(?P<type>(?:(?:[A-Za-z_]\\\\w*\\\\.)*[A-Za-"
+    'solution found when resolving dependencies|\\\\b(?:LibMamba)?UnsatisfiableError\\\\b|Could not solve for'
+    " environment specs', 32, 8), ('Engine core initialization failed|EngineCore failed to start|\\\\bhit "
+    'an exception|\\\\b(?:Ray)?WorkerProc failed(?: to start)?[.:]|shutdown signal from EngineCore failed '
+    'to send|Scheduler or DataParallelController \\\\d+ terminated with|Subprocess \\\\S+ \\\\(pid=\\\\d+\\\\) '
+    'crashed with exit code|Received sigquit from a child process|EngineDeadError|EngineCore encountered '
+    'a fatal error|See stack trace (?:above )?for root cause|died unexpectedly|[Ww]orker.* died|Child '
+    'process .* died|terminate called after throwing|scheduler is dead|Traceback \\\\(most recent call '
+    'last\\\\)|Initialization failed\\\\. detoken|Capture cuda graph failed|failed \\\\(exitcode: -?\\\\d+\\\\) '
+    'local_rank|To enable traceback see: \\\\S*pytorch\\\\.org/docs/\\\\S*elastic|AsyncLLMEngine has '
+    'failed|Engine background task failed|RPCServer process died|output_handler failed|Exception in '
+    'ModelTpServer\', 32, 8), ("GatedRepoError|[Cc]annot access gated repo|access a gated '
+    'repo|RepositoryNotFoundError|Repository Not Found for url|Client Error: (?:Unauthorized|Forbidden) '
+    "for url: https://huggingface\\\\.co|Invalid user token|couldn't connect to "
+    '\'https://huggingface\\\\.co\'|LocalEntryNotFoundError|outgoing traffic has been disabled", 32, 8), '
+    "('Segmentation fault|SIGSEGV|core dumped|Aborted \\\\(core dumped\\\\)|Fatal Python error|^Bus "
+    "error\\\\b|\\\\(SIG(?:BUS|ABRT|ILL|FPE)\\\\) received by PID', 32, 8), ('\\\\bCaught \\\\w+ in (?:DataLoader "
+    "worker process|replica) \\\\d+', 32, 8), ('^\\\\s*(?:Value|Assertion) error, \\\\S', 32, 8), "
+    "('^(?:-\\\\s+)?(?P<type>(?:(?:[A-Za-z_]\\\\w*\\\\.)*[A-Za-"
     'z_]\\\\w*(?:Error|Exception|Interrupt|Fault|Failed|OutOfResources|TimeoutExpired|NotFound)|(?:[A-Za-z_'
     ']\\\\w*\\\\.)+(?:Error|Exception|OutOfResources|TimeoutExpired|NotFound|\\\\w*Timeout)|Exception(?=:\\\\s*\\\\'
     "S))(?:\\\\([\\\\w.]+\\\\))?)(?::\\\\s*(?P<msg>.*))?$', 32, 8)], [b'Error', b'ERROR', b'xception', "
@@ -252,6 +256,7 @@ ANCHORS: tuple[tuple[bytes, int], ...] = (
     (b'Error in preprocessing prompt inputs', 16),
     (b'completion stream generator', 16),
     (b'CANCELLED AT', 8),
+    (b'Preempted by', 8),
     (b'node running low on memory', 8),
     (b'exceeds the memory usage threshold', 8),
     (b'can be stored in KV cache', 8),
@@ -263,6 +268,7 @@ ANCHORS: tuple[tuple[bytes, int], ...] = (
     (b'received signal', 8),
     (b'terminated by signal', 8),
     (b'oom_reaper', 8),
+    (b'exited on signal', 8),
     (b'illegal memory access', 8),
     (b'device-side assert', 8),
     (b'CUBLAS_STATUS_', 8),
@@ -301,6 +307,7 @@ ANCHORS: tuple[tuple[bytes, int], ...] = (
     (b'No matching distribution found for', 8),
     (b'Could not find a version that satisfies the requirement', 8),
     (b'because these package versions have conflicting dependencies', 8),
+    (b'Could not solve for environment specs', 8),
     (b'See stack trace', 8),
     (b'terminate called after throwing', 8),
     (b'Invalid user token', 8),

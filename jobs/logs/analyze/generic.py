@@ -109,7 +109,8 @@ SIGKILLED = regexcache.compile(r"\bsignal: killed\b|\breceived SIGKILL\b|\bSIGKI
 # Digit values: read per segment (templates._DIGIT_VALUE_WORDS).
 KILLED_EXIT = regexcache.compile(r"(?:\b[Ee]xit[ _]?(?:[Cc]ode|[Ss]tatus)|\bexitCode|\breturn[ _]?code"
                          r"|\bterminated with(?: exit ?code| signal)?)\s*[:=]?\s*(?:137|-9)\b"
-                         r"|\bterminated with signal 9\b|unexpectedly failed with (?:exitcode=|an exit code )9\b")
+                         r"|\bterminated with signal 9\b|unexpectedly failed with (?:exitcode=|an exit code )9\b"
+                         r"|\bexited on signal 9\b")       # Open MPI: `mpirun noticed that process rank 3 … exited on signal 9 (Killed)`
 
 
 # --------------------------------------------------------------------------- watchdogs and timeouts
@@ -247,8 +248,9 @@ def labelled_bracket(body: str) -> Optional[_Named]:
 # "label N/M" with N/M a whole token ("Loading checkpoint 3/8", "Processing shard 3/8"): read where
 # no step/epoch/iteration word is in the line (those are STEP/EPOCH's) and nothing more specific
 # read it. Not a date ("2026/12/01"), nor "1.5/2", nor a path.
-LABELLED_COUNT = regexcache.compile(r"(?P<label>[A-Za-z][\w .:\-]{0,60}?)\s+(?P<n>\d+)/(?P<N>\d+)(?![\w./%])")
-_COUNT = regexcache.compile(r"\s+\d+/\d+(?![\w./%])")          # its counters alone
+LABELLED_COUNT = regexcache.compile(r"(?P<label>[A-Za-z][\w .:\-]{0,60}?)\s+(?P<n>\d+)/(?P<N>\d+)(?![\w./%])"
+                                    r"(?! nodes? (?:are|is) available)")   # the Kubernetes scheduler's fit, no progress
+_COUNT = regexcache.compile(r"\s+\d+/\d+(?![\w./%])(?! nodes? (?:are|is) available)")     # its counters alone
 # A label whose last word says who counts, not how far ("rank 3/8", "GPU 1/8", NCCL's "Channel 01/32",
 # "TP 0/4"), which try ("attempt 1/5"), or when ("at 01/12"): no progress unless a word of it names a phase.
 _NOT_PROGRESS = regexcache.compile(r"(?i)(?:^|[^a-z])(?:rank|local_rank|world|node|host|gpu|device|worker|proc|process|pid"

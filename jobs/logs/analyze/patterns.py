@@ -801,6 +801,12 @@ def requested_cancel(body: str) -> bool:
     return "CANCELLED AT" in body and "DUE TO" not in body
 
 
+# Other schedulers' own end of a job, in its output or events: PBS's `=>> PBS: job killed: walltime N exceeded
+# limit N`, LSF's `TERM_RUNLIMIT: job killed after reaching LSF run time limit.`, Kubernetes' `Preempted by
+# pod … on node …` event.
+BATCH_END = regexcache.compile(r"=>> PBS: job killed: (?P<pbs>walltime|mem|vmem|pmem|pvmem)\b"
+                               r"|\bTERM_(?P<lsf>RUNLIMIT|CPULIMIT|MEMLIMIT|SWAP|PREEMPT): job killed"
+                               r"|\bPreempted by (?:pod )?\S+ on node \S")
 SLURM_OOM = regexcache.compile(r"Detected \d+ oom[-_ ]kill event|Exceeded (?:job|step) memory limit|exceeded memory limit")
 # (torch elastic's failures table names a worker's fatal signal: `traceback : Signal 7 (SIGBUS) received by PID`)
 CRASH = regexcache.compile(r"Segmentation fault|SIGSEGV|core dumped|Aborted \(core dumped\)|Fatal Python error|^Bus error\b"
@@ -872,6 +878,12 @@ HINTS = {
     "slurm_comm": "Slurm's daemons did not answer each other (srun, slurmctld, the node's slurmd timed out or "
                   "refused) — the node or the controller is overloaded or down: check `sinfo -R` / `scontrol show "
                   "node`, then resubmit (--exclude the node if it repeats)",
+    "batch_time_limit": "the scheduler killed the job at its run-time limit (PBS walltime, LSF RUNLIMIT) — ask for "
+                        "more time, or checkpoint and resume in shorter jobs",
+    "batch_oom": "the scheduler's memory limit killed the job (PBS mem, LSF MEMLIMIT) — ask for more memory, or "
+                 "lower the job's host memory use",
+    "batch_preempted": "the scheduler preempted the job for a higher-priority one (LSF TERM_PREEMPT, a Kubernetes "
+                       "pod's PriorityClass) — resubmit, or run where it is not preempted",
     "slurm_preempted": "Slurm preempted the job for a higher-priority one — resubmit, or use a partition/QOS "
                        "that is not preempted",
     "hang": "the engine's own watchdog found a batch stuck — usually a collective deadlock or a very slow JIT "

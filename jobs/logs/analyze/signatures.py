@@ -33,7 +33,7 @@ from .patterns import (_LEVELS, _PREFIX, BAD_ARGS, BRACKET_LEVEL_TAIL, CONFIG_RE
                        HF_HUB, HINTS, STAMP_TAIL, STAMP_ZONE, BUILD_SPECIFIC, BUILD_UMBRELLA, CRASH, CUDA_ERR, CUDA_OOM,
                        ENGINE_UMBRELLA, EPOCH, EXC_LINE, FOREIGN_PREFIX, GPU_FAULT, HANG, HOST_OOM, IMPORT, JIT,
                        KV_PRESSURE, LOSS_DICT, MAKE, NCCL, NINJA, NODE_OOM, NUM_EPOCHS, OOM_RISK, PORT_IN_USE,
-                       PYDANTIC_DETAIL, REQUEST_ERROR, SLURM_END, STEP, TOTAL_STEPS, TQDM, VLLM_SPEC_RATE, _SGLANG_FIELD, _VLLM_STATS,
+                       PYDANTIC_DETAIL, REQUEST_ERROR, BATCH_END, SLURM_END, STEP, TOTAL_STEPS, TQDM, VLLM_SPEC_RATE, _SGLANG_FIELD, _VLLM_STATS,
                        is_build_tool)
 from . import regexcache
 
@@ -125,6 +125,18 @@ def _slurm_end(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
         return (SPECIFIC, "node_fail", "slurm_node_fail")
     hit = _SLURM_ENDS.get(why)
     return None if hit is None else (SPECIFIC, hit[0], hit[1])     # none: scancel, a stop someone asked for
+
+
+_BATCH_ENDS = {"walltime": ("time_limit", "batch_time_limit"), "RUNLIMIT": ("time_limit", "batch_time_limit"),
+               "CPULIMIT": ("time_limit", "batch_time_limit"), "PREEMPT": ("preempted", "batch_preempted")}
+
+
+def _batch_end(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    what = m.group("pbs") or m.group("lsf")
+    if what is None:
+        return (SPECIFIC, "preempted", "batch_preempted")         # Kubernetes' preemption event
+    cause, key = _BATCH_ENDS.get(what, ("host_oom", "batch_oom"))  # PBS mem/vmem/pmem, LSF MEMLIMIT/SWAP
+    return (SPECIFIC, cause, key)
 
 
 def _slurm_refused(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
@@ -289,6 +301,10 @@ FAILURES: tuple[Signature, ...] = (
               "itself; `node_fail` and `preempted` by the same line's reason, none for a plain scancel",
               "slurmstepd: error: *** JOB 4815162 ON gpu-node-07 CANCELLED AT 2026-05-02T14:00:03 DUE TO TIME LIMIT ***",
               SPECIFIC, verdict=_slurm_end),
+    Signature("BATCH_END", "cause", BATCH_END, "time_limit", 209, "PBS Pro / Torque (`=>> PBS: job killed: walltime "
+              "N exceeded limit N`, mem), IBM LSF (`TERM_RUNLIMIT`, `TERM_MEMLIMIT`, `TERM_PREEMPT`), Kubernetes' "
+              "`Preempted by pod … on node …` event: the scheduler's own end of the job, as SLURM_END",
+              "=>> PBS: job killed: walltime 43236 exceeded limit 43200", SPECIFIC, verdict=_batch_end),
     Signature("SLURM_REFUSED", "cause", regexcache.compile(r"(?:sbatch|srun|salloc): error: (?:Batch job submission failed"
                                                   r"|Unable to allocate resources|Job submit/allocate failed): "),
               "bad_arguments", 205, "Slurm sbatch / srun / salloc (all): the request was refused before the job ran "
@@ -441,9 +457,11 @@ FAILURES: tuple[Signature, ...] = (
     Signature("DEPS_UNRESOLVED", "cause", regexcache.compile(r"No matching distribution found for \S|Could not find a version that satisfies the requirement"
                                                     r"|ResolutionImpossible"
                                                     r"|because these package versions have conflicting dependencies"
-                                                    r"|No solution found when resolving dependencies"),
-              "build_failed", 79, "pip (all), uv: the installer found no version that fits the pins, before any "
-              "build (`No matching distribution found for X`, `ResolutionImpossible`, uv's `No solution found`)",
+                                                    r"|No solution found when resolving dependencies"
+                                                    r"|\b(?:LibMamba)?UnsatisfiableError\b|Could not solve for environment specs"),
+              "build_failed", 79, "pip (all), uv, conda / mamba: the installer found no version that fits the pins, "
+              "before any build (`No matching distribution found for X`, `ResolutionImpossible`, uv's `No solution "
+              "found`, conda's `UnsatisfiableError`, `LibMambaUnsatisfiableError`)",
               "ERROR: No matching distribution found for vllm==0.99.0", SPECIFIC, "build_deps"),
     Signature("ENGINE_UMBRELLA", "cause", ENGINE_UMBRELLA, "exception", 70,
               "vLLM V1 EngineCore, SGLang scheduler, torchrun and its elastic agent, the DeepSpeed launcher, Python "
@@ -457,6 +475,12 @@ FAILURES: tuple[Signature, ...] = (
               EXCEPTION, verdict=_hf_hub),
     Signature("CRASH", "cause", CRASH, "exception", 60, "any native crash",
               "Segmentation fault (core dumped)", EXCEPTION, verdict=_crash),
+    Signature("TORCH_RERAISED", "cause", regexcache.compile(r"\bCaught \w+ in (?:DataLoader worker process|replica) \d+"),
+              "exception", 59, "torch DataLoader workers, DataParallel replicas (all): the worker's exception re-raised "
+              "in the main process, its `Original Traceback` below: an envelope of the error that ends it",
+              "OSError: Caught OSError in DataLoader worker process 3.", UMBRELLA,
+              advice="a DataLoader worker (or a DataParallel replica) raised — the `Original Traceback` printed after "
+                     "this line ends on its own error"),
     Signature("PYDANTIC_DETAIL", "cause", PYDANTIC_DETAIL, "exception", 51, "pydantic 2 (vLLM 0.10+ config "
               "dataclasses): the `Value error, ` line under `ValidationError: N validation error(s) for X` carries "
               "the check's message; read as the exception it wraps",

@@ -54,6 +54,9 @@ def _is_traceback_header(cand: _Candidate) -> bool:
 # Causes a build error cannot bring about: after one, the job ran on its GPU past the build (cause.py, rule 3).
 _PAST_A_BUILD = frozenset(("cuda_oom", "gpu_fault"))
 
+# progress_at_failure for an error no progress undoes: a key no series has (see _candidate).
+_NO_RECOVERY = (("never",), float("inf"))
+
 # The rows whose candidates _candidate looks at first: an engine killing itself, the bare `Killed` after it.
 _SELF_KILL_SIGS = frozenset(("ENGINE_SELF_KILL", "HOST_OOM"))
 
@@ -820,6 +823,10 @@ class State:
         if cand.spec >= _UMBRELLA and self.progress_at_failure is None:
             self.advances_since_failure = 0
             self.progress_at_failure = self.last_progress_key or ((), 0)
+        if cand.cause == "time_limit" and self.best is cand:
+            # A scheduler's time limit is the job's end wherever it is printed: LSF's report comes before the
+            # output it follows (`The output (if any) follows:`), whose progress proves nothing.
+            self.progress_at_failure = _NO_RECOVERY
 
     def _classify(self, body: str, level: Optional[str], line: int) -> Optional[_Candidate]:
         msg = body[:MAX_MESSAGE]
