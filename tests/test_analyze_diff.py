@@ -21,6 +21,9 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # cause.py rule 1: a command, environment settings and a repro's source are no events of the run
+    ("fixture pasted_command_env_repro_then_loading.log", "failure"): None,
+    ("fixture pasted_command_env_repro_then_loading.log", "phase"): "loading",
     # TORCH_RERAISED: a DataLoader worker's re-raise is an envelope of its `Original Traceback`'s error
     ("fixture dataloader_worker_stale_nfs_handle.log", "failure"): ("exception", 17),
     # an unlabeled bar after transformers' `Loading checkpoint shards` is no CUDA-graph capture (lm-eval's)

@@ -409,7 +409,8 @@ def test_frames_left_to_the_c_passes_still_guard_the_quoted_source_after_them(eo
         filler = (b"step %d/100 loss=0.5\n" % k if k % 3 else b"") + b"".join(
             b"INFO 05-07 10:00:%02d [x.py:1] nothing to see %d\n" % (r.randint(0, 59), n) for n in range(60))
         frame = b'  File "/src/vllm/worker.py", line %d, in run\n' % r.randint(1, 999)
-        quoted = b'    raise RuntimeError("NCCL error: unhandled system error %d")\n' % r.randint(1, 9)
+        # (not a `raise` line: that is source wherever it stands, cause.py rule 1)
+        quoted = b'    self._abort("NCCL error: unhandled system error %d")\n' % r.randint(1, 9)
         # the quoted line in the same feed as its frame or in the next one (after a feed with or
         # without other lines to examine), 40 lines after the frame: the edge of "right after"; the
         # last one 41 lines after (the first failure candidate, which would hide later differences)

@@ -5,7 +5,10 @@ The rule, in order:
 1. A warning never decides: a record logged at WARNING/INFO level, or a Python warning
    (``UserWarning: …``, ``FutureWarning: …``), makes no candidate, whatever it names
    (pip prints ``No module named 'numpy'`` as a torch UserWarning long before the
-   CMake error that fails the build).
+   CMake error that fails the build). Nor does a line that is no event of the run
+   (``NOT_EVENTS``): a command echoed with its flags (``--watchdog-timeout 3600``),
+   environment settings (``VLLM_ENGINE_ITERATION_TIMEOUT_S=3600``), Python source (a pasted
+   repro's ``except torch.cuda.OutOfMemoryError:``).
 2. Each candidate line has a *rank* (``Rank``, the row's ``rank`` in signatures.FAILURES):
    a specific signature (CUDA OOM, NCCL, a compiler error) > a Python exception or a
    crash > a wrapper's *envelope* ("see above": pip's ``× … did not run successfully``,
@@ -65,6 +68,25 @@ FALLBACK_CAUSES = frozenset(("exception", "import_error"))
 WARNING_LEVELS = ("INFO", "DEBUG", "NOTICE", "WARNING", "WARN")
 # A Python warning as `warnings` prints it: "path.py:276: UserWarning: …", "FutureWarning: …".
 PY_WARNING = regexcache.compile(r"(?:^|[\s:])(?:[A-Z]\w*)?Warning: ")
+
+
+# Lines that are no event of the run, whatever they name (rule 1): a command echoed (a shell prompt, a
+# launcher with its flags: `--watchdog-timeout 3600`), environment settings (`…_TIMEOUT_S=3600`), Python
+# source (a handler, a raise: a pasted repro script), and vLLM's version fallback (`No module named
+# 'vllm._version'`, the second line of a source build's RuntimeWarning).
+_LAUNCHERS = r"(?:python\d?(?:\.\d+)?|vllm|sglang|torchrun|deepspeed|accelerate|srun|sbatch|docker|podman|uv|pip\d?)"
+NOT_EVENTS = regexcache.compile(
+    r"^\s*(?:\$ "
+    r"|(?:[A-Z][A-Z0-9_]*=\S*\s+)*[A-Z][A-Z0-9_]*=\S*\s*$"
+    r"|(?:[A-Z][A-Z0-9_]*=\S*\s+)+" + _LAUNCHERS + r"\s"
+    r"|" + _LAUNCHERS + r"\s.*\s--[a-z]"
+    r"|except\b.*:\s*$|raise [\w.]+(?:\(|\s*$))"
+    r"|No module named 'vllm\._version'")
+
+
+def is_no_event(body: str) -> bool:
+    """Rule 1: True if this record is a command, settings or source code, which never names the cause."""
+    return NOT_EVENTS.search(body) is not None
 
 
 def is_warning(body: str, level: Optional[str]) -> bool:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Final, Iterable, Optional, Union
 from .model import (ALL_FAMILIES, F, Failure, KeyLine, LogAnalysis, LogWarning, M, MAX_MESSAGE, Number, P,
                     Progress, RECOVERY_ADVANCES, S, SERVING_KEYS, SPEC_MIN_ACCEPT_LEN, SPEC_MIN_ACCEPT_RATE,
                     SPEC_WINDOW, STALL_REPEATS, ServingNumbers, W)
-from .cause import FALLBACK_CAUSES, Spec, is_warning
+from .cause import FALLBACK_CAUSES, Spec, is_no_event, is_warning
 from .generic import is_count, labelled_bracket, labelled_count
 from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HINTS, JIT, KV_PRESSURE, LOSS_DICT,
                        MAKE, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, REQUEST_ERROR, REQUEST_ERROR_LINES, SERIES_LABELS, SHELL_KILLED, SIZE,
@@ -857,8 +857,8 @@ class State:
                         break
                 return _Candidate(Spec.SPECIFIC, "gpu_fault", start, " ".join(reversed(parts))[:MAX_MESSAGE], "gpu_fault", sig="GPU_FAULT")
             return None
-        if is_warning(body, level):
-            return None                   # a warning never names the cause (cause.py, rule 1)
+        if is_warning(body, level) or is_no_event(body):
+            return None                   # a warning, a command, code never names the cause (cause.py, rule 1)
         hit = classify_failure(body, Context(self.phase, level, line - self.usage_line <= 60))
         if hit is None:
             return None
