@@ -21,6 +21,19 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # KILLED_EXIT: vLLM V1's `Failed core proc(s): {'EngineCore_DP0': -9}`, SIGKILL while loading
+    ("fixture vllm_v1_engine_core_sigkilled_loading.log", "failure"): ("host_oom", 16),
+    # ENGINE_SELF_KILL: SGLang 2026's `SIGQUIT received. … one child failed`; the other DP rank's stats line
+    # just before it proved no recovery
+    ("fixture sglang_dp_rank_oom_then_sigquit_2026.log", "failure"): ("cuda_oom", 10),
+    ("fixture sglang_dp_rank_oom_then_sigquit_2026.log", "warnings"): [],
+    # sglang_stats: a hybrid model's fuller pool (`swa token usage: 0.99`) binds
+    ("fixture sglang_hybrid_swa_pool_full.log", "warnings"): ["kv_cache_pressure"],
+    ("fixture sglang_hybrid_swa_pool_full.log", "serving"): {"running": 64.0, "waiting": 37.0, "kv_cache_pct": 99.0,
+                                                              "gen_tokens_per_s": 1822.7, "prompt_tokens_per_s": None,
+                                                              "spec_accept_rate": None, "spec_accept_len": None},
+    # IMPORT: torch.ops of vLLM's `_C` that never loaded (`'_OpNamespace' '_C' object has no attribute`)
+    ("fixture vllm_c_extension_abi_warning_then_op_missing.log", "failure"): ("import_error", 12),
     # cause.py rule 1: a command, environment settings and a repro's source are no events of the run
     ("fixture pasted_command_env_repro_then_loading.log", "failure"): None,
     ("fixture pasted_command_env_repro_then_loading.log", "phase"): "loading",

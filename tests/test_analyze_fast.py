@@ -254,7 +254,8 @@ def test_digit_value_lines_are_judged_per_segment() -> None:
     lines = [b"collect2: error: ld failed", b"collect0: error: ld failed", b"worker died due to signal 9",
              b"worker died due to signal 1", b"Process exited with exit code 137", b"Process exited with exit code 100",
              b"NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus", b"NVRM: Xid (PCI:0000:3b:00): 43, pid=1",
-             b"Exit code: 137", b"Exit code: 100", b"worker done, returncode=-9", b"worker done, returncode=-1"]
+             b"Exit code: 137", b"Exit code: 100", b"worker done, returncode=-9", b"worker done, returncode=-1",
+             b"Failed core proc(s): {'EngineCore_DP0': -9}", b"Failed core proc(s): {'EngineCore_DP0': 1}"]
     for line in lines:
         for other in lines:
             data = line + b"\n" + other + b"\n"

@@ -74,7 +74,8 @@ INPUTS = (
     '(?:GPU|device) memory|out of memory on (?:device|GPU)|larger than the available KV cache memory|not '
     'enough GPU memory available|is less than desired GPU memory utilization|memory capacity is '
     "unbalanced|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY|PI_ERROR_OUT_OF_RESOURCES', 32, 8), ('Got fatal "
-    "signal from worker processes, shutting down|Received sigquit from a child process', 32, 8), "
+    'signal from worker processes, shutting down|Received sigquit from a child process|SIGQUIT '
+    "received\\\\..*It usually means one child failed|Triggering SIGQUIT for cleanup', 32, 8), "
     "('^Killed\\\\s*$|^Killed process|\\\\d+\\\\s+Killed\\\\b|\\\\bKilled\\\\s{2,}\\\\S|died due to signal 9|Killed "
     'signal terminated program|internal compiler error: Killed|(?:exit|exited with) (?:code|status)[:= '
     ']*(?:137|-9)\\\\b|non-zero exit status (?:137|-9)\\\\b|Signals\\\\.SIGKILL|killed by signal(?: 9\\\\b|:? '
@@ -85,22 +86,22 @@ INPUTS = (
     "received\\\\b|\\\\bwas SIGKILLed\\\\b', 32, 8), ('(?:\\\\b[Ee]xit[ "
     '_]?(?:[Cc]ode|[Ss]tatus)|\\\\bexitCode|\\\\breturn[ _]?code|\\\\bterminated with(?: exit ?code| '
     'signal)?)\\\\s*[:=]?\\\\s*(?:137|-9)\\\\b|\\\\bterminated with signal 9\\\\b|unexpectedly failed with '
-    "(?:exitcode=|an exit code )9\\\\b|\\\\bexited on signal 9\\\\b', 32, 8), ('out of memory', 32, 8), ('Torch"
-    " not compiled with CUDA enabled', 32, 8), ('CUDA error(?!s)|Cuda error(?!s)|CUDA driver "
-    'error|\\\\.cuh?:\\\\d+: .*Assertion .* failed|illegal memory access|device-side '
-    'assert|CUBLAS_STATUS_(?!SUCCESS)[A-Z_]+|CUDNN_STATUS_[A-Z_]+|cuDNN error|cudaError[A-Z]\\\\w+|no '
-    'kernel image is available|misaligned address|unspecified launch failure|CUDA driver version is '
-    "insufficient|illegal instruction was encountered|Cuda failure \\\\d* ?\\'|Memory access fault by GPU "
-    'node-\\\\d+|UR_RESULT_ERROR_DEVICE_LOST|No CUDA GPUs are available|Found no NVIDIA driver|CUDA driver '
-    'initialization failed|Unexpected error from cudaGetDeviceCount|Driver/library version '
-    "mismatch|forward compatibility was attempted on non supported HW|couldn\\'t communicate with the "
-    'NVIDIA driver|NVIDIA driver on your system is too old|\\\\bhas no (?:GPU|CUDA device)s? '
-    'available|nvidia-container-cli: \\\\w+ error|could not select device driver \\\\"[^\\\\"]*\\\\" with '
-    "capabilities: \\\\[\\\\[gpu\\\\]\\\\]', 32, 8), ('NCCL "
+    "(?:exitcode=|an exit code )9\\\\b|\\\\bexited on signal 9\\\\b|Failed core proc\\\\(s\\\\): \\\\{[^}]*: -9\\\\b', "
+    "32, 8), ('out of memory', 32, 8), ('Torch not compiled with CUDA enabled', 32, 8), ('CUDA "
+    'error(?!s)|Cuda error(?!s)|CUDA driver error|\\\\.cuh?:\\\\d+: .*Assertion .* failed|illegal memory '
+    'access|device-side assert|CUBLAS_STATUS_(?!SUCCESS)[A-Z_]+|CUDNN_STATUS_[A-Z_]+|cuDNN '
+    'error|cudaError[A-Z]\\\\w+|no kernel image is available|misaligned address|unspecified launch '
+    'failure|CUDA driver version is insufficient|illegal instruction was encountered|Cuda failure \\\\d* '
+    "?\\'|Memory access fault by GPU node-\\\\d+|UR_RESULT_ERROR_DEVICE_LOST|No CUDA GPUs are "
+    'available|Found no NVIDIA driver|CUDA driver initialization failed|Unexpected error from '
+    'cudaGetDeviceCount|Driver/library version mismatch|forward compatibility was attempted on non '
+    "supported HW|couldn\\'t communicate with the NVIDIA driver|NVIDIA driver on your system is too "
+    'old|\\\\bhas no (?:GPU|CUDA device)s? available|nvidia-container-cli: \\\\w+ error|could not select '
+    'device driver \\\\"[^\\\\"]*\\\\" with capabilities: \\\\[\\\\[gpu\\\\]\\\\]\', 32, 8), (\'NCCL '
     'error|nccl(?:System|Internal|UnhandledCuda|InvalidUsage|Remote|InvalidArgument)Error|collective '
     'operation timeout|NCCL communicator was aborted|NCCL (?:timeout|Timeout)|DistBackendError|Timeout at'
-    ' NCCL work|NCCL operations have failed|DeepEP error: timeout|NCCL WARN NET/\\\\w+ ?: (?:Got completion'
-    ' from peer|.*(?:failed|error))|NCCL WARN Call to \\\\w+ failed|NCCL WARN .*[Cc]onnection '
+    ' NCCL work|NCCL operations have failed|DeepEP error: [^\\\\n]*timeout|NCCL WARN NET/\\\\w+ ?: (?:Got '
+    'completion from peer|.*(?:failed|error))|NCCL WARN Call to \\\\w+ failed|NCCL WARN .*[Cc]onnection '
     "(?:refused|reset|closed)|NCCL WARN .*(?:failed to extend|shared memory segment) /dev/shm', 32, 8), "
     "('Error while deserializing header: (?:MetadataIncompleteBuffer|Header\\\\w+|InvalidHeader\\\\w*|header "
     "too (?:large|small)|incomplete metadata)', 32, 8), ('killed by signal: Bus error|out of shared "
@@ -114,12 +115,12 @@ INPUTS = (
     'detokenizer", 32, 8), (\'^(?!.*\\\\b[Rr]etry)(?:.*?Did not receive (?:a )?response from .{1,80}? within'
     ' \\\\d+|Timeout waiting for (?!lock)\\\\w|.*?not ready after waiting \\\\d+ seconds)\', 32, 8), ("undefined'
     " symbol|cannot open shared object file|No module named|GLIBC(?:XX)?_[\\\\d.]+'? not found|DLL load "
-    'failed|cannot import name", 32, 8), (\'^[\\\\w.\\\\-]+(?: [\\\\w\\\\-]+)?: error: (?:unrecognized '
-    'arguments|the following arguments are required|argument \\\\S+|invalid choice|ambiguous '
-    'option|unrecognized option|expected one argument)|^Error: (?:No such option|Got unexpected extra '
-    "argument|Invalid value for|Missing (?:option|argument))', 32, 8), ('User-specified \\\\w+ \\\\(\\\\d+\\\\) "
-    'is greater than the derived|Bfloat16 is only supported on GPUs with compute capability|Both servers '
-    "must use the same --[\\\\w\\\\-]+ value', 32, 8), "
+    'failed|cannot import name|\'_OpNamespace\' \'_\\\\w+\' object has no attribute", 32, 8), (\'^[\\\\w.\\\\-]+(?: '
+    '[\\\\w\\\\-]+)?: error: (?:unrecognized arguments|the following arguments are required|argument '
+    '\\\\S+|invalid choice|ambiguous option|unrecognized option|expected one argument)|^Error: (?:No such '
+    "option|Got unexpected extra argument|Invalid value for|Missing (?:option|argument))', 32, 8), "
+    "('User-specified \\\\w+ \\\\(\\\\d+\\\\) is greater than the derived|Bfloat16 is only supported on GPUs with"
+    " compute capability|Both servers must use the same --[\\\\w\\\\-]+ value', 32, 8), "
     "('\\\\b(?:[Uu]nknown|[Ii]nvalid|[Uu]nsupported|[Uu]nrecognized) (?:[\\\\w\\\\-]+ "
     '){0,3}?(?:method|backend|load_format|\\\\w+_format|parser|algorithm(?: name)?|dtype|choice)s?: '
     '[\\\'\\\\"]?[\\\\w.\\\\-]|must be divisible by (?:the )?(?:tensor|pipeline|data|expert|context) parallel '
@@ -265,6 +266,7 @@ ANCHORS: tuple[tuple[bytes, int], ...] = (
     (b'not enough GPU memory available', 8),
     (b'is less than desired GPU memory utilization', 8),
     (b'memory capacity is unbalanced', 8),
+    (b'Triggering SIGQUIT for cleanup', 8),
     (b'received signal', 8),
     (b'terminated by signal', 8),
     (b'oom_reaper', 8),
@@ -291,6 +293,7 @@ ANCHORS: tuple[tuple[bytes, int], ...] = (
     (b'ENGINE_ITERATION_TIMEOUT', 8),
     (b'cannot open shared object file', 8),
     (b'cannot import name', 8),
+    (b"' object has no attribute", 8),
     (b') is greater than the derived', 8),
     (b'is only supported on GPUs with compute capability', 8),
     (b'Both servers must use the same --', 8),

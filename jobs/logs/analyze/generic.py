@@ -110,7 +110,8 @@ SIGKILLED = regexcache.compile(r"\bsignal: killed\b|\breceived SIGKILL\b|\bSIGKI
 KILLED_EXIT = regexcache.compile(r"(?:\b[Ee]xit[ _]?(?:[Cc]ode|[Ss]tatus)|\bexitCode|\breturn[ _]?code"
                          r"|\bterminated with(?: exit ?code| signal)?)\s*[:=]?\s*(?:137|-9)\b"
                          r"|\bterminated with signal 9\b|unexpectedly failed with (?:exitcode=|an exit code )9\b"
-                         r"|\bexited on signal 9\b")       # Open MPI: `mpirun noticed that process rank 3 … exited on signal 9 (Killed)`
+                         r"|\bexited on signal 9\b"        # Open MPI: `mpirun noticed that process rank 3 … exited on signal 9 (Killed)`
+                         r"|Failed core proc\(s\): \{[^}]*: -9\b")   # vLLM V1: `Failed core proc(s): {'EngineCore_DP0': -9}`
 
 
 # --------------------------------------------------------------------------- watchdogs and timeouts

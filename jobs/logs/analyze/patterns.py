@@ -581,6 +581,8 @@ def parse_serving_stats_line(line: str) -> Optional[dict[str, float]]:
             key, scale = _SGLANG_KEY[name]
             if key not in out:
                 out[key] = float(value) * scale
+            elif key == "kv_cache_pct":              # hybrid models (`full token usage`, `swa token usage`): the fullest binds
+                out[key] = max(out[key], float(value) * scale)
         if "Prefill batch" in line:
             out.pop("gen_tokens_per_s", None)      # the decode rate lives on decode lines only
     return out or None
@@ -630,6 +632,8 @@ def serving_stats_spans(line: str) -> Optional[tuple[tuple[str, int, int, float,
             key, scale = _SGLANG_KEY[m.group(1)]
             if key not in out:
                 out[key] = (key, m.start(2), m.end(2), scale, 1.0)
+            elif key == "kv_cache_pct":
+                return None                            # two pools' usage: the fuller one is read, at no fixed span
         if "Prefill batch" in line:
             out.pop("gen_tokens_per_s", None)
     return tuple(out.values()) or None
@@ -709,7 +713,7 @@ NCCL = regexcache.compile(
     r"NCCL error|nccl(?:System|Internal|UnhandledCuda|InvalidUsage|Remote|InvalidArgument)Error"
     r"|collective operation timeout|NCCL communicator was aborted|NCCL (?:timeout|Timeout)|DistBackendError"
     r"|Timeout at NCCL work|NCCL operations have failed"
-    r"|DeepEP error: timeout"          # DeepEP's internode dispatch/combine (NVSHMEM): the ranks' communication
+    r"|DeepEP error: [^\n]*timeout"   # DeepEP's dispatch/combine (`timeout (dispatch CPU)`, `CPU recv timeout`): the ranks' communication
     r"|NCCL WARN NET/\w+ ?: (?:Got completion from peer|.*(?:failed|error))|NCCL WARN Call to \w+ failed"
     r"|NCCL WARN .*[Cc]onnection (?:refused|reset|closed)|NCCL WARN .*(?:failed to extend|shared memory segment) /dev/shm")
 CUDA_NO_DEVICE = (r"No CUDA GPUs are available|Found no NVIDIA driver|CUDA driver initialization failed"
@@ -736,7 +740,10 @@ STALL_NOTICE = regexcache.compile(r"No available shared memory broadcast block f
 HANG = regexcache.compile(r"Watchdog timeout \(|watchdog_timeout=\d+\)|[Hh]ang detected|detected a hang"
                    r"|execute_model timed out|ENGINE_ITERATION_TIMEOUT|Engine iteration timed out")
 IMPORT = regexcache.compile(r"undefined symbol|cannot open shared object file|No module named|GLIBC(?:XX)?_[\d.]+'? not found"
-                     r"|DLL load failed|cannot import name")
+                     r"|DLL load failed|cannot import name"
+                     # torch.ops of an extension that never loaded (vLLM only warns `Failed to import from vllm._C`):
+                     # the ops call fails later, on the import's account
+                     r"|'_OpNamespace' '_\w+' object has no attribute")
 BAD_ARGS = regexcache.compile(
     r"^[\w.\-]+(?: [\w\-]+)?: error: (?:unrecognized arguments|the following arguments are required|argument \S+"
     r"|invalid choice|ambiguous option|unrecognized option|expected one argument)"

@@ -1089,7 +1089,7 @@ class _Chunk:
             if self.run_kind:
                 self.flush_run()
             if not self.serving_run:
-                state.ready_mark(0)                   # its line is unused: a recovery names the error's line
+                state.ready_mark(self.where(i)[1])    # (the line a recovery was proven at: State.root_cause)
                 self.serving_run = True
             self.deferred.append((first, last))
             return True
@@ -1107,7 +1107,7 @@ class _Chunk:
             # any line before it raised, so the run is applied as a KV-safe one (the lines
             # whose numbers no later line overwrites, and the spec-decode window), now.
             if not self.serving_run:
-                state.ready_mark(0)
+                state.ready_mark(self.where(i)[1])
                 self.serving_run = True
             self.deferred.append((first, last))
             self.flush_deferred()
@@ -1131,7 +1131,7 @@ class _Chunk:
             plan = infos[i].plan
             if plan and plan.stats_at is not None and not plan.ansi and plan.bar_at < 0:
                 if need_mark:
-                    state.ready_mark(0)               # its line is unused (see stats_run)
+                    state.ready_mark(self.where(i)[1])   # (see stats_run)
                     need_mark = False
                 start = self.start(i)
                 read = plan.stats_read

@@ -331,10 +331,15 @@ FAILURES: tuple[Signature, ...] = (
               "capacity of 23.56 GiB", SPECIFIC, verdict=_cuda_oom,
               test=_cuda_oom_test),
     Signature("ENGINE_SELF_KILL", "cause", regexcache.compile(r"Got fatal signal from worker processes, shutting down"
-                                                              r"|Received sigquit from a child process"),
+                                                              r"|Received sigquit from a child process"
+                                                              r"|SIGQUIT received\..*It usually means one child failed"
+                                                              r"|Triggering SIGQUIT for cleanup"),
               "exception", 171, "vLLM V1 0.8-0.9 (core_client: its worker's error above, then it SIGKILLs its own "
-              "process tree), SGLang (its SIGQUIT handler, a child's failure above, then the same): an envelope; "
-              "the shell's bare `Killed` after it (within 3 lines) is that kill, not the OOM killer's",
+              "process tree), SGLang (its SIGQUIT handler, a child's failure above, then the same; 2026: `SIGQUIT "
+              "received. signum=None, frame=None. It usually means one child failed.`, its subprocess watchdog's "
+              "`Triggering SIGQUIT for cleanup`): an envelope; the shell's bare `Killed` after it (within 6 lines: "
+              "SGLang logs its crash-dump settings between) is that kill, not the OOM killer's; and a serving line "
+              "just before it (another DP rank's) proved no recovery",
               "CRITICAL 05-07 19:18:17 [core_client.py:359] Got fatal signal from worker processes, shutting down. "
               "See stack trace above for root cause issue.", UMBRELLA, "exception"),
     Signature("HOST_OOM", "cause", HOST_OOM, "host_oom", 170, "Linux OOM killer, gcc, torch elastic, docker",
@@ -653,7 +658,8 @@ ENGINES: tuple[Signature, ...] = (
          "KV Cache is allocated. #tokens: 412331, K size: 9.84 GB"),
     _row("sglang_failure", "engine", r"KV cache pool is full|[Dd]ecode out of memory happened|Scheduler hit an exception"
          r"|[Ss]cheduler is dead|--mem-fraction-static|self\.watchdog_timeout=|get a response from detokenizer"
-         r"|Received sigquit from a child process|Exception in ModelTpServer|DetokenizerManager hit an exception",
+         r"|Received sigquit from a child process|It usually means one child failed|Triggering SIGQUIT for cleanup"
+         r"|Exception in ModelTpServer|DetokenizerManager hit an exception",
          "sglang", 3, "SGLang's own failure and pressure words (mined: 0.2.13 to 0.5.18)",
          "Scheduler hit an exception: Traceback (most recent call last):"),
     # (a relative module path too: py-spy's frames, `step (vllm/v1/engine/core.py:318)`)

@@ -59,6 +59,9 @@ _NO_RECOVERY = (("never",), float("inf"))
 
 # The rows whose candidates _candidate looks at first: an engine killing itself, the bare `Killed` after it.
 _SELF_KILL_SIGS = frozenset(("ENGINE_SELF_KILL", "HOST_OOM"))
+# How close after an engine's self-kill announcement its kill lands (SGLang logs its crash-dump settings between),
+# and how close before it a serving line proved no recovery (another DP rank's last stats line).
+SELF_KILL_LINES = 6
 
 # --------------------------------------------------------------------------- the state machine
 
@@ -163,7 +166,8 @@ class State:
         self.first_weak: Optional[_Candidate] = None  # earliest spec 0
         # (best, first_error) as a phase marker or progress dropped them as recovered from: another rank
         # may have logged those while the one that raised it died; an envelope after it ("see above") revives it.
-        self.recovered_from: Optional[tuple[_Candidate, Optional[_Candidate]]] = None
+        # (the error recovered from, the first error then, the line serving proved it or None)
+        self.recovered_from: Optional[tuple[_Candidate, Optional[_Candidate], Optional[int]]] = None
         self.advances_since_failure = 0
         self.progress_at_failure: Optional[tuple[tuple, Number]] = None
         self.last_frame_line = -10**9
@@ -792,7 +796,7 @@ class State:
         if cand.sig in _SELF_KILL_SIGS:
             if cand.sig == "ENGINE_SELF_KILL":
                 self.self_kill_at = cand.line
-            elif (cand.line - self.self_kill_at <= 3 or self.cancelled_at < cand.line) and \
+            elif (cand.line - self.self_kill_at <= SELF_KILL_LINES or self.cancelled_at < cand.line) and \
                     SHELL_KILLED.search(cand.message) is not None:
                 # the engine's SIGKILL of its own processes, announced above, or a requested cancel's
                 # escalation (scancel: SIGTERM, then SIGKILL after KillWait): no OOM
@@ -873,9 +877,13 @@ class State:
             # (its text is made when a result is asked for: most are replaced by the next recovery)
             self.warnings["error_recovered"] = ("error_recovered", cand.line, (cand.cause, cand.line, cand.message))
         if proven:
-            self.recovered_from = None
+            # Kept only for an engine's self-kill announced right after (root_cause): another rank still served.
+            if self.best is not None:
+                self.recovered_from = (self.best, self.first_error, line)
+            elif self.recovered_from is not None and self.recovered_from[2] is None:
+                self.recovered_from = None
         elif self.best is not None:
-            self.recovered_from = (self.best, self.first_error)
+            self.recovered_from = (self.best, self.first_error, None)
         self.best = self.first_low = self.first_weak = self.first_error = None
         self.progress_at_failure = None
         self.advances_since_failure = 0
@@ -885,10 +893,12 @@ class State:
             return self.best
         if self.first_low is not None:
             c = self.first_low
-            r = self.recovered_from[0] if self.recovered_from is not None else None
-            if r is not None and r.line < c.line:
+            r, served_at = self.recovered_from[0::2] if self.recovered_from is not None else (None, None)
+            if r is not None and r.line < c.line and (served_at is None or (
+                    c.sig == "ENGINE_SELF_KILL" and c.line - served_at <= SELF_KILL_LINES)):
                 # The envelope says "see above", and above it is an error read as recovered from:
-                # it was not (rank 1's KeyError, rank 0's "Model loading took", "EngineCore failed").
+                # it was not (rank 1's KeyError, rank 0's "Model loading took", "EngineCore failed"; the
+                # stats line of another DP rank just before SGLang kills itself over this one's error).
                 return _Candidate(r.spec, r.cause, r.line, r.message, r.hint_key, f"{r.sig} above {c.sig}")
             # The umbrella says "see above": the first ERROR line above it is the root cause.
             if self.first_weak is not None and self.first_weak.line < c.line:

@@ -39,7 +39,7 @@ from . import regexcache
 # tests/analyze_reference.py (ReferenceAnalyzer) examines every anchored segment; tests compare the two.
 
 NORMALIZE = bytes.maketrans(b"0123456789\r", b"0000000000\n")
-_DIGIT_VALUE_WORDS = ("Xid", "xit", "signal", "collect", "return", "terminated")
+_DIGIT_VALUE_WORDS = ("Xid", "xit", "signal", "collect", "return", "terminated", "core proc")
 _DIGIT_ANCHOR = b"signal 9"
 _DIGIT_ANCHOR_TEMPLATE = b"signal 0"
 assert [lit for lit in FAMILY if set(lit) & set(b"0123456789")] == [_DIGIT_ANCHOR]
