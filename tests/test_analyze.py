@@ -342,6 +342,21 @@ def test_a_gpu_failure_after_a_build_error_decides_its_consequences_do_not(after
     assert r.failure.line == (3 if cause != "build_failed" else 2)
 
 
+_CUDA_ERROR = b"RuntimeError: CUDA error: unspecified launch failure\n"
+_XID_79 = b"NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+_XID_13 = b"NVRM: Xid (PCI:0000:3b:00): 13, pid=4242, name=python3, Graphics SM Warp Exception\n"
+
+
+@pytest.mark.parametrize("data,want", [
+    (_CUDA_ERROR + _XID_79, ("gpu_fault", 2)),      # the hardware fault explains the CUDA error pasted above it
+    (_XID_79 + _CUDA_ERROR, ("gpu_fault", 1)),
+    (_CUDA_ERROR + _XID_13, ("cuda_error", 1)),     # an application's own fault (Xid 13) explains nothing more
+])
+def test_a_gpu_hardware_fault_decides_over_the_cuda_errors_around_it(data: bytes, want: tuple) -> None:
+    r = analyze_bytes(data)
+    assert r.failure is not None and (r.failure.cause, r.failure.line) == want, r.failure
+
+
 def test_phase_and_cause_vocabulary() -> None:
     for name in FAILURES:
         assert analyze_file(FIXTURES / name).phase in PHASES

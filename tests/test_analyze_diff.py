@@ -21,6 +21,8 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # cause.py rule 3: a GPU's hardware fault explains the CUDA error before it in the paste (dmesg after the log)
+    ("fixture vllm_cuda_error_then_pasted_dmesg_xid79.log", "failure"): ("gpu_fault", 7),
     # KILLED_EXIT: vLLM V1's `Failed core proc(s): {'EngineCore_DP0': -9}`, SIGKILL while loading
     ("fixture vllm_v1_engine_core_sigkilled_loading.log", "failure"): ("host_oom", 16),
     # ENGINE_SELF_KILL: SGLang 2026's `SIGQUIT received. … one child failed`; the other DP rank's stats line

@@ -16,9 +16,11 @@ The rule, in order:
    ERROR-level line.
 3. The highest rank wins; among equals the earliest: the first specific error ended the
    run, the ones after it are its consequences (a dead worker, then the NCCL timeout of
-   the ranks waiting on it). Except after a build error: a GPU's own failure (a CUDA OOM, an
-   Xid) is no consequence of one, so the job got past it (a probe's failed link test, as
-   DeepSpeed's op builder prints) and that failure decides.
+   the ranks waiting on it). Except where the later error cannot be the earlier one's
+   consequence: after a build error, a GPU's own failure (a CUDA OOM, an Xid) means the job
+   got past it (a probe's failed link test, as DeepSpeed's op builder prints), and a GPU's
+   hardware fault (an Xid, a GPU off the bus) explains the CUDA and NCCL errors around it,
+   even where a paste puts its dmesg lines after them: that failure decides.
 4. An envelope defers to the error inside it: when no candidate outranks it, the first
    ERROR line above it names the line (its cause stays the envelope's). A traceback's
    header is an envelope of its final line: an envelope that ends the traceback (a build

@@ -42,9 +42,9 @@ class _Candidate:
 
     @property
     def hold(self) -> int:
-        """The rank a candidate of the same or a lower one cannot displace (candidate_is_noop): its own, but
-        a build error's is one lower, since a GPU's own failure after it displaces it (cause.py, rule 3)."""
-        return self.spec - 1 if self.cause == "build_failed" else self.spec
+        """The rank a candidate of the same or a lower one cannot displace (candidate_is_noop): its own, but one
+        lower for a cause that a later one of its rank may displace (_DISPLACED_BY; cause.py, rule 3)."""
+        return self.spec - 1 if self.cause in _DISPLACED_BY else self.spec
 
 
 def _is_traceback_header(cand: _Candidate) -> bool:
@@ -52,7 +52,12 @@ def _is_traceback_header(cand: _Candidate) -> bool:
 
 
 # Causes a build error cannot bring about: after one, the job ran on its GPU past the build (cause.py, rule 3).
-_PAST_A_BUILD = frozenset(("cuda_oom", "gpu_fault"))
+# The causes whose held candidate a later one of the same rank displaces, and by which causes (cause.py, rule 3):
+# a build error brings about no GPU failure (the job got past it); a GPU's hardware fault explains the CUDA and
+# NCCL errors around it, wherever a paste puts its dmesg lines.
+_DISPLACED_BY: dict[str, frozenset[str]] = {"build_failed": frozenset(("cuda_oom", "gpu_fault")),
+                                            "cuda_error": frozenset(("gpu_fault",)), "nccl": frozenset(("gpu_fault",))}
+_NONE: frozenset[str] = frozenset()
 
 # progress_at_failure for an error no progress undoes: a key no series has (see _candidate).
 _NO_RECOVERY = (("never",), float("inf"))
@@ -813,7 +818,7 @@ class State:
             # Slurm's own OOM line names the limit that killed it: a better hint than the bare "Killed" above it.
             if (self.best is None or cand.spec > self.best.spec
                     or (cand.hint_key == "slurm_oom" and self.best.cause == "host_oom")
-                    or (cand.cause in _PAST_A_BUILD and self.best.cause == "build_failed" and cand.spec >= self.best.spec)):
+                    or (cand.spec >= self.best.spec and cand.cause in _DISPLACED_BY.get(self.best.cause, _NONE))):
                 self.best = cand
                 # (cause.py rule 5) progress proves recovery from the error held, so it counts from this one:
                 # pip prints its envelope before the build output it wraps, whose ninja steps came first.
