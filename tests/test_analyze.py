@@ -96,7 +96,8 @@ def test_vllm_startup_to_ready_with_useless_speculation() -> None:
     (13, "starting"),      # weights loaded
     (14, "compiling"),     # Dynamo
     (16, "starting"),      # KV cache sized
-    (17, "starting"),      # CUDA graph bar, full: capture finished, the server is next
+    (17, "capturing"),     # the PIECEWISE capture bar, full: vLLM V1 may draw its (decode, FULL) bar next
+    (18, "starting"),      # "Graph capturing finished": the server is next
     (22, "starting"),      # API server coming up
     (25, "ready"),
 ])

@@ -21,6 +21,8 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # a full `(mixed prefill-decode, PIECEWISE)` capture bar leaves vLLM V1 capturing: its FULL bar comes next
+    ("fixture vllm_v1_between_piecewise_and_full_capture.log", "phase"): "capturing",
     # cause.py rule 3: a GPU's hardware fault explains the CUDA error before it in the paste (dmesg after the log)
     ("fixture vllm_cuda_error_then_pasted_dmesg_xid79.log", "failure"): ("gpu_fault", 7),
     # KILLED_EXIT: vLLM V1's `Failed core proc(s): {'EngineCore_DP0': -9}`, SIGKILL while loading

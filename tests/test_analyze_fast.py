@@ -741,7 +741,8 @@ def test_a_planned_capture_bar_that_fills_ends_the_capture(glued: str) -> None:
     """A full bar whose label names capture moves the phase to starting, read through its plan too
     (State._tqdm_planned has _bar inline) — alone, at the end of a run, and with a record glued on."""
     head = "(APIServer pid=1) INFO 05-07 10:00:00 [api_server.py:1] vLLM API server version 0.9.0\n"
-    bar = "Capturing CUDA graphs (PIECEWISE): {p:3d}%|#         | {n}/51 [00:0{k}<00:09, 5.{k}it/s]" + glued + "\n"
+    # (the last capture bar vLLM V1 draws: a full PIECEWISE one leaves its FULL one to come)
+    bar = "Capturing CUDA graphs (decode, FULL): {p:3d}%|#         | {n}/51 [00:0{k}<00:09, 5.{k}it/s]" + glued + "\n"
     loss = "{{'loss': 0.{k}, 'grad_norm': 1.0, 'learning_rate': 1e-05, 'epoch': 0.{k}}}\n"
     for last in ([51], [17, 51], [51, 17]):
         lines = [head]

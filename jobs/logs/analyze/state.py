@@ -487,9 +487,10 @@ class State:
             self.hf_loaded = label.startswith(_HF_LOAD_BAR)
         self._set_progress("bar", phase, label or _DEFAULT_LABELS.get(phase, ""), done, total, rate, eta, line, None,
                            key_label)
-        if named_phase == "capturing" and total and done >= total:
+        if named_phase == "capturing" and total and done >= total and "PIECEWISE" not in label:
             # A capture bar (its label says so) is full: capture finished, the server is next. Not
-            # for unlabeled bars, whose phase comes from the state: runs of them must keep it fixed.
+            # for unlabeled bars, whose phase comes from the state: runs of them must keep it fixed;
+            # nor for vLLM V1's `(mixed prefill-decode, PIECEWISE)` bar, which its `(decode, FULL)` one follows.
             self.phase = "starting"
             self.why["phase"] = f"full capture bar (line {line})"
 
