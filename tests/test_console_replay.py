@@ -18,7 +18,9 @@ from runsupport import oom_trainer, pilot_test, pilot_wait_for, wait_for, write_
 
 PY = sys.executable
 
-CRASHER = oom_trainer(steps=4, pause_s=0.3)
+# Output spread over ~3 s: the runner samples once a second, so a loaded machine still records points
+# strictly inside the log (4 steps 0.3 s apart let both samples of a slow start fall before and after it).
+CRASHER = oom_trainer(steps=4, pause_s=0.8)
 
 
 @pytest.fixture
