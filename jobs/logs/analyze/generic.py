@@ -22,7 +22,7 @@ import re
 from typing import Iterator, Optional, Union
 
 from .cause import Spec
-from .patterns import label_phase
+from .patterns import clock, label_phase
 from . import regexcache
 
 # --------------------------------------------------------------------------- exceptions by type
@@ -189,7 +189,7 @@ class _Named:
 # A rich progress bar (rich.progress, as Lightning's RichProgressBar and pip draw it): its glyphs, then the
 # count it shows, then its columns (`Epoch 3/9 ━━━━╸━━━ 400/1000 0:04:52 • 0:07:37 1.33it/s`). The words
 # before the glyphs label it; a counter among them (`3/9`) is the label's, the one after the glyphs the bar's.
-RICH_BAR = regexcache.compile(r"[━╸╺╾╼]{3,}\s*(?P<n>\d+(?:\.\d+)?)/(?P<N>\d+(?:\.\d+)?)(?![\w./%])")
+RICH_BAR = regexcache.compile(r"[━╸╺]{3,}\s*(?P<n>\d+(?:\.\d+)?)/(?P<N>\d+(?:\.\d+)?)(?![\w./%])")
 _RICH_REMAINING = regexcache.compile(r"(?:•|\beta)\s*(?P<rem>\d+:\d\d(?::\d\d)?)\b")
 _RICH_RATE = regexcache.compile(r"(?P<v>\d+(?:\.\d+)?)\s*(?P<u>it/s|s/it)\b")
 
@@ -207,11 +207,8 @@ def rich_bar(body: str) -> Optional[_Named]:
     if r is not None:
         v = float(r.group("v"))
         rate = v if r.group("u") == "it/s" else (1.0 / v if v else None)
-    eta: Optional[float] = None
     t = _RICH_REMAINING.search(rest)
-    if t is not None:
-        parts = t.group("rem").split(":")
-        eta = float(sum(int(p) * 60 ** k for k, p in enumerate(reversed(parts))))
+    eta = clock(t.group("rem")) if t is not None else None
     return _Named(m, label, label_phase(label), "rich bar n/N", rate, eta)
 
 

@@ -51,7 +51,6 @@ def _is_traceback_header(cand: _Candidate) -> bool:
     return "Traceback (most recent call last)" in cand.message
 
 
-# Causes a build error cannot bring about: after one, the job ran on its GPU past the build (cause.py, rule 3).
 # The causes whose held candidate a later one of the same rank displaces, and by which causes (cause.py, rule 3):
 # a build error brings about no GPU failure (the job got past it); a GPU's hardware fault explains the CUDA and
 # NCCL errors around it, wherever a paste puts its dmesg lines.
@@ -263,7 +262,7 @@ class State:
         """_classify() through a memo of its pure part (what it makes of a body at a phase); None
         also for a remembered candidate that _candidate() would ignore now."""
         if line < self.cancelled_at and requested_cancel(body):
-            self.cancelled_at = line              # (as _classify: a memo hit must not skip it)
+            self.cancelled_at = line              # a stop someone asked for (SLURM_END reads no failure in it)
         if body.startswith("NVRM:") and len(body) <= 1024:
             # A driver line that names no fault (nor Xid, nor Slurm) only joins the NVRM window.
             plain = _NVRM_PLAIN.get(body)
@@ -761,6 +760,8 @@ class State:
             return
         if level in NOT_FAILURE_LEVELS:
             return
+        if line < self.cancelled_at and requested_cancel(body):
+            self.cancelled_at = line              # (as _classify_memo: its caller on the planned path)
         cand = self._classify(body, level, line)
         if cand is None:
             return
@@ -840,8 +841,6 @@ class State:
 
     def _classify(self, body: str, level: Optional[str], line: int) -> Optional[_Candidate]:
         msg = body[:MAX_MESSAGE]
-        if line < self.cancelled_at and requested_cancel(body):
-            self.cancelled_at = line              # a stop someone asked for (SLURM_END reads no failure in it)
 
         # (Slurm's own end of a job is the table's SLURM_END row, tried first by classify_failure below.)
         if ("slurmstepd" in body or body.startswith("***")) and SLURM_OOM.search(body):
