@@ -21,6 +21,8 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # vllm_stats: V1's `Preemptions: N` (printed only when some were) is KV cache pressure
+    ("fixture vllm_v1_stats_preemptions.log", "warnings"): ["kv_cache_pressure"],
     # a full `(mixed prefill-decode, PIECEWISE)` capture bar leaves vLLM V1 capturing: its FULL bar comes next
     ("fixture vllm_v1_between_piecewise_and_full_capture.log", "phase"): "capturing",
     # cause.py rule 3: a GPU's hardware fault explains the CUDA error before it in the paste (dmesg after the log)

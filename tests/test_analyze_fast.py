@@ -824,7 +824,7 @@ def test_a_kv_unsafe_run_is_applied_at_once_only_when_its_last_line_raises_the_p
     numbers, the spec window) when its last line raises the warning itself; else line by line, as
     the warning keeps the line of the last line that raised it."""
     stats = ("(APIServer pid=1) INFO 05-07 10:00:{s:02d} [loggers.py:1] Engine 000: Avg prompt throughput: {p}.0 tokens/s, "
-             "Avg generation throughput: 9{k}.5 tokens/s, Running: 1{k} reqs, Waiting: {w} reqs, GPU KV cache usage: "
+             "Avg generation throughput: 9{k}.5 tokens/s, Running: 1{k} reqs, Waiting: {w} reqs, {pre}GPU KV cache usage: "
              "{kv}%, Prefix cache hit rate: 1.0%")
     spec = ("(APIServer pid=1) INFO 05-07 10:00:{s:02d} [metrics.py:1] SpecDecoding metrics: Mean acceptance length: "
             "{a}, Accepted: 7 tokens, Drafted: 9 tokens, Avg Draft acceptance rate: 3.{k}%")
@@ -835,14 +835,18 @@ def test_a_kv_unsafe_run_is_applied_at_once_only_when_its_last_line_raises_the_p
         run = []
         for _ in range(r.randint(1, 5)):
             run.append(stats.format(s=k % 60, p=r.randint(1, 9), k=k % 10, w=r.choice([0, 3, 12]),
-                                    kv=r.choice(["50.0", "94.9", "95.0", "96.1", "99.9", "12.5"])))
+                                    kv=r.choice(["50.0", "94.9", "95.0", "96.1", "99.9", "12.5"]),
+                                    pre=r.choice(["", "", "", "Preemptions: 4, ", "Preemptions: 17, "])))
             if r.random() < 0.3:
                 run.append(spec.format(s=k % 60, a=r.choice(["1.01", "2.50"]), k=k % 10))
         runs.append(run)
     for run in runs:
         lines += run + ["(APIServer pid=1) INFO:     Application startup complete."]
-    for pairs in ([], [("96.1", 3), ("99.9", 0)], [("96.1", 3), ("50.0", 3)], [("50.0", 3), ("96.1", 12)]):
-        last = [stats.format(s=0, p=1, k=0, w=w, kv=kv) for kv, w in pairs]      # the last line raises or not
+    # the last line raises or not (by its KV use and waiting requests, or by its preemptions: V1 0.10+)
+    for pairs in ([], [("96.1", 3, ""), ("99.9", 0, "")], [("96.1", 3, ""), ("50.0", 3, "")],
+                  [("50.0", 3, ""), ("96.1", 12, "")], [("96.1", 3, ""), ("50.0", 0, "Preemptions: 2, ")],
+                  [("50.0", 0, "Preemptions: 2, "), ("60.0", 0, "")]):
+        last = [stats.format(s=0, p=1, k=0, w=w, kv=kv, pre=pre) for kv, w, pre in pairs]
         data = ("\n".join(lines + last) + "\n").encode()
         for cuts in ([], sorted(r.randrange(len(data)) for _ in range(30))):
             assert _run(data, cuts, [None] * (len(cuts) + 1), False) == _run(data, cuts, [None] * (len(cuts) + 1), True)

@@ -45,7 +45,8 @@ INPUTS = (
     "available)', 32, 1), ('Avg prompt throughput:\\\\s*([-+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.])[^,]*,\\\\s*Avg "
     'generation throughput:\\\\s*([-+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.])(?:.*?Running:\\\\s*([-'
     '+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.])\\\\s*req)?(?:.*?(?:Waiting|Pending):\\\\s*([-'
-    '+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.])\\\\s*req)?(?:.*?GPU KV cache '
+    '+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.])\\\\s*req)?(?:.*?Preemptions:\\\\s*([-'
+    '+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.]))?(?:.*?GPU KV cache '
     "usage:\\\\s*([-+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.])\\\\s*%)?', 32, 2), ('Draft acceptance "
     "rate:\\\\s*([-+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.])\\\\s*(%?)', 32, 2), ('(#running-req|#queue-"
     'req|(?<![#\\\\w])(?:full )?token usage|gen throughput \\\\(token/s\\\\)|input throughput '

@@ -529,7 +529,10 @@ _F = r"([-+]?\d+(?:\.\d+)?)(?![\w.])"
 _VLLM_STATS = regexcache.compile(
     r"Avg prompt throughput:\s*" + _F + r"[^,]*,\s*Avg generation throughput:\s*" + _F +
     r"(?:.*?Running:\s*" + _F + r"\s*req)?(?:.*?(?:Waiting|Pending):\s*" + _F + r"\s*req)?"
-    r"(?:.*?GPU KV cache usage:\s*" + _F + r"\s*%)?")
+    r"(?:.*?Preemptions:\s*" + _F + r")?(?:.*?GPU KV cache usage:\s*" + _F + r"\s*%)?")
+# The V1 line's fields, in _VLLM_STATS's groups' order; "preemptions" (printed only when some were,
+# since 0.10) raises kv_cache_pressure and is no serving number (State.serving_data).
+_VLLM_STATS_KEYS = ("prompt_tokens_per_s", "gen_tokens_per_s", "running", "waiting", "preemptions", "kv_cache_pct")
 _VLLM_SPEC_LEN = regexcache.compile(r"Mean acceptance length:\s*" + _F)
 VLLM_SPEC_RATE = regexcache.compile(r"Draft acceptance rate:\s*" + _F + r"\s*(%?)")
 # SGLang "Decode batch. …" / "Prefill batch. …": one pass over "name: value" pairs.
@@ -559,8 +562,7 @@ def parse_serving_stats_line(line: str) -> Optional[dict[str, float]]:
     if "Avg prompt throughput" in line:
         m = _VLLM_STATS.search(line)
         if m:
-            for key, value in zip(("prompt_tokens_per_s", "gen_tokens_per_s", "running", "waiting", "kv_cache_pct"),
-                                  m.groups()):
+            for key, value in zip(_VLLM_STATS_KEYS, m.groups()):
                 if value is not None:
                     out[key] = float(value)
     elif "acceptance" in line:
@@ -611,8 +613,7 @@ def serving_stats_spans(line: str) -> Optional[tuple[tuple[str, int, int, float,
     if "Avg prompt throughput" in line:
         m = _VLLM_STATS.search(line)
         if m:
-            for k, key in enumerate(("prompt_tokens_per_s", "gen_tokens_per_s", "running", "waiting",
-                                     "kv_cache_pct"), start=1):
+            for k, key in enumerate(_VLLM_STATS_KEYS, start=1):
                 if m.group(k) is not None:
                     out[key] = (key, m.start(k), m.end(k), 1.0, 1.0)
     elif "acceptance" in line:

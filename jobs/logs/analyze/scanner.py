@@ -1158,7 +1158,7 @@ class _Chunk:
         start = self.start(j)
         stats = _read_stats(infos[j].plan.stats_read, self.data[start:start + len(self.segs[j])])
         kv = stats.get("kv_cache_pct")
-        return kv is not None and kv >= 95.0 and bool(stats.get("waiting"))
+        return bool(stats.get("preemptions")) or kv is not None and kv >= 95.0 and bool(stats.get("waiting"))
 
     def flush_deferred(self) -> None:
         """Apply the deferred stats lines that count (stats_kept), in order."""

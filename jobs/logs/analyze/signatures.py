@@ -820,8 +820,9 @@ PROGRESS: tuple[Signature, ...] = (
          "rank0: Loading checkpoint 3/8 from /models/x", "3/8"),
 )
 SERVING: tuple[Signature, ...] = (
-    _row("vllm_stats", "serving", _VLLM_STATS, "prompt/gen tokens/s, running, waiting, kv_cache_pct", 20,
-         "vLLM V0 (0.4+, every 5 s), V1 (`Engine 000:`)",
+    _row("vllm_stats", "serving", _VLLM_STATS, "prompt/gen tokens/s, running, waiting, kv_cache_pct "
+         "(`Preemptions: N`: kv_cache_pressure)", 20,
+         "vLLM V0 (0.4+, every 5 s), V1 (`Engine 000:`; `Preemptions:` only when some were, 0.10+)",
          "Engine 000: Avg prompt throughput: 10.0 tokens/s, Avg generation throughput: 132.5 tokens/s, "
          "Running: 8 reqs, Waiting: 0 reqs, GPU KV cache usage: 55.1%", "gen_tokens_per_s=132.5"),
     _row("vllm_spec_decode", "serving", VLLM_SPEC_RATE, "spec_accept_len, spec_accept_rate", 19,
@@ -837,7 +838,7 @@ WARNINGS: tuple[Signature, ...] = (
     _row("oom_risk", "warning", OOM_RISK, "oom_risk", 10, "torch cpp_extension (no MAX_JOBS), make -j, compilers",
          "Allowing ninja to set a default number of workers... (overridable by setting the environment variable MAX_JOBS=N)"),
     _row("kv_cache_pressure", "warning", KV_PRESSURE, "kv_cache_pressure", 9,
-         "vLLM PreemptionMode, SGLang retract (also: KV >= 95 % with requests waiting)",
+         "vLLM PreemptionMode, SGLang retract (also: KV >= 95 % with requests waiting, vLLM V1's stats `Preemptions: N`)",
          "Sequence group 3 is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache space."),
     _row("jit_compile", "warning", JIT, "jit_compile", 8, "flashinfer, DeepSpeed ops",
          "Prebuilt kernels not found, using JIT backend"),

@@ -709,13 +709,18 @@ class State:
     def serving_data(self, stats: dict[str, float], line: int, judge: bool = True) -> None:
         """The numbers of one serving-stats line: merged values, the spec-decode window, KV pressure.
         judge=False: the window is not judged (a later line's judgement replaces this one's)."""
+        preempted = stats.pop("preemptions", None)
         self.serving.update(stats)
         if "spec_accept_len" in stats or "spec_accept_rate" in stats:
             self.spec_recent.append((stats.get("spec_accept_len"), stats.get("spec_accept_rate")))
             if judge:
                 self._judge_spec(line)
         kv, waiting = self.serving.get("kv_cache_pct"), self.serving.get("waiting")
-        if kv is not None and kv >= 95.0 and waiting:
+        if preempted:
+            self.warnings["kv_cache_pressure"] = (
+                "kv_cache_pressure", line, f"{preempted:.0f} requests preempted: the KV cache is full"
+                + (f" ({kv:.0f}% used)" if kv is not None else ""))
+        elif kv is not None and kv >= 95.0 and waiting:
             self.warnings["kv_cache_pressure"] = (
                 "kv_cache_pressure", line, f"KV cache {kv:.0f}% full with {waiting:.0f} requests waiting")
 

@@ -203,7 +203,7 @@ def classify_template(tpl: bytes, engine_known: bool) -> Union[int, Template]:
                     return Template(fams, K_OTHER)   # V0 spec metrics: which keys depends on token counts
             keys = 0
             for key in stats:
-                keys |= _SERVING_BIT[key]
+                keys |= _SERVING_BIT.get(key, 0)     # (no bit: "preemptions", a warning, no number)
             return Template(fams, K_SERVING, keys=keys, hits=hits)
     if fams & M and MARKERS.search(body):
         return Template(fams, K_OTHER)
@@ -502,13 +502,13 @@ def bar_plan(m: "re.Match[str]") -> tuple:
     return (m.start("n"), m.end("n"), SIZE[m.group("nu")], m.start("N"), m.end("N"), SIZE[m.group("Nu")], rem, rate)
 
 
-# A run of stats lines is "KV-safe" when none of them can raise kv_cache_pressure (KV use >= 95 %):
-# every "usage:" in its bytes is followed by a plainly small number, and the KV use already
-# known is below 95 %. Otherwise its lines are examined in full, because that warning keeps
+# A run of stats lines is "KV-safe" when none of them can raise kv_cache_pressure (KV use >= 95 %,
+# or vLLM's "Preemptions: N"): no "Preemptions:" in its bytes, every "usage:" followed by a plainly
+# small number, and the KV use already known below 95 %. Otherwise its lines are examined in full, because that warning keeps
 # the line of the last line that raised it. One C-level search over the run's bytes only
 # (the separators around them cannot be part of a match, nor change its lookarounds).
 _KV_UNSAFE_USAGE = regexcache.compile(
-    rb"usage:(?!(?<=cache usage:) ?(?:\d|[1-8]\d|9[0-4])(?:\.\d{1,6})?(?![\d.])"
+    rb"Preemptions:|usage:(?!(?<=cache usage:) ?(?:\d|[1-8]\d|9[0-4])(?:\.\d{1,6})?(?![\d.])"
     rb"|(?<=token usage:) ?(?:0|0?\.(?:[0-8]\d{0,5}|9[0-4]\d{0,4}))(?![\d.]))")
 
 
