@@ -160,6 +160,23 @@ def test_crash_while_serving_is_failed() -> None:
     assert r.failure.cause == "exception" and r.failure.line == 5
 
 
+def test_a_clients_status_error_after_the_ready_server_is_the_clients() -> None:
+    """cause.py rule 6: a client's traceback pasted after the server's log, ending on its library's
+    status error, is a request the server answered; alone, or as a connection error, it is a failure."""
+    r = analyze_file(FIXTURES / "vllm_ready_then_client_bad_request_traceback.log")
+    assert (r.phase, r.failure) == ("ready", None)
+    assert [(w.code, w.line) for w in r.warnings] == [("request_error", 16)]
+    assert r.warnings[0].message.startswith("a client's request failed and the server answered it (it serves on): "
+                                            "openai.BadRequestError: Error code: 400")
+    data = (FIXTURES / "vllm_ready_then_client_bad_request_traceback.log").read_bytes()
+    client = data[data.index(b"Traceback"):]
+    alone = analyze_bytes(client)                       # no server in the log: the client's run failed
+    assert alone.phase == "failed" and (alone.failure.cause, alone.failure.line) == ("exception", 8)
+    refused = analyze_bytes(data.replace(b"openai.BadRequestError: Error code: 400",
+                                         b"openai.APIConnectionError: Connection error. 400"))
+    assert refused.phase == "failed" and (refused.failure.cause, refused.failure.line) == ("exception", 16)
+
+
 def test_a_specific_cause_inside_a_request_error_still_decides() -> None:
     data = (b"(APIServer pid=5) INFO:     Application startup complete.\n"
             b"ERROR:    Exception in ASGI application\n"

@@ -21,6 +21,10 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # cause.py rule 6: a client's openai.BadRequestError traceback after the ready server's log is the client's
+    ("fixture vllm_ready_then_client_bad_request_traceback.log", "failure"): None,
+    ("fixture vllm_ready_then_client_bad_request_traceback.log", "phase"): "ready",
+    ("fixture vllm_ready_then_client_bad_request_traceback.log", "warnings"): ["request_error"],
     # vllm_stats: V1's `Preemptions: N` (printed only when some were) is KV cache pressure
     ("fixture vllm_v1_stats_preemptions.log", "warnings"): ["kv_cache_pressure"],
     # a full `(mixed prefill-decode, PIECEWISE)` capture bar leaves vLLM V1 capturing: its FULL bar comes next

@@ -40,7 +40,11 @@ The rule, in order:
 6. A server's request error is no failure: a plain exception (a traceback's final line, its
    header) within 40 lines after a line saying one request failed (uvicorn's ``Exception in ASGI
    application``, vLLM's ``Error in preprocessing prompt inputs``) is that request's, which the
-   server answered: a ``request_error`` warning. A specific cause there (a CUDA error) still decides.
+   server answered: a ``request_error`` warning. So is a client library's status error
+   (``openai.BadRequestError``, ``httpx.HTTPStatusError``: ``CLIENT_STATUS_ERROR``) once the server was
+   ready, and the traceback header it ends: a client's traceback pasted after the server's log. A
+   specific cause there (a CUDA error) still decides; a client's connection error or timeout stays
+   a failure (the server may have died or hung).
 
 Which row decides one *line* that several rows match is the rows' ``priority`` (higher
 first), so the table, not the order of code, says that "CUDA error … NCCL watchdog"

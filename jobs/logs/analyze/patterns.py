@@ -831,6 +831,13 @@ JIT = regexcache.compile(r"Prebuilt kernels not found|using JIT backend|Loading 
 REQUEST_ERROR = regexcache.compile(r"Exception in ASGI application|Error in preprocessing prompt inputs"
                                    r"|Error in (?:chat )?completion stream generator")
 REQUEST_ERROR_LINES = 40      # how far the traceback a request-error line announces may run
+# A client's HTTP error by its library's type: the server answered the request with an error status (a
+# client's traceback pasted after the server's log). Connection errors and timeouts are not here: they
+# may be the server's death or hang.
+CLIENT_STATUS_ERROR = regexcache.compile(
+    r"^(?:openai\.(?:BadRequest|NotFound|UnprocessableEntity|Authentication|PermissionDenied|RateLimit|Conflict"
+    r"|InternalServer|APIStatus)Error|httpx\.HTTPStatusError|requests\.exceptions\.HTTPError"
+    r"|aiohttp\.client_exceptions\.ClientResponseError|urllib\.error\.HTTPError)\b")
 
 
 def warns(body: str) -> bool:

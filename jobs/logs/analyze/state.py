@@ -13,7 +13,7 @@ from .model import (ALL_FAMILIES, F, Failure, KeyLine, LogAnalysis, LogWarning, 
 from .cause import FALLBACK_CAUSES, Spec, is_no_event, is_warning
 from .generic import is_count, labelled_bracket, labelled_count
 from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HINTS, JIT, KV_PRESSURE, LOSS_DICT,
-                       MAKE, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, REQUEST_ERROR, REQUEST_ERROR_LINES, SERIES_LABELS, SHELL_KILLED, SIZE,
+                       MAKE, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, CLIENT_STATUS_ERROR, REQUEST_ERROR, REQUEST_ERROR_LINES, SERIES_LABELS, SHELL_KILLED, SIZE,
                        SLURM_OOM, STALL_NOTICE, STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID,
                        XID_APP, XID_NOISE, clock, indent_width, label_phase, names_totals, num, parse_serving_stats_line, read_stats, requested_cancel,
                        series_label, strip_prefixes, training_shaped, ts_seconds)
@@ -819,6 +819,14 @@ class State:
             self.warnings["request_error"] = ("request_error", cand.line, f"a request failed and the server "
                                               f"answered it (it serves on): {cand.message}")
             return
+        if (cand.cause == "exception" and (self.ready_line is not None or self.phase == "ready")
+                and CLIENT_STATUS_ERROR.search(cand.message) is not None and not self.candidate_is_noop(cand.spec)):
+            # (cause.py rule 6) a client's traceback, pasted after the ready server's log: the server
+            # answered its request with an error status; the traceback's header was the client's too
+            self.warnings["request_error"] = ("request_error", cand.line, f"a client's request failed and the "
+                                              f"server answered it (it serves on): {cand.message}")
+            self._drop_client_header(cand.line)
+            return
         if self.first_error is None:
             self.first_error = cand
         if cand.spec >= _EXCEPTION:
@@ -843,6 +851,18 @@ class State:
             # A scheduler's time limit is the job's end wherever it is printed: LSF's report comes before the
             # output it follows (`The output (if any) follows:`), whose progress proves nothing.
             self.progress_at_failure = _NO_RECOVERY
+
+    def _drop_client_header(self, line: int) -> None:
+        """A client's status error ends the traceback whose header is held (within REQUEST_ERROR_LINES): that was the client's."""
+        held = self.first_low
+        if (self.best is None and held is not None and _is_traceback_header(held)
+                and line - held.line <= REQUEST_ERROR_LINES):
+            self.first_low = None
+            if self.first_error is held:
+                self.first_error = self.first_weak
+            if self.first_weak is None:
+                self.progress_at_failure = None
+                self.advances_since_failure = 0
 
     def _classify(self, body: str, level: Optional[str], line: int) -> Optional[_Candidate]:
         msg = body[:MAX_MESSAGE]
