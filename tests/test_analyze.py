@@ -177,6 +177,15 @@ def test_a_clients_status_error_after_the_ready_server_is_the_clients() -> None:
     assert refused.phase == "failed" and (refused.failure.cause, refused.failure.line) == ("exception", 16)
 
 
+def test_an_nccl_remote_exit_defers_to_the_dead_ranks_own_error() -> None:
+    r = analyze_file(FIXTURES / "torchrun_rank_keyerror_then_nccl_remote_exit.log")
+    assert (r.failure.cause, r.failure.line, r.failure.message) == ("exception", 8, "KeyError: 'messages'")
+    data = (FIXTURES / "torchrun_rank_keyerror_then_nccl_remote_exit.log").read_bytes()
+    alone = analyze_bytes(data[data.index(b"[rank0]:[E0312"):])    # no rank's own error: the NCCL error decides
+    assert (alone.failure.cause, alone.failure.line) == ("nccl", 1)
+    assert "peer rank exited" in alone.failure.hint
+
+
 def test_a_specific_cause_inside_a_request_error_still_decides() -> None:
     data = (b"(APIServer pid=5) INFO:     Application startup complete.\n"
             b"ERROR:    Exception in ASGI application\n"

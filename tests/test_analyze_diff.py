@@ -21,6 +21,8 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # NCCL's `remote process exited` / ncclRemoteError is another rank's death: that rank's earlier error decides
+    ("fixture torchrun_rank_keyerror_then_nccl_remote_exit.log", "failure"): ("exception", 8),
     # cause.py rule 6: a client's openai.BadRequestError traceback after the ready server's log is the client's
     ("fixture vllm_ready_then_client_bad_request_traceback.log", "failure"): None,
     ("fixture vllm_ready_then_client_bad_request_traceback.log", "phase"): "ready",

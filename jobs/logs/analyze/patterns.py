@@ -854,6 +854,9 @@ HINTS = {
                      "NCCL_BUFFSIZE; check no other process holds the GPU",
     "nccl_cuda": "NCCL reports a failed CUDA call — the CUDA error it names is the cause (torch prints it after "
                  "`Last error:`; rerun with NCCL_DEBUG=WARN to see NCCL's own `Cuda failure` line)",
+    "nccl_remote": "a peer rank exited (or the network failed) during a collective — the error of the rank that "
+                   "died is the cause: look above for its traceback; if there is none, check the network "
+                   "(NCCL_DEBUG=WARN) and the host's dmesg for that rank",
     "host_oom_build": "killed by the host OOM killer — lower MAX_JOBS (or CMAKE_BUILD_PARALLEL_LEVEL) and NVCC_THREADS",
     "host_oom": "killed by the host OOM killer (SIGKILL) — free host RAM, lower CPU-side memory use "
                 "(swap space, loader workers), or check `dmesg` for the kill",

@@ -189,6 +189,12 @@ def _nccl(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
         # NCCL passing on a CUDA call's failure: the CUDA error it names (torch's `Last error:` lines
         # below, NCCL's own `Cuda failure 'out of memory'`) is the cause; alone, it stays nccl.
         return (EXCEPTION, "nccl", "nccl_cuda")
+    if "emote process exit" in body or "ncclRemoteError" in body:
+        # A peer rank died (or the network failed): that rank's own error, printed before, is the cause;
+        # alone, it stays nccl.
+        return (EXCEPTION, "nccl", "nccl_remote")
+    if "terminate called after throwing" in body:
+        return (EXCEPTION, "nccl", "nccl")     # the abort of a c10::DistBackendError: its `what():` line says which
     key = "nccl_net" if "NET/" in body else "nccl_shm" if "/dev/shm" in body else "nccl"
     if "timeout" in body.lower() or "timed out" in body:
         key = "nccl_first" if "SeqNum=1," in body or "last completed NCCL work: 0" in body else "nccl_timeout"
@@ -362,7 +368,8 @@ FAILURES: tuple[Signature, ...] = (
               "torch, CUDA runtime (all); no usable GPU (`No CUDA GPUs are available`, "
               "NVML `Driver/library version mismatch`, cudaGetDeviceCount's Error 804)",
               "RuntimeError: CUDA error: an illegal memory access was encountered", SPECIFIC, verdict=_cuda_err),
-    Signature("NCCL", "cause", NCCL, "nccl", 140, "NCCL 2.x, torch ProcessGroupNCCL",
+    Signature("NCCL", "cause", NCCL, "nccl", 140, "NCCL 2.x, torch ProcessGroupNCCL (`remote process exited`, "
+              "ncclRemoteError: another rank's death, ranked as an exception, so that rank's earlier error decides)",
               "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE) "
               "ran for 600059 milliseconds before timing out.", SPECIFIC, verdict=_nccl),
     Signature("SAFETENSORS_CUT_SHORT", "cause",
