@@ -186,6 +186,18 @@ def test_an_nccl_remote_exit_defers_to_the_dead_ranks_own_error() -> None:
     assert "peer rank exited" in alone.failure.hint
 
 
+def test_argparse_rejecting_an_options_value_is_bad_arguments_with_or_without_usage() -> None:
+    for text in (b"vllm serve: error: argument --max-model-len: invalid int value: '32k'\n",
+                 b"vllm-1  | vllm serve: error: argument --tensor-parallel-size/-tp: invalid int value: 'auto'\n",
+                 b"api_server.py: error: argument --dtype: invalid choice: 'fp8' (choose from 'auto', 'half')\n"):
+        r = analyze_bytes(b"INFO 11-20 14:02:11 [__init__.py:216] Automatically detected platform cuda.\n" + text)
+        assert (r.failure.cause, r.failure.line) == ("bad_arguments", 2), text
+        assert "value it cannot take" in r.failure.hint
+    # an echoed command with its flags is still no event (cause.py rule 1)
+    echoed = analyze_bytes(b"vllm serve /models/x --tensor-parallel-size 8 --watchdog-timeout 3600\n")
+    assert echoed.failure is None
+
+
 def test_a_specific_cause_inside_a_request_error_still_decides() -> None:
     data = (b"(APIServer pid=5) INFO:     Application startup complete.\n"
             b"ERROR:    Exception in ASGI application\n"

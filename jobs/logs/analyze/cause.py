@@ -85,7 +85,7 @@ NOT_EVENTS = regexcache.compile(
     r"^\s*(?:\$ "
     r"|(?:[A-Z][A-Z0-9_]*=\S*\s+)*[A-Z][A-Z0-9_]*=\S*\s*$"
     r"|(?:[A-Z][A-Z0-9_]*=\S*\s+)+" + _LAUNCHERS + r"\s"
-    r"|" + _LAUNCHERS + r"\s.*\s--[a-z]"
+    r"|" + _LAUNCHERS + r"\s(?!.*: error: ).*\s--[a-z]"        # (not argparse's `vllm serve: error: argument --x`)
     r"|except\b.*:\s*$|raise [\w.]+(?:\(|\s*$))"
     r"|No module named 'vllm\._version'")
 

@@ -878,6 +878,9 @@ HINTS = {
                     "before relaunching",
     "bad_arguments": "the command line has an option this program/version does not accept — check `--help` "
                      "(e.g. `vllm serve` given twice when the image's entrypoint already runs it)",
+    "bad_arguments_parse": "the command line gives an option a value it cannot take (the error names the option "
+                           "and the value: a word where a number goes, a choice not offered) — fix that value; "
+                           "`--help` lists what each option takes",
     "bad_arguments_value": "an option's value does not fit this model or GPU — the error names the flag to change "
                            "(--max-model-len / --context-length, --dtype half on GPUs older than Ampere, …)",
     "build_failed": "the build failed — fix the first compiler/CMake error above; check the CUDA toolkit, "

@@ -238,7 +238,14 @@ def _import_test(body: str, ctx: Context) -> Optional["re.Match[str]"]:
     return None
 
 
+# argparse naming the option it rejects (`error: argument --tensor-parallel-size/-tp: invalid int value: 'auto'`):
+# an option's value is wrong, usage line or not.
+_ARGPARSE_OPTION = regexcache.compile(r": error: argument --?[\w-]+(?:/--?[\w-]+)*: ")
+
+
 def _bad_args(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    if _ARGPARSE_OPTION.search(body) and ("invalid" in body or "expected" in body):
+        return (SPECIFIC, "bad_arguments", "bad_arguments_parse")
     if ctx.usage_near or "unrecognized arguments" in body or "arguments are required" in body \
             or body.startswith("Error: "):
         return (SPECIFIC, "bad_arguments", "bad_arguments")
