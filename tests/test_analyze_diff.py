@@ -21,6 +21,8 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # every bar of a line of glued redraws is read (the fourth was the last read): the last is the latest
+    ("fixture sglang_capture_eleven_glued_redraws.log", "progress"): (11, 52, "Capturing batches (bs=336 avail_mem=57.38 GB)"),
     # NCCL's `remote process exited` / ncclRemoteError is another rank's death: that rank's earlier error decides
     ("fixture torchrun_rank_keyerror_then_nccl_remote_exit.log", "failure"): ("exception", 8),
     # cause.py rule 6: a client's openai.BadRequestError traceback after the ready server's log is the client's

@@ -852,6 +852,25 @@ def test_a_kv_unsafe_run_is_applied_at_once_only_when_its_last_line_raises_the_p
             assert _run(data, cuts, [None] * (len(cuts) + 1), False) == _run(data, cuts, [None] * (len(cuts) + 1), True)
 
 
+def test_a_line_of_glued_bars_is_read_bar_by_bar_by_both_scanners() -> None:
+    """Redraws glued into one line (a paste that lost their \\r), with a record glued after the last or
+    not: every bar is read in order, the planned way as the exhaustive one, however many there are."""
+    head = (b"(EngineCore_DP0 pid=7) INFO 05-07 10:00:00 [core.py:1] vLLM API server version 0.11.0\n"
+            b"(EngineCore_DP0 pid=7) INFO 05-07 10:00:01 [gpu_model_runner.py:1] Model loading took 9.1 GiB\n")
+    bar = "Capturing CUDA graphs (decode, FULL): {p:3d}%|{b:<10}| {n}/67 [00:0{s}<00:1{s},  5.2{s}it/s]"
+    tails = (b"", b"(EngineCore_DP0 pid=7) INFO 05-07 10:00:09 [gpu_model_runner.py:2] Graph capturing finished in 9 secs",
+             b"RuntimeError: CUDA error: out of memory")
+    for count in (1, 3, 4, 5, 9, 40):
+        glued = "".join(bar.format(p=n * 100 // 67, b="#" * (n * 10 // 67), n=n, s=n % 10)
+                        for n in range(1, count + 1)).encode()
+        for tail in tails:
+            data = head + glued + tail + b"\n" + head      # the template seen twice: the second time planned
+            ref = _run(data, [], [None], True)
+            assert _run(data, [], [None], False) == ref
+            if not tail:
+                assert ref[-1][1].progress.done == count
+
+
 @pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\r"])
 def test_a_line_cut_between_feeds_is_read_whole_and_once(eol: bytes, monkeypatch) -> None:
     """The segment a big feed's tail began is read on its own (tail and the feed's first piece), and

@@ -196,7 +196,7 @@ class State:
         if b"\x1b" in raw:
             raw = ANSI.sub(b"", raw)
         text = self.text = raw.decode("utf-8", "replace")
-        self._examine_text(text, line, 0, fams)
+        self._examine_text(text, line, fams)
 
     def examine_planned(self, raw: bytes, line: int, fams: int, plan: RecordPlan) -> None:
         """examine() for a segment whose template was planned (templates.RecordPlan): the same
@@ -205,16 +205,17 @@ class State:
             raw = ANSI.sub(b"", raw)
         text = self.text = raw.decode("utf-8", "replace")
         if self.engine_strong is None:
-            self._examine_text(text, line, 0, fams)
+            self._examine_text(text, line, fams)
             return
         self._apply_plan(text, line, plan)
 
     def _apply_plan(self, text: str, line: int, plan: RecordPlan) -> None:
-        if plan.bar_at >= 0:
+        while plan.bar_at >= 0:                       # bars glued one after another: each, in order
             self._tqdm_planned(text, plan, line)
-            if plan.rest is not None:
-                self._apply_plan(text[plan.bar_end:], line, plan.rest)
-            return
+            if plan.rest is None:
+                return
+            text = text[plan.bar_end:]
+            plan = plan.rest
         b0, b1 = plan.body
         if b0 >= b1:
             return
@@ -290,14 +291,16 @@ class State:
             return None         # (a candidate that would change nothing now is not built: see _candidate)
         return _Candidate(hit[0], hit[1], line, body[:MAX_MESSAGE], hit[2], hit[3])
 
-    def _examine_text(self, text: str, line: int, depth: int, fams: int) -> None:
-        if fams & P and "%" in text:
+    def _examine_text(self, text: str, line: int, fams: int) -> None:
+        # Bars glued one after another (redraws a paste lost the \r of, a log record between them) are read
+        # in order, every one: the last is the latest (a segment is at most GIANT_SEGMENT bytes).
+        while fams & P and "%" in text:
             m = TQDM.search(text)
-            if m is not None:
-                self._tqdm(text[:m.start()], m, line)
-                rest = text[m.end():]
-                if depth < 3 and rest.strip():
-                    self._examine_text(rest, line, depth + 1, fams)   # a log record glued onto the bar
+            if m is None:
+                break
+            self._tqdm(text[:m.start()], m, line)
+            text = text[m.end():]
+            if not text.strip():
                 return
         self._record(text, line, fams)
 

@@ -146,7 +146,7 @@ def _failure_inert(body: str, level: Optional[str]) -> bool:
 
 
 def _glued_inert(rest: str, fams: int) -> bool:
-    """True if State._examine_text(rest, …) at depth 1 (engine known) changes nothing, whatever the
+    """True if State._examine_text(rest, …) after a bar (engine known) changes nothing, whatever the
     state and the digits: no bar, and a record whose every handler is inert (as classify_template)."""
     if fams & P and "%" in rest and TQDM.search(rest) is not None:
         return False
@@ -311,7 +311,7 @@ def record_plan(tpl: bytes, fams: int) -> RecordPlan:
     ansi = b"\x1b" in tpl
     raw = ANSI.sub(b"", tpl) if ansi else tpl
     text = raw.decode("utf-8", "replace")
-    plan = _text_plan(text, fams, 0)
+    plan = _text_plan(text, fams)
     plan.ansi = ansi
     if plan.bar is not None and not ansi:
         # The bar's n and N as byte offsets (same bytes in every segment), for the scanner's
@@ -359,24 +359,26 @@ def record_plan(tpl: bytes, fams: int) -> RecordPlan:
     return plan
 
 
-def _text_plan(text: str, fams: int, depth: int) -> RecordPlan:
-    """Mirror of State._examine_text (a bar, and what is glued after it, up to depth 3) and _record."""
-    plan = RecordPlan()
-    if fams & P and "%" in text:
+def _text_plan(text: str, fams: int) -> RecordPlan:
+    """Mirror of State._examine_text (each bar, and what is glued after the last) and _record: a chain of
+    plans (.rest), one a bar."""
+    head = plan = RecordPlan()
+    while fams & P and "%" in text:
         m = TQDM.search(text)
-        if m is not None:
-            plan.bar_at, plan.bar_end = m.start(), m.end()
-            plan.bar = bar_plan(m)
-            before = text[:m.start()]
-            if "0" not in before:                     # no digit (a template's digits are 0s): the segments' text
-                plan.bar_label = bar_label(before)
-            rem = plan.bar[6]
-            # clock() fails on an empty part ("1:", "::") alone: on the template as on its segments
-            plan.eta_text = rem is not None and clock(text[rem[0]:rem[1]]) is not None
-            rest = text[m.end():]
-            if depth < 3 and rest.strip():
-                plan.rest = _text_plan(rest, fams, depth + 1)
-            return plan
+        if m is None:
+            break
+        plan.bar_at, plan.bar_end = m.start(), m.end()
+        plan.bar = bar_plan(m)
+        before = text[:m.start()]
+        if "0" not in before:                         # no digit (a template's digits are 0s): the segments' text
+            plan.bar_label = bar_label(before)
+        rem = plan.bar[6]
+        # clock() fails on an empty part ("1:", "::") alone: on the template as on its segments
+        plan.eta_text = rem is not None and clock(text[rem[0]:rem[1]]) is not None
+        text = text[m.end():]
+        if not text.strip():
+            return head
+        plan.rest = plan = RecordPlan()
     msg, level, ts = strip_prefixes(text)
     plan.msg_at = len(text) - len(msg)
     body = msg.strip()
@@ -385,7 +387,7 @@ def _text_plan(text: str, fams: int, depth: int) -> RecordPlan:
     plan.level, plan.has_ts = level, ts is not None
     plan.ts = prefix_ts_span(text) if ts is not None else None
     if not body:
-        return plan
+        return head
     plan.stats = bool(fams & S) and parse_serving_stats_line(body) is not None
     if plan.stats:
         plan.stats_at = serving_stats_spans(body)
@@ -433,7 +435,7 @@ def _text_plan(text: str, fams: int, depth: int) -> RecordPlan:
             # Its verdict (a candidate of some rank, or none) depends on digits or on the usage
             # line, not on slurm_oom's exception: its rank's bound stands for it (candidate_is_noop).
             plan.only = int(Spec.SPECIFIC)
-    return plan
+    return head
 
 
 ONLY_FRAME = -1
