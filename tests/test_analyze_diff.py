@@ -21,6 +21,8 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # a word-labelled count after the epoch (`epoch 2/20 | batch 340/1563`) is the finer one: read as the step
+    ("fixture train_epoch_and_batch_counts_cublas_failed.log", "progress"): (340, 1563, "epoch 2 step"),
     # every bar of a line of glued redraws is read (the fourth was the last read): the last is the latest
     ("fixture sglang_capture_eleven_glued_redraws.log", "progress"): (11, 52, "Capturing batches (bs=336 avail_mem=57.38 GB)"),
     # NCCL's `remote process exited` / ncclRemoteError is another rank's death: that rank's earlier error decides

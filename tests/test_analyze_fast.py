@@ -343,6 +343,8 @@ def test_planned_numbers_are_read_from_each_segment() -> None:
         lambda: "global_step=%d loss: 1.5" % r.randint(1, 99),
         lambda: "epoch %d loss %d.3" % (r.randint(1, 9), r.randint(0, 9)),
         lambda: "Iter %d: epoch %d/%d" % (r.randint(1, 99), r.randint(1, 9), r.randint(1, 9)),
+        lambda: "epoch %d/%d | batch %d/%d | loss 0.%d" % (r.randint(0, 9), r.randint(1, 9), r.randint(0, 500),
+                                                       r.choice([0, 400]), r.randint(0, 9)),
         lambda: "  Total optimization steps = %d,%03d" % (r.randint(1, 9), r.randint(0, 999)),
         lambda: "  Num Epochs = %d" % r.randint(1, 9),
         lambda: "{'loss': 0.%d, 'learning_rate': 1e-05, 'epoch': %d.%d}" % (r.randint(1, 9), r.randint(0, 3), r.randint(0, 9)),
@@ -667,14 +669,17 @@ def test_a_stretch_of_step_records_keeps_the_series_start_and_each_source() -> N
         n = r.randint(1, 9)
         if pick < 0.6:
             step, epoch = r.randint(0, 50), r.randint(0, 2)
-            shapes = r.choice([[0], [1], [2], [0, 1], [0, 2]])          # one source, or mixed
+            shapes = r.choice([[0], [1], [2], [3], [0, 1], [0, 2], [2, 3]])   # one source, or mixed
             for _ in range(n):
                 step = r.randint(0, 9) if r.random() < 0.1 else step + r.randint(0, 20)
                 month = r.choice(["07"] * 9 + ["13"])             # 13: no date, no rate
                 stamp = "2026-%s-26 19:%02d:%02d | INFO | train | " % (month, r.randint(0, 59), r.randint(0, 59))
                 body = ["epoch=%d step=%d loss=%.4f acc=0.%d" % (epoch, step, r.uniform(0, 3), _n(r)),
                         "epoch=%d step=%d loss=%.4f" % (epoch, step, r.uniform(0, 3)),
-                        "step %d/%d loss=%.3f" % (step, r.choice([500, 1000]), r.uniform(0, 3))][r.choice(shapes)]
+                        "step %d/%d loss=%.3f" % (step, r.choice([500, 1000]), r.uniform(0, 3)),
+                        # the finer count after the epoch is the step; not a rank's
+                        "epoch %d/3 | %s %d/%d | loss %.4f" % (epoch, r.choice(["batch", "batch", "rank"]), step,
+                                                             r.choice([40, 1563]), r.uniform(0, 3))][r.choice(shapes)]
                 lines.append(r.choice([stamp, stamp, stamp, ""]) + body)
         elif pick < 0.7:
             lines.append(r.choice(["  Total optimization steps = %d" % r.choice([500, 1000]), "  Num Epochs = 3"]))

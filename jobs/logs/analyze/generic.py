@@ -272,6 +272,20 @@ def labelled_count(body: str) -> Optional["re.Match[str]"]:
     return plain
 
 
+# A count after a record's epoch, labelled by a word (`epoch 2/20 | batch 340/1563`): the finer one, read
+# as the step where no step word is in the line. Groups 1 and 2 are n and N, as STEP's.
+_COUNT_AFTER = regexcache.compile(r"(?<![\w.])[A-Za-z][A-Za-z_\-]*\s*[:=#]?\s*\[?\s*(\d+)\s*/\s*(\d+)(?![\w./%])")
+
+
+def count_after_epoch(body: str, start: int) -> Optional["re.Match[str]"]:
+    """The first word-labelled N/M of body after `start` (where its epoch ends) whose word says what is
+    counted (not who, not when: _NOT_PROGRESS), or None. By shape only; step_epoch_update judges the numbers."""
+    for m in _COUNT_AFTER.finditer(body, start):
+        if not _NOT_PROGRESS.search(body[m.start():m.start(1)].strip(" \t:=#[")):
+            return m
+    return None
+
+
 def is_count(done: float, total: float) -> bool:
     """done/total reads as a count (a position in a known total), not a ratio or a date."""
     return 0 < total and done <= total

@@ -11,7 +11,7 @@ from .model import (ALL_FAMILIES, F, Failure, KeyLine, LogAnalysis, LogWarning, 
                     Progress, RECOVERY_ADVANCES, S, SERVING_KEYS, SPEC_MIN_ACCEPT_LEN, SPEC_MIN_ACCEPT_RATE,
                     SPEC_WINDOW, STALL_REPEATS, ServingNumbers, W)
 from .cause import FALLBACK_CAUSES, Spec, is_no_event, is_warning
-from .generic import is_count, labelled_bracket, labelled_count
+from .generic import count_after_epoch, is_count, labelled_bracket, labelled_count
 from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HINTS, JIT, KV_PRESSURE, LOSS_DICT,
                        MAKE, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, CLIENT_STATUS_ERROR, REQUEST_ERROR, REQUEST_ERROR_LINES, SERIES_LABELS, SHELL_KILLED, SIZE,
                        SLURM_OOM, STALL_NOTICE, STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID,
@@ -599,6 +599,8 @@ class State:
             return
         sm = STEP.search(body)
         em = EPOCH.search(body)
+        if sm is None and em is not None:
+            sm = count_after_epoch(body, em.end())  # `epoch 2/20 | batch 340/1563`: the finer count is the step
         # Only training-shaped lines: "step 10/100", or step/epoch beside a loss (patterns.training_shaped).
         lossy = training_shaped(body)
         step = (float(sm.group(1)), float(sm.group(2)) if sm.group(2) else None) if sm else None

@@ -13,7 +13,7 @@ from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, EXC_LINE, FAMILY, FRA
                        NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STALL_NOTICE, STEP,
                        TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, clock, families_in, indent_width, label_phase, names_totals, parse_serving_stats_line, warns, prefilter_in, prefix_ts_span, requested_cancel,
                        serving_stats_spans, strip_prefixes, training_shaped, ts_seconds)
-from .generic import labelled_bracket, labelled_count
+from .generic import count_after_epoch, labelled_bracket, labelled_count
 from .cause import Spec
 from .signatures import MARKERS, engine_signals
 from .state import (ONLY_NVRM, ONLY_STALL, PG_COUNT, PG_LOSS, PG_MAKE, PG_NINJA, PG_STEP, State, bar_label)
@@ -478,6 +478,8 @@ def progress_plan(body: str) -> Optional[tuple]:
         return (PG_COUNT, (m.start("label"), m.start("label") + len(label)), label_phase(label) or "unknown",
                 m.span("n"), m.span("N"))
     sm, em = STEP.search(body), EPOCH.search(body)
+    if sm is None and em is not None:
+        sm = count_after_epoch(body, em.end())
     step = (sm.span(1), sm.span(2) if sm.group(2) else None) if sm else None
     epoch = (em.span(1), em.span(2) if em.group(2) else None) if em else None
     return (PG_STEP, step, epoch, training_shaped(body))
