@@ -21,6 +21,8 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # build_steps: pip's `Preparing metadata (setup.py)` runs setup.py, a build: its exception is build_failed
+    ("fixture pip_metadata_cuda_home_unset.log", "failure"): ("build_failed", 14),
     # a word-labelled count after the epoch (`epoch 2/20 | batch 340/1563`) is the finer one: read as the step
     ("fixture train_epoch_and_batch_counts_cublas_failed.log", "progress"): (340, 1563, "epoch 2 step"),
     # every bar of a line of glued redraws is read (the fourth was the last read): the last is the latest

@@ -63,7 +63,7 @@ _RARE_ANCHORS: list[tuple[bytes, int]] = [
     (b"Total optimization", P), (b"JIT", M | W), (b"Prebuilt", M | W), (b"MAX_JOBS", W), (b"Allowing ninja", W),
     (b"Emitting ninja", M), (b"Linking", M), (b"Initializing a V", M | E), (b"ServerArgs", M), (b"Server args", M),
     (b"PreemptionMode", W), (b"Retract", W), (b"Cache the graph", M), (b"Prefetching checkpoint", M | P),
-    (b"GGUF shard", M), (b"Downloading", M),
+    (b"GGUF shard", M), (b"Downloading", M), (b"metadata (", M), (b"requirements to build", M),
     # serving
     (b"Avg prompt", S), (b"Avg generation", S), (b"Decode batch", S | E), (b"Prefill batch", S | E),
     (b"SpecDecoding", S), (b"Speculative metrics", S),

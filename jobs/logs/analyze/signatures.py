@@ -783,8 +783,10 @@ PHASES: tuple[Signature, ...] = (
          "main: server is listening on http://0.0.0.0:8080 - starting the main loop", "ready"),
     _row("build_steps", "phase", r"Building (?:CUDA|CXX|C) object|\*\*\* Configuring CMake|-- Configuring (?:done|incomplete)"
          r"|-- The (?:C|CXX|CUDA) compiler identification|Building wheel|running build_ext|Emitting ninja build file"
-         r"|scikit-build-core|Linking (?:CUDA|CXX|C) (?:shared|static)|Building extension", "building", 38,
-         "CMake, ninja, setuptools, pip, scikit-build-core", "-- The CUDA compiler identification is NVIDIA 12.8.93",
+         r"|scikit-build-core|Linking (?:CUDA|CXX|C) (?:shared|static)|Building extension"
+         r"|Preparing (?:editable )?metadata \((?:setup\.py|pyproject\.toml)\)|Getting requirements to build (?:wheel|editable)",
+         "building", 38,
+         "CMake, ninja, setuptools, pip (its metadata and build-requirements steps run setup.py too), scikit-build-core", "-- The CUDA compiler identification is NVIDIA 12.8.93",
          "building"),
     _row("training_banner", "phase", r"\*+ Running training \*+|^training \.\.\.\s*$", "training", 37,
          "HF Trainer, Megatron-LM", "***** Running training *****", "training"),
