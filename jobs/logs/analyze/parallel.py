@@ -72,6 +72,13 @@ def analyze_regular(fh: Any, *, max_bytes: Optional[int] = None,
     backoff = DENSE_BACKOFF_BYTES
     while limit - pos >= MIN_FILE // 2:
         pos, mapped = _spread(analyzer, fd, pos, limit, workers)
+        if limit - pos >= MIN_FILE // 2 and analyzer.accepts_mapped():
+            # A dense stretch: the rest read in slices, examination and all, by workers (slices.py)
+            from .slices import read_dense            # (slices.py imports this module)
+            at = read_dense(analyzer, fd, pos, limit, workers)
+            if at > pos:
+                pos = at
+                continue
         if pos < limit:                               # a dense stretch: read here a while, with no pool alive
             backoff = DENSE_BACKOFF_BYTES if mapped else backoff * 2   # (dense from its start: longer)
             pos = _read_here(analyzer, fd, pos, pos + backoff, limit)

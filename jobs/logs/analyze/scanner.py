@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import pickle
 from collections import Counter
 from bisect import bisect_left
 from itertools import accumulate, compress, islice, repeat
@@ -174,6 +175,26 @@ class LogAnalyzer:
             self.feed(data)
         finally:
             self._sparse_off = False
+
+    def state_blob(self) -> bytes:
+        """The state of the reading so far, pickled, for another process's same_course and adopt (slices.py):
+        only when accepts_mapped() (nothing pending outside it). Its memo of bar labels stays here."""
+        state = self._state
+        labels, state.labels = state.labels, {}
+        try:
+            return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+        finally:
+            state.labels = labels
+
+    def adopt(self, state: State, delta: int, line: int, size: int) -> None:
+        """Continue from `state` (another process's reading of the next `size` bytes, from a guess that
+        same_course proved to be as good as this reading, `delta` its seq offset), at `line`."""
+        state.shift_seq(delta)
+        state.labels = self._state.labels
+        state.now = self._state.now
+        self._state = state
+        self._line = line
+        self.bytes_fed += size
 
     def _skip_annotation_header(self, header: bytes, data: bytes) -> bytes:
         """Blank the leading `#` lines (keeping their newlines, so line numbers hold); the same

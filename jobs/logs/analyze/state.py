@@ -47,6 +47,21 @@ class _Candidate:
         return self.spec - 1 if self.cause in _DISPLACED_BY else self.spec
 
 
+def _same(a: Any, b: Any) -> bool:
+    """a == b, but NaN is NaN and dicts are the same only in the same order (State.same_course)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return a == b or (a != a and b != b)
+    if isinstance(a, (tuple, list, deque)):
+        return len(a) == len(b) and all(map(_same, a, b))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, _Candidate):
+        return _same(tuple(vars(a).values()), tuple(vars(b).values()))
+    return a == b
+
+
 def _is_traceback_header(cand: _Candidate) -> bool:
     return "Traceback (most recent call last)" in cand.message
 
@@ -973,6 +988,40 @@ class State:
                 "jit_compile", line, "kernels are JIT-compiled on first use (no prebuilt kernels): the next "
                 "steps can be silent for minutes without being stuck")
 
+    # ------------------------------------------------------------------ slices (slices.py)
+
+    def same_course(self, other: "State") -> Optional[int]:
+        """The offset of this state's `seq` over other's where the two are the same in all that the rest
+        of a reading and its result read (every field, dicts in order, the candidates' sharing; `seq`
+        and the progress entries' by that offset), else None. What follows is then read the same from
+        either, but for that offset (slices.py). `labels` (a memo) and `now` are left out."""
+        delta = self.seq - other.seq
+        for name in _COURSE_FIELDS:
+            if not _same(getattr(self, name), getattr(other, name)):
+                return None
+        for mine, theirs in ((self.bar, other.bar), (self.hint, other.hint)):
+            if (mine is None) != (theirs is None) or (
+                    mine is not None and (mine[0] != theirs[0] + delta or not _same(mine[1:], theirs[1:]))):
+                return None
+        mine_c, theirs_c = self._candidates(), other._candidates()
+        if [a is b for a in mine_c for b in mine_c] != [a is b for a in theirs_c for b in theirs_c]:
+            return None                               # (State reads their sharing: `best is cand`)
+        return delta if _same(self.__dict__, other.__dict__) else None
+
+    def _candidates(self) -> list[Any]:
+        r = self.recovered_from
+        return [self.first_error, self.best, self.first_low, self.first_weak,
+                *((r[0], r[1]) if r is not None else (None, None))]
+
+    def shift_seq(self, delta: int) -> None:
+        """Add delta to `seq` and to the progress entries' (the reading of a slice made from a guess, taken
+        once same_course proved it: slices.py)."""
+        self.seq += delta
+        if self.bar is not None:
+            self.bar = (self.bar[0] + delta, *self.bar[1:])
+        if self.hint is not None:
+            self.hint = (self.hint[0] + delta, *self.hint[1:])
+
     # ------------------------------------------------------------------ result
 
     def result(self) -> LogAnalysis:
@@ -1022,3 +1071,7 @@ class State:
         return LogAnalysis(engine=engine, phase=phase, progress=_progress(entry[2]) if entry is not None else None,
                            failure=failure, ready_line=self.ready_line, serving=serving, warnings=warnings,
                            key_lines=tuple(key_lines), decided_by=tuple(why.items()))
+
+
+# What State.same_course compares as it is (seq and the progress entries by an offset; labels is a memo, now the caller's).
+_COURSE_FIELDS = tuple(name for name in State.__slots__ if name not in ("now", "labels", "seq", "bar", "hint", "__dict__"))

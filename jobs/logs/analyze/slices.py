@@ -1,0 +1,186 @@
+"""A dense stretch of a log read in slices by forked workers, each from a guess of the state it starts
+in; the reader keeps a slice's reading only where it proved it the one it would have made itself.
+
+On a dense log the reader's Python is the bound (every few lines one that can change the answer), so
+the byte passes spread by parallel.py gain nothing there. Here each worker reads a whole slice, Python
+and all, from the state the reader had when it forked them: the state at the stretch's start, which
+for every slice but the first is a guess. Worker k (k ≥ 1) also sends the state it had after the
+first WINDOW bytes of its slice. The reader, holding the true state at slice k's start (the slices
+before it read), reads those WINDOW bytes itself and compares (State.same_course). The reading is
+deterministic, so where the two states are the same (but for `seq`, a counter whose offset is then
+known and added), the worker's state at its slice's end is the reader's own reading of the slice,
+which the reader takes. Where they differ (a field set before the slice that the window did not
+overwrite: the guess lacked it), the reader reads the rest of the slice itself. A dead worker's
+slice is read here too. So the answer is the serial one whatever the log: only its time depends on
+how soon the log's state converges (on the dense mixes, within one repetition of their excerpts).
+
+The engine must be known and nothing be pending outside the state (LogAnalyzer.accepts_mapped): until
+the engine is known, the reading depends on caches a worker does not share (State._bar_label).
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+from typing import Optional
+
+from .model import READ_CHUNK
+from .parallel import _adopt, _after_newline, _read_exactly, _sigint_held, _widen, _write_all
+from .scanner import LogAnalyzer
+
+WINDOW = 1 << 20          # what the reader reads of each worker's slice itself: a dense mix repeats in < 160 KB
+MIN_SLICE = 4 << 20       # a slice smaller than this is not worth a fork: the reader reads it
+
+
+def read_dense(analyzer: LogAnalyzer, fd: int, start: int, limit: int, workers: int) -> int:
+    """Feed the file's bytes from start (just after a newline) to limit, in slices read by up to
+    `workers` worker processes and checked here; returns limit (or where a slice's end could not be
+    put after a newline: the caller reads on from there)."""
+    slices, own = _slices(fd, start, limit, workers)
+    if len(slices) < 2:
+        return start
+    if own:                                           # the reader's share, read while the workers read theirs
+        pool = _Slicers(fd, slices[1:], analyzer, start)
+        try:
+            _feed(analyzer, fd, *slices[0])
+            for k, (a, b) in enumerate(slices[1:]):
+                _take(analyzer, fd, a, b, pool.answer(k))
+        finally:
+            pool.stop()
+    else:
+        pool = _Slicers(fd, slices, analyzer, start)
+        try:
+            for k, (a, b) in enumerate(slices):
+                _take(analyzer, fd, a, b, pool.answer(k))
+        finally:
+            pool.stop()
+    return slices[-1][1]
+
+
+def _slices(fd: int, start: int, limit: int, workers: int) -> tuple[list[tuple[int, int]], bool]:
+    """The slices' bounds (each after a newline) and whether the first is the reader's own: the reader
+    reads the first slice itself where that leaves it no more than a worker's share (its own slice and
+    a WINDOW of each other one); on many cores it only checks."""
+    total = limit - start
+    n = max(1, min(workers, total // MIN_SLICE))
+    size = (total + max(0, n - 2) * WINDOW) // n
+    first = size - max(0, n - 2) * WINDOW
+    own = first >= MIN_SLICE // 4 and n > 1
+    if not own:
+        first, size = total // n, total // n
+    cuts = [start]
+    at = start + first
+    for _ in range(n - 1):
+        cut = _after_newline(fd, at, limit, READ_CHUNK)
+        if not cut or cut >= limit:
+            break
+        cuts.append(cut)
+        at = cut + size
+    cuts.append(limit)
+    return list(zip(cuts, cuts[1:])), own
+
+
+def _take(analyzer: LogAnalyzer, fd: int, a: int, b: int, got: Optional[tuple]) -> None:
+    """Slice [a, b): the worker's reading (window's end, its state there or None when it started from the
+    truth, its state at b, the line after b) taken where it is proven the reader's own; else read here."""
+    if got is None:                                   # its worker died: read here
+        _feed(analyzer, fd, a, b)
+        return
+    p, window_blob, end_blob, end_line = got
+    delta: Optional[int] = 0
+    if window_blob is not None:
+        _feed(analyzer, fd, a, p)
+        delta = analyzer._state.same_course(pickle.loads(window_blob))
+    if delta is None:                                 # a guess that had not converged: read the rest here
+        _feed(analyzer, fd, p if window_blob is not None else a, b)
+        return
+    analyzer.adopt(pickle.loads(end_blob), delta, end_line, b - (p if window_blob is not None else a))
+
+
+def _feed(analyzer: LogAnalyzer, fd: int, a: int, b: int) -> None:
+    for c in range(a, b, READ_CHUNK):
+        analyzer.feed(os.pread(fd, min(READ_CHUNK, b - c), c))
+
+
+class _Slicers:
+    """One worker process a slice, forked from the reader (its state at `start` inherited), each writing
+    its answer (pickled) to its own pipe. The first slice's worker starts from the true state when
+    the reader reads no slice itself (`truth`): its answer needs no window."""
+
+    def __init__(self, fd: int, slices: list[tuple[int, int]], analyzer: LogAnalyzer, start: int) -> None:
+        self.pids: list[int] = []
+        self.answers: list[int] = []
+        truth = slices[0][0] == start
+        with _sigint_held():
+            for k, (a, b) in enumerate(slices):
+                read, write = os.pipe()
+                try:
+                    pid = os.fork()
+                except BaseException:
+                    os.close(read)
+                    os.close(write)
+                    self.stop()
+                    raise
+                if pid == 0:                          # the worker: never returns
+                    _work(analyzer, fd, start, a, b, not (truth and k == 0), write, [read, *self.answers])
+                os.close(write)
+                _widen(read)
+                self.pids.append(pid)
+                self.answers.append(read)
+
+    def answer(self, k: int) -> Optional[tuple]:
+        pipe = self.answers[k]
+        head = _read_exactly(pipe, 8)
+        blob = _read_exactly(pipe, int.from_bytes(head, "little")) if head is not None else None
+        try:
+            return pickle.loads(blob) if blob is not None else None
+        except Exception:                             # (a worker cut short: read its slice here)
+            return None
+
+    def stop(self) -> None:
+        for end in self.answers:
+            os.close(end)
+        for pid in self.pids:
+            try:
+                os.kill(pid, signal.SIGKILL)          # (one done already has exited: a zombie, harmless)
+            except ProcessLookupError:
+                pass
+        for pid in self.pids:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        self.pids, self.answers = [], []
+
+
+def _work(analyzer: LogAnalyzer, fd: int, start: int, a: int, b: int, guess: bool, out: int,
+          readers: list[int]) -> None:
+    """A worker's life: slice [a, b) read from the inherited state, its answer written, then os._exit."""
+    status = 1
+    try:
+        for end in readers:
+            os.close(end)
+        _adopt(fd)
+        line = analyzer.line + _newlines(fd, start, a)
+        analyzer._line = line                         # the slice's first line, counted: line numbers are exact
+        p = a
+        window_blob = None
+        if guess:
+            p = _after_newline(fd, a + WINDOW, b, READ_CHUNK) or b
+            _feed(analyzer, fd, a, p)
+            window_blob = analyzer.state_blob()
+        _feed(analyzer, fd, p, b)
+        blob = pickle.dumps((p, window_blob, analyzer.state_blob(), analyzer.line), protocol=pickle.HIGHEST_PROTOCOL)
+        _write_all(out, len(blob).to_bytes(8, "little") + blob)
+        status = 0
+    except BaseException:                             # (a reader gone: it reads the slice itself)
+        pass
+    finally:
+        os._exit(status)
+
+
+def _newlines(fd: int, a: int, b: int) -> int:
+    count = 0
+    for c in range(a, b, 4 << 20):
+        count += os.pread(fd, min(4 << 20, b - c), c).count(b"\n")
+    return count
