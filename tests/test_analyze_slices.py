@@ -93,9 +93,12 @@ def _fixture_mix(path: Path, mb: float) -> bytes:
 @pytest.mark.parametrize("workers", [2, 3, 5])
 def test_a_dense_mix_read_in_slices_gives_the_one_process_answer(tmp_path: Path, workers: int) -> None:
     log = tmp_path / "dense.log"
-    _fixture_mix(log, 3)
+    data = _fixture_mix(log, 3)
+    log.write_bytes(data + b"(APIServer pid=1) INFO 05-07 10:00:00 [loggers.py:1] Engine 000: Avg prompt throughput: "
+                    b"12345.6 tokens/s, Avg generation throughput: 7.5 tokens/s")        # a last line, unended
     out = _child(log, workers)
     assert out["spread"] == out["serial"]
+    assert out["serial"][0]["serving"]["prompt_tokens_per_s"] == 12345.6
     assert out["dense"] == 1 and out["taken"] >= workers - 1, out      # the slices were the workers'
 
 

@@ -33,9 +33,11 @@ MIN_SLICE = 4 << 20       # a slice smaller than this is not worth a fork: the r
 
 
 def read_dense(analyzer: LogAnalyzer, fd: int, start: int, limit: int, workers: int) -> int:
-    """Feed the file's bytes from start (just after a newline) to limit, in slices read by up to
-    `workers` worker processes and checked here; returns limit (or where a slice's end could not be
-    put after a newline: the caller reads on from there)."""
+    """Feed the file's bytes from start (just after a newline) to the last newline before limit, in slices
+    read by up to `workers` worker processes and checked here; returns where it stopped (start when it
+    read nothing): what follows, a line unended, the caller reads (a worker would keep it to itself)."""
+    tail = os.pread(fd, min(READ_CHUNK, limit - start), max(start, limit - READ_CHUNK))
+    limit -= len(tail) - tail.rfind(b"\n") - 1 if b"\n" in tail else limit - start
     slices, own = _slices(fd, start, limit, workers)
     if len(slices) < 2:
         return start
