@@ -21,6 +21,8 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # uvicorn_listening: `Uvicorn running on` after `Application startup complete` (uvicorn's order) leaves vLLM ready
+    ("fixture vllm_startup_complete_then_uvicorn_running.log", "phase"): "ready",
     # build_steps: pip's `Preparing metadata (setup.py)` runs setup.py, a build: its exception is build_failed
     ("fixture pip_metadata_cuda_home_unset.log", "failure"): ("build_failed", 14),
     # a word-labelled count after the epoch (`epoch 2/20 | batch 340/1563`) is the finer one: read as the step

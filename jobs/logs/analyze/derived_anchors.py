@@ -17,11 +17,11 @@ INPUTS = (
     "batches|Capture (?:piecewise )?cuda graph (?:bs|num tokens)', 0, 4), ('Capture (?:\\\\w+ "
     "){0,2}(?:cuda|CUDA) graph end|Graph capturing finished', 0, 4), ('GPU KV cache size|Available KV "
     "cache memory|KV Cache is allocated|Memory pool end', 0, 4), ('Starting vLLM API server|Available "
-    'routes are|Started server process|Waiting for application startup|Uvicorn running on|Initializing a '
-    "V\\\\d LLM engine|Server args|server_args=', 0, 4), ('Application startup complete', 0, 4), ('fired up"
-    " and ready to roll|Router ready \\\\| workers:', 0, 4), ('text_generation_launcher: Starting "
-    "shard|(?:router|backends/\\\\w+)/src/\\\\w+\\\\.rs:\\\\d+: Warming up model', 0, 4), "
-    "('router/src/\\\\w+\\\\.rs:\\\\d+: Connected\\\\b', 0, 4), ('[Ss]erver is listening on "
+    'routes are|Started server process|Waiting for application startup|Initializing a V\\\\d LLM '
+    "engine|Server args|server_args=', 0, 4), ('Uvicorn running on', 0, 4), ('Application startup "
+    "complete', 0, 4), ('fired up and ready to roll|Router ready \\\\| workers:', 0, 4), "
+    "('text_generation_launcher: Starting shard|(?:router|backends/\\\\w+)/src/\\\\w+\\\\.rs:\\\\d+: Warming up "
+    "model', 0, 4), ('router/src/\\\\w+\\\\.rs:\\\\d+: Connected\\\\b', 0, 4), ('[Ss]erver is listening on "
     'https?://|\\\\bListening on https?://|\\\\bListening at:? https?://|\\\\* Running on https?://|\\\\bServing '
     "on https?://|llama runner started in|all slots are idle', 0, 4), ('Building (?:CUDA|CXX|C) "
     'object|\\\\*\\\\*\\\\* Configuring CMake|-- Configuring (?:done|incomplete)|-- The (?:C|CXX|CUDA) compiler'

@@ -762,8 +762,12 @@ PHASES: tuple[Signature, ...] = (
     _row("kv_cache_sized", "phase", r"GPU KV cache size|Available KV cache memory|KV Cache is allocated|Memory pool end",
          "starting", 42, "vLLM, SGLang", "Available KV cache memory: 16.23 GiB", "starting"),
     _row("api_server_start", "phase", r"Starting vLLM API server|Available routes are|Started server process"
-         r"|Waiting for application startup|Uvicorn running on|Initializing a V\d LLM engine|Server args|server_args=",
+         r"|Waiting for application startup|Initializing a V\d LLM engine|Server args|server_args=",
          "starting", 41, "vLLM, SGLang, uvicorn", "INFO:     Started server process [123]", "starting"),
+    _row("uvicorn_listening", "phase", r"Uvicorn running on", "listening", 41,
+         "uvicorn: vLLM prints it after `Application startup complete` (a ready server stays ready), "
+         "SGLang before its warmup", "INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)",
+         "starting"),
     _row("uvicorn_ready", "phase", r"Application startup complete", "startup_complete", 40, "uvicorn (vLLM)",
          "INFO:     Application startup complete.", "ready"),
     _row("sglang_ready", "phase", r"fired up and ready to roll|Router ready \| workers:", "ready", 39,

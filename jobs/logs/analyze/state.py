@@ -141,7 +141,7 @@ _DEFAULT_LABELS = {"capturing": "CUDA graphs", "loading": "weights", "training":
 _MARKER_PHASE: dict[Optional[str], str] = {
     "loading": "loading", "loaded": "starting", "compiling": "compiling", "compiled": "starting",
     "capturing": "capturing", "captured": "starting", "starting": "starting", "startup_complete": "ready",
-    "ready": "ready", "building": "building", "training": "training"}
+    "ready": "ready", "building": "building", "training": "training", "listening": "starting"}
 
 
 class State:
@@ -407,6 +407,9 @@ class State:
                 self.phase = "starting"
         elif kind == "capturing":
             self.phase = "capturing"
+        elif kind == "listening":                    # uvicorn's `Uvicorn running on`: after its startup, for vLLM
+            if self.phase not in ("building", "training", "ready"):
+                self.phase = "starting"
         elif kind == "startup_complete":
             if self.engine() == "sglang":
                 self.phase = "starting"      # SGLang still warms up after uvicorn starts
