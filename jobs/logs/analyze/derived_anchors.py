@@ -110,8 +110,9 @@ INPUTS = (
     "memory|insufficient shared memory', 32, 8), ('\\\\berror loading model: |\\\\bfailed to load "
     "model\\\\b|exiting due to model loading error', 32, 8), ('\\\\bexiting due to (?:[\\\\w-]+ "
     '){0,3}error\\\\b\', 32, 8), ("[Aa]ddress already in use|couldn\'t bind HTTP server socket", 32, 8), '
-    "('Watchdog timeout \\\\(|watchdog_timeout=\\\\d+\\\\)|[Hh]ang detected|detected a hang|execute_model timed"
-    " out|ENGINE_ITERATION_TIMEOUT|Engine iteration timed out', 32, 8), "
+    "('failed (?:liveness|startup) probe, will be restarted', 32, 8), ('Watchdog timeout "
+    '\\\\(|watchdog_timeout=\\\\d+\\\\)|[Hh]ang detected|detected a hang|execute_model timed '
+    "out|ENGINE_ITERATION_TIMEOUT|Engine iteration timed out', 32, 8), "
     "('\\\\b[Ww]atchdog\\\\b.*?\\\\b(?:timeout|timed out|time out|expired)|\\\\b(?:[Tt]imeout|[Tt]imed "
     'out)\\\\b.*?\\\\b[Ww]atchdog\\\\b\', 32, 8), ("Health check failed\\\\. Server couldn\'t get a response from '
     'detokenizer", 32, 8), (\'^(?!.*\\\\b[Rr]etry)(?:.*?Did not receive (?:a )?response from .{1,80}? within'

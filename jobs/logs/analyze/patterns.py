@@ -857,6 +857,10 @@ HINTS = {
     "nccl_remote": "a peer rank exited (or the network failed) during a collective — the error of the rank that "
                    "died is the cause: look above for its traceback; if there is none, check the network "
                    "(NCCL_DEBUG=WARN) and the host's dmesg for that rank",
+    "host_oom_k8s_exit": "the container was SIGKILLed (exit code 137) — `kubectl describe pod` says why: Reason "
+                         "OOMKilled is its memory limit (the node's dmesg shows the kill; raise "
+                         "resources.limits.memory); Error is another kill (a failed liveness probe, an eviction: "
+                         "see its Events)",
     "host_oom_build": "killed by the host OOM killer — lower MAX_JOBS (or CMAKE_BUILD_PARALLEL_LEVEL) and NVCC_THREADS",
     "host_oom": "killed by the host OOM killer (SIGKILL) — free host RAM, lower CPU-side memory use "
                 "(swap space, loader workers), or check `dmesg` for the kill",

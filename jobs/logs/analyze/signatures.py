@@ -107,6 +107,10 @@ def _cuda_oom(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
 
 
 def _host_oom(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
+    if body.startswith("Exit Code:"):
+        # `kubectl describe`'s exit status of SIGKILL: its Reason says who (OOMKilled: the memory limit, a
+        # HOST_OOM line of its own; Error: another SIGKILL, such as the kubelet's after a failed probe)
+        return (EXCEPTION, "host_oom", "host_oom_k8s_exit")
     if "ptxas" in body and "signal 9" not in body:
         return (SPECIFIC, "build_failed", "build_segfault")
     if ctx.building or is_build_tool(body):
@@ -413,6 +417,15 @@ FAILURES: tuple[Signature, ...] = (
     Signature("PORT_IN_USE", "cause", PORT_IN_USE, "exception", 130, "uvicorn, llama.cpp server, any server",
               "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already "
               "in use", SPECIFIC, "exception_port"),
+    Signature("PROBE_KILLED", "cause",
+              regexcache.compile(r"failed (?:liveness|startup) probe, will be restarted"),
+              "hang", 121, "Kubernetes kubelet's event (any release): a liveness/startup probe's failures end the "
+              "container (SIGTERM, then SIGKILL: `Exit Code: 137`, `Reason: Error`)",
+              "Normal   Killing    3m12s (x3 over 27m)    kubelet  Container sglang failed liveness probe, will be "
+              "restarted", SPECIFIC, advice="the kubelet killed the container because its liveness (or startup) probe "
+              "failed: the server did not answer in time — a long weight load or CUDA-graph capture answers no "
+              "/health; give it a startupProbe with a failureThreshold that covers the startup, or a longer "
+              "initialDelaySeconds"),
     Signature("HANG", "cause", HANG, "hang", 120, "SGLang 2024-2025 scheduler watchdog, vLLM V1, vLLM V0's engine "
               "iteration timeout",
               "[2025-03-01 10:00:00 TP3] Watchdog timeout (self.watchdog_timeout=300)", SPECIFIC),
