@@ -102,17 +102,17 @@ INPUTS = (
     'device driver \\\\"[^\\\\"]*\\\\" with capabilities: \\\\[\\\\[gpu\\\\]\\\\]\', 32, 8), (\'NCCL '
     'error|nccl(?:System|Internal|UnhandledCuda|InvalidUsage|Remote|InvalidArgument)Error|collective '
     'operation timeout|NCCL communicator was aborted|NCCL (?:timeout|Timeout)|DistBackendError|Timeout at'
-    ' NCCL work|NCCL operations have failed|DeepEP error: [^\\\\n]*timeout|NCCL WARN NET/\\\\w+ ?: (?:Got '
-    'completion from peer|.*(?:failed|error))|NCCL WARN Call to \\\\w+ failed|NCCL WARN .*[Cc]onnection '
-    "(?:refused|reset|closed)|NCCL WARN .*(?:failed to extend|shared memory segment) /dev/shm', 32, 8), "
-    "('Error while deserializing header: (?:MetadataIncompleteBuffer|Header\\\\w+|InvalidHeader\\\\w*|header "
-    "too (?:large|small)|incomplete metadata)', 32, 8), ('killed by signal: Bus error|out of shared "
-    "memory|insufficient shared memory', 32, 8), ('\\\\berror loading model: |\\\\bfailed to load "
-    "model\\\\b|exiting due to model loading error', 32, 8), ('\\\\bexiting due to (?:[\\\\w-]+ "
-    '){0,3}error\\\\b\', 32, 8), ("[Aa]ddress already in use|couldn\'t bind HTTP server socket", 32, 8), '
-    "('failed (?:liveness|startup) probe, will be restarted', 32, 8), ('Watchdog timeout "
-    '\\\\(|watchdog_timeout=\\\\d+\\\\)|[Hh]ang detected|detected a hang|execute_model timed '
-    "out|ENGINE_ITERATION_TIMEOUT|Engine iteration timed out', 32, 8), "
+    ' NCCL work|NCCL operations have failed|DeepEP error: [^\\\\n]*timeout|Timed out waiting \\\\d+ms for '
+    '(?:recv|send) operation|NCCL WARN NET/\\\\w+ ?: (?:Got completion from peer|.*(?:failed|error))|NCCL '
+    'WARN Call to \\\\w+ failed|NCCL WARN .*[Cc]onnection (?:refused|reset|closed)|NCCL WARN .*(?:failed to'
+    " extend|shared memory segment) /dev/shm', 32, 8), ('Error while deserializing header: "
+    '(?:MetadataIncompleteBuffer|Header\\\\w+|InvalidHeader\\\\w*|header too (?:large|small)|incomplete '
+    "metadata)', 32, 8), ('killed by signal: Bus error|out of shared memory|insufficient shared memory', "
+    "32, 8), ('\\\\berror loading model: |\\\\bfailed to load model\\\\b|exiting due to model loading error', "
+    '32, 8), (\'\\\\bexiting due to (?:[\\\\w-]+ ){0,3}error\\\\b\', 32, 8), ("[Aa]ddress already in use|couldn\'t'
+    ' bind HTTP server socket", 32, 8), (\'failed (?:liveness|startup) probe, will be restarted\', 32, 8), '
+    "('Watchdog timeout \\\\(|watchdog_timeout=\\\\d+\\\\)|[Hh]ang detected|detected a hang|execute_model timed"
+    " out|ENGINE_ITERATION_TIMEOUT|Engine iteration timed out', 32, 8), "
     "('\\\\b[Ww]atchdog\\\\b.*?\\\\b(?:timeout|timed out|time out|expired)|\\\\b(?:[Tt]imeout|[Tt]imed "
     'out)\\\\b.*?\\\\b[Ww]atchdog\\\\b\', 32, 8), ("Health check failed\\\\. Server couldn\'t get a response from '
     'detokenizer", 32, 8), (\'^(?!.*\\\\b[Rr]etry)(?:.*?Did not receive (?:a )?response from .{1,80}? within'
@@ -289,6 +289,7 @@ ANCHORS: tuple[tuple[bytes, int], ...] = (
     (b'forward compatibility was attempted on non supported HW', 8),
     (b'could not select device driver "', 8),
     (b'collective operation timeout', 8),
+    (b'Timed out waiting', 8),
     (b'out of shared memory', 8),
     (b'ddress already in use', 8),
     (b"couldn't bind HTTP server socket", 8),

@@ -715,6 +715,7 @@ NCCL = regexcache.compile(
     r"|collective operation timeout|NCCL communicator was aborted|NCCL (?:timeout|Timeout)|DistBackendError"
     r"|Timeout at NCCL work|NCCL operations have failed"
     r"|DeepEP error: [^\n]*timeout"   # DeepEP's dispatch/combine (`timeout (dispatch CPU)`, `CPU recv timeout`): the ranks' communication
+    r"|Timed out waiting \d+ms for (?:recv|send) operation"   # gloo's collective on CPU tensors (a barrier): the same timeout
     r"|NCCL WARN NET/\w+ ?: (?:Got completion from peer|.*(?:failed|error))|NCCL WARN Call to \w+ failed"
     r"|NCCL WARN .*[Cc]onnection (?:refused|reset|closed)|NCCL WARN .*(?:failed to extend|shared memory segment) /dev/shm")
 CUDA_NO_DEVICE = (r"No CUDA GPUs are available|Found no NVIDIA driver|CUDA driver initialization failed"
@@ -866,6 +867,9 @@ HINTS = {
                 "(swap space, loader workers), or check `dmesg` for the kill",
     "nccl": "NCCL collective failed — rerun with NCCL_DEBUG=INFO; check P2P/NVLink/IB topology (try "
             "NCCL_P2P_DISABLE=1) and that every rank started",
+    "nccl_gloo": "a gloo collective (CPU tensors: a barrier, an object broadcast) timed out — a rank is stuck "
+                 "before it (another rank's error or hang above), or the hosts cannot reach each other "
+                 "(GLOO_SOCKET_IFNAME, MASTER_ADDR); a py-spy dump of each rank shows where",
     "nccl_timeout": "an NCCL collective timed out — a rank is stuck or the GPUs cannot talk to each other; "
                     "rerun with NCCL_DEBUG=INFO, try NCCL_P2P_DISABLE=1 / --disable-custom-all-reduce",
     "nccl_first": "the very first NCCL collective never completed — the GPUs cannot talk (P2P/topology/IOMMU/ACS); "

@@ -199,6 +199,8 @@ def _nccl(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
         return (EXCEPTION, "nccl", "nccl_remote")
     if "terminate called after throwing" in body:
         return (EXCEPTION, "nccl", "nccl")     # the abort of a c10::DistBackendError: its `what():` line says which
+    if "ms for recv operation" in body or "ms for send operation" in body:
+        return (SPECIFIC, "nccl", "nccl_gloo")
     key = "nccl_net" if "NET/" in body else "nccl_shm" if "/dev/shm" in body else "nccl"
     if "timeout" in body.lower() or "timed out" in body:
         key = "nccl_first" if "SeqNum=1," in body or "last completed NCCL work: 0" in body else "nccl_timeout"
@@ -379,7 +381,8 @@ FAILURES: tuple[Signature, ...] = (
               "torch, CUDA runtime (all); no usable GPU (`No CUDA GPUs are available`, "
               "NVML `Driver/library version mismatch`, cudaGetDeviceCount's Error 804)",
               "RuntimeError: CUDA error: an illegal memory access was encountered", SPECIFIC, verdict=_cuda_err),
-    Signature("NCCL", "cause", NCCL, "nccl", 140, "NCCL 2.x, torch ProcessGroupNCCL (`remote process exited`, "
+    Signature("NCCL", "cause", NCCL, "nccl", 140, "NCCL 2.x, torch ProcessGroupNCCL, gloo's `Timed out waiting "
+              "Nms for recv operation` (`remote process exited`, "
               "ncclRemoteError: another rank's death, ranked as an exception, so that rank's earlier error decides)",
               "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE) "
               "ran for 600059 milliseconds before timing out.", SPECIFIC, verdict=_nccl),
