@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-bytes", metavar="N", type=_size, default=None,
                    help="read at most N bytes (K/M/G suffixes); default 256M for stdin, all of a file")
     p.add_argument("-j", "--jobs", metavar="N", type=_jobs, default=None,
-                   help="processes that scan a large file's bytes (default: one per core; 1: this one alone); "
+                   help="processes that read a large file (its byte passes; where it is dense, whole slices) "
+                        "(default: one per core; 1: this one alone); "
                         "the answer is the same either way")
     p.add_argument("--json", action="store_true",
                    help='print {"engine","phase","progress","failure","ready_line","serving","warnings","key_lines"} '
