@@ -102,6 +102,15 @@ def test_a_dense_mix_read_in_slices_gives_the_one_process_answer(tmp_path: Path,
     assert out["dense"] == 1 and out["taken"] >= workers - 1, out      # the slices were the workers'
 
 
+def test_many_workers_take_slices_growing_a_window_each(tmp_path: Path) -> None:
+    # No slice of the reader's own: slices 0 and 1 alike, then each a window longer (slices._slices).
+    log = tmp_path / "dense.log"
+    _fixture_mix(log, 6)
+    out = _child(log, 6, window=384 * 1024)
+    assert out["spread"] == out["serial"]
+    assert out["dense"] == 1 and out["taken"] == 6, out
+
+
 def test_a_cut_at_max_bytes_mid_line_gives_the_one_process_answer(tmp_path: Path) -> None:
     log = tmp_path / "dense.log"
     data = _fixture_mix(log, 3)
@@ -152,5 +161,12 @@ def test_same_course_reads_every_field_and_the_seq_offset() -> None:
     assert a.same_course(b) is None                    # the same items in another order are not the same
     a.warnings = dict(b.warnings)
     a.phase = "ready" if b.phase != "ready" else "loading"
+    assert a.same_course(b) is None
+    a.phase = b.phase
+    # NVRM lines before a gap are never read again (a later line joins the last run only): not compared
+    a.nvrm.extend([(3, "NVRM: Xid 79"), (90, "NVRM: GPU at PCI:0000:3b:00"), (91, "NVRM: GPU has fallen off")])
+    b.nvrm.extend([(90, "NVRM: GPU at PCI:0000:3b:00"), (91, "NVRM: GPU has fallen off")])
+    assert a.same_course(b) == 0
+    b.nvrm.popleft()
     assert a.same_course(b) is None
     assert analyze_bytes(text).phase == "training"

@@ -60,24 +60,31 @@ def read_dense(analyzer: LogAnalyzer, fd: int, start: int, limit: int, workers: 
 
 
 def _slices(fd: int, start: int, limit: int, workers: int) -> tuple[list[tuple[int, int]], bool]:
-    """The slices' bounds (each after a newline) and whether the first is the reader's own: the reader
-    reads the first slice itself where that leaves it no more than a worker's share (its own slice and
-    a WINDOW of each other one); on many cores it only checks."""
+    """The slices' bounds (each after a newline) and whether the first is the reader's own.
+
+    The reader checks the slices in order, a WINDOW each, so their sizes are set for no one to wait:
+    on few cores the reader reads the first slice itself, as much as leaves it a worker's share (its
+    slice and a WINDOW of each other one); on many, every slice is a worker's, each one WINDOW longer
+    than the one before from the third on (slice k is done when the reader is through slice k - 1's
+    window), or all alike where that staircase would not fit."""
     total = limit - start
     n = max(1, min(workers, total // MIN_SLICE))
     size = (total + max(0, n - 2) * WINDOW) // n
     first = size - max(0, n - 2) * WINDOW
     own = first >= MIN_SLICE // 4 and n > 1
+    sizes = [first] + [size] * (n - 1)
     if not own:
-        first, size = total // n, total // n
+        base = (total - WINDOW * (n - 1) * (n - 2) // 2) // n
+        sizes = ([base, base] + [base + k * WINDOW for k in range(1, n - 1)])[:n] if base >= MIN_SLICE // 4 \
+            else [total // n] * n
     cuts = [start]
-    at = start + first
-    for _ in range(n - 1):
-        cut = _after_newline(fd, at, limit, READ_CHUNK)
+    at = start
+    for length in sizes[:-1]:
+        cut = _after_newline(fd, at + length, limit, READ_CHUNK)
         if not cut or cut >= limit:
             break
         cuts.append(cut)
-        at = cut + size
+        at = cut
     cuts.append(limit)
     return list(zip(cuts, cuts[1:])), own
 

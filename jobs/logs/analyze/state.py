@@ -1006,6 +1006,8 @@ class State:
             if (mine is None) != (theirs is None) or (
                     mine is not None and (mine[0] != theirs[0] + delta or not _same(mine[1:], theirs[1:]))):
                 return None
+        if not _same(_nvrm_run(self.nvrm), _nvrm_run(other.nvrm)):
+            return None
         mine_c, theirs_c = self._candidates(), other._candidates()
         if [a is b for a in mine_c for b in mine_c] != [a is b for a in theirs_c for b in theirs_c]:
             return None                               # (State reads their sharing: `best is cand`)
@@ -1076,5 +1078,18 @@ class State:
                            key_lines=tuple(key_lines), decided_by=tuple(why.items()))
 
 
-# What State.same_course compares as it is (seq and the progress entries by an offset; labels is a memo, now the caller's).
-_COURSE_FIELDS = tuple(name for name in State.__slots__ if name not in ("now", "labels", "seq", "bar", "hint", "__dict__"))
+# What State.same_course compares as it is (seq and the progress entries by an offset, nvrm by its last run;
+# labels is a memo, now the caller's).
+_COURSE_FIELDS = tuple(name for name in State.__slots__
+                       if name not in ("now", "labels", "seq", "bar", "hint", "nvrm", "__dict__"))
+
+
+def _nvrm_run(nvrm: deque) -> list:
+    """The NVRM lines a later one can still join (_classify walks back over consecutive lines only): the
+    last run of consecutive line numbers; the ones before a gap are never read again."""
+    run: list = []
+    for entry in reversed(nvrm):
+        if run and entry[0] != run[-1][0] - 1:
+            break
+        run.append(entry)
+    return run
