@@ -857,6 +857,23 @@ def test_a_kv_unsafe_run_is_applied_at_once_only_when_its_last_line_raises_the_p
             assert _run(data, cuts, [None] * (len(cuts) + 1), False) == _run(data, cuts, [None] * (len(cuts) + 1), True)
 
 
+def test_an_engines_self_kill_while_a_cause_is_held_still_notes_its_line() -> None:
+    """The self-kill announcement notes its line even while a specific cause is held (State._candidate),
+    so a SIGKILL within SELF_KILL_LINES after it, past a recovery that dropped that cause, is the
+    engine's own: the fast scanner must not skip it as a held candidate's (hypothesis found it)."""
+    lines = [b"(APIServer pid=1) INFO 05-07 10:00:00 [api_server.py:1] vLLM API server version 0.9.0",
+             b"[2026-05-02 10:06:01 TP1] Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)",
+             b"CRITICAL 05-07 10:00:00 [core_client.py:359] Got fatal signal from worker processes, shutting down. "
+             b"See stack trace above for root cause issue.",
+             b"(APIServer pid=17) INFO:     Application startup complete.",
+             b"ERROR 05-07 10:00:00 [core.py:1] EngineCore failed to start.",
+             b"bash: line 1:  4096 Killed                  sleep 0.2"]
+    data = b"\n".join(lines * 3) + b"\n"            # the second time round, the templates are planned
+    ref = _run(data, [], [None], True)
+    assert _run(data, [], [None], False) == ref
+    assert ref[-1][1].failure.cause == "exception"   # the Killed was the engine's own: the umbrella decides
+
+
 def test_a_line_of_glued_bars_is_read_bar_by_bar_by_both_scanners() -> None:
     """Redraws glued into one line (a paste that lost their \\r), with a record glued after the last or
     not: every bar is read in order, the planned way as the exhaustive one, however many there are."""

@@ -120,6 +120,13 @@ def _host_oom(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
     return (SPECIFIC, "host_oom", "host_oom")
 
 
+# An engine announcing it kills its own processes: State notes the line whatever candidate is held (the
+# SIGKILL after it is no OOM), so no template of it is skipped as a held candidate's (templates.py).
+ENGINE_SELF_KILL = regexcache.compile(r"Got fatal signal from worker processes, shutting down"
+                                      r"|Received sigquit from a child process"
+                                      r"|SIGQUIT received\..*It usually means one child failed"
+                                      r"|Triggering SIGQUIT for cleanup")
+
 _SLURM_ENDS = {"TIME LIMIT": ("time_limit", "slurm_time_limit"), "PREEMPTION": ("preempted", "slurm_preempted")}
 
 
@@ -349,10 +356,7 @@ FAILURES: tuple[Signature, ...] = (
               "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 50.00 MiB. GPU 0 has a total "
               "capacity of 23.56 GiB", SPECIFIC, verdict=_cuda_oom,
               test=_cuda_oom_test),
-    Signature("ENGINE_SELF_KILL", "cause", regexcache.compile(r"Got fatal signal from worker processes, shutting down"
-                                                              r"|Received sigquit from a child process"
-                                                              r"|SIGQUIT received\..*It usually means one child failed"
-                                                              r"|Triggering SIGQUIT for cleanup"),
+    Signature("ENGINE_SELF_KILL", "cause", ENGINE_SELF_KILL,
               "exception", 171, "vLLM V1 0.8-0.9 (core_client: its worker's error above, then it SIGKILLs its own "
               "process tree), SGLang (its SIGQUIT handler, a child's failure above, then the same; 2026: `SIGQUIT "
               "received. signum=None, frame=None. It usually means one child failed.`, its subprocess watchdog's "

@@ -302,8 +302,10 @@ class State:
                 _CLASSIFIED.clear()
             hit = _CLASSIFIED[key] = None if cand is None else (cand.spec, cand.cause, cand.hint_key, cand.sig)
             return cand
-        if hit is None or (hit[2] != "slurm_oom" and self.candidate_is_noop(hit[0])):
-            return None         # (a candidate that would change nothing now is not built: see _candidate)
+        if hit is None or (hit[2] != "slurm_oom" and hit[3] != "ENGINE_SELF_KILL" and self.candidate_is_noop(hit[0])):
+            # (a candidate that would change nothing now is not built: see _candidate; an engine's
+            # self-kill notes its line whatever is held, for the SIGKILL that follows it)
+            return None
         return _Candidate(hit[0], hit[1], line, body[:MAX_MESSAGE], hit[2], hit[3])
 
     def _examine_text(self, text: str, line: int, fams: int) -> None:

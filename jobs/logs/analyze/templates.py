@@ -15,7 +15,7 @@ from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, EXC_LINE, FAMILY, FRA
                        serving_stats_spans, strip_prefixes, training_shaped, ts_seconds)
 from .generic import count_after_epoch, labelled_bracket, labelled_count
 from .cause import Spec
-from .signatures import MARKERS, engine_signals
+from .signatures import ENGINE_SELF_KILL, MARKERS, engine_signals
 from .state import (ONLY_NVRM, ONLY_STALL, PG_COUNT, PG_LOSS, PG_MAKE, PG_NINJA, PG_STEP, State, bar_label)
 from . import regexcache
 
@@ -417,7 +417,7 @@ def _text_plan(text: str, fams: int) -> RecordPlan:
     plan.marker_only = plan.marker is not None and not (plan.stats or plan.progress or plan.warn or plan.failure)
     plan.hint_only = (plan.progress and plan.prog is not None and plan.prog[0] == PG_LOSS and plan.ts is None
                       and not (plan.stats or plan.marker or plan.warn or plan.failure))
-    if not (plan.stats or plan.marker or plan.progress or plan.warn):
+    if not (plan.stats or plan.marker or plan.progress or plan.warn) and ENGINE_SELF_KILL.search(body) is None:
         if plan.failure == "frame":
             plan.only = ONLY_FRAME
         elif plan.failure == "stall":
