@@ -1005,8 +1005,10 @@ class State:
             if not _same(getattr(self, name), getattr(other, name)):
                 return None
         for mine, theirs in ((self.bar, other.bar), (self.hint, other.hint)):
-            if (mine is None) != (theirs is None) or (
-                    mine is not None and (mine[0] != theirs[0] + delta or not _same(mine[1:], theirs[1:]))):
+            if mine is None or theirs is None:
+                if mine is not theirs:
+                    return None
+            elif mine[0] != theirs[0] + delta or not _same(mine[1:], theirs[1:]):
                 return None
         if not _same(_nvrm_run(self.nvrm), _nvrm_run(other.nvrm)):
             return None
