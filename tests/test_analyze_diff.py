@@ -21,6 +21,9 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # State.warming: SGLang's own warmup request's Prefill batch line (uvicorn up, no `fired up` yet) is no serving
+    ("fixture sglang_stuck_at_warmup_prefill.log", "phase"): "starting",
+    ("fixture sglang_stuck_at_warmup_prefill.log", "progress"): (4, 4, "Capturing batches (bs=1 avail_mem=39.77 GB)"),
     # uvicorn_listening: `Uvicorn running on` after `Application startup complete` (uvicorn's order) leaves vLLM ready
     ("fixture vllm_startup_complete_then_uvicorn_running.log", "phase"): "ready",
     # build_steps: pip's `Preparing metadata (setup.py)` runs setup.py, a build: its exception is build_failed

@@ -857,6 +857,28 @@ def test_a_kv_unsafe_run_is_applied_at_once_only_when_its_last_line_raises_the_p
             assert _run(data, cuts, [None] * (len(cuts) + 1), False) == _run(data, cuts, [None] * (len(cuts) + 1), True)
 
 
+def test_sglangs_warmup_prefill_proves_no_serving_in_either_scanner() -> None:
+    """While SGLang warms up (uvicorn up, no `fired up`), a Prefill batch line is its warmup request's: no
+    ready mark; a Decode batch line, or `fired up`, is the server serving. Runs of each kind, planned."""
+    head = [b"[2025-09-14 08:10:01] server_args=ServerArgs(model_path='Qwen/Qwen3-32B', tp_size=4)",
+            b"[2025-09-14 08:10:47] INFO:     Application startup complete."]
+    prefill = b"[2025-09-14 08:10:48 TP0] Prefill batch. #new-seq: 1, #new-token: %d, #cached-token: 0, token usage: 0.00, " \
+              b"#running-req: 0, #queue-req: 0"
+    decode = b"[2025-09-14 08:10:49 TP0] Decode batch. #running-req: 1, #token: %d, token usage: 0.00, gen throughput " \
+             b"(token/s): 9.10, #queue-req: 0"
+    r = random.Random(11)
+    for tail in ([], [decode], [b"[2025-09-14 08:10:50] The server is fired up and ready to roll!"]):
+        lines = []
+        for _ in range(6):
+            lines += head + [prefill % r.randint(5, 99) for _ in range(r.randint(1, 4))] + tail
+        data = b"\n".join(lines) + b"\n"
+        ref = _run(data, [], [None], True)
+        assert _run(data, [], [None], False) == ref
+        for cuts in (sorted(r.randrange(len(data)) for _ in range(20)),):
+            assert _run(data, cuts, [None] * (len(cuts) + 1), False) == _run(data, cuts, [None] * (len(cuts) + 1), True)
+        assert ref[-1][1].phase == ("starting" if not tail else "ready")
+
+
 def test_an_engines_self_kill_while_a_cause_is_held_still_notes_its_line() -> None:
     """The self-kill announcement notes its line even while a specific cause is held (State._candidate),
     so a SIGKILL within SELF_KILL_LINES after it, past a recovery that dropped that cause, is the

@@ -1109,7 +1109,7 @@ class _Chunk:
         if run_kv_safe(self.data, self.start(i), self.ends[j] + j, state):
             if self.run_kind:
                 self.flush_run()
-            if not self.serving_run:
+            if not self.serving_run and state.marks_ready(self.infos[i].named == "prefill"):
                 state.ready_mark(self.where(i)[1])    # (the line a recovery was proven at: State.root_cause)
                 self.serving_run = True
             self.deferred.append((first, last))
@@ -1127,7 +1127,7 @@ class _Chunk:
             # Its last line raises kv_cache_pressure with its own numbers: that replaces what
             # any line before it raised, so the run is applied as a KV-safe one (the lines
             # whose numbers no later line overwrites, and the spec-decode window), now.
-            if not self.serving_run:
+            if not self.serving_run and state.marks_ready(self.infos[i].named == "prefill"):
                 state.ready_mark(self.where(i)[1])
                 self.serving_run = True
             self.deferred.append((first, last))
@@ -1151,7 +1151,7 @@ class _Chunk:
             i = sel[q]
             plan = infos[i].plan
             if plan and plan.stats_at is not None and not plan.ansi and plan.bar_at < 0:
-                if need_mark:
+                if need_mark and state.marks_ready(infos[i].named == "prefill"):
                     state.ready_mark(self.where(i)[1])   # (see stats_run)
                     need_mark = False
                 start = self.start(i)

@@ -154,7 +154,7 @@ class State:
                  "ready_line", "serving", "spec_recent", "warnings", "num_epochs", "total_steps", "bar", "hint",
                  "seq", "series", "first_error", "best", "first_low", "first_weak", "advances_since_failure",
                  "progress_at_failure", "last_frame_line", "request_error_at", "self_kill_at", "cancelled_at", "usage_line", "nvrm", "last_progress_key", "labels",
-                 "stall_notices", "why", "text", "progress_at", "ready_text", "recovered_from", "__dict__")
+                 "stall_notices", "why", "text", "progress_at", "ready_text", "recovered_from", "warming", "__dict__")
 
     def __init__(self) -> None:
         self.now: Optional[float] = None
@@ -187,6 +187,9 @@ class State:
         # may have logged those while the one that raised it died; an envelope after it ("see above") revives it.
         # (the error recovered from, the first error then, the line serving proved it or None)
         self.recovered_from: Optional[tuple[_Candidate, Optional[_Candidate], Optional[int]]] = None
+        # SGLang's uvicorn is up and its own warmup request not yet answered: a Prefill batch line now is
+        # that request's, no proof it serves (its `fired up` line, or a Decode batch, is)
+        self.warming = False
         self.advances_since_failure = 0
         self.progress_at_failure: Optional[tuple[tuple, Number]] = None
         self.last_frame_line = -10**9
@@ -240,7 +243,7 @@ class State:
             stats = parse_serving_stats_line(body) if at is None else read_stats(text, plan.stats_read) if (
                 plan.stats_read is not None) else {key: float(body[a:b]) * times / over for key, a, b, times, over in at}
             if stats:
-                self._serving(stats, line)
+                self._serving(stats, line, body.startswith("Prefill batch"))
                 return
         marker = plan.marker
         if marker is not None:
@@ -333,7 +336,7 @@ class State:
         if fams & S:
             stats = parse_serving_stats_line(body)
             if stats:
-                self._serving(stats, line)
+                self._serving(stats, line, body.startswith("Prefill batch"))
                 return
         if fams & M:
             m = MARKERS.search(body)
@@ -415,6 +418,7 @@ class State:
         elif kind == "startup_complete":
             if self.engine() == "sglang":
                 self.phase = "starting"      # SGLang still warms up after uvicorn starts
+                self.warming = True
             else:
                 self._became_ready(line)
         elif kind == "ready":
@@ -436,6 +440,7 @@ class State:
 
     def _became_ready(self, line: int) -> None:
         self.phase = "ready"
+        self.warming = False
         if self.ready_line is None:
             self.ready_line = line
             self.ready_text = self.text[:MAX_MESSAGE]
@@ -708,14 +713,21 @@ class State:
 
     # ------------------------------------------------------------------ serving
 
-    def _serving(self, stats: dict[str, float], line: int) -> None:
+    def _serving(self, stats: dict[str, float], line: int, prefill: bool = False) -> None:
         # Two independent halves (disjoint fields): the fast scanner applies the first at the
         # start of a run of stats lines and the second only where a later line does not overwrite it.
-        self.ready_mark(line)
+        if self.marks_ready(prefill):
+            self.ready_mark(line)
         self.serving_data(stats, line)
+
+    def marks_ready(self, prefill: bool) -> bool:
+        """Whether a stats line (an SGLang Prefill batch one: prefill) proves the server serves: not SGLang's
+        warmup request's (see warming)."""
+        return not (prefill and self.warming)
 
     def ready_mark(self, line: int) -> None:
         """What any serving-stats line says about the job: it is ready, and earlier errors did not kill it."""
+        self.warming = False
         self.why["phase"] = "serving stats lines"
         if self.phase != "ready":
             self.phase = "ready"

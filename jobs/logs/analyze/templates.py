@@ -204,7 +204,9 @@ def classify_template(tpl: bytes, engine_known: bool) -> Union[int, Template]:
             keys = 0
             for key in stats:
                 keys |= _SERVING_BIT.get(key, 0)     # (no bit: "preemptions", a warning, no number)
-            return Template(fams, K_SERVING, keys=keys, hits=hits)
+            # SGLang's Prefill batch lines run apart: while it warms up they prove no serving (State.marks_ready)
+            return Template(fams, K_SERVING, named="prefill" if body.startswith("Prefill batch") else None,
+                            keys=keys, hits=hits)
     if fams & M and MARKERS.search(body):
         return Template(fams, K_OTHER)
     kind = _progress_kind(body, ts) if fams & P else K_INERT
