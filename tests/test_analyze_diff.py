@@ -21,6 +21,8 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # a newer step beside a loss (DeepSpeed's `step=410, … lr=`) wins over the epoch's `Epoch 1/1` printed when it began
+    ("fixture deepspeed_chat_epoch_banner_then_steps.log", "progress"): (410, None, "step"),
     # State.warming: SGLang's own warmup request's Prefill batch line (uvicorn up, no `fired up` yet) is no serving
     ("fixture sglang_stuck_at_warmup_prefill.log", "phase"): "starting",
     ("fixture sglang_stuck_at_warmup_prefill.log", "progress"): (4, 4, "Capturing batches (bs=1 avail_mem=39.77 GB)"),

@@ -702,8 +702,11 @@ class State:
         bar, hint = self.bar, self.hint
         # A newer hint of another phase wins — unless it only says "epoch 2.25" where the bar
         # still counts done/total (a loss dict glued onto a Trainer bar): the bar is the better answer.
-        if hint is not None and (bar is None or (hint[0] > bar[0] and hint[1] != bar[1]
-                                                 and (hint[2][1] is not None or bar[2][1] is None))):
+        # And a newer step count beside a loss wins over an epoch's n/N, a coarser count the trainer printed
+        # when the epoch began (DeepSpeed-Chat's `Beginning of Epoch 1/1`, then `step=410, … lr=`).
+        if hint is not None and (bar is None or (hint[0] > bar[0] and (
+                hint[1] != bar[1] and (hint[2][1] is not None or bar[2][1] is None)
+                or bar[3] == "epoch n/N" and hint[3] == "step beside a loss"))):
             return hint
         return bar
 
