@@ -37,25 +37,20 @@ def read_dense(analyzer: LogAnalyzer, fd: int, start: int, limit: int, workers: 
     read by up to `workers` worker processes and checked here; returns where it stopped (start when it
     read nothing): what follows, a line unended, the caller reads (a worker would keep it to itself)."""
     tail = os.pread(fd, min(READ_CHUNK, limit - start), max(start, limit - READ_CHUNK))
-    limit -= len(tail) - tail.rfind(b"\n") - 1 if b"\n" in tail else limit - start
+    nl = tail.rfind(b"\n")
+    limit = limit - len(tail) + nl + 1 if nl >= 0 else start
     slices, own = _slices(fd, start, limit, workers)
     if len(slices) < 2:
         return start
-    if own:                                           # the reader's share, read while the workers read theirs
-        pool = _Slicers(fd, slices[1:], analyzer, start)
-        try:
+    theirs = slices[1:] if own else slices
+    pool = _Slicers(fd, theirs, analyzer, start)
+    try:
+        if own:                                       # the reader's share, read while the workers read theirs
             _feed(analyzer, fd, *slices[0])
-            for k, (a, b) in enumerate(slices[1:]):
-                _take(analyzer, fd, a, b, pool.answer(k))
-        finally:
-            pool.stop()
-    else:
-        pool = _Slicers(fd, slices, analyzer, start)
-        try:
-            for k, (a, b) in enumerate(slices):
-                _take(analyzer, fd, a, b, pool.answer(k))
-        finally:
-            pool.stop()
+        for k, (a, b) in enumerate(theirs):
+            _take(analyzer, fd, a, b, pool.answer(k))
+    finally:
+        pool.stop()
     return slices[-1][1]
 
 
