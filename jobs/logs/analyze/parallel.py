@@ -204,17 +204,22 @@ class _Workers:
     def stop(self) -> None:
         for end in (*self.answers, *self.credits):
             os.close(end)
-        for pid in self.pids:
-            try:
-                os.kill(pid, signal.SIGKILL)          # (one done already has exited: a zombie, harmless)
-            except ProcessLookupError:
-                pass
-        for pid in self.pids:
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
+        reap(self.pids)
         self.pids, self.answers, self.credits = [], [], []
+
+
+def reap(pids: list[int]) -> None:
+    """Workers killed (one still at work reads for no one) and waited for, none left behind."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)              # (one done already has exited: a zombie, harmless)
+        except ProcessLookupError:
+            pass
+    for pid in pids:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
 
 
 def _work(fd: int, tasks: list, credits: int, out: int, readers: list[int]) -> None:

@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import os
 import pickle
-import signal
 from typing import Optional
 
 from .model import READ_CHUNK
-from .parallel import _adopt, _after_newline, _read_exactly, _sigint_held, _widen, _write_all
+from .parallel import _adopt, _after_newline, _read_exactly, _sigint_held, _widen, _write_all, reap
 from .scanner import LogAnalyzer
 
 WINDOW = 1 << 20          # what the reader reads of each worker's slice itself: a dense mix repeats in < 160 KB
@@ -144,16 +143,7 @@ class _Slicers:
     def stop(self) -> None:
         for end in self.answers:
             os.close(end)
-        for pid in self.pids:
-            try:
-                os.kill(pid, signal.SIGKILL)          # (one done already has exited: a zombie, harmless)
-            except ProcessLookupError:
-                pass
-        for pid in self.pids:
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
+        reap(self.pids)
         self.pids, self.answers = [], []
 
 
