@@ -21,6 +21,10 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # verl's `Total training steps: 934` names the total its `step:42 - … pg_loss` lines count to
+    ("fixture verl_total_training_steps_then_step_lines.log", "progress"): (42, 934, "step"),
+    # fairseq's `epoch 004:    1600 / 2211 loss=…`: the count right after the epoch's colon is its step
+    ("fixture fairseq_epoch_count_min_loss_scale.log", "progress"): (1600, 2211, "epoch 4 step"),
     # a newer step beside a loss (DeepSpeed's `step=410, … lr=`) wins over the epoch's `Epoch 1/1` printed when it began
     ("fixture deepspeed_chat_epoch_banner_then_steps.log", "progress"): (410, None, "step"),
     # State.warming: SGLang's own warmup request's Prefill batch line (uvicorn up, no `fired up` yet) is no serving

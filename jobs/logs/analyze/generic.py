@@ -277,9 +277,17 @@ def labelled_count(body: str) -> Optional["re.Match[str]"]:
 _COUNT_AFTER = regexcache.compile(r"(?<![\w.])[A-Za-z][A-Za-z_\-]*\s*[:=#]?\s*\[?\s*(\d+)\s*/\s*(\d+)(?![\w./%])")
 
 
+# fairseq's `epoch 004:    1600 / 2211 loss=…`: the count right after the epoch's colon, no word of its own.
+_COUNT_RIGHT_AFTER = regexcache.compile(r"\s*:\s*(\d+)\s*/\s*(\d+)(?![\w./%])")
+
+
 def count_after_epoch(body: str, start: int) -> Optional["re.Match[str]"]:
-    """The first word-labelled N/M of body after `start` (where its epoch ends) whose word says what is
-    counted (not who, not when: _NOT_PROGRESS), or None. By shape only; step_epoch_update judges the numbers."""
+    """The N/M right after a record's epoch (`epoch 004:  1600 / 2211`), else the first word-labelled N/M
+    of body after `start` (where its epoch ends) whose word says what is counted (not who, not when:
+    _NOT_PROGRESS), or None. By shape only; step_epoch_update judges the numbers."""
+    m = _COUNT_RIGHT_AFTER.match(body, start)
+    if m is not None:
+        return m
     for m in _COUNT_AFTER.finditer(body, start):
         if not _NOT_PROGRESS.search(body[m.start():m.start(1)].strip(" \t:=#[")):
             return m

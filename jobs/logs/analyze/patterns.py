@@ -497,12 +497,12 @@ LOSS_DICT = regexcache.compile(r"""^\{['"](?:loss|train_loss|eval_loss)['"]\s*:.
 TRAIN_END = regexcache.compile(r"""^\{['"]train_runtime['"]""")
 NUM_EPOCHS = regexcache.compile(r"Num [Ee]pochs\s*=\s*([\d,]+)")
 # HF Trainer's banner `Total optimization steps = 1,500`; torchtitan's `…, total steps 1000 (warmup 200)`
-TOTAL_STEPS = regexcache.compile(r"(?:Total optimization steps\s*=\s*|\btotal steps:?\s+)([\d,]+)")
+TOTAL_STEPS = regexcache.compile(r"(?:Total optimization steps\s*=\s*|\b[Tt]otal (?:training )?steps:?\s+)([\d,]+)")
 
 
 def names_totals(body: str) -> bool:
     """Whether a record may be a trainer's banner of totals (NUM_EPOCHS / TOTAL_STEPS): read as one, never as a step."""
-    return "Num" in body or "optimization" in body or "total steps" in body
+    return "Num" in body or "optimization" in body or "otal steps" in body or "otal training steps" in body
 
 
 def clock(text: str) -> Optional[float]:
