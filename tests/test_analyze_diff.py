@@ -21,6 +21,9 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # ENGINE_SELF_KILL: SGLang's `Dumping requests before crash` comes just before it kills its tree: the Killed is its own
+    ("fixture sglang_tp_oom_decode_line_then_crash_dump_killed.log", "failure"): ("cuda_oom", 7),
+    ("fixture sglang_tp_oom_decode_line_then_crash_dump_killed.log", "warnings"): [],
     # verl's `Total training steps: 934` names the total its `step:42 - … pg_loss` lines count to
     ("fixture verl_total_training_steps_then_step_lines.log", "progress"): (42, 934, "step"),
     # fairseq's `epoch 004:    1600 / 2211 loss=…`: the count right after the epoch's colon is its step

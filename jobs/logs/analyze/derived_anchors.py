@@ -77,15 +77,15 @@ INPUTS = (
     'enough GPU memory available|is less than desired GPU memory utilization|memory capacity is '
     "unbalanced|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY|PI_ERROR_OUT_OF_RESOURCES', 32, 8), ('Got fatal "
     'signal from worker processes, shutting down|Received sigquit from a child process|SIGQUIT '
-    "received\\\\..*It usually means one child failed|Triggering SIGQUIT for cleanup', 32, 8), "
-    "('^Killed\\\\s*$|^Killed process|\\\\d+\\\\s+Killed\\\\b|\\\\bKilled\\\\s{2,}\\\\S|died due to signal 9|Killed "
-    'signal terminated program|internal compiler error: Killed|(?:exit|exited with) (?:code|status)[:= '
-    ']*(?:137|-9)\\\\b|non-zero exit status (?:137|-9)\\\\b|Signals\\\\.SIGKILL|killed by signal(?: 9\\\\b|:? '
-    'Killed)|received signal 9\\\\b|terminated by signal 9\\\\b|Out of memory: Kill|invoked oom-killer|oom-'
-    'kill|oom_reaper|^MemoryError\\\\b|std::bad_alloc|Cannot allocate memory|virtual memory exhausted|out '
-    'of memory allocating|exitcode\\\\s*:\\\\s*-9\\\\b|Signal \\\\d+ \\\\(SIGKILL\\\\) received|\\\\btasks? [\\\\d,\\\\-]+:'
-    " Killed\\\\b|OOMKilled', 32, 8), ('\\\\bsignal: killed\\\\b|\\\\breceived SIGKILL\\\\b|\\\\bSIGKILL "
-    "received\\\\b|\\\\bwas SIGKILLed\\\\b', 32, 8), ('(?:\\\\b[Ee]xit[ "
+    'received\\\\..*It usually means one child failed|Triggering SIGQUIT for cleanup|Dumping requests '
+    "before crash', 32, 8), ('^Killed\\\\s*$|^Killed process|\\\\d+\\\\s+Killed\\\\b|\\\\bKilled\\\\s{2,}\\\\S|died due"
+    ' to signal 9|Killed signal terminated program|internal compiler error: Killed|(?:exit|exited with) '
+    '(?:code|status)[:= ]*(?:137|-9)\\\\b|non-zero exit status (?:137|-9)\\\\b|Signals\\\\.SIGKILL|killed by '
+    'signal(?: 9\\\\b|:? Killed)|received signal 9\\\\b|terminated by signal 9\\\\b|Out of memory: Kill|invoked'
+    ' oom-killer|oom-kill|oom_reaper|^MemoryError\\\\b|std::bad_alloc|Cannot allocate memory|virtual memory'
+    ' exhausted|out of memory allocating|exitcode\\\\s*:\\\\s*-9\\\\b|Signal \\\\d+ \\\\(SIGKILL\\\\) '
+    "received|\\\\btasks? [\\\\d,\\\\-]+: Killed\\\\b|OOMKilled', 32, 8), ('\\\\bsignal: killed\\\\b|\\\\breceived "
+    "SIGKILL\\\\b|\\\\bSIGKILL received\\\\b|\\\\bwas SIGKILLed\\\\b', 32, 8), ('(?:\\\\b[Ee]xit[ "
     '_]?(?:[Cc]ode|[Ss]tatus)|\\\\bexitCode|\\\\breturn[ _]?code|\\\\bterminated with(?: exit ?code| '
     'signal)?)\\\\s*[:=]?\\\\s*(?:137|-9)\\\\b|\\\\bterminated with signal 9\\\\b|unexpectedly failed with '
     "(?:exitcode=|an exit code )9\\\\b|\\\\bexited on signal 9\\\\b|Failed core proc\\\\(s\\\\): \\\\{[^}]*: -9\\\\b', "
@@ -271,6 +271,7 @@ ANCHORS: tuple[tuple[bytes, int], ...] = (
     (b'is less than desired GPU memory utilization', 8),
     (b'memory capacity is unbalanced', 8),
     (b'Triggering SIGQUIT for cleanup', 8),
+    (b'Dumping requests before crash', 8),
     (b'received signal', 8),
     (b'terminated by signal', 8),
     (b'oom_reaper', 8),

@@ -125,7 +125,8 @@ def _host_oom(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
 ENGINE_SELF_KILL = regexcache.compile(r"Got fatal signal from worker processes, shutting down"
                                       r"|Received sigquit from a child process"
                                       r"|SIGQUIT received\..*It usually means one child failed"
-                                      r"|Triggering SIGQUIT for cleanup")
+                                      r"|Triggering SIGQUIT for cleanup"
+                                      r"|Dumping requests before crash")   # (SGLang's tokenizer manager, then the kill)
 
 _SLURM_ENDS = {"TIME LIMIT": ("time_limit", "slurm_time_limit"), "PREEMPTION": ("preempted", "slurm_preempted")}
 
@@ -360,7 +361,7 @@ FAILURES: tuple[Signature, ...] = (
               "exception", 171, "vLLM V1 0.8-0.9 (core_client: its worker's error above, then it SIGKILLs its own "
               "process tree), SGLang (its SIGQUIT handler, a child's failure above, then the same; 2026: `SIGQUIT "
               "received. signum=None, frame=None. It usually means one child failed.`, its subprocess watchdog's "
-              "`Triggering SIGQUIT for cleanup`): an envelope; the shell's bare `Killed` after it (within 6 lines: "
+              "`Triggering SIGQUIT for cleanup`; its tokenizer manager's `Dumping requests before crash` just before the kill): an envelope; the shell's bare `Killed` after it (within 6 lines: "
               "SGLang logs its crash-dump settings between) is that kill, not the OOM killer's; and a serving line "
               "just before it (another DP rank's) proved no recovery",
               "CRITICAL 05-07 19:18:17 [core_client.py:359] Got fatal signal from worker processes, shutting down. "
