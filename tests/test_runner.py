@@ -23,12 +23,21 @@ def supervisor_for(tmp_path: Path, jobs: dict) -> Supervisor:
 def test_output_is_byte_for_byte_with_arrival_times(tmp_path, state):
     script = tmp_path / "emit.py"
     script.write_text(
-        "import sys, time\n"
+        "import os, sys, time\n"
         "out = sys.stdout.buffer\n"
         "out.write(b'first\\n'); out.flush()\n"
         "sys.stderr.buffer.write(b'to stderr\\n'); sys.stderr.flush()\n"
         "out.write(b'10%\\r50%\\r100%\\n\\xff\\xfe raw \\x1b[31mred\\x1b[0m\\r\\n'); out.flush()\n"
-        "time.sleep(1.5)\n"
+        # The late line only once the runner has recorded the rest's arrival (its once-a-second tick, to
+        # the second) and that second is over: a fixed sleep raced a runner slow to start on a loaded
+        # machine (both in one tick).
+        "times = os.path.join(os.environ['GPUDECK_RUN_DIR'], 'times')\n"
+        "deadline = time.monotonic() + 20\n"
+        "while time.monotonic() < deadline and not (os.path.exists(times) and os.path.getsize(times)):\n"
+        "    time.sleep(0.05)\n"
+        "recorded = int(open(times).read().split()[-1])\n"
+        "while time.time() < recorded + 1.05:\n"
+        "    time.sleep(0.05)\n"
         "out.write(b'late line, no newline')\n")
     sup = supervisor_for(tmp_path, {"emit": {"cmd": [PY, str(script)]}})
     run_id = sup.start("emit")
