@@ -21,6 +21,9 @@ ROW_IDS = {r.id for r in signatures.TABLE}
 
 # (log, field) -> today's reading, each a fix of the "read" issue.
 FIXES = {
+    # cause.py rule 6: a request's traceback ends on its exception line (or a chain's joint): the engine's after it is the run's
+    ("fixture vllm_v0_request_error_then_engine_loop_dies.log", "failure"): ("exception", 15),
+    ("fixture vllm_v0_request_error_then_engine_loop_dies.log", "warnings"): ["request_error"],
     # ENGINE_SELF_KILL: SGLang's `Dumping requests before crash` comes just before it kills its tree: the Killed is its own
     ("fixture sglang_tp_oom_decode_line_then_crash_dump_killed.log", "failure"): ("cuda_oom", 7),
     ("fixture sglang_tp_oom_decode_line_then_crash_dump_killed.log", "warnings"): [],

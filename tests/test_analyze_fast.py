@@ -860,6 +860,33 @@ def test_a_kv_unsafe_run_is_applied_at_once_only_when_its_last_line_raises_the_p
             assert _run(data, cuts, [None] * (len(cuts) + 1), False) == _run(data, cuts, [None] * (len(cuts) + 1), True)
 
 
+def test_a_request_errors_traceback_ends_on_its_exception_unless_chained_in_both_scanners() -> None:
+    """cause.py rule 6: the traceback a request-error line announces is the request's up to its exception
+    line, and on through a chain's joint; an engine's traceback after it, within 40 lines, is the run's."""
+    asgi = [b"ERROR:    Exception in ASGI application", b"Traceback (most recent call last):",
+            b'  File "/venv/lib/python3.10/site-packages/h11/_writers.py", line 86, in send_data',
+            b"h11._util.LocalProtocolError: Too much data for declared Content-Length"]
+    chain = [b"", b"The above exception was the direct cause of the following exception:", b"",
+             b"Traceback (most recent call last):",
+             b'  File "/venv/lib/python3.10/site-packages/starlette/middleware/errors.py", line 165, in __call__',
+             b"RuntimeError: response already started"]
+    engine = [b"ERROR 07-31 14:54:38 async_llm_engine.py:55] Engine background task failed",
+              b"ERROR 07-31 14:54:38 async_llm_engine.py:55] Traceback (most recent call last):",
+              b'ERROR 07-31 14:54:38 async_llm_engine.py:55]   File "/venv/vllm/lora/models.py", line 412, in _create',
+              b"ERROR 07-31 14:54:38 async_llm_engine.py:55] TypeError: 'NoneType' object does not support item assignment"]
+    serving = [b"INFO 07-31 14:52:10 metrics.py:396] Avg prompt throughput: 812.4 tokens/s, Avg generation "
+               b"throughput: 402.3 tokens/s, Running: 14 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 9.1%"]
+    for body, failed in ((asgi + chain, False), (asgi + engine, True), (asgi + chain + engine, True)):
+        data = b"\n".join((serving + body) * 2 + serving + body) + b"\n"     # the templates planned at last
+        ref = _run(data, [], [None], True)
+        assert _run(data, [], [None], False) == ref
+        got = ref[-1][1]
+        assert "request_error" in {w.code for w in got.warnings}
+        assert (got.failure is not None) == failed, got.failure
+        if failed:
+            assert got.failure.message.startswith("TypeError")
+
+
 def test_sglangs_warmup_prefill_proves_no_serving_in_either_scanner() -> None:
     """While SGLang warms up (uvicorn up, no `fired up`), a Prefill batch line is its warmup request's: no
     ready mark; a Decode batch line, or `fired up`, is the server serving. Runs of each kind, planned."""

@@ -40,7 +40,9 @@ The rule, in order:
 6. A server's request error is no failure: a plain exception (a traceback's final line, its
    header) within 40 lines after a line saying one request failed (uvicorn's ``Exception in ASGI
    application``, vLLM's ``Error in preprocessing prompt inputs``) is that request's, which the
-   server answered: a ``request_error`` warning. So is a client library's status error
+   server answered: a ``request_error`` warning. That traceback ends on its exception line, or runs
+   on through a chain's joint (``The above exception was the direct cause …``); a traceback after it
+   that no joint links (the engine's own, dying a few lines later) is the run's. So is a client library's status error
    (``openai.BadRequestError``, ``httpx.HTTPStatusError``: ``CLIENT_STATUS_ERROR``) once the server was
    ready, and the traceback header it ends: a client's traceback pasted after the server's log. A
    specific cause there (a CUDA error) still decides; a client's connection error or timeout stays

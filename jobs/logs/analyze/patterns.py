@@ -76,7 +76,7 @@ _COMMON_ANCHORS: list[tuple[bytes, int]] = [
     (b"timed out", F), (b"undefined symbol", F), (b"epoch", P), (b"retract", W), (b"preempted", W),
     (b"make -j", W), (b"training ...", M), (b"did not run successfully", F), (b"exitcode", F),
     (b"is dead", F), (b"terminated with", F), (b"after waiting", F), (b"returncode", F), (b"return code", F), (b"return_code", F), (b"fatal", F),
-    (b"enable traceback", F), (b"gated repo", F), (b"downloading weights", M), (b"compiler manager cache", M),
+    (b"enable traceback", F), (b"above exception", F), (b"gated repo", F), (b"downloading weights", M), (b"compiler manager cache", M),
 ] + [(w.encode(), P) for w in STEP_WORDS if w[0].islower()]
 # Until the engine is known for sure, every line of an engine's log carries its
 # signature (a `(Worker_TP0 pid=…)` prefix, a `[… TP3]` rank tag): look at those too.
@@ -832,6 +832,10 @@ JIT = regexcache.compile(r"Prebuilt kernels not found|using JIT backend|Loading 
 REQUEST_ERROR = regexcache.compile(r"Exception in ASGI application|Error in preprocessing prompt inputs"
                                    r"|Error in (?:chat )?completion stream generator")
 REQUEST_ERROR_LINES = 40      # how far the traceback a request-error line announces may run
+# The joint of chained exceptions: the traceback after it is the same failure's. A request error's
+# traceback runs on past its last exception line only through one (cause.py rule 6).
+CHAINED = regexcache.compile(r"The above exception was the direct cause of the following exception"
+                             r"|During handling of the above exception, another exception occurred")
 # A client's HTTP error by its library's type: the server answered the request with an error status (a
 # client's traceback pasted after the server's log). Connection errors and timeouts are not here: they
 # may be the server's death or hang.

@@ -12,7 +12,7 @@ from .model import (ALL_FAMILIES, F, Failure, KeyLine, LogAnalysis, LogWarning, 
                     SPEC_WINDOW, STALL_REPEATS, ServingNumbers, W)
 from .cause import FALLBACK_CAUSES, Spec, is_no_event, is_warning
 from .generic import count_after_epoch, is_count, labelled_bracket, labelled_count
-from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HINTS, JIT, KV_PRESSURE, LOSS_DICT,
+from .patterns import (CHAINED, ANSI, BAD_ARGS, CODE_INDENT, EPOCH, EXC_LINE, FRAME, GPU_FAULT, HINTS, JIT, KV_PRESSURE, LOSS_DICT,
                        MAKE, NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, CLIENT_STATUS_ERROR, REQUEST_ERROR, REQUEST_ERROR_LINES, SERIES_LABELS, SHELL_KILLED, SIZE,
                        SLURM_OOM, STALL_NOTICE, STEP, TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, XID,
                        XID_APP, XID_NOISE, clock, indent_width, label_phase, names_totals, num, parse_serving_stats_line, read_stats, requested_cancel,
@@ -154,7 +154,8 @@ class State:
                  "ready_line", "serving", "spec_recent", "warnings", "num_epochs", "total_steps", "bar", "hint",
                  "seq", "series", "first_error", "best", "first_low", "first_weak", "advances_since_failure",
                  "progress_at_failure", "last_frame_line", "request_error_at", "self_kill_at", "cancelled_at", "usage_line", "nvrm", "last_progress_key", "labels",
-                 "stall_notices", "why", "text", "progress_at", "ready_text", "recovered_from", "warming", "__dict__")
+                 "stall_notices", "why", "text", "progress_at", "ready_text", "recovered_from", "warming",
+                 "chained_at", "request_final_at", "__dict__")
 
     def __init__(self) -> None:
         self.now: Optional[float] = None
@@ -194,6 +195,8 @@ class State:
         self.progress_at_failure: Optional[tuple[tuple, Number]] = None
         self.last_frame_line = -10**9
         self.request_error_at = -10**9                # the last request-error line (REQUEST_ERROR)
+        self.request_final_at: Optional[int] = None   # the last exception line taken as that request's
+        self.chained_at = -10**9                      # the last joint of chained exceptions (CHAINED)
         self.self_kill_at = -10**9                    # the last ENGINE_SELF_KILL line
         self.cancelled_at = 10**18                    # the first requested cancel (Slurm's, no reason given)
         self.usage_line = -10**9
@@ -282,6 +285,9 @@ class State:
         also for a remembered candidate that _candidate() would ignore now."""
         if line < self.cancelled_at and requested_cancel(body):
             self.cancelled_at = line              # a stop someone asked for (SLURM_END reads no failure in it)
+        if "above exception" in body and CHAINED.search(body):
+            self.chained_at = line                # a chain's joint: the traceback after it is the same failure's
+            return None
         if body.startswith("NVRM:") and len(body) <= 1024:
             # A driver line that names no fault (nor Xid, nor Slurm) only joins the NVRM window.
             plain = _NVRM_PLAIN.get(body)
@@ -807,6 +813,9 @@ class State:
             return
         if line < self.cancelled_at and requested_cancel(body):
             self.cancelled_at = line              # (as _classify_memo: its caller on the planned path)
+        if "above exception" in body and CHAINED.search(body):
+            self.chained_at = line                # (as _classify_memo)
+            return
         cand = self._classify(body, level, line)
         if cand is None:
             return
@@ -854,10 +863,14 @@ class State:
                 # escalation (scancel: SIGTERM, then SIGKILL after KillWait): no OOM
                 return
         if (cand.cause == "exception" and cand.line - self.request_error_at <= REQUEST_ERROR_LINES
+                and (self.request_final_at is None or self.chained_at > self.request_final_at)
                 and not self.candidate_is_noop(cand.spec)):
-            # (cause.py rule 6) the traceback of one request the server answered: a warning, no failure
+            # (cause.py rule 6) the traceback of one request the server answered: a warning, no failure.
+            # It ends on its exception line, unless a chain's joint follows: a traceback after that is another.
             self.warnings["request_error"] = ("request_error", cand.line, f"a request failed and the server "
                                               f"answered it (it serves on): {cand.message}")
+            if cand.spec >= _EXCEPTION:
+                self.request_final_at = cand.line
             return
         if (cand.cause == "exception" and (self.ready_line is not None or self.phase == "ready")
                 and CLIENT_STATUS_ERROR.search(cand.message) is not None and not self.candidate_is_noop(cand.spec)):
@@ -1001,6 +1014,7 @@ class State:
             # One request failed: the exception its traceback ends on (within REQUEST_ERROR_LINES) is
             # that request's, which the server answered; it is no candidate (see _candidate).
             self.request_error_at = line
+            self.request_final_at = None
             self.warnings["request_error"] = ("request_error", line, f"a request failed and the server answered "
                                               f"it (it serves on): {body[:200]}")
         elif JIT.search(body) and "jit_compile" not in self.warnings:

@@ -9,7 +9,7 @@ from operator import itemgetter
 from typing import Literal, Optional, Union
 
 from .model import ALL_FAMILIES, F, Family, GIANT_SEGMENT, M, P, S, SERVING_KEYS, W
-from .patterns import (ANSI, BAD_ARGS, CODE_INDENT, EPOCH, EXC_LINE, FAMILY, FRAME, JIT, KV_PRESSURE, LOSS_DICT, MAKE,
+from .patterns import (CHAINED, ANSI, BAD_ARGS, CODE_INDENT, EPOCH, EXC_LINE, FAMILY, FRAME, JIT, KV_PRESSURE, LOSS_DICT, MAKE,
                        NINJA, NOT_FAILURE_LEVELS, NUM_EPOCHS, OOM_RISK, SIZE, STALL_NOTICE, STEP,
                        TOTAL_STEPS, TQDM, TQDM_RATE, TQDM_TIMES, TRAIN_END, VLLM_SPEC_RATE, clock, families_in, indent_width, label_phase, names_totals, parse_serving_stats_line, warns, prefilter_in, prefix_ts_span, requested_cancel,
                        serving_stats_spans, strip_prefixes, training_shaped, ts_seconds)
@@ -140,8 +140,8 @@ def _failure_inert(body: str, level: Optional[str]) -> bool:
         return True
     if body.startswith("NVRM:") or any(w in body for w in _DIGIT_VALUE_WORDS) or BAD_ARGS.search(body):
         return False                                  # digit- or state-dependent verdicts
-    if requested_cancel(body):
-        return False                                  # a requested cancel: no candidate, but State notes it
+    if requested_cancel(body) or CHAINED.search(body):
+        return False                                  # a requested cancel, a chain's joint: no candidate, but State notes it
     return _PROBE._classify(body, level, 0) is None
 
 
@@ -419,7 +419,8 @@ def _text_plan(text: str, fams: int) -> RecordPlan:
     plan.marker_only = plan.marker is not None and not (plan.stats or plan.progress or plan.warn or plan.failure)
     plan.hint_only = (plan.progress and plan.prog is not None and plan.prog[0] == PG_LOSS and plan.ts is None
                       and not (plan.stats or plan.marker or plan.warn or plan.failure))
-    if not (plan.stats or plan.marker or plan.progress or plan.warn) and ENGINE_SELF_KILL.search(body) is None:
+    if (not (plan.stats or plan.marker or plan.progress or plan.warn) and ENGINE_SELF_KILL.search(body) is None
+            and CHAINED.search(body) is None):       # (each noted whatever is held: State._failure)
         if plan.failure == "frame":
             plan.only = ONLY_FRAME
         elif plan.failure == "stall":
