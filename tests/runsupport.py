@@ -8,6 +8,7 @@ import asyncio
 import functools
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -175,3 +176,28 @@ def cleanup_state(state_dir: Path) -> None:
             while cgroups.members(path) and time.monotonic() < deadline:
                 time.sleep(0.05)
             cgroups.remove(path)
+
+
+def run_python_in_group(code: str, args: list[str], timeout: float, what: str) -> tuple[int, str, str]:
+    """(returncode, stdout, stderr) of `python -c code args` run in a process group of its own (the
+    workers it forks with it); one that does not end in `timeout` is killed, group and all, and fails."""
+    child = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    try:
+        stdout, stderr = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
+        raise AssertionError(f"{what} did not come back in {timeout} s") from None
+    return child.returncode, stdout, stderr
+
+
+# Child-script code (tests of parallel.py and slices.py): `path` read by one process and by the spread
+# over `workers`, with `max_bytes`, into out["serial"] and out["spread"] ([asdict, to_json, truncated]).
+BOTH_READINGS = """out = {}
+for name, read in (("serial", lambda fh: parallel.analyze_stream(fh, max_bytes=max_bytes)),
+                   ("spread", lambda fh: parallel.analyze_regular(fh, max_bytes=max_bytes, workers=workers))):
+    with open(path, "rb") as fh:
+        analysis, cut = read(fh)
+    out[name] = [asdict(analysis), analysis.to_json(), cut]
+"""

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpudeck.jobs.logs.analyze import analyze_file, parallel, sparse
+from runsupport import BOTH_READINGS, run_python_in_group
 
 pytestmark = pytest.mark.skipif(not sparse.available(), reason="hyperscan is not installed: no sparse reading")
 
@@ -119,13 +120,7 @@ if sys.argv[3:] == ["many"]:             # workers asked for: far more than the 
     fork = os.fork
     os.fork = lambda: forks.append(1) or fork()
 workers = 64 if sys.argv[3:] == ["many"] else 2
-out = {}
-for name, read in (("serial", lambda fh: parallel.analyze_stream(fh, max_bytes=max_bytes)),
-                   ("spread", lambda fh: parallel.analyze_regular(fh, max_bytes=max_bytes, workers=workers))):
-    with open(path, "rb") as fh:
-        analysis, cut = read(fh)
-    out[name] = [asdict(analysis), analysis.to_json(), cut]
-out["mapped"] = taken
+""" + BOTH_READINGS + """out["mapped"] = taken
 out["forks"] = len(forks)
 out["starts"] = starts
 sys.stdout = sys.__stdout__
@@ -135,16 +130,9 @@ print(json.dumps(out))
 
 def _child(path: Path, max_bytes: int | None = None, *extra: str, timeout: float = 120) -> dict:
     """The child's report; a child that does not come back in `timeout` is killed with its workers."""
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(path), "-" if max_bytes is None else str(max_bytes),
-                              *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
-    try:
-        stdout, stderr = child.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)              # (its workers are in its process group)
-        child.communicate()
-        raise AssertionError(f"the reading did not come back in {timeout} s") from None
-    assert child.returncode == 0, stderr[-2000:]
+    code, stdout, stderr = run_python_in_group(CHILD, [str(path), "-" if max_bytes is None else str(max_bytes), *extra],
+                                               timeout, "the reading")
+    assert code == 0, stderr[-2000:]
     return json.loads(stdout)
 
 

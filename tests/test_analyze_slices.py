@@ -3,10 +3,6 @@ from its worker only where the reader proved its state the same, else read in th
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +10,7 @@ import pytest
 from gpudeck.jobs.logs.analyze import sparse
 from gpudeck.jobs.logs.analyze.scanner import analyze_bytes
 from gpudeck.jobs.logs.analyze.state import State
+from runsupport import BOTH_READINGS, run_python_in_group
 
 pytestmark = pytest.mark.skipif(not sparse.available(), reason="hyperscan is not installed: no spread reading")
 
@@ -56,29 +53,15 @@ if mode == "kill":                       # the second slice's worker dies, as on
     slices._slices = noting_cuts
     slices._work = dying
 max_bytes = int(sys.argv[5]) if len(sys.argv) > 5 else None
-out = {}
-for name, read in (("serial", lambda fh: parallel.analyze_stream(fh, max_bytes=max_bytes)),
-                   ("spread", lambda fh: parallel.analyze_regular(fh, max_bytes=max_bytes, workers=workers))):
-    with open(path, "rb") as fh:
-        analysis, cut = read(fh)
-    out[name] = [asdict(analysis), analysis.to_json(), cut]
-out.update(counts)
+""" + BOTH_READINGS + """out.update(counts)
 print(json.dumps(out))
 """
 
 
 def _child(path: Path, workers: int, window: int = 256 * 1024, mode: str = "-", max_bytes: int | None = None) -> dict:
-    args = [sys.executable, "-c", CHILD, str(path), str(workers), str(window), mode]
-    if max_bytes is not None:
-        args.append(str(max_bytes))
-    child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        stdout, stderr = child.communicate(timeout=180)
-    except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.communicate()
-        raise AssertionError("the reading did not come back in 180 s") from None
-    assert child.returncode == 0, stderr[-2000:]
+    args = [str(path), str(workers), str(window), mode] + ([str(max_bytes)] if max_bytes is not None else [])
+    code, stdout, stderr = run_python_in_group(CHILD, args, 180, "the reading")
+    assert code == 0, stderr[-2000:]
     return json.loads(stdout)
 
 
