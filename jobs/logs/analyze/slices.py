@@ -84,8 +84,9 @@ def _slices(fd: int, start: int, limit: int, workers: int) -> tuple[list[tuple[i
 
 
 def _take(analyzer: LogAnalyzer, fd: int, a: int, b: int, got: Optional[tuple]) -> None:
-    """Slice [a, b): the worker's reading (window's end, its state there or None when it started from the
-    truth, its state at b, the line after b) taken where it is proven the reader's own; else read here."""
+    """Slice [a, b): the worker's reading (its window's end p, its state there or None when it started from
+    the truth and p is a, its state at b, the line after b) taken where it is proven the reader's own; else
+    read here."""
     if got is None:                                   # its worker died: read here
         _feed(analyzer, fd, a, b)
         return
@@ -95,9 +96,9 @@ def _take(analyzer: LogAnalyzer, fd: int, a: int, b: int, got: Optional[tuple]) 
         _feed(analyzer, fd, a, p)
         delta = analyzer._state.same_course(pickle.loads(window_blob))
     if delta is None:                                 # a guess that had not converged: read the rest here
-        _feed(analyzer, fd, p if window_blob is not None else a, b)
+        _feed(analyzer, fd, p, b)
         return
-    analyzer.adopt(pickle.loads(end_blob), delta, end_line, b - (p if window_blob is not None else a))
+    analyzer.adopt(pickle.loads(end_blob), delta, end_line, b - p)
 
 
 def _feed(analyzer: LogAnalyzer, fd: int, a: int, b: int) -> None:
