@@ -25,9 +25,17 @@ from dataclasses import asdict
 from gpudeck.jobs.logs.analyze import parallel, slices
 parallel.MIN_FILE = 1 << 20
 slices.MIN_SLICE = 256 * 1024
-slices.WINDOW = int(sys.argv[3])
+slices.STEP = int(sys.argv[3])
+slices.CHECKS = (slices.STEP // 4, slices.STEP)
 path, workers, mode = sys.argv[1], int(sys.argv[2]), sys.argv[4]
-counts = {"taken": 0, "read": 0, "dense": 0}
+counts = {"taken": 0, "read": 0, "dense": 0, "misses": 0}
+from gpudeck.jobs.logs.analyze.state import State
+same = State.same_course
+def counting_checks(self, other, *rest):
+    delta = same(self, other, *rest)
+    counts["misses"] += delta is None
+    return delta
+State.same_course = counting_checks
 take = slices._take
 def counting(analyzer, fd, a, b, got):
     before = analyzer._state
@@ -58,8 +66,8 @@ print(json.dumps(out))
 """
 
 
-def _child(path: Path, workers: int, window: int = 256 * 1024, mode: str = "-", max_bytes: int | None = None) -> dict:
-    args = [str(path), str(workers), str(window), mode] + ([str(max_bytes)] if max_bytes is not None else [])
+def _child(path: Path, workers: int, step: int = 256 * 1024, mode: str = "-", max_bytes: int | None = None) -> dict:
+    args = [str(path), str(workers), str(step), mode] + ([str(max_bytes)] if max_bytes is not None else [])
     code, stdout, stderr = run_python_in_group(CHILD, args, 180, "the reading")
     assert code == 0, stderr[-2000:]
     return json.loads(stdout)
@@ -83,13 +91,16 @@ def test_a_dense_mix_read_in_slices_gives_the_one_process_answer(tmp_path: Path,
     assert out["spread"] == out["serial"]
     assert out["serial"][0]["serving"]["prompt_tokens_per_s"] == 12345.6
     assert out["dense"] == 1 and out["taken"] >= workers - 1, out      # the slices were the workers'
+    # One repetition of the fixtures (~128 KB) is longer than the first check (64 KiB): each slice was
+    # taken at a later one.
+    assert out["misses"] >= 1, out
 
 
-def test_many_workers_take_slices_growing_a_window_each(tmp_path: Path) -> None:
-    # No slice of the reader's own: slices 0 and 1 alike, then each a window longer (slices._slices).
+def test_many_workers_take_slices_growing_a_step_each(tmp_path: Path) -> None:
+    # No slice of the reader's own: slices 0 and 1 alike, then each a STEP longer (slices._slices).
     log = tmp_path / "dense.log"
     _fixture_mix(log, 6)
-    out = _child(log, 6, window=384 * 1024)
+    out = _child(log, 6, step=384 * 1024)
     assert out["spread"] == out["serial"]
     assert out["dense"] == 1 and out["taken"] == 6, out
 
@@ -152,4 +163,6 @@ def test_same_course_reads_every_field_and_the_seq_offset() -> None:
     assert a.same_course(b) == 0
     b.nvrm.popleft()
     assert a.same_course(b) is None
+    # ...and none where the last run ended before the line just read (the next is 93): no walk reaches it
+    assert a.same_course(b, 93) == 0 and a.same_course(b, 92) is None
     assert analyze_bytes(text).phase == "training"

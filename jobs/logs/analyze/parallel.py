@@ -107,8 +107,9 @@ def _read_here(analyzer: LogAnalyzer, fd: int, pos: int, stop: int, limit: int, 
 
 def _spread(analyzer: LogAnalyzer, fd: int, start: int, limit: int, workers: int) -> tuple[int, bool]:
     """Feed the file's bytes from start (just after a newline) with the workers mapping its pieces, to
-    limit or to the end of the first task they find dense (the workers are then stopped); returns
-    (where, whether any piece was read mapped)."""
+    limit or to the end of the first task they find dense (the workers are then stopped), or to its start
+    where the rest is one for the slices (analyze_regular); returns (where, whether any piece was read
+    mapped)."""
     step = max(MIN_TASK_BYTES, min(TASK_BYTES, (limit - start) // (workers * TASKS_PER_WORKER)))
     cuts = (_after_newline(fd, at, limit, step) for at in range(start + step, limit, step))
     bounds = sorted({start, limit, *(cut for cut in cuts if cut)})
@@ -117,14 +118,14 @@ def _spread(analyzer: LogAnalyzer, fd: int, start: int, limit: int, workers: int
     pool = _Workers()
     try:
         pool.start(fd, tasks, min(workers, len(tasks)))
-        return _feed_spread(analyzer, fd, pool, tasks, start)
+        return _feed_spread(analyzer, fd, pool, tasks, start, limit)
     finally:
         # Done, a dense task, Ctrl-C or an error reading: a worker still mapping is stopped (its
         # answers would be read by no one) and every one reaped, none left behind.
         pool.stop()
 
 
-def _feed_spread(analyzer: LogAnalyzer, fd: int, pool: _Workers, tasks: list, at: int) -> tuple[int, bool]:
+def _feed_spread(analyzer: LogAnalyzer, fd: int, pool: _Workers, tasks: list, at: int, limit: int) -> tuple[int, bool]:
     """_spread's loop: the tasks' pieces fed in file order, as the workers hand them back."""
     mapped = False
     for number, (a, b) in enumerate(tasks):
@@ -134,6 +135,8 @@ def _feed_spread(analyzer: LogAnalyzer, fd: int, pool: _Workers, tasks: list, at
         dense = all(got is None for _, got in pieces)
         if dense:                                     # (the workers stopped before this task is read here)
             pool.stop()
+            if analyzer.accepts_mapped() and limit - at >= MIN_FILE // 2:
+                return at, mapped                     # left to the slices, this task and all (slices.py)
         for length, got in pieces:
             if got is not None and analyzer.accepts_mapped():
                 analyzer.feed_mapped(length, got)

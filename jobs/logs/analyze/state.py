@@ -1024,11 +1024,12 @@ class State:
 
     # ------------------------------------------------------------------ slices (slices.py)
 
-    def same_course(self, other: "State") -> Optional[int]:
+    def same_course(self, other: "State", next_line: Optional[int] = None) -> Optional[int]:
         """The offset of this state's `seq` over other's where the two are the same in all that the rest
         of a reading and its result read (every field, dicts in order, the candidates' sharing; `seq`
         and the progress entries' by that offset), else None. What follows is then read the same from
-        either, but for that offset (slices.py). `labels` (a memo) and `now` are left out."""
+        either, but for that offset (slices.py). `labels` (a memo) and `now` are left out; so are the
+        NVRM lines no later line can join, when `next_line` (the next line's number) says which."""
         delta = self.seq - other.seq
         for name in _COURSE_FIELDS:
             if not _same(getattr(self, name), getattr(other, name)):
@@ -1039,7 +1040,7 @@ class State:
                     return None
             elif mine[0] != theirs[0] + delta or not _same(mine[1:], theirs[1:]):
                 return None
-        if not _same(_nvrm_run(self.nvrm), _nvrm_run(other.nvrm)):
+        if not _same(_nvrm_run(self.nvrm, next_line), _nvrm_run(other.nvrm, next_line)):
             return None
         mine_c, theirs_c = self._candidates(), other._candidates()
         if [a is b for a in mine_c for b in mine_c] != [a is b for a in theirs_c for b in theirs_c]:
@@ -1117,9 +1118,14 @@ _COURSE_FIELDS = tuple(name for name in State.__slots__
                        if name not in ("now", "labels", "seq", "bar", "hint", "nvrm", "__dict__"))
 
 
-def _nvrm_run(nvrm: deque) -> list:
-    """The NVRM lines a later one can still join (_classify walks back over consecutive lines only): the
-    last run of consecutive line numbers; the ones before a gap are never read again."""
+def _nvrm_run(nvrm: deque, next_line: Optional[int] = None) -> list:
+    """The NVRM lines a later one can still join (_classify walks back over consecutive lines only, from
+    the line it reads): the last run of consecutive line numbers, none where it ends before the line
+    just read (`next_line` - 1: that walk would stop before it); the ones before a gap are never read
+    again. (An NVRM line skipped while a SPECIFIC candidate is held, scanner.candidate_held, leaves
+    such a gap in one reading and not in another: they differ in nothing a later line reads.)"""
+    if next_line is not None and (not nvrm or nvrm[-1][0] < next_line - 1):
+        return []
     run: list = []
     for entry in reversed(nvrm):
         if run and entry[0] != run[-1][0] - 1:
