@@ -89,4 +89,9 @@ if [ "$phase" = analyze ]; then
   { nproc; grep -m1 'model name' /proc/cpuinfo
     timeout 500 /tmp/gd-venv/bin/python bench/bench_analyze.py --runs "${ROUNDS:-2}" --dir /tmp \
         --dense-mb "${DENSE_MB:-0}" --fixtures-mb ${FIX_MB:-200} --serving-mb 200 ${REFERENCE_LOGS:+--reference-logs "$REFERENCE_LOGS"}; } 2>&1 | tee "$out/bench-analyze.txt"
+  # Where a dense mix's time goes on this many cores: the slices' timeline (bench/bench_slices.py), in process.
+  if [ "${DENSE_MB:-0}" != 0 ]; then
+    timeout 120 python3 bench/bench_slices.py --mb "$DENSE_MB" ${REFERENCE_LOGS:+--reference-logs "$REFERENCE_LOGS"} 2>&1 \
+        | tee "$out/bench-slices.txt"
+  fi
 fi
