@@ -188,6 +188,11 @@ FIXES = {
     ("fixture vllm_pyspy_dump_frames_only.log", "phase"): "starting",
     ("fixture sglang_pyspy_dump_frames_only.log", "engine"): "sglang",
     ("fixture sglang_pyspy_dump_frames_only.log", "phase"): "starting",
+    # label_phase: a bar labelled by its loss (torchtune's `1|97|Loss: 1.07`) counts training steps
+    ("fixture torchtune_lora_loss_labelled_bar.log", "phase"): "training",
+    ("fixture torchtune_lora_loss_labelled_bar.log", "progress"): (97, 512, "Loss: 1.0731608867645264"),
+    # label_phase: a dataset's file bar (`train-00004-of-00012.parquet`) is a download, not training
+    ("fixture hf_datasets_parquet_files_download.log", "phase"): "loading",
 }
 
 

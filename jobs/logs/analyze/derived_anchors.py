@@ -132,13 +132,14 @@ INPUTS = (
     'supported (?:for|with|by|on) |(?:is larger than|exceeds) the (?:total )?number of available '
     '(?:GPU|device|node)s\\\\b|[Cc]annot provide a placement group requiring \\\\d+ GPUs|is not supported for'
     ' (?:the current GPU|quantization method)\\\\b|specified in the `[\\\\w\\\\-]+` '
-    "(?:argument|flag|option)|(?:fix|solve|resolve) this by \\\\w+ [^.]{0,40}?`--[a-z]', 32, 8), ('No space"
-    ' left on device|Disk quota exceeded|PytorchStreamWriter failed writing file|\\\\bunexpected pos \\\\d+ '
-    "vs \\\\d+', 32, 8), ('^\\\\S+?:\\\\d+:(?:\\\\d+:)? (?:fatal )?error: |^\\\\S+\\\\(\\\\d+\\\\): (?:catastrophic "
-    ')?error|^nvcc fatal|CMake Error|ptxas (?:fatal|error)|died due to signal (?!9\\\\b)\\\\d+|undefined '
-    'reference to|collect2: error|ld returned \\\\d+ exit status|^\\\\S+: fatal error: |^nvcc (?:error|fatal)'
-    '\\\\s*:|^(?:[\\\\w.+-]*-)?(?:c\\\\+\\\\+|g\\\\+\\\\+|gcc|cc|clang(?:\\\\+\\\\+)?|ld|ld\\\\.\\\\w+)(?:-\\\\d+)?: (?:fatal '
-    ")?error: ', 32, 8), ('CalledProcessError: Command "
+    '(?:argument|flag|option)|(?:fix|solve|resolve) this by \\\\w+ [^.]{0,40}?`--[a-z]|[Ss]ome specified '
+    "arguments are not used by the HfArgumentParser', 32, 8), ('No space left on device|Disk quota "
+    "exceeded|PytorchStreamWriter failed writing file|\\\\bunexpected pos \\\\d+ vs \\\\d+', 32, 8), "
+    "('^\\\\S+?:\\\\d+:(?:\\\\d+:)? (?:fatal )?error: |^\\\\S+\\\\(\\\\d+\\\\): (?:catastrophic )?error|^nvcc "
+    'fatal|CMake Error|ptxas (?:fatal|error)|died due to signal (?!9\\\\b)\\\\d+|undefined reference '
+    'to|collect2: error|ld returned \\\\d+ exit status|^\\\\S+: fatal error: |^nvcc (?:error|fatal)\\\\s*:|^(?:'
+    "[\\\\w.+-]*-)?(?:c\\\\+\\\\+|g\\\\+\\\\+|gcc|cc|clang(?:\\\\+\\\\+)?|ld|ld\\\\.\\\\w+)(?:-\\\\d+)?: (?:fatal )?error: ',"
+    " 32, 8), ('CalledProcessError: Command "
     '\\\'?\\\\[?[\\\'\\\\"]?(?:[^\\\'\\\\"\\\\s]*/)?(?:python\\\\d?(?:\\\\.\\\\d+)?[\\\'\\\\"]?,? '
     '[\\\'\\\\"]?)?(?:ninja|cmake|make|gmake|nvcc|pip|setup\\\\.py|bdist_wheel|build_ext|meson|bazel)\\\\b.*?non-'
     'zero exit '
@@ -310,6 +311,7 @@ ANCHORS: tuple[tuple[bytes, int], ...] = (
     (b'is not supported for', 8),
     (b'specified in the `', 8),
     (b'this by', 8),
+    (b'ome specified arguments are not used by the HfArgumentParser', 8),
     (b'unexpected pos', 8),
     (b'undefined reference to', 8),
     (b'Could not build wheels for', 8),

@@ -766,7 +766,8 @@ CONFIG_REJECTED = regexcache.compile(
     r"|[Cc]annot provide a placement group requiring \d+ GPUs"
     r"|is not supported for (?:the current GPU|quantization method)\b"
     r"|specified in the `[\w\-]+` (?:argument|flag|option)"
-    r"|(?:fix|solve|resolve) this by \w+ [^.]{0,40}?`--[a-z]")
+    r"|(?:fix|solve|resolve) this by \w+ [^.]{0,40}?`--[a-z]"
+    r"|[Ss]ome specified arguments are not used by the HfArgumentParser")   # (transformers: an unknown flag)
 # pydantic's detail line under `ValidationError: 1 validation error for ModelConfig` (vLLM's config dataclasses,
 # 0.10+): the check's own message follows `Value error, `; the header above it says nothing.
 PYDANTIC_DETAIL = regexcache.compile(r"^\s*(?:Value|Assertion) error, \S")
@@ -919,6 +920,8 @@ HINTS = {
                        "pod's PriorityClass) — resubmit, or run where it is not preempted",
     "slurm_preempted": "Slurm preempted the job for a higher-priority one — resubmit, or use a partition/QOS "
                        "that is not preempted",
+    "slurm_requeued": "Slurm stopped the job to requeue it (scontrol requeue, or a preemption in requeue mode): it "
+                      "starts again from its script's beginning — make sure it resumes from its last checkpoint",
     "hang": "the engine's own watchdog found a batch stuck — usually a collective deadlock or a very slow JIT "
             "compile; try --disable-custom-all-reduce, or raise --watchdog-timeout only if it was compiling",
     "hang_timeout": "a wait timed out — what it waited on is stuck or too slow (a deadlock, a stuck rank, a slow "
@@ -981,6 +984,7 @@ _EVAL_BARS = ("validat", "sanity check", "eval", "testing", "predicting")
 _DATA_PREP_BARS = ("map", "filter", "generating ")
 _DATA_PREP_WORDS = ("dataset", " split", "tokeniz", "preprocess", "grouping texts", "chat template")
 _WEIGHT_FILES = (".safeten", ".gguf", ".bin", ".pt", ".msgpack", ".h5")
+_DATA_FILES = (".parquet", ".arrow", ".jsonl", ".csv")    # a dataset's files, one bar each: `train-00003-of-00020.parquet`
 
 
 def label_phase(label: str) -> Optional[str]:
@@ -995,11 +999,11 @@ def label_phase(label: str) -> Optional[str]:
     for word in ("load", "checkpoint", "shard", "weight", "download", "fetch"):
         if word in low:
             return "loading"
-    if any(ext in low for ext in _WEIGHT_FILES):
+    if any(ext in low for ext in _WEIGHT_FILES) or any(ext in low for ext in _DATA_FILES):
         return "loading"      # hub downloads, one bar a file: `model-00002-of-00017.safetensors`
     if "compil" in low or "autotun" in low or "warm" in low:
         return "compiling"
-    for word in ("train", "epoch", "step", "iter"):
+    for word in ("train", "epoch", "step", "iter", "loss"):     # (torchtune's `1|142|Loss: 0.99`)
         if word in low:
             return "training"
     if "build" in low or "ninja" in low:

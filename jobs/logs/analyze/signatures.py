@@ -128,7 +128,8 @@ ENGINE_SELF_KILL = regexcache.compile(r"Got fatal signal from worker processes, 
                                       r"|Triggering SIGQUIT for cleanup"
                                       r"|Dumping requests before crash")   # (SGLang's tokenizer manager, then the kill)
 
-_SLURM_ENDS = {"TIME LIMIT": ("time_limit", "slurm_time_limit"), "PREEMPTION": ("preempted", "slurm_preempted")}
+_SLURM_ENDS = {"TIME LIMIT": ("time_limit", "slurm_time_limit"), "PREEMPTION": ("preempted", "slurm_preempted"),
+               "JOB REQUEUE": ("preempted", "slurm_requeued")}    # (scontrol requeue, a requeue-mode preemption)
 
 
 def _slurm_end(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
@@ -275,7 +276,7 @@ def _bad_args_test(body: str, ctx: Context) -> Optional["re.Match[str]"]:
 def _config_rejected(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
     """A config check's words on an exception's own line (a traceback's last, pydantic's detail): the option."""
     if EXC_LINE.match(body) or PYDANTIC_DETAIL.match(body):
-        return (SPECIFIC, "bad_arguments", "bad_arguments_value")
+        return (SPECIFIC, "bad_arguments", "bad_arguments" if "HfArgumentParser" in body else "bad_arguments_value")
     return None
 
 
@@ -325,7 +326,7 @@ def _exc_test(body: str, ctx: Context) -> Any:
 
 FAILURES: tuple[Signature, ...] = (
     Signature("SLURM_END", "cause", SLURM_END, "time_limit", 210, "Slurm slurmstepd (all): the job's end it wrote "
-              "itself; `node_fail` and `preempted` by the same line's reason, none for a plain scancel",
+              "itself; `node_fail` and `preempted` (PREEMPTION, JOB REQUEUE) by the same line's reason, none for a plain scancel",
               "slurmstepd: error: *** JOB 4815162 ON gpu-node-07 CANCELLED AT 2026-05-02T14:00:03 DUE TO TIME LIMIT ***",
               SPECIFIC, verdict=_slurm_end),
     Signature("BATCH_END", "cause", BATCH_END, "time_limit", 209, "PBS Pro / Torque (`=>> PBS: job killed: walltime "
@@ -472,7 +473,8 @@ FAILURES: tuple[Signature, ...] = (
               "bad_arguments_value"),
     Signature("CONFIG_REJECTED", "cause", CONFIG_REJECTED, "bad_arguments", 96,
               "vLLM 0.2x config and loader checks (quantization method, load_format, TP/PP/world size, Ray placement "
-              "group, tool parser), SGLang 0.3-0.5.x (attention backend, speculative algorithm, tp/ep sizes): an "
+              "group, tool parser), SGLang 0.3-0.5.x (attention backend, speculative algorithm, tp/ep sizes), transformers' "
+              "HfArgumentParser (flags it does not use): an "
               "exception's own line (or pydantic's `Value error, ` detail) that rejects a launch option's value",
               "ValueError: Total number of attention heads (32) must be divisible by tensor parallel size (3).",
               SPECIFIC, verdict=_config_rejected),
