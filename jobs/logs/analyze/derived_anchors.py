@@ -64,10 +64,12 @@ INPUTS = (
     "(?:Batch job submission failed|Unable to allocate resources|Job submit/allocate failed): ', 32, 8), "
     "('\\\\b(?:srun|slurmstepd|salloc|sbatch|slurmd)(?:-[\\\\w.\\\\-]+)?(?:\\\\[\\\\d+\\\\])?: error: .*?(?:Socket "
     'timed out|Zero Bytes were transmitted|Communication (?:connection|send|receive) failure|contact '
-    "slurm controller|Connection (?:timed out|refused)|Node failure on )', 32, 8), ('fallen off the "
-    'bus|GPU is lost|[Uu]ncorrectable ECC|cudaErrorECCUncorrectable|GPU requires reset|NVRM: GPU at '
-    "PCI.*has fallen|Heartbeat timed out|GSP Timeout|Memory Subsystem Error|RmInitAdapter failed', 32, "
-    "8), ('ray\\\\.exceptions\\\\.OutOfMemoryError|node running low on memory|exceeds the memory usage "
+    "slurm controller|Connection (?:timed out|refused)|Node failure on )', 32, 8), ('The actor died "
+    'because its node has died|\\\\bhas been marked dead because the detector has missed too many '
+    "heartbeats', 32, 8), ('fallen off the bus|GPU is lost|[Uu]ncorrectable "
+    'ECC|cudaErrorECCUncorrectable|GPU requires reset|NVRM: GPU at PCI.*has fallen|Heartbeat timed '
+    "out|GSP Timeout|Memory Subsystem Error|RmInitAdapter failed', 32, 8), "
+    "('ray\\\\.exceptions\\\\.OutOfMemoryError|node running low on memory|exceeds the memory usage "
     "threshold|Ray killed this worker|killed due to memory pressure \\\\(OOM\\\\)', 32, 8), ('CUDA out of "
     'memory|OutOfMemoryError|CUDA (?:driver )?error: out of '
     'memory|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|No available memory for the cache '
@@ -263,6 +265,7 @@ ANCHORS: tuple[tuple[bytes, int], ...] = (
     (b'completion stream generator', 16),
     (b'CANCELLED AT', 8),
     (b'Preempted by', 8),
+    (b'has been marked dead because the detector has missed too many heartbeats', 8),
     (b'node running low on memory', 8),
     (b'exceeds the memory usage threshold', 8),
     (b'can be stored in KV cache', 8),

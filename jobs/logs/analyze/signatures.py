@@ -349,6 +349,15 @@ FAILURES: tuple[Signature, ...] = (
               "failure) or srun saw the node fail (`Node failure on N`): the node's or the cluster's trouble",
               "srun: error: Task launch for StepId=4815162.0 failed on node gpu-node-07: Socket timed out on "
               "send/recv operation", SPECIFIC, verdict=_slurm_comm),
+    Signature("RAY_NODE_DIED", "cause", regexcache.compile(r"The actor died because its node has died"
+                                                  r"|\bhas been marked dead because the detector has missed too many heartbeats"),
+              "node_fail", 203, "Ray 2.x (all): an actor's node died (`ActorDiedError`'s context, the GCS's "
+              "`… has been marked dead because the detector has missed too many heartbeats`), as vLLM's and "
+              "SGLang's Ray executors print it: a node of the cluster, not the engine",
+              "The actor died because its node has died. Node Id: 5c2b8e1d4f7a90b3e6f1d2c0a8b4e9f7d1c3a5b6e8f0d2c4",
+              SPECIFIC, advice="a node of the Ray cluster died or stopped answering (missed heartbeats: the "
+              "network, its raylet killed, the host out of memory or rebooted) — check that node's "
+              "/tmp/ray/session_latest/logs and dmesg, then restart the cluster"),
     Signature("GPU_FAULT", "cause", GPU_FAULT, "gpu_fault", 200, "NVIDIA driver (NVRM), GSP firmware R535+",
               "NVRM: GPU at PCI:0000:3b:00: GPU has fallen off the bus.", SPECIFIC),
     Signature("NODE_OOM", "cause", NODE_OOM, "host_oom", 190, "Ray >= 2.3 memory monitor",
