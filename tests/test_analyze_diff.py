@@ -193,6 +193,9 @@ FIXES = {
     ("fixture torchtune_lora_loss_labelled_bar.log", "progress"): (97, 512, "Loss: 1.0731608867645264"),
     # label_phase: a dataset's file bar (`train-00004-of-00012.parquet`) is a download, not training
     ("fixture hf_datasets_parquet_files_download.log", "phase"): "loading",
+    # TRL GRPO's rollouts: vLLM's own lines name the engine the trainer runs (its `Processed prompts` bar inside
+    # the training run leaves the phase training: _labelled_bar)
+    ("fixture trl_grpo_vllm_colocate_rollouts.log", "engine"): "vllm",
 }
 
 

@@ -515,6 +515,8 @@ class State:
                       eta: Eta, line: int) -> None:
         label, named_phase, key_label = hit
         phase = named_phase or self._unnamed_bar_phase()
+        if phase == "ready" and self.phase == "training":
+            phase = "training"        # vLLM's `Processed prompts` bar in a trainer's rollouts (TRL GRPO): still training
         if phase == "loading" and total and done >= total:
             self.load_done = True
             self.hf_loaded = label.startswith(_HF_LOAD_BAR)
