@@ -196,6 +196,14 @@ FIXES = {
     # TRL GRPO's rollouts: vLLM's own lines name the engine the trainer runs (its `Processed prompts` bar inside
     # the training run leaves the phase training: _labelled_bar)
     ("fixture trl_grpo_vllm_colocate_rollouts.log", "engine"): "vllm",
+    # ready_mark: serving stats inside a training run are its rollout engine's (verl, OpenRLHF): still training
+    ("fixture verl_ppo_vllm_rollout_stats.log", "phase"): "training",
+    ("fixture verl_ppo_vllm_rollout_stats.log", "progress"): (7, 290, "step"),
+    # LABELLED_BRACKET: a bracketed epoch between the label and the counter (mmengine's `Epoch(train)  [3][ 400/1250]`)
+    ("fixture mmengine_epoch_train_iterations.log", "phase"): "training",
+    ("fixture mmengine_epoch_train_iterations.log", "progress"): (300, 1163, "mmengine - INFO - Epoch(train)"),
+    # KERAS_BAR: Keras' Progbar counts the epoch's batches (was: the `Epoch 2/20` line)
+    ("fixture keras_fit_progbar_mid_epoch.log", "progress"): (233, 625, ""),
 }
 
 

@@ -40,8 +40,9 @@ INPUTS = (
     "32, 1), ('Num [Ee]pochs\\\\s*=\\\\s*([\\\\d,]+)|(?:Total optimization steps\\\\s*=\\\\s*|\\\\b[Tt]otal "
     "(?:training )?steps:?\\\\s+)([\\\\d,]+)', 0, 1), "
     "('[━╸╺]{3,}\\\\s*(?P<n>\\\\d+(?:\\\\.\\\\d+)?)/(?P<N>\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w./%])', 32, 1), "
-    "('(?P<label>[A-Za-z][\\\\w .:\\\\-]{0,60}?)(?P<tags>(?:\\\\]\\\\s*\\\\[[A-Za-z][\\\\w "
-    ".:\\\\-]{0,30})*)\\\\]?\\\\s*\\\\[\\\\s*(?P<n>\\\\d+)\\\\s*/\\\\s*(?P<N>\\\\d+)\\\\s*\\\\]', 32, 1), "
+    "('^\\\\s*(?P<n>\\\\d+)/(?P<N>\\\\d+) \\\\[[=>.]{3,}\\\\] - ', 32, 1), ('(?P<label>[A-Za-z](?:[\\\\w "
+    '.:\\\\-]|\\\\(\\\\w+\\\\)){0,60}?)(?P<tags>(?:\\\\]\\\\s*\\\\[[A-Za-z][\\\\w '
+    ".:\\\\-]{0,30})*)\\\\]?\\\\s*(?:\\\\[\\\\d+\\\\]\\\\s*)?\\\\[\\\\s*(?P<n>\\\\d+)\\\\s*/\\\\s*(?P<N>\\\\d+)\\\\s*\\\\]', 32, 1), "
     "('(?P<label>[A-Za-z][\\\\w .:\\\\-]{0,60}?)\\\\s+(?P<n>\\\\d+)/(?P<N>\\\\d+)(?![\\\\w./%])(?! nodes? (?:are|is) "
     "available)', 32, 1), ('Avg prompt throughput:\\\\s*([-+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.])[^,]*,\\\\s*Avg "
     'generation throughput:\\\\s*([-+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.])(?:.*?Running:\\\\s*([-'
@@ -193,8 +194,8 @@ INPUTS = (
     "args', b'PreemptionMode', b'Retract', b'Cache the graph', b'Prefetching checkpoint', b'GGUF shard', "
     "b'Downloading', b'metadata (', b'requirements to build', b'Avg prompt', b'Avg generation', b'Decode "
     "batch', b'Prefill batch', b'SpecDecoding', b'Speculative metrics', b'%|', b'% Completed', b'%]', "
-    'b\'Step\', b\'STEP\', b\'Epoch\', b\'EPOCH\', b"{\'", b\'{"\', b\'% \', b\'AUTOTUNE\', b\'No available shared '
-    "memory', b'Error', b'Exception', b'Interrupt', b'Fault', b'Failed', b'OutOfResources', "
+    'b\'Step\', b\'STEP\', b\'Epoch\', b\'EPOCH\', b"{\'", b\'{"\', b\'% \', b\'] - ETA\', b\'AUTOTUNE\', b\'No available '
+    "shared memory', b'Error', b'Exception', b'Interrupt', b'Fault', b'Failed', b'OutOfResources', "
     "b'TimeoutExpired', b'NotFound', b'Timeout', b'Step', b'STEP', b'Iter', b'Iteration', b'error', "
     "b'failed', b'out of memory', b'signal 9', b'died', b'usage:', b'timed out', b'undefined symbol', "
     "b'epoch', b'retract', b'preempted', b'make -j', b'training ...', b'did not run successfully', "
@@ -227,20 +228,20 @@ INPUTS = (
     "(b'Downloading', 4), (b'metadata (', 4), (b'requirements to build', 4), (b'Avg prompt', 34), (b'Avg "
     "generation', 2), (b'Decode batch', 34), (b'Prefill batch', 34), (b'SpecDecoding', 2), (b'Speculative"
     " metrics', 2), (b'%|', 1), (b'% Completed', 1), (b'%]', 1), (b'Step', 1), (b'STEP', 1), (b'Epoch', "
-    '1), (b\'EPOCH\', 1), (b"{\'", 1), (b\'{"\', 1), (b\'% \', 1), (b\'AUTOTUNE\', 4), (b\'No available shared '
-    "memory', 8), (b'Exception', 8), (b'Fault', 8), (b'OutOfResources', 8), (b'TimeoutExpired', 8), "
-    "(b'NotFound', 8), (b'Iter', 1), (b'Iteration', 1), (b'error', 8), (b'failed', 8), (b'out of memory',"
-    " 24), (b'signal 9', 8), (b'died', 8), (b'usage:', 8), (b'timed out', 8), (b'undefined symbol', 8), "
-    "(b'epoch', 1), (b'retract', 16), (b'preempted', 16), (b'make -j', 16), (b'training ...', 4), (b'did "
-    "not run successfully', 8), (b'exitcode', 8), (b'is dead', 8), (b'terminated with', 8), (b'after "
-    "waiting', 8), (b'returncode', 8), (b'return code', 8), (b'return_code', 8), (b'fatal', 8), (b'enable"
-    " traceback', 8), (b'above exception', 8), (b'gated repo', 8), (b'downloading weights', 4), "
-    "(b'compiler manager cache', 4), (b'step', 1), (b'iter', 1), (b'iteration', 1), (b'pid=', 32), "
-    "(b'vllm', 32), (b'VLLM', 32), (b'vLLM', 32), (b'sglang', 32), (b'SGLang', 32), (b'sgl_kernel', 32), "
-    "(b'Router (', 32), (b'Capturing CUDA', 37), (b'Capturing cudagraphs', 37), (b'Model loading took', "
-    "36), (b'LLM engine', 32), (b'init engine', 32), (b'Maximum concurrency', 32), (b' blocks: ', 32), "
-    "(b'KV cache size', 32), (b'compiled graph', 32), (b'[gpu=', 32), (b'max_total_num_tokens', 32), "
-    "(b'Init torch distributed', 32)])"
+    '1), (b\'EPOCH\', 1), (b"{\'", 1), (b\'{"\', 1), (b\'% \', 1), (b\'] - ETA\', 1), (b\'AUTOTUNE\', 4), (b\'No '
+    "available shared memory', 8), (b'Exception', 8), (b'Fault', 8), (b'OutOfResources', 8), "
+    "(b'TimeoutExpired', 8), (b'NotFound', 8), (b'Iter', 1), (b'Iteration', 1), (b'error', 8), "
+    "(b'failed', 8), (b'out of memory', 24), (b'signal 9', 8), (b'died', 8), (b'usage:', 8), (b'timed "
+    "out', 8), (b'undefined symbol', 8), (b'epoch', 1), (b'retract', 16), (b'preempted', 16), (b'make "
+    "-j', 16), (b'training ...', 4), (b'did not run successfully', 8), (b'exitcode', 8), (b'is dead', 8),"
+    " (b'terminated with', 8), (b'after waiting', 8), (b'returncode', 8), (b'return code', 8), "
+    "(b'return_code', 8), (b'fatal', 8), (b'enable traceback', 8), (b'above exception', 8), (b'gated "
+    "repo', 8), (b'downloading weights', 4), (b'compiler manager cache', 4), (b'step', 1), (b'iter', 1), "
+    "(b'iteration', 1), (b'pid=', 32), (b'vllm', 32), (b'VLLM', 32), (b'vLLM', 32), (b'sglang', 32), "
+    "(b'SGLang', 32), (b'sgl_kernel', 32), (b'Router (', 32), (b'Capturing CUDA', 37), (b'Capturing "
+    "cudagraphs', 37), (b'Model loading took', 36), (b'LLM engine', 32), (b'init engine', 32), (b'Maximum"
+    " concurrency', 32), (b' blocks: ', 32), (b'KV cache size', 32), (b'compiled graph', 32), (b'[gpu=', "
+    "32), (b'max_total_num_tokens', 32), (b'Init torch distributed', 32)])"
 )
 
 ANCHORS: tuple[tuple[bytes, int], ...] = (

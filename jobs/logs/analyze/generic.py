@@ -145,9 +145,10 @@ COUNTER = regexcache.compile(r"\[\s*(?P<bn>\d+)\s*/\s*(?P<bN>\d+)\s*\]"
 # "[N/M]" after a label, anywhere in a line ("Loading shard [3/8]", "rank0 capture [12/52]"): what
 # State reads when no signature read the line's progress and the label names a phase (label_phase).
 # A label may be a chain of bracketed tags (`[Warmup][Prompt][7/24]`, vLLM on Gaudi): the first names it,
-# the others (`tags`) follow it in the label.
-LABELLED_BRACKET = regexcache.compile(r"(?P<label>[A-Za-z][\w .:\-]{0,60}?)(?P<tags>(?:\]\s*\[[A-Za-z][\w .:\-]{0,30})*)\]?"
-                                      r"\s*\[\s*(?P<n>\d+)\s*/\s*(?P<N>\d+)\s*\]")
+# the others (`tags`) follow it in the label. A bracketed number may stand between the label and the
+# counter (mmengine's `Epoch(train)  [3][ 400/1250]`: the epoch, then the iteration of its N).
+LABELLED_BRACKET = regexcache.compile(r"(?P<label>[A-Za-z](?:[\w .:\-]|\(\w+\)){0,60}?)(?P<tags>(?:\]\s*\[[A-Za-z][\w .:\-]{0,30})*)\]?"
+                                      r"\s*(?:\[\d+\]\s*)?\[\s*(?P<n>\d+)\s*/\s*(?P<N>\d+)\s*\]")
 _BRACKET = regexcache.compile(r"\s*\[\s*\d+\s*/\s*\d+\s*\]")                  # its counters alone
 
 
@@ -212,6 +213,12 @@ def rich_bar(body: str) -> Optional[_Named]:
     return _Named(m, label, label_phase(label), "rich bar n/N", rate, eta)
 
 
+# Keras' progress bar (`Model.fit`'s Progbar, verbose=1): the batch counter, then an ASCII bar, then
+# ` - ETA: 11s - loss: …` (or ` - 12s 25ms/step - loss: …` when the epoch is done). Unlabeled: its
+# phase is the reading's (an `Epoch 3/10` line before it).
+KERAS_BAR = regexcache.compile(r"^\s*(?P<n>\d+)/(?P<N>\d+) \[[=>.]{3,}\] - ")
+
+
 def labelled_bracket(body: str) -> Optional[_Named]:
     """The [N/M] counter of a body whose label names a phase — the words before it, or (a build step)
     the words after it — or None. By shape only (templates ask it too). Of several, the last is read:
@@ -225,6 +232,9 @@ def labelled_bracket(body: str) -> Optional[_Named]:
             return bar
     if "[" not in body:
         return None
+    keras = KERAS_BAR.match(body)
+    if keras is not None:
+        return _Named(keras, "", None, "keras bar n/N")
     found: Optional[_Named] = None
     for m in _labelled(LABELLED_BRACKET, _BRACKET, body):
         label = m.group("label").strip().rstrip(":").strip()

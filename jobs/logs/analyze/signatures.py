@@ -860,8 +860,12 @@ PROGRESS: tuple[Signature, ...] = (
          "counter among them is the label's (`Epoch 3/9 ━━━╸━ 400/1000 0:04:52 • 0:07:37 1.33it/s`: 400/1000)",
          "Epoch 3/9  ━━━━━━━━━━━━━━━━╸━━━━━━━━━━━━━━━━━━━━━━━ 400/1000 0:04:52 • 0:07:37 1.33it/s v_num: 0",
          "400/1000"),
+    _row("keras bar n/N", "progress", generic.KERAS_BAR, "n/N; phase from the reading (an `Epoch 3/10` before it)", 23,
+         "Keras / TensorFlow `Model.fit` (Progbar, verbose=1): the batch counter before an ASCII bar",
+         "157/469 [=========>....................] - ETA: 11s - loss: 0.3148 - accuracy: 0.8861", "157/469"),
     _row("labelled [n/N]", "progress", generic.LABELLED_BRACKET, "n/N; phase from the label", 23,
-         "any: the generic layer, a [N/M] after a label that names a phase, or before a build step's words "
+         "any: the generic layer, a [N/M] after a label that names a phase (a bracketed epoch may stand between: "
+         "mmengine's `Epoch(train)  [3][ 400/1250]`), or before a build step's words "
          "(`BUILD_STEP_ANYWHERE`: ninja behind a prefix nobody listed); of several the last, the finest "
          "(`Epoch [3/10] Step [170/500]`: 170/500, `Epoch 3 Step`)",
          "rank0: Loading checkpoint shard [3/8] from /models/x", "3/8"),

@@ -737,8 +737,12 @@ class State:
         return not (prefill and self.warming)
 
     def ready_mark(self, line: int) -> None:
-        """What any serving-stats line says about the job: it is ready, and earlier errors did not kill it."""
+        """What any serving-stats line says about the job: it is ready, and earlier errors did not kill it.
+        Inside a training run the engine is the trainer's (RL rollouts: verl, OpenRLHF): still training."""
         self.warming = False
+        if self.phase == "training":
+            self._recovered(line, proven=True)
+            return
         self.why["phase"] = "serving stats lines"
         if self.phase != "ready":
             self.phase = "ready"
