@@ -74,8 +74,9 @@ FIXES = {
     ("fixture pasted_command_env_repro_then_loading.log", "phase"): "loading",
     # TORCH_RERAISED: a DataLoader worker's re-raise is an envelope of its `Original Traceback`'s error
     ("fixture dataloader_worker_stale_nfs_handle.log", "failure"): ("exception", 17),
-    # an unlabeled bar after transformers' `Loading checkpoint shards` is no CUDA-graph capture (lm-eval's)
-    ("fixture lm_eval_hf_model_midway.log", "phase"): "loading",
+    # an unlabeled bar after transformers' `Loading checkpoint shards` is no CUDA-graph capture (lm-eval's),
+    # and a bar naming no phase after that load ended it is no longer loading (_labelled_bar)
+    ("fixture lm_eval_hf_model_midway.log", "phase"): "unknown",
     # sglang_ready: the Rust routers' `Router ready | workers: [...]` serves
     ("fixture sglang_router_ready_serving.log", "phase"): "ready",
     ("fixture sglang_router_ready_serving.log", "ready_line"): 6,

@@ -517,6 +517,9 @@ class State:
         phase = named_phase or self._unnamed_bar_phase()
         if phase == "ready" and self.phase == "training":
             phase = "training"        # vLLM's `Processed prompts` bar in a trainer's rollouts (TRL GRPO): still training
+        elif phase == "unknown" and self.phase == "loading" and self.load_done:
+            self.phase = "unknown"    # a bar of its own after transformers' load (lm-eval's requests): no longer loading
+            self.why["phase"] = ("progress {} (line {})", "tqdm bar", line)
         if phase == "loading" and total and done >= total:
             self.load_done = True
             self.hf_loaded = label.startswith(_HF_LOAD_BAR)
