@@ -205,6 +205,8 @@ FIXES = {
     ("fixture mmengine_epoch_train_iterations.log", "progress"): (300, 1163, "mmengine - INFO - Epoch(train)"),
     # KERAS_BAR: Keras' Progbar counts the epoch's batches (was: the `Epoch 2/20` line)
     ("fixture keras_fit_progbar_mid_epoch.log", "progress"): (233, 625, ""),
+    # State._nest: HF Trainer's unlabeled evaluation bar inside its unlabeled training bar leaves the training count
+    ("fixture hf_trainer_eval_loop_inside_training.log", "progress"): (400, 1200, "training"),
 }
 
 

@@ -1020,6 +1020,8 @@ class _Chunk:
         # that series), a phase that is a fixed point (a loading bar may complete the
         # load, turning later bars into capture).
         run_phase = "building" if kind == K_BUILD else (info.named or state._unnamed_bar_phase())
+        if kind == K_BAR and run_phase == "training" and not info.named and not self.one_total(first, last):
+            return False                              # an evaluation bar nested in a training one (State._nest)
         pending = state.progress_at_failure
         if not (self.now_unset and (pending is None or pending[0] and (pending[0][0] != "bar"
                                     or pending[0][1] != run_phase
@@ -1078,6 +1080,21 @@ class _Chunk:
         assert m is not None                          # a bar template's segment: its bar is there too
         total = float(m.group("N")) * SIZE[m.group("Nu")]
         return bool(total) and float(m.group("n")) * SIZE[m.group("nu")] >= total
+
+    def one_total(self, first: int, last: int) -> bool:
+        """Whether every bar of sel[first..last] counts to the same total (their plans know where it lies)."""
+        totals = set()
+        for q in range(first, last + 1):
+            i = self.sel[q]
+            plan = self.infos[i].plan
+            at = plan.bar_bytes if plan else None
+            if at is None:
+                return False
+            start = self.start(i)
+            totals.add((self.data[start + at[3]:start + at[4]], at[5]))
+            if len(totals) > 1:
+                return False
+        return True
 
     def other_series(self, first: int, last: int, key: tuple) -> bool:
         """Whether no bar of sel[first..last] is of the series `key` (source, phase, key label, total)

@@ -155,7 +155,7 @@ class State:
                  "seq", "series", "first_error", "best", "first_low", "first_weak", "advances_since_failure",
                  "progress_at_failure", "last_frame_line", "request_error_at", "self_kill_at", "cancelled_at", "usage_line", "nvrm", "last_progress_key", "labels",
                  "stall_notices", "why", "text", "progress_at", "ready_text", "recovered_from", "warming",
-                 "chained_at", "request_final_at", "__dict__")
+                 "chained_at", "request_final_at", "outer_bar", "__dict__")
 
     def __init__(self) -> None:
         self.now: Optional[float] = None
@@ -177,6 +177,9 @@ class State:
         # progress: "bar" sources (tqdm/ninja/make/step n/N) beat "hint" sources (loss dicts, step=N) of one phase
         self.bar: Optional[tuple] = None     # (seq, phase, progress, signature, line, text)
         self.hint: Optional[tuple] = None
+        # An unlabeled training bar left unfinished when an unlabeled bar of another total began in it
+        # (HF Trainer's evaluation loop): the job's progress until a bar of its total comes back (_nest).
+        self.outer_bar: Optional[tuple] = None
         self.seq = 0
         self.series: Optional[tuple[tuple, float, float]] = None  # (key, first done, first time) for rates
         # failure
@@ -455,6 +458,7 @@ class State:
         # what was loading/capturing is done; progress means nothing for a serving engine
         self.bar = None
         self.hint = None
+        self.outer_bar = None
 
     # ------------------------------------------------------------------ progress
 
@@ -515,6 +519,8 @@ class State:
                       eta: Eta, line: int) -> None:
         label, named_phase, key_label = hit
         phase = named_phase or self._unnamed_bar_phase()
+        if named_phase is None and phase == "training":
+            self._nest(label or "training", total)
         if phase == "ready" and self.phase == "training":
             phase = "training"        # vLLM's `Processed prompts` bar in a trainer's rollouts (TRL GRPO): still training
         elif phase == "unknown" and self.phase == "loading" and self.load_done:
@@ -531,6 +537,21 @@ class State:
             # nor for vLLM V1's `(mixed prefill-decode, PIECEWISE)` bar, which its `(decode, FULL)` one follows.
             self.phase = "starting"
             self.why["phase"] = f"full capture bar (line {line})"
+
+    def _nest(self, label: str, total: float) -> None:
+        """A training bar whose label names no phase, of another total than the unfinished one before it of
+        the same label, runs inside it (HF Trainer's evaluation loop inside its training loop, both bars
+        unlabeled): the outer bar stays the job's progress (outer_bar) until a bar of its total is drawn
+        again. (The scanner folds a run of bars into its last only where their totals are one: bar_run.)"""
+        outer = self.outer_bar
+        if outer is not None:
+            if outer[2][1] == total:
+                self.outer_bar = None
+            return
+        bar = self.bar
+        if (bar is not None and bar[1] == "training" and bar[2][2] == label and bar[2][1] is not None
+                and bar[2][1] != total and bar[2][0] < bar[2][1]):
+            self.outer_bar = bar
 
     def _unnamed_bar_phase(self) -> str:
         current = self.phase
@@ -710,7 +731,7 @@ class State:
 
     def progress_entry(self) -> Optional[tuple]:
         """(seq, phase, Progress, signature, line, text) of the progress to report."""
-        bar, hint = self.bar, self.hint
+        bar, hint = self.outer_bar or self.bar, self.hint
         # A newer hint of another phase wins — unless it only says "epoch 2.25" where the bar
         # still counts done/total (a loss dict glued onto a Trainer bar): the bar is the better answer.
         # And a newer step count beside a loss wins over an epoch's n/N, a coarser count the trainer printed
@@ -751,6 +772,7 @@ class State:
             self.phase = "ready"
             self.bar = None
             self.hint = None
+            self.outer_bar = None
         self._recovered(line, proven=True)
 
     def serving_data_of(self, raw: bytes, line: int, judge: bool = True) -> None:
@@ -1043,7 +1065,7 @@ class State:
         for name in _COURSE_FIELDS:
             if not _same(getattr(self, name), getattr(other, name)):
                 return None
-        for mine, theirs in ((self.bar, other.bar), (self.hint, other.hint)):
+        for mine, theirs in ((self.bar, other.bar), (self.hint, other.hint), (self.outer_bar, other.outer_bar)):
             if mine is None or theirs is None:
                 if mine is not theirs:
                     return None
@@ -1069,6 +1091,8 @@ class State:
             self.bar = (self.bar[0] + delta, *self.bar[1:])
         if self.hint is not None:
             self.hint = (self.hint[0] + delta, *self.hint[1:])
+        if self.outer_bar is not None:
+            self.outer_bar = (self.outer_bar[0] + delta, *self.outer_bar[1:])
 
     # ------------------------------------------------------------------ result
 
@@ -1124,7 +1148,7 @@ class State:
 # What State.same_course compares as it is (seq and the progress entries by an offset, nvrm by its last run;
 # labels is a memo, now the caller's).
 _COURSE_FIELDS = tuple(name for name in State.__slots__
-                       if name not in ("now", "labels", "seq", "bar", "hint", "nvrm", "__dict__"))
+                       if name not in ("now", "labels", "seq", "bar", "hint", "outer_bar", "nvrm", "__dict__"))
 
 
 def _nvrm_run(nvrm: deque, next_line: Optional[int] = None) -> list:
