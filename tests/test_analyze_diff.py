@@ -207,6 +207,9 @@ FIXES = {
     ("fixture keras_fit_progbar_mid_epoch.log", "progress"): (233, 625, ""),
     # State._nest: HF Trainer's unlabeled evaluation bar inside its unlabeled training bar leaves the training count
     ("fixture hf_trainer_eval_loop_inside_training.log", "progress"): (400, 1200, "training"),
+    # vllm_image (weak): a pod's `Image: vllm/vllm-openai:…` names the engine, and no phase
+    ("fixture kubectl_describe_pod_pending_gpus.log", "engine"): "vllm",
+    ("fixture kubectl_describe_vllm_pod_oomkilled.log", "engine"): "vllm",
 }
 
 

@@ -44,8 +44,10 @@ INPUTS = (
     '.:\\\\-]|\\\\(\\\\w+\\\\)){0,60}?)(?P<tags>(?:\\\\]\\\\s*\\\\[[A-Za-z][\\\\w '
     ".:\\\\-]{0,30})*)\\\\]?\\\\s*(?:\\\\[\\\\d+\\\\]\\\\s*)?\\\\[\\\\s*(?P<n>\\\\d+)\\\\s*/\\\\s*(?P<N>\\\\d+)\\\\s*\\\\]', 32, 1), "
     "('(?P<label>[A-Za-z][\\\\w .:\\\\-]{0,60}?)\\\\s+(?P<n>\\\\d+)/(?P<N>\\\\d+)(?![\\\\w./%])(?! nodes? (?:are|is) "
-    "available)', 32, 1), ('Avg prompt throughput:\\\\s*([-+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.])[^,]*,\\\\s*Avg "
-    'generation throughput:\\\\s*([-+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.])(?:.*?Running:\\\\s*([-'
+    'available)(?! +(?:Running|Pending|Completed|CrashLoopBackOff|Error|Init:|ContainerCreating|PodInitia'
+    "lizing|Terminating|OOMKilled|ImagePullBackOff|ErrImagePull|Evicted)\\\\b)', 32, 1), ('Avg prompt "
+    'throughput:\\\\s*([-+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.])[^,]*,\\\\s*Avg generation throughput:\\\\s*([-'
+    '+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.])(?:.*?Running:\\\\s*([-'
     '+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.])\\\\s*req)?(?:.*?(?:Waiting|Pending):\\\\s*([-'
     '+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.])\\\\s*req)?(?:.*?Preemptions:\\\\s*([-'
     '+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.]))?(?:.*?GPU KV cache '
@@ -65,11 +67,11 @@ INPUTS = (
     "(?:Batch job submission failed|Unable to allocate resources|Job submit/allocate failed): ', 32, 8), "
     "('\\\\b(?:srun|slurmstepd|salloc|sbatch|slurmd)(?:-[\\\\w.\\\\-]+)?(?:\\\\[\\\\d+\\\\])?: error: .*?(?:Socket "
     'timed out|Zero Bytes were transmitted|Communication (?:connection|send|receive) failure|contact '
-    "slurm controller|Connection (?:timed out|refused)|Node failure on )', 32, 8), ('The actor died "
-    'because its node has died|\\\\bhas been marked dead because the detector has missed too many '
-    "heartbeats', 32, 8), ('fallen off the bus|GPU is lost|[Uu]ncorrectable "
-    'ECC|cudaErrorECCUncorrectable|GPU requires reset|NVRM: GPU at PCI.*has fallen|Heartbeat timed '
-    "out|GSP Timeout|Memory Subsystem Error|RmInitAdapter failed', 32, 8), "
+    "slurm controller|Connection (?:timed out|refused)|Node failure on )', 32, 8), ('(?:^|\\\\|)\\\\s*Fail - "
+    "(?:GPUs?: \\\\d[\\\\d, ]*|All)\\\\b', 32, 8), ('The actor died because its node has died|\\\\bhas been "
+    "marked dead because the detector has missed too many heartbeats', 32, 8), ('fallen off the bus|GPU "
+    'is lost|[Uu]ncorrectable ECC|cudaErrorECCUncorrectable|GPU requires reset|NVRM: GPU at PCI.*has '
+    "fallen|Heartbeat timed out|GSP Timeout|Memory Subsystem Error|RmInitAdapter failed', 32, 8), "
     "('ray\\\\.exceptions\\\\.OutOfMemoryError|node running low on memory|exceeds the memory usage "
     "threshold|Ray killed this worker|killed due to memory pressure \\\\(OOM\\\\)', 32, 8), ('CUDA out of "
     'memory|OutOfMemoryError|CUDA (?:driver )?error: out of '
@@ -195,18 +197,18 @@ INPUTS = (
     "b'Downloading', b'metadata (', b'requirements to build', b'Avg prompt', b'Avg generation', b'Decode "
     "batch', b'Prefill batch', b'SpecDecoding', b'Speculative metrics', b'%|', b'% Completed', b'%]', "
     'b\'Step\', b\'STEP\', b\'Epoch\', b\'EPOCH\', b"{\'", b\'{"\', b\'% \', b\'] - ETA\', b\'AUTOTUNE\', b\'No available '
-    "shared memory', b'Error', b'Exception', b'Interrupt', b'Fault', b'Failed', b'OutOfResources', "
-    "b'TimeoutExpired', b'NotFound', b'Timeout', b'Step', b'STEP', b'Iter', b'Iteration', b'error', "
-    "b'failed', b'out of memory', b'signal 9', b'died', b'usage:', b'timed out', b'undefined symbol', "
-    "b'epoch', b'retract', b'preempted', b'make -j', b'training ...', b'did not run successfully', "
-    "b'exitcode', b'is dead', b'terminated with', b'after waiting', b'returncode', b'return code', "
-    "b'return_code', b'fatal', b'enable traceback', b'above exception', b'gated repo', b'downloading "
-    "weights', b'compiler manager cache', b'step', b'iter', b'iteration'], [(b'Error', 8), (b'ERROR', 8),"
-    " (b'xception', 8), (b'Traceback', 8), (b'Killed', 8), (b'killed', 8), (b'SIGKILL', 8), (b'SIGSEGV', "
-    "8), (b'SIGBUS', 8), (b'SIGABRT', 8), (b'SIGILL', 8), (b'SIGFPE', 8), (b'NCCL', 8), (b'Xid', 8), "
-    "(b'NVRM', 8), (b'Watchdog', 8), (b'watchdog', 8), (b'GPU is lost', 8), (b'fallen off the bus', 8), "
-    "(b'ncorrectable ECC', 8), (b'GPU requires reset', 8), (b'CUDA', 8), (b'xit code', 8), (b'xit "
-    "status', 8), (b'xited with', 8), (b'xit Code', 8), (b'xit Status', 8), (b'xit_code', 8), "
+    "shared memory', b'| Fail - ', b'Error', b'Exception', b'Interrupt', b'Fault', b'Failed', "
+    "b'OutOfResources', b'TimeoutExpired', b'NotFound', b'Timeout', b'Step', b'STEP', b'Iter', "
+    "b'Iteration', b'error', b'failed', b'out of memory', b'signal 9', b'died', b'usage:', b'timed out', "
+    "b'undefined symbol', b'epoch', b'retract', b'preempted', b'make -j', b'training ...', b'did not run "
+    "successfully', b'exitcode', b'is dead', b'terminated with', b'after waiting', b'returncode', "
+    "b'return code', b'return_code', b'fatal', b'enable traceback', b'above exception', b'gated repo', "
+    "b'downloading weights', b'compiler manager cache', b'step', b'iter', b'iteration'], [(b'Error', 8), "
+    "(b'ERROR', 8), (b'xception', 8), (b'Traceback', 8), (b'Killed', 8), (b'killed', 8), (b'SIGKILL', 8),"
+    " (b'SIGSEGV', 8), (b'SIGBUS', 8), (b'SIGABRT', 8), (b'SIGILL', 8), (b'SIGFPE', 8), (b'NCCL', 8), "
+    "(b'Xid', 8), (b'NVRM', 8), (b'Watchdog', 8), (b'watchdog', 8), (b'GPU is lost', 8), (b'fallen off "
+    "the bus', 8), (b'ncorrectable ECC', 8), (b'GPU requires reset', 8), (b'CUDA', 8), (b'xit code', 8), "
+    "(b'xit status', 8), (b'xited with', 8), (b'xit Code', 8), (b'xit Status', 8), (b'xit_code', 8), "
     "(b'xit_status', 8), (b'xitCode', 8), (b'quit', 8), (b'Out of memory', 8), (b'-kill', 8), (b'FAILED',"
     " 8), (b'Failed', 8), (b'Segmentation fault', 8), (b'(core dumped', 8), (b'GLIBC', 8), (b'FATAL', 8),"
     " (b'CRITICAL', 8), (b'_alloc', 24), (b'Cannot allocate', 24), (b'xhausted', 24), (b'Interrupt', 8), "
@@ -229,19 +231,19 @@ INPUTS = (
     "generation', 2), (b'Decode batch', 34), (b'Prefill batch', 34), (b'SpecDecoding', 2), (b'Speculative"
     " metrics', 2), (b'%|', 1), (b'% Completed', 1), (b'%]', 1), (b'Step', 1), (b'STEP', 1), (b'Epoch', "
     '1), (b\'EPOCH\', 1), (b"{\'", 1), (b\'{"\', 1), (b\'% \', 1), (b\'] - ETA\', 1), (b\'AUTOTUNE\', 4), (b\'No '
-    "available shared memory', 8), (b'Exception', 8), (b'Fault', 8), (b'OutOfResources', 8), "
-    "(b'TimeoutExpired', 8), (b'NotFound', 8), (b'Iter', 1), (b'Iteration', 1), (b'error', 8), "
-    "(b'failed', 8), (b'out of memory', 24), (b'signal 9', 8), (b'died', 8), (b'usage:', 8), (b'timed "
-    "out', 8), (b'undefined symbol', 8), (b'epoch', 1), (b'retract', 16), (b'preempted', 16), (b'make "
-    "-j', 16), (b'training ...', 4), (b'did not run successfully', 8), (b'exitcode', 8), (b'is dead', 8),"
-    " (b'terminated with', 8), (b'after waiting', 8), (b'returncode', 8), (b'return code', 8), "
-    "(b'return_code', 8), (b'fatal', 8), (b'enable traceback', 8), (b'above exception', 8), (b'gated "
-    "repo', 8), (b'downloading weights', 4), (b'compiler manager cache', 4), (b'step', 1), (b'iter', 1), "
-    "(b'iteration', 1), (b'pid=', 32), (b'vllm', 32), (b'VLLM', 32), (b'vLLM', 32), (b'sglang', 32), "
-    "(b'SGLang', 32), (b'sgl_kernel', 32), (b'Router (', 32), (b'Capturing CUDA', 37), (b'Capturing "
-    "cudagraphs', 37), (b'Model loading took', 36), (b'LLM engine', 32), (b'init engine', 32), (b'Maximum"
-    " concurrency', 32), (b' blocks: ', 32), (b'KV cache size', 32), (b'compiled graph', 32), (b'[gpu=', "
-    "32), (b'max_total_num_tokens', 32), (b'Init torch distributed', 32)])"
+    "available shared memory', 8), (b'| Fail - ', 8), (b'Exception', 8), (b'Fault', 8), "
+    "(b'OutOfResources', 8), (b'TimeoutExpired', 8), (b'NotFound', 8), (b'Iter', 1), (b'Iteration', 1), "
+    "(b'error', 8), (b'failed', 8), (b'out of memory', 24), (b'signal 9', 8), (b'died', 8), (b'usage:', "
+    "8), (b'timed out', 8), (b'undefined symbol', 8), (b'epoch', 1), (b'retract', 16), (b'preempted', "
+    "16), (b'make -j', 16), (b'training ...', 4), (b'did not run successfully', 8), (b'exitcode', 8), "
+    "(b'is dead', 8), (b'terminated with', 8), (b'after waiting', 8), (b'returncode', 8), (b'return "
+    "code', 8), (b'return_code', 8), (b'fatal', 8), (b'enable traceback', 8), (b'above exception', 8), "
+    "(b'gated repo', 8), (b'downloading weights', 4), (b'compiler manager cache', 4), (b'step', 1), "
+    "(b'iter', 1), (b'iteration', 1), (b'pid=', 32), (b'vllm', 32), (b'VLLM', 32), (b'vLLM', 32), "
+    "(b'sglang', 32), (b'SGLang', 32), (b'sgl_kernel', 32), (b'Router (', 32), (b'Capturing CUDA', 37), "
+    "(b'Capturing cudagraphs', 37), (b'Model loading took', 36), (b'LLM engine', 32), (b'init engine', "
+    "32), (b'Maximum concurrency', 32), (b' blocks: ', 32), (b'KV cache size', 32), (b'compiled graph', "
+    "32), (b'[gpu=', 32), (b'max_total_num_tokens', 32), (b'Init torch distributed', 32)])"
 )
 
 ANCHORS: tuple[tuple[bytes, int], ...] = (
@@ -266,6 +268,7 @@ ANCHORS: tuple[tuple[bytes, int], ...] = (
     (b'completion stream generator', 16),
     (b'CANCELLED AT', 8),
     (b'Preempted by', 8),
+    (b'Fail -', 8),
     (b'has been marked dead because the detector has missed too many heartbeats', 8),
     (b'node running low on memory', 8),
     (b'exceeds the memory usage threshold', 8),

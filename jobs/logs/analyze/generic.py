@@ -256,9 +256,13 @@ def labelled_bracket(body: str) -> Optional[_Named]:
 # "label N/M" with N/M a whole token ("Loading checkpoint 3/8", "Processing shard 3/8"): read where
 # no step/epoch/iteration word is in the line (those are STEP/EPOCH's) and nothing more specific
 # read it. Not a date ("2026/12/01"), nor "1.5/2", nor a path.
+# Not the Kubernetes scheduler's fit (`0/8 nodes are available`), nor `kubectl get pods`' READY column (a pod's
+# containers ready, then its STATUS), no progress.
+_NOT_COUNTING = (r"(?! nodes? (?:are|is) available)(?! +(?:Running|Pending|Completed|CrashLoopBackOff|Error|Init:"
+                 r"|ContainerCreating|PodInitializing|Terminating|OOMKilled|ImagePullBackOff|ErrImagePull|Evicted)\b)")
 LABELLED_COUNT = regexcache.compile(r"(?P<label>[A-Za-z][\w .:\-]{0,60}?)\s+(?P<n>\d+)/(?P<N>\d+)(?![\w./%])"
-                                    r"(?! nodes? (?:are|is) available)")   # the Kubernetes scheduler's fit, no progress
-_COUNT = regexcache.compile(r"\s+\d+/\d+(?![\w./%])(?! nodes? (?:are|is) available)")     # its counters alone
+                                    + _NOT_COUNTING)
+_COUNT = regexcache.compile(r"\s+\d+/\d+(?![\w./%])" + _NOT_COUNTING)     # its counters alone
 # A label whose last word says who counts, not how far ("rank 3/8", "GPU 1/8", NCCL's "Channel 01/32",
 # "TP 0/4"), which try ("attempt 1/5"), or when ("at 01/12"): no progress unless a word of it names a phase.
 _NOT_PROGRESS = regexcache.compile(r"(?i)(?:^|[^a-z])(?:rank|local_rank|world|node|host|gpu|device|worker|proc|process|pid"
@@ -270,7 +274,7 @@ def labelled_count(body: str) -> Optional["re.Match[str]"]:
     """The first "label N/M" of a body whose label names a phase, else the first whose label names
     what is counted (not who: _NOT_PROGRESS), or None. By shape only (the template scanner asks it
     of digit-normalised bodies): is_count() judges the numbers."""
-    if "/" not in body:
+    if "/" not in body or body.startswith("[+] "):   # (docker compose's own `[+] Running 2/3`: its containers)
         return None
     plain = None
     for m in _labelled(LABELLED_COUNT, _COUNT, body):

@@ -349,6 +349,11 @@ FAILURES: tuple[Signature, ...] = (
               "failure) or srun saw the node fail (`Node failure on N`): the node's or the cluster's trouble",
               "srun: error: Task launch for StepId=4815162.0 failed on node gpu-node-07: Socket timed out on "
               "send/recv operation", SPECIFIC, verdict=_slurm_comm),
+    Signature("DCGM_DIAG_FAIL", "cause", regexcache.compile(r"(?:^|\|)\s*Fail - (?:GPUs?: \d[\d, ]*|All)\b"),
+              "gpu_fault", 199, "NVIDIA DCGM's `dcgmi diag` result table (DCGM 2.x-4.x): a test's `Fail - GPU: N` cell",
+              "|                           | Fail - GPU: 5                                  |", SPECIFIC,
+              advice="DCGM's diagnostic failed a test on this GPU — drain it from scheduling, read the Warning "
+              "rows under the failed test (an ECC DBE, a PCIe replay, a thermal violation), then reset or RMA it"),
     Signature("RAY_NODE_DIED", "cause", regexcache.compile(r"The actor died because its node has died"
                                                   r"|\bhas been marked dead because the detector has missed too many heartbeats"),
               "node_fail", 203, "Ray 2.x (all): an actor's node died (`ActorDiedError`'s context, the GCS's "
@@ -713,6 +718,14 @@ ENGINES: tuple[Signature, ...] = (
          "vLLM and forks (medium)", 'File "/usr/lib/python3/site-packages/vllm/worker.py", line 3, in run'),
     _row("sglang_source_path", "engine", r"/sglang/|/sgl_kernel/|\bsglang\.srt\b|(?<![\w.\-/])(?:sglang|sgl_kernel)/[\w/.\-]*\.py\b",
          "sglang", 2, "SGLang (medium)", 'File "/usr/lib/python3/site-packages/sglang/srt/server.py", line 3, in run'),
+    # (a container's image: `kubectl describe pod`'s `Image:`, a `docker run` line, a compose file pasted)
+    _row("vllm_image", "engine", r"\bvllm/vllm-openai\b|\bvllm/vllm-(?:tpu|cpu|rocm)\b|\brocm/vllm\b", "vllm", 1,
+         "vLLM's container images (Docker Hub vllm/vllm-openai, rocm/vllm), as a pod's `Image:` or a compose file "
+         "names them (weak, weight 2: the engine's own words may never have been printed; no phase from it)",
+         "    Image:         vllm/vllm-openai:v0.6.4.post1", "vllm"),
+    _row("sglang_image", "engine", r"\blmsysorg/sglang\b", "sglang", 1,
+         "SGLang's container images (Docker Hub lmsysorg/sglang): as vllm_image",
+         "    Image:         lmsysorg/sglang:v0.4.6.post1-cu124", "sglang"),
     _row("vllm_offline_bar", "engine", r"^(?:Processed prompts|Adding requests)\b", "vllm", 2,
          "vLLM offline inference, LLM.generate / chat (0.2 -> current): its bars' labels (medium: words another "
          "tool could reuse)",
@@ -727,7 +740,7 @@ ENGINES: tuple[Signature, ...] = (
     _row("sglang_weak_flashinfer_jit", "engine", r"flashinfer\.\s*jit", "sglang", 1,
          "flashinfer JIT, SGLang's default backend (weak, weight 2)", "flashinfer.jit: Loading JIT ops: sampling"),
 )
-_WEIGHT = {"vllm_weak_shard_bar": 1, "sglang_weak_flashinfer_jit": 2}
+_WEIGHT = {"vllm_weak_shard_bar": 1, "sglang_weak_flashinfer_jit": 2, "vllm_image": 2, "sglang_image": 2}
 ENGINE_STRONG = regexcache.compile("|".join(f"(?P<{r.id}>{_rx(r).pattern})" for r in ENGINES if r.priority == 3))
 ENGINE_PATH = regexcache.compile("|".join(f"(?P<{r.id}>{_rx(r).pattern})" for r in ENGINES if r.priority == 2))
 ENGINE_WEAK = [(_rx(r), r.decides, _WEIGHT[r.id]) for r in ENGINES if r.priority == 1]

@@ -1114,8 +1114,9 @@ class State:
             phase = self.phase
             why["phase"] = _why_text(self.why.get("phase", ""))
         else:
-            phase = "starting" if engine else "unknown"
-            if engine:
+            # (an engine named only by weak hints, as a pod's image, may never have printed a line: no start seen)
+            phase = "starting" if self.engine_strong or self.engine_path else "unknown"
+            if phase == "starting":
                 why["phase"] = "engine seen, no phase marker yet"
         shown: Iterable[tuple] = self.warnings.values()
         first_error = self.first_error
