@@ -210,6 +210,10 @@ FIXES = {
     # vllm_image (weak): a pod's `Image: vllm/vllm-openai:…` names the engine, and no phase
     ("fixture kubectl_describe_pod_pending_gpus.log", "engine"): "vllm",
     ("fixture kubectl_describe_vllm_pod_oomkilled.log", "engine"): "vllm",
+    # OOM_RISK: `make -j 16` bounds its jobs (only a bare `-j` is unbounded)
+    ("fixture make_bounded_jobs_no_oom_risk.log", "warnings"): [],
+    # _PREFIX: torch's TORCH_LOGS header carries the compile id `[0/1]` (frame/recompile), no ninja step
+    ("fixture torch_inductor_compile_id_header.log", "progress"): None,
 }
 
 

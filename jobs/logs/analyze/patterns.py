@@ -339,6 +339,8 @@ _PREFIX = regexcache.compile(
     r"|\[[A-Za-z][\w.\-]{0,30}\](?=\s?\d{4}-\d\d-\d\d[ T]\d\d:)"
     r"|\[(?P<lvl4>[EWIF])\s[^\]]*\.(?:cpp|cc|cu|h|hpp|c):\d+\]"                                 # [E ProcessGroupNCCL.cpp:563]
     r"|\[?(?P<lvl5>[EWIF])\d{3,4}\s\d\d:\d\d:\d\d\.\d+(?:\s+\d+)?\s\S+:\d+\]"                         # glog, bare or [bracketed]
+    # (torch's TORCH_LOGS header: the compile id `[0/1]` after a .py file's, frame/recompile, no build step)
+    r"(?:(?:(?<=\.py:\d\])|(?<=\.py:\d\d\])|(?<=\.py:\d{3}\])|(?<=\.py:\d{4}\])) \[\d+/\d+(?:_\d+)?\](?=\s))?"
     r"|\[\s*\d+\.\d+\]"                                                                       # dmesg
     # NCCL_DEBUG's header `host:pid:tid [dev] NCCL INFO `: its INFO is chatter (a missing net plugin's
     # `cannot open shared object file` included); a WARN keeps its header, which NCCL's rows read
@@ -824,7 +826,7 @@ CRASH = regexcache.compile(r"Segmentation fault|SIGSEGV|core dumped|Aborted \(co
                    r"|\(SIG(?:BUS|ABRT|ILL|FPE)\) received by PID")
 NOT_FAILURE_LEVELS = ("INFO", "DEBUG", "NOTICE")
 
-OOM_RISK = regexcache.compile(r"Allowing ninja to set a default number of workers|make -j(?:\s|$)"
+OOM_RISK = regexcache.compile(r"Allowing ninja to set a default number of workers|make -j(?:$|\s(?!\s*\d))"   # (-j 16: bounded)
                        r"|virtual memory exhausted|Cannot allocate memory|std::bad_alloc")
 KV_PRESSURE = regexcache.compile(r"preempted by PreemptionMode|not enough KV cache space|KV cache pool is full"
                           r"|[Dd]ecode out of memory happened|[Rr]etract(?:ed)? requests")
