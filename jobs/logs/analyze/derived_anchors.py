@@ -115,9 +115,10 @@ INPUTS = (
     "metadata)', 32, 8), ('killed by signal: Bus error|out of shared memory|insufficient shared memory', "
     "32, 8), ('\\\\berror loading model: |\\\\bfailed to load model\\\\b|exiting due to model loading error', "
     '32, 8), (\'\\\\bexiting due to (?:[\\\\w-]+ ){0,3}error\\\\b\', 32, 8), ("[Aa]ddress already in use|couldn\'t'
-    ' bind HTTP server socket", 32, 8), (\'failed (?:liveness|startup) probe, will be restarted\', 32, 8), '
-    "('Watchdog timeout \\\\(|watchdog_timeout=\\\\d+\\\\)|[Hh]ang detected|detected a hang|execute_model timed"
-    " out|ENGINE_ITERATION_TIMEOUT|Engine iteration timed out', 32, 8), "
+    ' bind HTTP server socket", 32, 8), (\'Timeout \\\\d+s waiting for workers\\\\b.{0,400}?\\\\bto become '
+    "healthy', 32, 8), ('failed (?:liveness|startup) probe, will be restarted', 32, 8), ('Watchdog "
+    'timeout \\\\(|watchdog_timeout=\\\\d+\\\\)|[Hh]ang detected|detected a hang|execute_model timed '
+    "out|ENGINE_ITERATION_TIMEOUT|Engine iteration timed out', 32, 8), "
     "('\\\\b[Ww]atchdog\\\\b.*?\\\\b(?:timeout|timed out|time out|expired)|\\\\b(?:[Tt]imeout|[Tt]imed "
     'out)\\\\b.*?\\\\b[Ww]atchdog\\\\b\', 32, 8), ("Health check failed\\\\. Server couldn\'t get a response from '
     'detokenizer", 32, 8), (\'^(?!.*\\\\b[Rr]etry)(?:.*?Did not receive (?:a )?response from .{1,80}? within'
@@ -197,11 +198,11 @@ INPUTS = (
     "b'Downloading', b'metadata (', b'requirements to build', b'Avg prompt', b'Avg generation', b'Decode "
     "batch', b'Prefill batch', b'SpecDecoding', b'Speculative metrics', b'%|', b'% Completed', b'%]', "
     'b\'Step\', b\'STEP\', b\'Epoch\', b\'EPOCH\', b"{\'", b\'{"\', b\'% \', b\'] - ETA\', b\'AUTOTUNE\', b\'No available '
-    "shared memory', b'| Fail - ', b'Error', b'Exception', b'Interrupt', b'Fault', b'Failed', "
-    "b'OutOfResources', b'TimeoutExpired', b'NotFound', b'Timeout', b'Step', b'STEP', b'Iter', "
-    "b'Iteration', b'error', b'failed', b'out of memory', b'signal 9', b'died', b'usage:', b'timed out', "
-    "b'undefined symbol', b'epoch', b'retract', b'preempted', b'make -j', b'training ...', b'did not run "
-    "successfully', b'exitcode', b'is dead', b'terminated with', b'after waiting', b'returncode', "
+    "shared memory', b'| Fail - ', b'to become healthy', b'Error', b'Exception', b'Interrupt', b'Fault', "
+    "b'Failed', b'OutOfResources', b'TimeoutExpired', b'NotFound', b'Timeout', b'Step', b'STEP', b'Iter',"
+    " b'Iteration', b'error', b'failed', b'out of memory', b'signal 9', b'died', b'usage:', b'timed out',"
+    " b'undefined symbol', b'epoch', b'retract', b'preempted', b'make -j', b'training ...', b'did not run"
+    " successfully', b'exitcode', b'is dead', b'terminated with', b'after waiting', b'returncode', "
     "b'return code', b'return_code', b'fatal', b'enable traceback', b'above exception', b'gated repo', "
     "b'downloading weights', b'compiler manager cache', b'step', b'iter', b'iteration'], [(b'Error', 8), "
     "(b'ERROR', 8), (b'xception', 8), (b'Traceback', 8), (b'Killed', 8), (b'killed', 8), (b'SIGKILL', 8),"
@@ -231,19 +232,20 @@ INPUTS = (
     "generation', 2), (b'Decode batch', 34), (b'Prefill batch', 34), (b'SpecDecoding', 2), (b'Speculative"
     " metrics', 2), (b'%|', 1), (b'% Completed', 1), (b'%]', 1), (b'Step', 1), (b'STEP', 1), (b'Epoch', "
     '1), (b\'EPOCH\', 1), (b"{\'", 1), (b\'{"\', 1), (b\'% \', 1), (b\'] - ETA\', 1), (b\'AUTOTUNE\', 4), (b\'No '
-    "available shared memory', 8), (b'| Fail - ', 8), (b'Exception', 8), (b'Fault', 8), "
-    "(b'OutOfResources', 8), (b'TimeoutExpired', 8), (b'NotFound', 8), (b'Iter', 1), (b'Iteration', 1), "
-    "(b'error', 8), (b'failed', 8), (b'out of memory', 24), (b'signal 9', 8), (b'died', 8), (b'usage:', "
-    "8), (b'timed out', 8), (b'undefined symbol', 8), (b'epoch', 1), (b'retract', 16), (b'preempted', "
-    "16), (b'make -j', 16), (b'training ...', 4), (b'did not run successfully', 8), (b'exitcode', 8), "
-    "(b'is dead', 8), (b'terminated with', 8), (b'after waiting', 8), (b'returncode', 8), (b'return "
-    "code', 8), (b'return_code', 8), (b'fatal', 8), (b'enable traceback', 8), (b'above exception', 8), "
-    "(b'gated repo', 8), (b'downloading weights', 4), (b'compiler manager cache', 4), (b'step', 1), "
-    "(b'iter', 1), (b'iteration', 1), (b'pid=', 32), (b'vllm', 32), (b'VLLM', 32), (b'vLLM', 32), "
-    "(b'sglang', 32), (b'SGLang', 32), (b'sgl_kernel', 32), (b'Router (', 32), (b'Capturing CUDA', 37), "
-    "(b'Capturing cudagraphs', 37), (b'Model loading took', 36), (b'LLM engine', 32), (b'init engine', "
-    "32), (b'Maximum concurrency', 32), (b' blocks: ', 32), (b'KV cache size', 32), (b'compiled graph', "
-    "32), (b'[gpu=', 32), (b'max_total_num_tokens', 32), (b'Init torch distributed', 32)])"
+    "available shared memory', 8), (b'| Fail - ', 8), (b'to become healthy', 8), (b'Exception', 8), "
+    "(b'Fault', 8), (b'OutOfResources', 8), (b'TimeoutExpired', 8), (b'NotFound', 8), (b'Iter', 1), "
+    "(b'Iteration', 1), (b'error', 8), (b'failed', 8), (b'out of memory', 24), (b'signal 9', 8), "
+    "(b'died', 8), (b'usage:', 8), (b'timed out', 8), (b'undefined symbol', 8), (b'epoch', 1), "
+    "(b'retract', 16), (b'preempted', 16), (b'make -j', 16), (b'training ...', 4), (b'did not run "
+    "successfully', 8), (b'exitcode', 8), (b'is dead', 8), (b'terminated with', 8), (b'after waiting', "
+    "8), (b'returncode', 8), (b'return code', 8), (b'return_code', 8), (b'fatal', 8), (b'enable "
+    "traceback', 8), (b'above exception', 8), (b'gated repo', 8), (b'downloading weights', 4), "
+    "(b'compiler manager cache', 4), (b'step', 1), (b'iter', 1), (b'iteration', 1), (b'pid=', 32), "
+    "(b'vllm', 32), (b'VLLM', 32), (b'vLLM', 32), (b'sglang', 32), (b'SGLang', 32), (b'sgl_kernel', 32), "
+    "(b'Router (', 32), (b'Capturing CUDA', 37), (b'Capturing cudagraphs', 37), (b'Model loading took', "
+    "36), (b'LLM engine', 32), (b'init engine', 32), (b'Maximum concurrency', 32), (b' blocks: ', 32), "
+    "(b'KV cache size', 32), (b'compiled graph', 32), (b'[gpu=', 32), (b'max_total_num_tokens', 32), "
+    "(b'Init torch distributed', 32)])"
 )
 
 ANCHORS: tuple[tuple[bytes, int], ...] = (

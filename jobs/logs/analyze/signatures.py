@@ -440,6 +440,15 @@ FAILURES: tuple[Signature, ...] = (
     Signature("PORT_IN_USE", "cause", PORT_IN_USE, "exception", 130, "uvicorn, llama.cpp server, any server",
               "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already "
               "in use", SPECIFIC, "exception_port"),
+    Signature("ROUTER_WORKERS_TIMEOUT", "cause",
+              regexcache.compile(r"Timeout \d+s waiting for workers\b.{0,400}?\bto become healthy"),
+              "hang", 122, "SGLang's router (sglang_router 0.1 -> 2026, Rust): it gives up at startup when its workers' "
+              "/health never answered (`Failed to create router: Timeout 300s waiting for workers [...] to become healthy`)",
+              "ERROR sglang_router_rs::routers::pd_router: src/routers/pd_router.rs:301: Timeout 600s waiting for workers "
+              "[\"http://10.0.3.5:30002\"] to become healthy. Please set --router-worker-startup-timeout-secs",
+              SPECIFIC, advice="the router gave up waiting for its workers' /health: a worker is down or unreachable "
+              "from the router, or still loading (a long weight load or torch.compile) — check each worker's own log, "
+              "and give a slow start more time with --router-worker-startup-timeout-secs"),
     Signature("PROBE_KILLED", "cause",
               regexcache.compile(r"failed (?:liveness|startup) probe, will be restarted"),
               "hang", 121, "Kubernetes kubelet's event (any release): a liveness/startup probe's failures end the "
