@@ -22,6 +22,7 @@ WARNING_CODES = {
     "kv_cache_pressure": "the KV cache is full: requests are preempted/retracted or queue up",
     "jit_compile": "kernels are JIT-compiled on first use: startup may be silent for minutes",
     "error_recovered": "an error was logged but the job carried on (served, progress advanced, or it went on to another phase)",
+    "request_error": "one request failed and the server answered it with an error (it serves on)",
 }
 
 GIANT_SEGMENT = 64 * 1024      # a segment longer than this is examined on its ends only

@@ -401,6 +401,33 @@ FAILURES: tuple[Signature, ...] = (
               "torch, CUDA runtime (all); no usable GPU (`No CUDA GPUs are available`, "
               "NVML `Driver/library version mismatch`, cudaGetDeviceCount's Error 804)",
               "RuntimeError: CUDA error: an illegal memory access was encountered", SPECIFIC, verdict=_cuda_err),
+    Signature("STORE_BARRIER_TIMEOUT", "cause",
+              regexcache.compile(r"Timed out initializing process group in store based barrier"),
+              "nccl", 141, "torch.distributed 1.x-2.x (`_store_based_barrier`): not every rank joined the process "
+              "group before its timeout (`world_size=8, worker_count=7`)",
+              "RuntimeError: Timed out initializing process group in store based barrier on rank: 0, for key: "
+              "store_based_barrier_key:1 (world_size=8, worker_count=7, timeout=0:30:00)", SPECIFIC, "nccl_rendezvous"),
+    Signature("NVSWITCH_FATAL", "cause", regexcache.compile(r"\bNVSwitch fatal error\b"),
+              "gpu_fault", 198, "NVIDIA Fabric Manager (HGX/DGX, R470 -> R570): an NVSwitch's fatal error, which "
+              "takes every GPU of the system down with it",
+              "[ERROR] [tid 2903] detected NVSwitch fatal error 20034 on NVSwitch pci bus id 00000000:05:00.0 "
+              "physical id 0 port 12", SPECIFIC, advice="an NVSwitch reported a fatal error: the GPUs behind it "
+              "cannot talk to each other until every GPU and NVSwitch of the system is reset (nvidia-smi -r, or a "
+              "reboot); if it repeats, the baseboard needs service"),
+    Signature("CLOUD_PREEMPTED", "cause",
+              regexcache.compile(r"\bcompute\.instances\.preempted\b|\bSpot ITN received\b"
+                                 r"|\bSpot Instance Interruption Warning\b"),
+              "preempted", 208, "the cloud's own notice that it takes a spot/preemptible VM back: GCE's "
+              "`compute.instances.preempted` operation, AWS's two-minute Spot interruption (the EC2 event, "
+              "aws-node-termination-handler's `Spot ITN received`)",
+              "systemevent-1715071102351-617d1c0d8d2f3  compute.instances.preempted  us-central1-a/instances/a3-3  "
+              "200  DONE", SPECIFIC, advice="the cloud took the spot/preemptible VM back: not a bug — resume from "
+              "the last checkpoint, or run where the capacity is reserved"),
+    Signature("TEST_TIMEOUT", "cause",
+              regexcache.compile(r"^Timeout \(\d+:\d\d:\d\d\)!$|\bFailed: Timeout >\d+(?:\.\d+)?s\b"),
+              "hang", 119, "Python's faulthandler (`dump_traceback_later`: `Timeout (0:30:00)!`, then every "
+              "thread's stack), pytest-timeout (`Failed: Timeout >1800.0s`): the run sat that long without ending",
+              "Timeout (0:30:00)!", SPECIFIC, "hang_timeout"),
     Signature("NCCL", "cause", NCCL, "nccl", 140, "NCCL 2.x, torch ProcessGroupNCCL, gloo's `Timed out waiting "
               "Nms for recv operation` (`remote process exited`, "
               "ncclRemoteError: another rank's death, ranked as an exception, so that rank's earlier error decides)",
