@@ -214,6 +214,8 @@ FIXES = {
     ("fixture make_bounded_jobs_no_oom_risk.log", "warnings"): [],
     # _PREFIX: torch's TORCH_LOGS header carries the compile id `[0/1]` (frame/recompile), no ninja step
     ("fixture torch_inductor_compile_id_header.log", "progress"): None,
+    # dist_init: c10d's `Waiting in store based barrier to initialize process group` is a start under way
+    ("fixture torch_store_barrier_still_waiting.log", "phase"): "starting",
 }
 
 

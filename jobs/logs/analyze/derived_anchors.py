@@ -28,9 +28,10 @@ INPUTS = (
     ' identification|Building wheel|running build_ext|Emitting ninja build file|scikit-build-core|Linking'
     ' (?:CUDA|CXX|C) (?:shared|static)|Building extension|Preparing (?:editable )?metadata '
     "\\\\((?:setup\\\\.py|pyproject\\\\.toml)\\\\)|Getting requirements to build (?:wheel|editable)', 0, 4), "
-    "('\\\\*+ Running training \\\\*+|^training \\\\.\\\\.\\\\.\\\\s*$', 0, 4), ('(?P<pct>\\\\d{1,3})%\\\\s*(?:\\\\|[^|\\\\r\\"
-    '\\n]{0,400}\\\\||Completed\\\\s*\\\\||(?=\\\\d+(?:\\\\.\\\\d+)?[kKMGT]?/\\\\d+(?:\\\\.\\\\d+)?[kKMGT]?\\\\s*\\\\[))\\\\s*(?P<'
-    'n>\\\\d+(?:\\\\.\\\\d+)?)(?P<nu>[kKMGT]?)/(?P<N>\\\\d+(?:\\\\.\\\\d+)?)(?P<Nu>[kKMGT]?)(?!\\\\.?\\\\d|[eE][-'
+    "('Waiting in store based barrier to initialize process group', 0, 4), ('\\\\*+ Running training "
+    "\\\\*+|^training \\\\.\\\\.\\\\.\\\\s*$', 0, 4), ('(?P<pct>\\\\d{1,3})%\\\\s*(?:\\\\|[^|\\\\r\\\\n]{0,400}\\\\||Completed\\"
+    '\\s*\\\\||(?=\\\\d+(?:\\\\.\\\\d+)?[kKMGT]?/\\\\d+(?:\\\\.\\\\d+)?[kKMGT]?\\\\s*\\\\[))\\\\s*(?P<n>\\\\d+(?:\\\\.\\\\d+)?)(?P<n'
+    'u>[kKMGT]?)/(?P<N>\\\\d+(?:\\\\.\\\\d+)?)(?P<Nu>[kKMGT]?)(?!\\\\.?\\\\d|[eE][-'
     "+]?\\\\d)(?:\\\\s*\\\\[(?P<inner>[^\\\\]\\\\r\\\\n]{0,200})\\\\])?', 32, 1), ('^\\\\[(\\\\d+)/(\\\\d+)\\\\]\\\\s', 32, 1), "
     "('^\\\\[\\\\s*(\\\\d{1,3})%\\\\]\\\\s', 32, 1), ('\\\\b(?:global[_ ])?(?:step|Step|STEP|iter|Iter|iteration|Iter"
     "ation)\\\\b\\\\s*[:=#]?\\\\s*\\\\[?\\\\s*(\\\\d+)(?![\\\\w.])\\\\s*(?:/\\\\s*(\\\\d+(?:[eE]\\\\+?\\\\d+)?)(?![\\\\w.]))?', 32,"
@@ -239,7 +240,7 @@ INPUTS = (
     " metrics', 2), (b'%|', 1), (b'% Completed', 1), (b'%]', 1), (b'Step', 1), (b'STEP', 1), (b'Epoch', "
     '1), (b\'EPOCH\', 1), (b"{\'", 1), (b\'{"\', 1), (b\'% \', 1), (b\'] - ETA\', 1), (b\'AUTOTUNE\', 4), (b\'No '
     "available shared memory', 8), (b'| Fail - ', 8), (b'to become healthy', 8), (b'store based barrier',"
-    " 8), (b'NVSwitch fatal', 8), (b'instances.preempted', 8), (b'Spot ITN', 8), (b'Spot Instance "
+    " 12), (b'NVSwitch fatal', 8), (b'instances.preempted', 8), (b'Spot ITN', 8), (b'Spot Instance "
     "Interruption', 8), (b'Timeout (', 8), (b'Failed: Timeout', 8), (b'Exception', 8), (b'Fault', 8), "
     "(b'OutOfResources', 8), (b'TimeoutExpired', 8), (b'NotFound', 8), (b'Iter', 1), (b'Iteration', 1), "
     "(b'error', 8), (b'failed', 8), (b'out of memory', 24), (b'signal 9', 8), (b'died', 8), (b'usage:', "

@@ -70,7 +70,7 @@ _RARE_ANCHORS: list[tuple[bytes, int]] = [
     # progress
     (b"%|", P), (b"% Completed", P), (b"%]", P), (b"Step", P), (b"STEP", P), (b"Epoch", P), (b"EPOCH", P),
     (b"{'", P), (b'{"', P), (b"% ", P), (b"] - ETA", P), (b"AUTOTUNE", M), (b"No available shared memory", F),
-    (b"| Fail - ", F), (b"to become healthy", F), (b"store based barrier", F), (b"NVSwitch fatal", F),
+    (b"| Fail - ", F), (b"to become healthy", F), (b"store based barrier", F | M), (b"NVSwitch fatal", F),
     (b"instances.preempted", F), (b"Spot ITN", F), (b"Spot Instance Interruption", F), (b"Timeout (", F),
     (b"Failed: Timeout", F),
 ] + [(ending.encode(), F) for ending in EXCEPTION_TYPE_ENDINGS] + [(w.encode(), P) for w in STEP_WORDS if w[0].isupper()]

@@ -873,6 +873,11 @@ PHASES: tuple[Signature, ...] = (
          "building", 38,
          "CMake, ninja, setuptools, pip (its metadata and build-requirements steps run setup.py too), scikit-build-core", "-- The CUDA compiler identification is NVIDIA 12.8.93",
          "building"),
+    _row("dist_init", "phase", r"Waiting in store based barrier to initialize process group", "starting", 38,
+         "torch.distributed 1.x-2.x: c10d's store-based barrier while the ranks join (it never moves a job "
+         "already training back)",
+         "Waiting in store based barrier to initialize process group for rank: 0, key: store_based_barrier_key:1 "
+         "(world_size=8, num_workers_joined=7, timeout=0:30:00)", "starting"),
     _row("training_banner", "phase", r"\*+ Running training \*+|^training \.\.\.\s*$", "training", 37,
          "HF Trainer, Megatron-LM", "***** Running training *****", "training"),
 )

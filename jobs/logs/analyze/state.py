@@ -523,8 +523,10 @@ class State:
             self._nest(label or "training", total)
         if phase == "ready" and self.phase == "training":
             phase = "training"        # vLLM's `Processed prompts` bar in a trainer's rollouts (TRL GRPO): still training
-        elif phase == "unknown" and self.phase == "loading" and self.load_done:
-            self.phase = "unknown"    # a bar of its own after transformers' load (lm-eval's requests): no longer loading
+        elif phase == "unknown" and self.load_done and self.phase in ("loading", "unknown"):
+            # a bar of its own after transformers' load (lm-eval's requests): no longer loading (each such bar
+            # says so: the reason is the last one's, whether a run of them is read whole or folded)
+            self.phase = "unknown"
             self.why["phase"] = ("progress {} (line {})", "tqdm bar", line)
         if phase == "loading" and total and done >= total:
             self.load_done = True
