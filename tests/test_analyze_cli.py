@@ -83,3 +83,17 @@ def test_eval_script_skips_when_folder_absent(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "eval_reference_logs.py"), str(tmp_path / "none")],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.startswith("skipped")
+
+
+def test_eval_script_reads_a_label_whose_causes_include_no_failure(tmp_path: Path) -> None:
+    # labels.json's cause may be a list holding null: "no failure" is then one accepted reading, as is each cause
+    (tmp_path / "a_clean.log").write_text("INFO step 10/100 loss 1.25\n")
+    (tmp_path / "b_oom.log").write_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    labels = {"a_clean.log": {"phase": ["training", "failed"], "cause": ["exception", None]},
+              "b_oom.log": {"phase": ["failed"], "cause": ["exception", None]}}
+    (tmp_path / "labels.json").write_text(json.dumps(labels))
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "eval_reference_logs.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert "OK    a_clean.log" in proc.stdout and "MISS  b_oom.log: cause: want ('exception', None), got cuda_oom" \
+        in proc.stdout, proc.stdout
+    assert "score: 1/2" in proc.stdout and proc.returncode == 1
