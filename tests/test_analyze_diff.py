@@ -216,6 +216,8 @@ FIXES = {
     ("fixture torch_inductor_compile_id_header.log", "progress"): None,
     # dist_init: c10d's `Waiting in store based barrier to initialize process group` is a start under way
     ("fixture torch_store_barrier_still_waiting.log", "phase"): "starting",
+    # EXC_LINE: a type of an `exc` module (torch._dynamo.exc.Unsupported) ends its traceback, not the umbrella above
+    ("fixture vllm_dynamo_unsupported_data_dependent_branch.log", "failure"): ("exception", 13),
 }
 
 

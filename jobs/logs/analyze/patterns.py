@@ -72,7 +72,7 @@ _RARE_ANCHORS: list[tuple[bytes, int]] = [
     (b"{'", P), (b'{"', P), (b"% ", P), (b"] - ETA", P), (b"AUTOTUNE", M), (b"No available shared memory", F),
     (b"| Fail - ", F), (b"to become healthy", F), (b"store based barrier", F | M), (b"NVSwitch fatal", F),
     (b"instances.preempted", F), (b"Spot ITN", F), (b"Spot Instance Interruption", F), (b"Timeout (", F),
-    (b"Failed: Timeout", F),
+    (b"Failed: Timeout", F), (b".exc.", F),
 ] + [(ending.encode(), F) for ending in EXCEPTION_TYPE_ENDINGS] + [(w.encode(), P) for w in STEP_WORDS if w[0].isupper()]
 _COMMON_ANCHORS: list[tuple[bytes, int]] = [
     (b"error", F), (b"failed", F), (b"out of memory", F | W), (b"signal 9", F), (b"died", F), (b"usage:", F),
@@ -666,7 +666,8 @@ EXC_LINE = regexcache.compile(
     # A type ending in Timeout only dotted, as a traceback names it (requests.exceptions.ReadTimeout): a
     # config dump's `ReadTimeout: 30s` is no exception.
     r"^(?:-\s+)?(?P<type>(?:(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:" + "|".join(_UNDOTTED_ENDINGS) + r")"
-    r"|(?:[A-Za-z_]\w*\.)+(?:Error|Exception|OutOfResources|TimeoutExpired|NotFound|\w*Timeout)|Exception(?=:\s*\S))"
+    r"|(?:[A-Za-z_]\w*\.)+(?:Error|Exception|OutOfResources|TimeoutExpired|NotFound|\w*Timeout)|Exception(?=:\s*\S)"
+    r"|(?:[A-Za-z_]\w*\.)+exc\.[A-Z]\w*)"     # a type of an `exc` module: torch._dynamo.exc.Unsupported
     r"(?:\([\w.]+\))?)"          # Ray's RayTaskError(ValueError): the cause's type in brackets
     r"(?::\s*(?P<msg>.*))?$")
 FRAME = regexcache.compile(r'^\s*File "[^"]*", line \d+')
