@@ -340,9 +340,10 @@ _PREFIX = regexcache.compile(
     r"|\[[A-Za-z][\w\-]{0,30} (?P<lvl8>[DIWEFC]) \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? [\w.\-]+:\d+\]"
     r"|\[[A-Za-z][\w.\-]{0,30}\](?=\s?\d{4}-\d\d-\d\d[ T]\d\d:)"
     r"|\[(?P<lvl4>[EWIF])\s[^\]]*\.(?:cpp|cc|cu|h|hpp|c):\d+\]"                                 # [E ProcessGroupNCCL.cpp:563]
-    r"|\[?(?P<lvl5>[EWIF])\d{3,4}\s\d\d:\d\d:\d\d\.\d+(?:\s+\d+)?\s\S+:\d+\]"                         # glog, bare or [bracketed]
-    # (torch's TORCH_LOGS header: the compile id `[0/1]` after a .py file's, frame/recompile, no build step)
-    r"(?:(?:(?<=\.py:\d\])|(?<=\.py:\d\d\])|(?<=\.py:\d{3}\])|(?<=\.py:\d{4}\])) \[\d+/\d+(?:_\d+)?\](?=\s))?"
+    # glog, bare or [bracketed]; torch's TORCH_LOGS header (a .py file's) carries the compile id `[0/1]`
+    # (frame/recompile, no build step), which goes with it
+    r"|\[?(?P<lvl5>[EWIF])\d{3,4}\s\d\d:\d\d:\d\d\.\d+(?:\s+\d+)?\s"
+    r"(?:\S+\.py:\d+\](?: \[\d+/\d+(?:_\d+)?\](?=\s))?|\S+:\d+\])"
     r"|\[\s*\d+\.\d+\]"                                                                       # dmesg
     # NCCL_DEBUG's header `host:pid:tid [dev] NCCL INFO `: its INFO is chatter (a missing net plugin's
     # `cannot open shared object file` included); a WARN keeps its header, which NCCL's rows read
@@ -989,8 +990,9 @@ HINTS = {
 _EVAL_BARS = ("validat", "sanity check", "eval", "testing", "predicting")
 _DATA_PREP_BARS = ("map", "filter", "generating ")
 _DATA_PREP_WORDS = ("dataset", " split", "tokeniz", "preprocess", "grouping texts", "chat template")
-_WEIGHT_FILES = (".safeten", ".gguf", ".bin", ".pt", ".msgpack", ".h5")
-_DATA_FILES = (".parquet", ".arrow", ".jsonl", ".csv")    # a dataset's files, one bar each: `train-00003-of-00020.parquet`
+# Files a hub download draws one bar each for: a model's weights (`model-00002-of-00017.safetensors`) and a
+# dataset's (`train-00003-of-00020.parquet`).
+_DOWNLOADED_FILES = (".safeten", ".gguf", ".bin", ".pt", ".msgpack", ".h5", ".parquet", ".arrow", ".jsonl", ".csv")
 
 
 def label_phase(label: str) -> Optional[str]:
@@ -1005,8 +1007,8 @@ def label_phase(label: str) -> Optional[str]:
     for word in ("load", "checkpoint", "shard", "weight", "download", "fetch"):
         if word in low:
             return "loading"
-    if any(ext in low for ext in _WEIGHT_FILES) or any(ext in low for ext in _DATA_FILES):
-        return "loading"      # hub downloads, one bar a file: `model-00002-of-00017.safetensors`
+    if any(ext in low for ext in _DOWNLOADED_FILES):
+        return "loading"      # hub downloads, one bar a file
     if "compil" in low or "autotun" in low or "warm" in low:
         return "compiling"
     for word in ("train", "epoch", "step", "iter", "loss"):     # (torchtune's `1|142|Loss: 0.99`)

@@ -755,7 +755,7 @@ ENGINES: tuple[Signature, ...] = (
     _row("sglang_source_path", "engine", r"/sglang/|/sgl_kernel/|\bsglang\.srt\b|(?<![\w.\-/])(?:sglang|sgl_kernel)/[\w/.\-]*\.py\b",
          "sglang", 2, "SGLang (medium)", 'File "/usr/lib/python3/site-packages/sglang/srt/server.py", line 3, in run'),
     # (a container's image: `kubectl describe pod`'s `Image:`, a `docker run` line, a compose file pasted)
-    _row("vllm_image", "engine", r"\bvllm/vllm-openai\b|\bvllm/vllm-(?:tpu|cpu|rocm)\b|\brocm/vllm\b", "vllm", 1,
+    _row("vllm_image", "engine", r"\bvllm/vllm-(?:openai|tpu|cpu|rocm)\b|\brocm/vllm\b", "vllm", 1,
          "vLLM's container images (Docker Hub vllm/vllm-openai, rocm/vllm), as a pod's `Image:` or a compose file "
          "names them (weak, weight 2: the engine's own words may never have been printed; no phase from it)",
          "    Image:         vllm/vllm-openai:v0.6.4.post1", "vllm"),
