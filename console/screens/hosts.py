@@ -291,9 +291,12 @@ class HostsScreen(DeckScreen):
         self._tails[name] = tails
         if self.selected == name:
             host = getattr(self, "_hosts", {}).get(name)
-            if host is not None:
-                self.query_one("#host-detail", Static).update(detail_text(
-                    host["summary"], host.get("status"), host.get("jobs"), host.get("agent") or {}, tails))
+            if host is None:
+                return
+            # (tails come from a worker thread: the screen may have been left, its widgets gone, meanwhile)
+            for widget in self.query("#host-detail").results(Static):
+                widget.update(detail_text(host["summary"], host.get("status"), host.get("jobs"),
+                                          host.get("agent") or {}, tails))
 
     # -- entering a box: the console's views show it (the app's box switcher) -------------------
     def target_box(self) -> Optional[str]:
