@@ -218,6 +218,15 @@ FIXES = {
     ("fixture torch_store_barrier_still_waiting.log", "phase"): "starting",
     # EXC_LINE: a type of an `exc` module (torch._dynamo.exc.Unsupported) ends its traceback, not the umbrella above
     ("fixture vllm_dynamo_unsupported_data_dependent_branch.log", "failure"): ("exception", 13),
+    # State._set_progress: a build series that completed, then the next extension's, counts past a probe's compile error
+    ("fixture deepspeed_op_probe_compile_error_build_goes_on.log", "phase"): "building",
+    ("fixture deepspeed_op_probe_compile_error_build_goes_on.log", "failure"): None,
+    ("fixture deepspeed_op_probe_compile_error_build_goes_on.log", "warnings"): ["error_recovered"],
+    # OOM_RISK: DeepSpeed ZeRO-3's `pytorch allocator cache flushes since last step` is GPU memory running out
+    ("fixture deepspeed_zero3_allocator_cache_flushes_oom_risk.log", "warnings"): ["oom_risk"],
+    ("fixture deepspeed_bracketed_warning_words.log", "warnings"): ["oom_risk"],
+    # label_phase: a `Convert to … format` bar (LMDeploy's TurboMind) converts the weights as they load
+    ("fixture lmdeploy_turbomind_convert_weights_bar.log", "phase"): "loading",
 }
 
 

@@ -20,7 +20,9 @@ The rule, in order:
    consequence: after a build error, a GPU's own failure (a CUDA OOM, an Xid) means the job
    got past it (a probe's failed link test, as DeepSpeed's op builder prints), and a GPU's
    hardware fault (an Xid, a GPU off the bus) explains the CUDA and NCCL errors around it,
-   even where a paste puts its dmesg lines after them: that failure decides.
+   even where a paste puts its dmesg lines after them: that failure decides. And a hang read
+   from repeated stall notices names no culprit: an NCCL timeout, a CUDA error or a GPU fault
+   after them says what hung.
 4. An envelope defers to the error inside it: when no candidate outranks it, the first
    ERROR line above it names the line (its cause stays the envelope's). A traceback's
    header is an envelope of its final line: an envelope that ends the traceback (a build

@@ -57,12 +57,13 @@ INPUTS = (
     'req|(?<![#\\\\w])(?:full )?token usage|gen throughput \\\\(token/s\\\\)|input throughput '
     "\\\\(token/s\\\\)|accept len(?:gth)?|accept rate):\\\\s*([-+]?\\\\d+(?:\\\\.\\\\d+)?)(?![\\\\w.])', 32, 2), "
     "('Allowing ninja to set a default number of workers|make -j(?:$|\\\\s(?!\\\\s*\\\\d))|virtual memory "
-    "exhausted|Cannot allocate memory|std::bad_alloc', 32, 16), ('preempted by PreemptionMode|not enough "
-    "KV cache space|KV cache pool is full|[Dd]ecode out of memory happened|[Rr]etract(?:ed)? requests', "
-    "32, 16), ('Prebuilt kernels not found|using JIT backend|Loading JIT ops|JIT compil', 32, 16), "
-    "('Exception in ASGI application|Error in preprocessing prompt inputs|Error in (?:chat )?completion "
-    "stream generator', 32, 16), ('\\\\*\\\\*\\\\* (?:JOB|STEP) \\\\S+ ON \\\\S+ CANCELLED AT \\\\S+(?: DUE TO "
-    "(?P<why>[A-Z ,]+?))? \\\\*\\\\*\\\\*', 32, 8), ('=>> PBS: job killed: "
+    "exhausted|Cannot allocate memory|std::bad_alloc|allocator cache flushes since last step', 32, 16), "
+    "('preempted by PreemptionMode|not enough KV cache space|KV cache pool is full|[Dd]ecode out of "
+    "memory happened|[Rr]etract(?:ed)? requests', 32, 16), ('Prebuilt kernels not found|using JIT "
+    "backend|Loading JIT ops|JIT compil', 32, 16), ('Exception in ASGI application|Error in preprocessing"
+    " prompt inputs|Error in (?:chat )?completion stream generator', 32, 16), ('\\\\*\\\\*\\\\* (?:JOB|STEP) "
+    "\\\\S+ ON \\\\S+ CANCELLED AT \\\\S+(?: DUE TO (?P<why>[A-Z ,]+?))? \\\\*\\\\*\\\\*', 32, 8), ('=>> PBS: job "
+    'killed: '
     '(?P<pbs>walltime|mem|vmem|pmem|pvmem)\\\\b|\\\\bTERM_(?P<lsf>RUNLIMIT|CPULIMIT|MEMLIMIT|SWAP|PREEMPT): '
     "job killed|\\\\bPreempted by (?:pod )?\\\\S+ on node \\\\S', 32, 8), ('(?:sbatch|srun|salloc): error: "
     "(?:Batch job submission failed|Unable to allocate resources|Job submit/allocate failed): ', 32, 8), "
@@ -274,6 +275,7 @@ ANCHORS: tuple[tuple[bytes, int], ...] = (
     (b'llama runner started in', 4),
     (b'all slots are idle', 4),
     (b'Draft acceptance rate:', 2),
+    (b'allocator cache flushes since last step', 16),
     (b'Exception in ASGI application', 16),
     (b'Error in preprocessing prompt inputs', 16),
     (b'completion stream generator', 16),

@@ -18,7 +18,7 @@ SERVING_KEYS = ("running", "waiting", "kv_cache_pct", "gen_tokens_per_s", "promp
 # Warning codes this module can emit (and what they mean to an operator).
 WARNING_CODES = {
     "spec_decode_ineffective": "speculative decoding accepts so little that it slows serving down",
-    "oom_risk": "a build shows signs of heading for the host OOM killer",
+    "oom_risk": "memory is running out: a build heading for the host OOM killer, a trainer's GPU allocator flushing",
     "kv_cache_pressure": "the KV cache is full: requests are preempted/retracted or queue up",
     "jit_compile": "kernels are JIT-compiled on first use: startup may be silent for minutes",
     "error_recovered": "an error was logged but the job carried on (served, progress advanced, or it went on to another phase)",

@@ -831,7 +831,8 @@ CRASH = regexcache.compile(r"Segmentation fault|SIGSEGV|core dumped|Aborted \(co
 NOT_FAILURE_LEVELS = ("INFO", "DEBUG", "NOTICE")
 
 OOM_RISK = regexcache.compile(r"Allowing ninja to set a default number of workers|make -j(?:$|\s(?!\s*\d))"   # (-j 16: bounded)
-                       r"|virtual memory exhausted|Cannot allocate memory|std::bad_alloc")
+                       r"|virtual memory exhausted|Cannot allocate memory|std::bad_alloc"
+                       r"|allocator cache flushes since last step")     # DeepSpeed ZeRO-3: GPU memory nearly full
 KV_PRESSURE = regexcache.compile(r"preempted by PreemptionMode|not enough KV cache space|KV cache pool is full"
                           r"|[Dd]ecode out of memory happened|[Rr]etract(?:ed)? requests")
 JIT = regexcache.compile(r"Prebuilt kernels not found|using JIT backend|Loading JIT ops|JIT compil")
@@ -1004,7 +1005,7 @@ def label_phase(label: str) -> Optional[str]:
         return "training"     # Lightning's `Validation DataLoader 0`, a trainer's eval: within training
     if low.startswith(_DATA_PREP_BARS) or any(word in low for word in _DATA_PREP_WORDS):
         return None           # HF datasets' `Generating train split`, `Map`: the data, neither training nor a load
-    for word in ("load", "checkpoint", "shard", "weight", "download", "fetch"):
+    for word in ("load", "checkpoint", "shard", "weight", "download", "fetch", "convert ", "converting"):
         if word in low:
             return "loading"
     if any(ext in low for ext in _DOWNLOADED_FILES):

@@ -16,7 +16,7 @@ from .patterns import (ANSI, SERIES_LABELS, SIZE, TQDM, families_in, parse_servi
 from . import sparse as _sparse
 from .sparse import DENSE_BACKOFF, compact, mapped
 from .cause import Spec
-from .state import (_NAN, ONLY_NVRM, State)
+from .state import (_NAN, ONLY_NVRM, State, series_done)
 from .templates import (ALL_SERVING_BITS, FRAME_LINE, K_BAR, K_BAR_GLUED, K_BUILD, K_GIANT, K_INERT, K_OTHER, K_REFILTER,
                         K_SERVING, KV_WAITING_BITS, NORMALIZE, ONLY_FRAME, RUN_GROUPS, SKIP_GROUP, SPEC_BITS,
                         TEMPLATE_CACHE_BYTES, TEMPLATE_KEY_MAX, TEMPLATE_ONE_OFFS_MAX, Plan, RecordPlan, Template,
@@ -888,7 +888,7 @@ class _Chunk:
         previous one's hint, series, phase and why texts, and no error waits on a hint series, so only the
         last is read. False (nothing done) while an error waits on a hint (or on any series: none ran before it)."""
         pending = self.state.progress_at_failure
-        if not (pending is None or pending[0] and pending[0][0] != "hint"):
+        if not (pending is None or pending[0] and pending[0][0] != "hint" and not series_done(*pending)):
             return False
         n, i = last - first + 1, self.sel[last]
         deferred = self.deferred
@@ -907,7 +907,8 @@ class _Chunk:
         what survives is the series' start (for the rate), so the members before the last are read for
         their numbers only. False (nothing done) while an error waits on a build (or on any series)."""
         pending = self.state.progress_at_failure
-        if not (pending is None or pending[0] and (pending[0][0] != "bar" or pending[0][1] != "building")):
+        if not (pending is None or pending[0] and (pending[0][0] != "bar" or pending[0][1] != "building")
+                and not series_done(*pending)):
             return False
         members = self.sel[first:last + 1]
         deferred = self.deferred
@@ -947,7 +948,7 @@ class _Chunk:
         error waits on a training series) only the series' start survives; else they are read one by one.
         False (nothing done) while an error waits on training progress (or on any series)."""
         pending = self.state.progress_at_failure
-        if not (pending is None or pending[0] and pending[0][1] != "training"):
+        if not (pending is None or pending[0] and pending[0][1] != "training" and not series_done(*pending)):
             return False
         members = self.sel[first:last + 1]
         deferred = self.deferred
@@ -1023,8 +1024,8 @@ class _Chunk:
         if kind == K_BAR and run_phase == "training" and not info.named and not self.one_total(first, last):
             return False                              # an evaluation bar nested in a training one (State._nest)
         pending = state.progress_at_failure
-        if not (self.now_unset and (pending is None or pending[0] and (pending[0][0] != "bar"
-                                    or pending[0][1] != run_phase
+        if not (self.now_unset and (pending is None or pending[0] and not series_done(*pending) and (
+                                    pending[0][0] != "bar" or pending[0][1] != run_phase
                                     or kind == K_BAR and self.other_series(first, last, pending[0]))) and (
                 kind == K_BUILD or run_phase != "loading" or info.named == "loading")):
             return False

@@ -945,7 +945,8 @@ SERVING: tuple[Signature, ...] = (
          "#queue-req: 0", "running=4"),
 )
 WARNINGS: tuple[Signature, ...] = (
-    _row("oom_risk", "warning", OOM_RISK, "oom_risk", 10, "torch cpp_extension (no MAX_JOBS), make -j, compilers",
+    _row("oom_risk", "warning", OOM_RISK, "oom_risk", 10, "torch cpp_extension (no MAX_JOBS), make -j, compilers; "
+         "DeepSpeed ZeRO-3 `N pytorch allocator cache flushes since last step` (GPU memory)",
          "Allowing ninja to set a default number of workers... (overridable by setting the environment variable MAX_JOBS=N)"),
     _row("kv_cache_pressure", "warning", KV_PRESSURE, "kv_cache_pressure", 9,
          "vLLM PreemptionMode, SGLang retract (also: KV >= 95 % with requests waiting, vLLM V1's stats `Preemptions: N`)",

@@ -44,7 +44,7 @@ class _Candidate:
     def hold(self) -> int:
         """The rank a candidate of the same or a lower one cannot displace (candidate_is_noop): its own, but one
         lower for a cause that a later one of its rank may displace (_DISPLACED_BY; cause.py, rule 3)."""
-        return self.spec - 1 if self.cause in _DISPLACED_BY else self.spec
+        return self.spec - 1 if self.cause in _DISPLACED_BY or self.sig in _DISPLACED_BY else self.spec
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -69,12 +69,20 @@ def _is_traceback_header(cand: _Candidate) -> bool:
 # The causes whose held candidate a later one of the same rank displaces, and by which causes (cause.py, rule 3):
 # a build error brings about no GPU failure (the job got past it); a GPU's hardware fault explains the CUDA and
 # NCCL errors around it, wherever a paste puts its dmesg lines.
+# A hang read from repeated stall notices (by its row, STALL_NOTICE) names no culprit: the NCCL watchdog's
+# timeout, a CUDA error or a GPU fault after them says what hung.
 _DISPLACED_BY: dict[str, frozenset[str]] = {"build_failed": frozenset(("cuda_oom", "gpu_fault")),
-                                            "cuda_error": frozenset(("gpu_fault",)), "nccl": frozenset(("gpu_fault",))}
+                                            "cuda_error": frozenset(("gpu_fault",)), "nccl": frozenset(("gpu_fault",)),
+                                            "STALL_NOTICE": frozenset(("nccl", "cuda_error", "gpu_fault"))}
 _NONE: frozenset[str] = frozenset()
 
 # progress_at_failure for an error no progress undoes: a key no series has (see _candidate).
 _NO_RECOVERY = (("never",), float("inf"))
+
+
+def series_done(key: tuple, done: float) -> bool:
+    """Whether the series `key` (source, phase, label, total) reached its total at `done`."""
+    return len(key) == 4 and key[3] is not None and done >= key[3]
 
 # The rows whose candidates _candidate looks at first: an engine killing itself, the bare `Killed` after it.
 _SELF_KILL_SIGS = frozenset(("ENGINE_SELF_KILL", "HOST_OOM"))
@@ -724,7 +732,8 @@ class State:
             pkey, pdone = self.progress_at_failure
             if not pkey:              # no progress before the error: the first series after it is watched
                 self.progress_at_failure = (key, done)
-            elif pkey == key and done > pdone:
+            elif pkey == key and done > pdone or series_done(pkey, pdone) and (pkey != key or done < pdone):
+                # (a series that completed, then another begins: the job went on to its next step)
                 self.advances_since_failure += 1
                 self.progress_at_failure = (key, done)
                 if self.advances_since_failure >= RECOVERY_ADVANCES:
@@ -919,7 +928,8 @@ class State:
             # Slurm's own OOM line names the limit that killed it: a better hint than the bare "Killed" above it.
             if (self.best is None or cand.spec > self.best.spec
                     or (cand.hint_key == "slurm_oom" and self.best.cause == "host_oom")
-                    or (cand.spec >= self.best.spec and cand.cause in _DISPLACED_BY.get(self.best.cause, _NONE))):
+                    or (cand.spec >= self.best.spec and cand.cause in (
+                        _DISPLACED_BY.get(self.best.cause) or _DISPLACED_BY.get(self.best.sig, _NONE)))):
                 self.best = cand
                 # (cause.py rule 5) progress proves recovery from the error held, so it counts from this one:
                 # pip prints its envelope before the build output it wraps, whose ninja steps came first.
@@ -1035,6 +1045,9 @@ class State:
         if OOM_RISK.search(body):
             if "ninja" in body:
                 text = "MAX_JOBS is not set: ninja runs one compiler per core (nvcc can take several GB each) — set MAX_JOBS"
+            elif "allocator cache" in body:
+                text = ("GPU memory pressure: the PyTorch allocator flushes its cache between steps (DeepSpeed) — "
+                        "a CUDA OOM is near; lower the micro-batch, or offload")
             elif "make -j" in body or "nproc" in body:
                 text = "unbounded build parallelism (-j without a limit) — pass -jN sized to free RAM / ~4 GB per job"
             else:
