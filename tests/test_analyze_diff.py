@@ -225,6 +225,8 @@ FIXES = {
     # OOM_RISK: DeepSpeed ZeRO-3's `pytorch allocator cache flushes since last step` is GPU memory running out
     ("fixture deepspeed_zero3_allocator_cache_flushes_oom_risk.log", "warnings"): ["oom_risk"],
     ("fixture deepspeed_bracketed_warning_words.log", "warnings"): ["oom_risk"],
+    # State._recovered: serving after a bare ERROR line (no exception: a KV transfer's) names it recovered from
+    ("fixture vllm_error_line_then_serving_stats_recovered.log", "warnings"): ["error_recovered"],
     # label_phase: a `Convert to … format` bar (LMDeploy's TurboMind) converts the weights as they load
     ("fixture lmdeploy_turbomind_convert_weights_bar.log", "phase"): "loading",
 }

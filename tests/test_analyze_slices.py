@@ -150,10 +150,15 @@ def test_same_course_reads_every_field_and_the_seq_offset() -> None:
     b.series = (b.series[0], b.series[1], float("nan")) if b.series else ((), 0.0, float("nan"))
     a.series = (b.series[0], b.series[1], float("nan"))
     assert a.same_course(b) == 0                       # NaN is NaN here
-    b.warnings = dict(reversed(list({"x": 1, "y": 2}.items())))
-    a.warnings = {"x": 1, "y": 2}
-    assert a.same_course(b) is None                    # the same items in another order are not the same
+    b.warnings = dict(reversed(list({"x": (1,), "y": (2,)}.items())))
+    a.warnings = {"x": (1,), "y": (2,)}
+    assert a.same_course(b) == 0                       # warnings by code, whatever their order: the result sorts them
+    a.warnings = {"x": (1,), "y": (3,)}
+    assert a.same_course(b) is None
     a.warnings = dict(b.warnings)
+    b.why = dict(reversed(list(a.why.items())))
+    assert len(a.why) > 1 and a.same_course(b) is None   # the same items in another order are not the same
+    b.why = dict(a.why)
     a.phase = "ready" if b.phase != "ready" else "loading"
     assert a.same_course(b) is None
     a.phase = b.phase

@@ -948,7 +948,7 @@ class _Chunk:
         error waits on a training series) only the series' start survives; else they are read one by one.
         False (nothing done) while an error waits on training progress (or on any series)."""
         pending = self.state.progress_at_failure
-        if not (pending is None or pending[0] and pending[0][1] != "training" and not series_done(*pending)):
+        if not (pending is None or pending[0] and pending[0][1:2] != ("training",) and not series_done(*pending)):
             return False
         members = self.sel[first:last + 1]
         deferred = self.deferred

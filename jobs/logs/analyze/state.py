@@ -62,6 +62,10 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
+def _code(item: tuple) -> str:
+    return item[0]
+
+
 def _is_traceback_header(cand: _Candidate) -> bool:
     return "Traceback (most recent call last)" in cand.message
 
@@ -904,6 +908,8 @@ class State:
                 # the engine's SIGKILL of its own processes, announced above, or a requested cancel's
                 # escalation (scancel: SIGTERM, then SIGKILL after KillWait): no OOM
                 return
+        if cand.spec == 0 and REQUEST_ERROR.search(cand.message) is not None:
+            return                      # (cause.py rule 6) the ERROR line saying one request failed: its warning says it
         if (cand.cause == "exception" and cand.line - self.request_error_at <= REQUEST_ERROR_LINES
                 and (self.request_final_at is None or self.chained_at > self.request_final_at)
                 and not self.candidate_is_noop(cand.spec)):
@@ -998,10 +1004,11 @@ class State:
         """The candidates so far dropped: the job carried on (cause.py, rule 5). Serving is proof; a phase
         marker or progress is not, where another rank logs it: their dropped error stays revivable."""
         self.stall_notices.clear()
-        cand = self.best or self.first_low
+        cand = self.best or self.first_low or self.first_weak
         if cand is not None:
             # (its text is made when a result is asked for: most are replaced by the next recovery)
-            self.warnings["error_recovered"] = ("error_recovered", cand.line, (cand.cause, cand.line, cand.message))
+            self.warnings["error_recovered"] = ("error_recovered", cand.line, (
+                cand.cause if cand.spec else "an ERROR line", cand.line, cand.message))
         if proven:
             # Kept only for an engine's self-kill announced right after (root_cause): another rank still served.
             if self.best is not None:
@@ -1088,6 +1095,8 @@ class State:
                 return None
         if not _same(_nvrm_run(self.nvrm, next_line), _nvrm_run(other.nvrm, next_line)):
             return None
+        if not _same(sorted(self.warnings.items(), key=_code), sorted(other.warnings.items(), key=_code)):
+            return None
         mine_c, theirs_c = self._candidates(), other._candidates()
         if [a is b for a in mine_c for b in mine_c] != [a is b for a in theirs_c for b in theirs_c]:
             return None                               # (State reads their sharing: `best is cand`)
@@ -1163,8 +1172,10 @@ class State:
 
 # What State.same_course compares as it is (seq and the progress entries by an offset, nvrm by its last run;
 # labels is a memo, now the caller's).
-_COURSE_FIELDS = tuple(name for name in State.__slots__
-                       if name not in ("now", "labels", "seq", "bar", "hint", "outer_bar", "nvrm", "__dict__"))
+# (warnings: compared by code, whatever the order they were raised in: the result sorts them, and a reading
+# begun mid-file raises the codes of a repeated stretch in another order than the one begun at its start)
+_COURSE_FIELDS = tuple(name for name in State.__slots__ if name not in (
+    "now", "labels", "seq", "bar", "hint", "outer_bar", "nvrm", "warnings", "__dict__"))
 
 
 def _nvrm_run(nvrm: deque, next_line: Optional[int] = None) -> list:
