@@ -132,8 +132,9 @@ def test_sglang_is_ready_only_when_fired_up() -> None:
 def test_a_request_error_while_serving_is_a_warning_not_a_failure() -> None:
     r = analyze_file(FIXTURES / "serving_recovered_error.log")
     assert r.failure is None and r.phase == "ready"
-    assert [(w.code, w.line) for w in r.warnings] == [("request_error", 6)]
-    assert r.warnings[0].message == ("a request failed and the server answered it (it serves on): ValueError: This "
+    # (the ERROR line that says so is an error the server carried on from, too)
+    assert [(w.code, w.line) for w in r.warnings] == [("error_recovered", 2), ("request_error", 6)]
+    assert r.warnings[1].message == ("a request failed and the server answered it (it serves on): ValueError: This "
                                      "model's maximum context length is 8192 tokens.")
     # no stats line after it: the server answered the request (vLLM's handler caught it), it is no crash
     data = (FIXTURES / "serving_recovered_error.log").read_bytes()

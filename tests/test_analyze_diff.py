@@ -97,7 +97,7 @@ FIXES = {
     ("fixture llamacpp_server_ready_idle.log", "phase"): "ready",
     ("fixture llamacpp_server_ready_idle.log", "ready_line"): 17,
     # cause.py rule 6: vLLM's handler logged one request's ValueError and answered 400: a warning
-    ("fixture serving_recovered_error.log", "warnings"): ["request_error"],
+    ("fixture serving_recovered_error.log", "warnings"): ["error_recovered", "request_error"],
     ("fixture sglang_asgi_request_exception_serves_on.log", "warnings"): ["request_error"],   # uvicorn's own words
     ("fixture sglang_asgi_request_exception_serves_on.log", "failure"): None,
     ("fixture sglang_asgi_request_exception_serves_on.log", "phase"): "ready",
@@ -227,6 +227,15 @@ FIXES = {
     ("fixture deepspeed_bracketed_warning_words.log", "warnings"): ["oom_risk"],
     # State._recovered: serving after a bare ERROR line (no exception: a KV transfer's) names it recovered from
     ("fixture vllm_error_line_then_serving_stats_recovered.log", "warnings"): ["error_recovered"],
+    # LABELLED_BRACKET: a bare `[2300/50000]` before a loss is a training step (was: a ninja step behind the glog header)
+    ("fixture absl_training_loop_bare_step_counter.log", "phase"): "training",
+    ("fixture absl_training_loop_bare_step_counter.log", "progress"): (2300, 50000, "step"),
+    # NOT_EVENTS before XID: `$ journalctl -k | grep -c "NVRM: Xid"` is a command, no Xid
+    ("fixture prolog_grep_for_xid_then_training.log", "phase"): "training",
+    ("fixture prolog_grep_for_xid_then_training.log", "failure"): None,
+    # _PREFIX: TensorFlow's `…: W external/…/bfc_allocator.cc:291] ` is a WARNING (its "ran out of memory" no OOM)
+    ("fixture tensorflow_bfc_not_a_failure_training.log", "phase"): "training",
+    ("fixture tensorflow_bfc_not_a_failure_training.log", "failure"): None,
     # label_phase: a `Convert to … format` bar (LMDeploy's TurboMind) converts the weights as they load
     ("fixture lmdeploy_turbomind_convert_weights_bar.log", "phase"): "loading",
 }

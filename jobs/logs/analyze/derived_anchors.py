@@ -32,7 +32,8 @@ INPUTS = (
     "\\\\*+|^training \\\\.\\\\.\\\\.\\\\s*$', 0, 4), ('(?P<pct>\\\\d{1,3})%\\\\s*(?:\\\\|[^|\\\\r\\\\n]{0,400}\\\\||Completed\\"
     '\\s*\\\\||(?=\\\\d+(?:\\\\.\\\\d+)?[kKMGT]?/\\\\d+(?:\\\\.\\\\d+)?[kKMGT]?\\\\s*\\\\[))\\\\s*(?P<n>\\\\d+(?:\\\\.\\\\d+)?)(?P<n'
     'u>[kKMGT]?)/(?P<N>\\\\d+(?:\\\\.\\\\d+)?)(?P<Nu>[kKMGT]?)(?!\\\\.?\\\\d|[eE][-'
-    "+]?\\\\d)(?:\\\\s*\\\\[(?P<inner>[^\\\\]\\\\r\\\\n]{0,200})\\\\])?', 32, 1), ('^\\\\[(\\\\d+)/(\\\\d+)\\\\]\\\\s', 32, 1), "
+    "+]?\\\\d)(?:\\\\s*\\\\[(?P<inner>[^\\\\]\\\\r\\\\n]{0,200})\\\\])?', 32, 1), "
+    "('^\\\\[(\\\\d+)/(\\\\d+)\\\\]\\\\s(?!\\\\s*(?:loss|train|step|epoch)\\\\b)', 32, 1), "
     "('^\\\\[\\\\s*(\\\\d{1,3})%\\\\]\\\\s', 32, 1), ('\\\\b(?:global[_ ])?(?:step|Step|STEP|iter|Iter|iteration|Iter"
     "ation)\\\\b\\\\s*[:=#]?\\\\s*\\\\[?\\\\s*(\\\\d+)(?![\\\\w.])\\\\s*(?:/\\\\s*(\\\\d+(?:[eE]\\\\+?\\\\d+)?)(?![\\\\w.]))?', 32,"
     " 1), ('\\\\b(?:epoch|Epoch|EPOCH)\\\\b\\\\s*[:=#]?\\\\s*\\\\[?\\\\s*(\\\\d+(?:\\\\.\\\\d+)?)(?!\\\\.?\\\\d|[eE][-"
@@ -82,17 +83,18 @@ INPUTS = (
     '|total )?tokens|can be stored in KV cache|Capture cuda graph failed:.*out of memory|insufficient '
     '(?:GPU|device) memory|out of memory on (?:device|GPU)|larger than the available KV cache memory|not '
     'enough GPU memory available|is less than desired GPU memory utilization|memory capacity is '
-    "unbalanced|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY|PI_ERROR_OUT_OF_RESOURCES', 32, 8), ('Got fatal "
-    'signal from worker processes, shutting down|Received sigquit from a child process|SIGQUIT '
-    'received\\\\..*It usually means one child failed|Triggering SIGQUIT for cleanup|Dumping requests '
-    "before crash', 32, 8), ('^Killed\\\\s*$|^Killed process|\\\\d+\\\\s+Killed\\\\b|\\\\bKilled\\\\s{2,}\\\\S|died due"
-    ' to signal 9|Killed signal terminated program|internal compiler error: Killed|(?:exit|exited with) '
-    '(?:code|status)[:= ]*(?:137|-9)\\\\b|non-zero exit status (?:137|-9)\\\\b|Signals\\\\.SIGKILL|killed by '
-    'signal(?: 9\\\\b|:? Killed)|received signal 9\\\\b|terminated by signal 9\\\\b|Out of memory: Kill|invoked'
-    ' oom-killer|oom-kill|oom_reaper|^MemoryError\\\\b|std::bad_alloc|Cannot allocate memory|virtual memory'
-    ' exhausted|out of memory allocating|exitcode\\\\s*:\\\\s*-9\\\\b|Signal \\\\d+ \\\\(SIGKILL\\\\) '
-    "received|\\\\btasks? [\\\\d,\\\\-]+: Killed\\\\b|OOMKilled', 32, 8), ('\\\\bsignal: killed\\\\b|\\\\breceived "
-    "SIGKILL\\\\b|\\\\bSIGKILL received\\\\b|\\\\bwas SIGKILLed\\\\b', 32, 8), ('(?:\\\\b[Ee]xit[ "
+    'unbalanced|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY|PI_ERROR_OUT_OF_RESOURCES|RESOURCE_EXHAUSTED: Out of'
+    " memory|OOM when allocating tensor', 32, 8), ('Got fatal signal from worker processes, shutting "
+    'down|Received sigquit from a child process|SIGQUIT received\\\\..*It usually means one child '
+    "failed|Triggering SIGQUIT for cleanup|Dumping requests before crash', 32, 8), ('^Killed\\\\s*$|^Killed"
+    ' process|\\\\d+\\\\s+Killed\\\\b|\\\\bKilled\\\\s{2,}\\\\S|died due to signal 9|Killed signal terminated '
+    'program|internal compiler error: Killed|(?:exit|exited with) (?:code|status)[:= ]*(?:137|-9)\\\\b|non-'
+    'zero exit status (?:137|-9)\\\\b|Signals\\\\.SIGKILL|killed by signal(?: 9\\\\b|:? Killed)|received signal'
+    ' 9\\\\b|terminated by signal 9\\\\b|Out of memory: Kill|invoked oom-killer|oom-'
+    'kill|oom_reaper|^MemoryError\\\\b|std::bad_alloc|Cannot allocate memory|virtual memory exhausted|out '
+    'of memory allocating|exitcode\\\\s*:\\\\s*-9\\\\b|Signal \\\\d+ \\\\(SIGKILL\\\\) received|\\\\btasks? [\\\\d,\\\\-]+:'
+    " Killed\\\\b|OOMKilled', 32, 8), ('\\\\bsignal: killed\\\\b|\\\\breceived SIGKILL\\\\b|\\\\bSIGKILL "
+    "received\\\\b|\\\\bwas SIGKILLed\\\\b', 32, 8), ('(?:\\\\b[Ee]xit[ "
     '_]?(?:[Cc]ode|[Ss]tatus)|\\\\bexitCode|\\\\breturn[ _]?code|\\\\bterminated with(?: exit ?code| '
     'signal)?)\\\\s*[:=]?\\\\s*(?:137|-9)\\\\b|\\\\bterminated with signal 9\\\\b|unexpectedly failed with '
     "(?:exitcode=|an exit code )9\\\\b|\\\\bexited on signal 9\\\\b|Failed core proc\\\\(s\\\\): \\\\{[^}]*: -9\\\\b', "
@@ -130,8 +132,9 @@ INPUTS = (
     'detokenizer", 32, 8), (\'^(?!.*\\\\b[Rr]etry)(?:.*?Did not receive (?:a )?response from .{1,80}? within'
     ' \\\\d+|Timeout waiting for (?!lock)\\\\w|.*?not ready after waiting \\\\d+ seconds)\', 32, 8), ("undefined'
     " symbol|cannot open shared object file|No module named|GLIBC(?:XX)?_[\\\\d.]+'? not found|DLL load "
-    'failed|cannot import name|\'_OpNamespace\' \'_\\\\w+\' object has no attribute", 32, 8), (\'^[\\\\w.\\\\-]+(?: '
-    '[\\\\w\\\\-]+)?: error: (?:unrecognized arguments|the following arguments are required|argument '
+    'failed|cannot import name|Unable to load any of \\\\{lib|Could not load library lib\\\\w+\\\\.so|Cannot '
+    'load symbol cudnn|\'_OpNamespace\' \'_\\\\w+\' object has no attribute", 32, 8), (\'^[\\\\w.\\\\-]+(?: '
+    '[\\\\w\\\\-]+){0,3}: error: (?:unrecognized arguments|the following arguments are required|argument '
     '\\\\S+|invalid choice|ambiguous option|unrecognized option|expected one argument)|^Error: (?:No such '
     "option|Got unexpected extra argument|Invalid value for|Missing (?:option|argument))', 32, 8), "
     "('User-specified \\\\w+ \\\\(\\\\d+\\\\) is greater than the derived|Bfloat16 is only supported on GPUs with"
@@ -178,7 +181,8 @@ INPUTS = (
     "for url: https://huggingface\\\\.co|Invalid user token|couldn't connect to "
     '\'https://huggingface\\\\.co\'|LocalEntryNotFoundError|outgoing traffic has been disabled", 32, 8), '
     "('Segmentation fault|SIGSEGV|core dumped|Aborted \\\\(core dumped\\\\)|Fatal Python error|^Bus "
-    "error\\\\b|\\\\(SIG(?:BUS|ABRT|ILL|FPE)\\\\) received by PID', 32, 8), ('\\\\bCaught \\\\w+ in (?:DataLoader "
+    "error\\\\b|\\\\(SIG(?:BUS|ABRT|ILL|FPE)\\\\) received by PID', 32, 8), ('^=+ [^=]*\\\\b\\\\d+ "
+    "(?:failed|errors?)\\\\b[^=]* in \\\\d+(?:\\\\.\\\\d+)?s\\\\b', 32, 8), ('\\\\bCaught \\\\w+ in (?:DataLoader "
     "worker process|replica) \\\\d+', 32, 8), ('^\\\\s*(?:Value|Assertion) error, \\\\S', 32, 8), "
     "('^(?:-\\\\s+)?(?P<type>(?:(?:[A-Za-z_]\\\\w*\\\\.)*[A-Za-"
     'z_]\\\\w*(?:Error|Exception|Interrupt|Fault|Failed|OutOfResources|TimeoutExpired|NotFound)|(?:[A-Za-z_'
@@ -291,6 +295,7 @@ ANCHORS: tuple[tuple[bytes, int], ...] = (
     (b'not enough GPU memory available', 8),
     (b'is less than desired GPU memory utilization', 8),
     (b'memory capacity is unbalanced', 8),
+    (b'OOM when allocating tensor', 8),
     (b'Triggering SIGQUIT for cleanup', 8),
     (b'Dumping requests before crash', 8),
     (b'received signal', 8),
@@ -320,6 +325,9 @@ ANCHORS: tuple[tuple[bytes, int], ...] = (
     (b'ENGINE_ITERATION_TIMEOUT', 8),
     (b'cannot open shared object file', 8),
     (b'cannot import name', 8),
+    (b'Unable to load any of {lib', 8),
+    (b'Could not load library lib', 8),
+    (b'Cannot load symbol cudnn', 8),
     (b"' object has no attribute", 8),
     (b') is greater than the derived', 8),
     (b'is only supported on GPUs with compute capability', 8),

@@ -37,6 +37,7 @@ EXCEPTION_TYPES: dict[str, tuple[str, int, str]] = {
     "TabError": ("syntax_error", Spec.SPECIFIC, "syntax_error"),
     "OutOfMemoryError": ("cuda_oom", Spec.SPECIFIC, "cuda_oom"),
     "MemoryError": ("host_oom", Spec.SPECIFIC, "host_oom"),
+    "ResourceExhaustedError": ("cuda_oom", Spec.SPECIFIC, "cuda_oom"),   # TensorFlow's, its `OOM when allocating` below
     "CalledProcessError": ("exception", Spec.EXCEPTION, "exception"),   # a build tool's: BUILD_TOOL_EXIT
     "KeyboardInterrupt": ("exception", Spec.EXCEPTION, "exception_interrupt"),
     # torch elastic's summary of a worker that failed: an envelope ("see the failures table"), never the cause
@@ -57,11 +58,19 @@ EXCEPTION_TYPES: dict[str, tuple[str, int, str]] = {
 AT_SHUTDOWN = regexcache.compile(r"Python is likely shutting down|sys\.meta_path is None")
 
 
+# An ssl/socket read or write that timed out (`TimeoutError: The read operation timed out`, urllib3's
+# `ReadTimeoutError: HTTPSConnectionPool(...): Read timed out.`): the network, not a hang.
+_NETWORK_IO = regexcache.compile(r"The (?:read|write|handshake) operation timed out|HTTPS?ConnectionPool\(|"
+                                 r"\bRead timed out\b")
+
+
 def exception_cause_of(etype: str, body: str) -> tuple[str, int, str]:
     """exception_cause(), with a timeout read by what it names (a collective: nccl; else a hang)."""
     cause = exception_cause(etype)
     if cause[0] == "hang" and _NAMES_COLLECTIVE.search(body):
         return ("nccl", cause[1], "nccl_timeout")
+    if cause[0] == "hang" and _NETWORK_IO.search(body):
+        return ("exception", cause[1], "exception")   # a socket's read ran out (a download): no stuck process
     return cause
 
 
@@ -154,6 +163,8 @@ _BRACKET = regexcache.compile(r"\s*\[\s*\d+\s*/\s*\d+\s*\]")                  # 
 
 # ninja's "[N/M] what" after a prefix nobody listed (">>> [47/230] Building CUDA object …"): the
 # words after the counter name it.
+# A trainer's bare counter, its loss after it (JAX/absl loops: `[1200/20000] loss=3.2495 lr=2.99e-04`): a step.
+LEAD_COUNT_BESIDE_LOSS = regexcache.compile(r"\[\s*(?P<n>\d+)\s*/\s*(?P<N>\d+)\s*\]\s+(?=[^\n]*\bloss\b)")
 BUILD_STEP_ANYWHERE = regexcache.compile(r"\[(?P<n>\d+)/(?P<N>\d+)\]\s+(?P<label>\S[^\n]{0,80})")
 _BUILD_WORDS = regexcache.compile(r"^(?:Building|Linking|Compiling|Generating|Installing)\b|\b(?:nvcc|c\+\+|g\+\+|gcc|clang"
                           r"|cicc|ptxas|ld|ar|cmake|ninja)\b")
@@ -250,6 +261,9 @@ def labelled_bracket(body: str) -> Optional[_Named]:
     step = BUILD_STEP_ANYWHERE.search(body)
     if step is not None and _BUILD_WORDS.search(step.group("label")):
         return _Named(step, "build", "building")
+    lead = LEAD_COUNT_BESIDE_LOSS.match(body)
+    if lead is not None:
+        return _Named(lead, "step", "training")
     return None
 
 

@@ -315,6 +315,7 @@ BRACKET_LEVEL_TAIL = (r")(?:\|[\w.\-]+:\d+)?\](?:\s*\[[\w.\-]+:\d+(?::[\w<>.]+)?
 _PREFIX = regexcache.compile(
     r"(?:"
     r"\((?:[A-Za-z][\w\-:]*\s+(?:[\w=]+\s+){0,3})?pid=\d+(?:,\s*ip=[^)]*)?\)"                                   # (Worker_TP0 pid=1)
+    r"|\[\d+,\d+\]<(?:stdout|stderr)>:"                                                  # mpirun --tag-output [1,13]<stderr>:
     r"|\[rank\d+\]:?|\[gpu=\d+\]"                                                             # [rank0]: / SGLang 0.2's [gpu=0]
     r"|\[(?:PG [^\]]*?)?Rank \d+\]"                                                            # [PG ID 0 PG GUID 0 Rank 1]
     r"| ?\[(?P<ts1>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:\s+[A-Z]{1,4}\d+)*\]"         # [2025-.. DP0 TP0], Megatron's " [ts] "
@@ -326,7 +327,9 @@ _PREFIX = regexcache.compile(
     r"(?:" + STAMP_ZONE + r"(?:" + STAMP_TAIL + r")?)?"
     # its level after ` - `, ` | ` or plain space (`%(asctime)s %(levelname)s`, Ray's `<tab>INFO worker.py:N -- `),
     # or after the logger's name (`%(asctime)s - %(name)s - %(levelname)s - `)
-    r"(?:(?:\s*[-|]\s*(?P<nb>[\w.]+\s*[-|]\s*)?|\s+)(?P<lvl2>" + _LEVELS + r")(?=[\s:|\-])(?!\s+\d\d-\d\d\s)"
+    # TensorFlow/XLA's C++ log (tsl): `2024-12-09 11:30:27.010442: W external/…/bfc_allocator.cc:291] `
+    r"(?:: (?P<lvl10>[IWEF]) [^\s\]]+:\d+\]"
+    r"|(?:\s*[-|]\s*(?P<nb>[\w.]+\s*[-|]\s*)?|\s+)(?P<lvl2>" + _LEVELS + r")(?=[\s:|\-])(?!\s+\d\d-\d\d\s)"
     r"\s*(?:[-|:]\s*)?"                        # (not vLLM's own header), then the logger's name unless it came first
     # (a logger's name is a module's: lowercase or dotted; `Epoch: 3/10`, `KeyError: 'x'` are the message)
     r"(?(nb)|(?:(?!(?:step|epoch|iter|iteration)\b)(?:[a-z_][\w.]*|\w+\.[\w.]+)(?:\s*\[[^\]]*\])?\s*[:|\-]\s"
@@ -342,8 +345,8 @@ _PREFIX = regexcache.compile(
     r"|\[(?P<lvl4>[EWIF])\s[^\]]*\.(?:cpp|cc|cu|h|hpp|c):\d+\]"                                 # [E ProcessGroupNCCL.cpp:563]
     # glog, bare or [bracketed]; torch's TORCH_LOGS header (a .py file's) carries the compile id `[0/1]`
     # (frame/recompile, no build step), which goes with it
-    r"|\[?(?P<lvl5>[EWIF])\d{3,4}\s\d\d:\d\d:\d\d\.\d+(?:\s+\d+)?\s"
-    r"(?:\S+\.py:\d+\](?: \[\d+/\d+(?:_\d+)?\](?=\s))?|\S+:\d+\])"
+    r"|\[?(?P<lvl5>[EWIF])\d{3,4}\s\d\d:\d\d:(?:\d\d|\d{10})\.\d+(?:\s+\d+)?\s"
+    r"(?:\S*torch/\S+\.py:\d+\](?: \[\d+/\d+(?:_\d+)?\](?=\s))?|\S+:\d+\])"   # (a trainer's `[1200/20000] loss=` stays)
     r"|\[\s*\d+\.\d+\]"                                                                       # dmesg
     # NCCL_DEBUG's header `host:pid:tid [dev] NCCL INFO `: its INFO is chatter (a missing net plugin's
     # `cannot open shared object file` included); a WARN keeps its header, which NCCL's rows read
@@ -390,7 +393,8 @@ def strip_prefixes(text: str) -> tuple[str, Optional[str], Optional[tuple[str, s
             continue
         outer = False
         g = m.groupdict()
-        lvl = g["lvl1"] or g["lvl2"] or g["lvl3"] or g["lvl4"] or g["lvl5"] or g["lvl6"] or g["lvl7"] or g["lvl8"] or g["lvl9"]
+        lvl = (g["lvl1"] or g["lvl2"] or g["lvl3"] or g["lvl4"] or g["lvl5"] or g["lvl6"] or g["lvl7"] or g["lvl8"]
+               or g["lvl9"] or g["lvl10"])
         if lvl:
             level = _LEVEL_OF.get(lvl, lvl)
         for key in ("ts1", "ts4", "ts6", "ts3", "ts2", "ts5"):
@@ -491,7 +495,7 @@ TQDM = regexcache.compile(
     r"(?:\s*\[(?P<inner>[^\]\r\n]{0,200})\])?")
 TQDM_TIMES = regexcache.compile(r"^\s*(?P<el>[\d:]+)\s*<\s*(?P<rem>[\d:]+|\?)")
 TQDM_RATE = regexcache.compile(r"(?P<v>\d+(?:\.\d+)?|\?)\s*(?P<u>[kKMGT]?)(?P<a>[A-Za-z]*)/(?P<b>[A-Za-z]+)")
-NINJA = regexcache.compile(r"^\[(\d+)/(\d+)\]\s")
+NINJA = regexcache.compile(r"^\[(\d+)/(\d+)\]\s(?!\s*(?:loss|train|step|epoch)\b)")   # (a trainer's `[1200/20000] loss=`: no build)
 MAKE = regexcache.compile(r"^\[\s*(\d{1,3})%\]\s")
 # n/N with N a whole token ("29/1e5" is 29 of 100000, never 29 of 1; "1e400" is no finite total).
 STEP = regexcache.compile(r"\b(?:global[_ ])?(?:" + "|".join(STEP_WORDS) + r")\b\s*[:=#]?\s*\[?\s*(\d+)"
@@ -688,7 +692,8 @@ CUDA_OOM = regexcache.compile(
     r"|not enough GPU memory available"   # vLLM 0.2x auto-fit of max_model_len: not even one token fits
     # GPU memory held by someone else at startup (vLLM >= 0.10 / SGLang)
     r"|is less than desired GPU memory utilization|memory capacity is unbalanced"
-    r"|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY|PI_ERROR_OUT_OF_RESOURCES")   # Intel XPU (Unified Runtime, its SYCL PI before)
+    r"|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY|PI_ERROR_OUT_OF_RESOURCES"    # Intel XPU (Unified Runtime, its SYCL PI before)
+    r"|RESOURCE_EXHAUSTED: Out of memory|OOM when allocating tensor")      # JAX/XLA, TensorFlow
 PORT_IN_USE = regexcache.compile(r"[Aa]ddress already in use|couldn't bind HTTP server socket")
 # The Hugging Face Hub refusing a download (a gated or private repo, a bad token) or unreachable (offline mode,
 # no network). No status digits: a template's are 0s; the words after them say which.
@@ -750,11 +755,13 @@ HANG = regexcache.compile(r"Watchdog timeout \(|watchdog_timeout=\d+\)|[Hh]ang d
                    r"|execute_model timed out|ENGINE_ITERATION_TIMEOUT|Engine iteration timed out")
 IMPORT = regexcache.compile(r"undefined symbol|cannot open shared object file|No module named|GLIBC(?:XX)?_[\d.]+'? not found"
                      r"|DLL load failed|cannot import name"
+                     # cuDNN's own loader (CTranslate2 / faster-whisper, TensorFlow): a library of it is missing
+                     r"|Unable to load any of \{lib|Could not load library lib\w+\.so|Cannot load symbol cudnn"
                      # torch.ops of an extension that never loaded (vLLM only warns `Failed to import from vllm._C`):
                      # the ops call fails later, on the import's account
                      r"|'_OpNamespace' '_\w+' object has no attribute")
 BAD_ARGS = regexcache.compile(
-    r"^[\w.\-]+(?: [\w\-]+)?: error: (?:unrecognized arguments|the following arguments are required|argument \S+"
+    r"^[\w.\-]+(?: [\w\-]+){0,3}: error: (?:unrecognized arguments|the following arguments are required|argument \S+"
     r"|invalid choice|ambiguous option|unrecognized option|expected one argument)"
     r"|^Error: (?:No such option|Got unexpected extra argument|Invalid value for|Missing (?:option|argument))")
 # An engine's own config check that rejects a launch option's value, in the shapes its wording takes across

@@ -202,7 +202,7 @@ def _nccl(body: str, m: "re.Match[str]", ctx: Context) -> Verdict:
         # NCCL passing on a CUDA call's failure: the CUDA error it names (torch's `Last error:` lines
         # below, NCCL's own `Cuda failure 'out of memory'`) is the cause; alone, it stays nccl.
         return (EXCEPTION, "nccl", "nccl_cuda")
-    if "emote process exit" in body or "ncclRemoteError" in body:
+    if "emote process exit" in body or "ncclRemoteError" in body or "closed by remote peer" in body:
         # A peer rank died (or the network failed): that rank's own error, printed before, is the cause;
         # alone, it stays nccl.
         return (EXCEPTION, "nccl", "nccl_remote")
@@ -368,7 +368,7 @@ FAILURES: tuple[Signature, ...] = (
     Signature("NODE_OOM", "cause", NODE_OOM, "host_oom", 190, "Ray >= 2.3 memory monitor",
               "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
               SPECIFIC, "host_oom_ray"),
-    Signature("CUDA_OOM", "cause", CUDA_OOM, "cuda_oom", 180, "torch >= 1.x, vLLM, SGLang (all)",
+    Signature("CUDA_OOM", "cause", CUDA_OOM, "cuda_oom", 180, "torch >= 1.x, vLLM, SGLang (all); JAX/XLA `RESOURCE_EXHAUSTED: Out of memory`, TensorFlow `OOM when allocating tensor`",
               "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 50.00 MiB. GPU 0 has a total "
               "capacity of 23.56 GiB", SPECIFIC, verdict=_cuda_oom,
               test=_cuda_oom_test),
@@ -507,7 +507,8 @@ FAILURES: tuple[Signature, ...] = (
               "after waiting 120 seconds`)",
               "RuntimeError: Did not receive response from front-end process within 5 minutes", EXCEPTION,
               "hang_timeout"),
-    Signature("IMPORT", "cause", IMPORT, "import_error", 110, "Python, ld.so (all)",
+    Signature("IMPORT", "cause", IMPORT, "import_error", 110, "Python, ld.so (all); cuDNN's loader (`Unable to "
+              "load any of {libcudnn_ops.so.9…}`, `Could not load library libcudnn_cnn_infer.so.8`)",
               "ImportError: /x/sgl_kernel/common_ops.abi3.so: undefined symbol: cuGreenCtxStreamCreate",
               SPECIFIC, verdict=_import, test=_import_test),
     Signature("BAD_ARGS", "cause", BAD_ARGS, "bad_arguments", 100, "argparse, click",
@@ -567,6 +568,12 @@ FAILURES: tuple[Signature, ...] = (
               EXCEPTION, verdict=_hf_hub),
     Signature("CRASH", "cause", CRASH, "exception", 60, "any native crash",
               "Segmentation fault (core dumped)", EXCEPTION, verdict=_crash),
+    Signature("PYTEST_FAILED", "cause",
+              regexcache.compile(r"^=+ [^=]*\b\d+ (?:failed|errors?)\b[^=]* in \d+(?:\.\d+)?s\b"),
+              "exception", 58, "pytest (all): the session's last line, its counts (`== 3 failed, 120 passed in 45.21s ==`)",
+              "========= 3 failed, 120 passed, 1 warning in 45.21s =========", EXCEPTION,
+              advice="tests failed — the `FAILED …` lines of the short test summary above name them (and each one's "
+                     "error); rerun one alone with `pytest -x path::test -vv`"),
     Signature("TORCH_RERAISED", "cause", regexcache.compile(r"\bCaught \w+ in (?:DataLoader worker process|replica) \d+"),
               "exception", 59, "torch DataLoader workers, DataParallel replicas (all): the worker's exception re-raised "
               "in the main process, its `Original Traceback` below: an envelope of the error that ends it",
@@ -658,7 +665,7 @@ PREFIXES: tuple[Signature, ...] = (
          "IDE CMake runners `[build] `, docker compose `web-1  | `, kubectl `pod/x ` / `[pod/x/c] `, pasted line "
          "numbers, journald/syslog `Dec  1 10:00:01 host unit[pid]: ` (also short-precise `…:01.123456 `, short-full "
          "`Thu 2026-12-03 10:00:01 UTC `), torchrun --tee `[default0]:`, pdsh/clush "
-         "`node-3: `",
+         "`node-3: `, Open MPI's --tag-output `[1,13]<stderr>:`",
          "web-1  | Uvicorn running on http://0.0.0.0:8000", "Uvicorn running on http://0.0.0.0:8000"),
     _row("vllm_process_prefix", "prefix", r"\((?:[A-Za-z][\w\-:]*\s+)?pid=\d+(?:,\s*ip=[^)]*)?\)", "stripped", 90, "vLLM multiproc `_add_prefix`, all V1; Ray actors",
          "(EngineCore_DP0 pid=185) INFO 03-11 09:02:10 [core.py:58] Initializing", "Initializing"),
@@ -920,7 +927,8 @@ PROGRESS: tuple[Signature, ...] = (
     _row("labelled [n/N]", "progress", generic.LABELLED_BRACKET, "n/N; phase from the label", 23,
          "any: the generic layer, a [N/M] after a label that names a phase (a bracketed epoch may stand between: "
          "mmengine's `Epoch(train)  [3][ 400/1250]`), or before a build step's words "
-         "(`BUILD_STEP_ANYWHERE`: ninja behind a prefix nobody listed); of several the last, the finest "
+         "(`BUILD_STEP_ANYWHERE`: ninja behind a prefix nobody listed), or a bare one before a loss (a training step: "
+         "`[1200/20000] loss=3.25`, a JAX/absl loop's); of several the last, the finest "
          "(`Epoch [3/10] Step [170/500]`: 170/500, `Epoch 3 Step`)",
          "rank0: Loading checkpoint shard [3/8] from /models/x", "3/8"),
     _row("labelled n/N", "progress", generic.LABELLED_COUNT, "n/N; phase from the label", 22,

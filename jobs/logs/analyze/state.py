@@ -908,8 +908,6 @@ class State:
                 # the engine's SIGKILL of its own processes, announced above, or a requested cancel's
                 # escalation (scancel: SIGTERM, then SIGKILL after KillWait): no OOM
                 return
-        if cand.spec == 0 and REQUEST_ERROR.search(cand.message) is not None:
-            return                      # (cause.py rule 6) the ERROR line saying one request failed: its warning says it
         if (cand.cause == "exception" and cand.line - self.request_error_at <= REQUEST_ERROR_LINES
                 and (self.request_final_at is None or self.chained_at > self.request_final_at)
                 and not self.candidate_is_noop(cand.spec)):
@@ -972,7 +970,7 @@ class State:
         # (Slurm's own end of a job is the table's SLURM_END row, tried first by classify_failure below.)
         if ("slurmstepd" in body or body.startswith("***")) and SLURM_OOM.search(body):
             return _Candidate(Spec.SPECIFIC, "host_oom", line, msg, "slurm_oom", sig="SLURM_OOM")
-        if "Xid" in body:
+        if "Xid" in body and not is_no_event(body):   # (`$ journalctl -k | grep -c "NVRM: Xid"`: a command)
             x = XID.search(body)
             code = int(x.group(1)) if x else None
             if code in XID_NOISE:
