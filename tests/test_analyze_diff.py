@@ -236,6 +236,8 @@ FIXES = {
     # _PREFIX: TensorFlow's `…: W external/…/bfc_allocator.cc:291] ` is a WARNING (its "ran out of memory" no OOM)
     ("fixture tensorflow_bfc_not_a_failure_training.log", "phase"): "training",
     ("fixture tensorflow_bfc_not_a_failure_training.log", "failure"): None,
+    # _HF_LOAD_BAR: diffusers' `Loading pipeline components` is a library's load: the bars after it are a script's
+    ("fixture diffusers_pipeline_then_image_bars.log", "phase"): "unknown",
     # label_phase: a `Convert to … format` bar (LMDeploy's TurboMind) converts the weights as they load
     ("fixture lmdeploy_turbomind_convert_weights_bar.log", "phase"): "loading",
 }

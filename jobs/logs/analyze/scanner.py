@@ -1029,6 +1029,8 @@ class _Chunk:
                                     or kind == K_BAR and self.other_series(first, last, pending[0]))) and (
                 kind == K_BUILD or run_phase != "loading" or info.named == "loading")):
             return False
+        if run_phase == "loading" and last > first and self.load_completes(first, last - 1):
+            return False        # a full bar before the last says whose load completed (State hf_loaded): each is read
         if run_phase == "loading" and not state.load_done and self.load_completes(first, last):
             # Bars that name loading stay loading bars; what a member leaves behind
             # is only that the load completed (nothing reads it before the run ends).

@@ -144,7 +144,7 @@ PG_NINJA, PG_MAKE, PG_LOSS, PG_STEP, PG_COUNT = range(5)
 ONLY_STALL, ONLY_NVRM = -2, -3
 
 # transformers' from_pretrained bar (vLLM's and SGLang's loaders say `Loading safetensors checkpoint shards`).
-_HF_LOAD_BAR = "Loading checkpoint shards"
+_HF_LOAD_BAR = ("Loading checkpoint shards", "Loading pipeline components")   # transformers, diffusers
 # The label of a bar that has none, by its phase.
 _DEFAULT_LABELS = {"capturing": "CUDA graphs", "loading": "weights", "training": "training", "building": "build",
                    "compiling": "compile"}
