@@ -238,6 +238,10 @@ FIXES = {
     ("fixture tensorflow_bfc_not_a_failure_training.log", "failure"): None,
     # _HF_LOAD_BAR: diffusers' `Loading pipeline components` is a library's load: the bars after it are a script's
     ("fixture diffusers_pipeline_then_image_bars.log", "phase"): "unknown",
+    # JIT: DeepGEMM's JIT pre-compile session (SGLang) is a JIT warm-up
+    ("fixture sglang_deepgemm_jit_precompile_warning.log", "warnings"): ["jit_compile"],
+    # build_steps: trtllm-build's `Build TensorRT engine` builds
+    ("fixture trtllm_build_engine_in_progress.log", "phase"): "building",
     # label_phase: a `Convert to … format` bar (LMDeploy's TurboMind) converts the weights as they load
     ("fixture lmdeploy_turbomind_convert_weights_bar.log", "phase"): "loading",
 }

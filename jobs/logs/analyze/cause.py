@@ -90,7 +90,8 @@ NOT_EVENTS = regexcache.compile(
     r"|(?:[A-Z][A-Z0-9_]*=\S*\s+)*[A-Z][A-Z0-9_]*=\S*\s*$"
     r"|(?:[A-Z][A-Z0-9_]*=\S*\s+)+" + _LAUNCHERS + r"\s"
     r"|" + _LAUNCHERS + r"\s(?!.*: error: ).*\s--[a-z]"        # (not argparse's `vllm serve: error: argument --x`)
-    r"|except\b.*:\s*$|raise [\w.]+(?:\(|\s*$))"
+    r"|except\b.*:\s*$|raise [\w.]+(?:\(|\s*$)"
+    r"|\[--?[A-Za-z][\w\-]*(?:[ =][^\]]*)?\](?:\s|$))"    # argparse's usage text: `[--watchdog-timeout WATCHDOG_TIMEOUT]`
     r"|No module named 'vllm\._version'")
 
 

@@ -27,11 +27,11 @@ INPUTS = (
     'object|\\\\*\\\\*\\\\* Configuring CMake|-- Configuring (?:done|incomplete)|-- The (?:C|CXX|CUDA) compiler'
     ' identification|Building wheel|running build_ext|Emitting ninja build file|scikit-build-core|Linking'
     ' (?:CUDA|CXX|C) (?:shared|static)|Building extension|Preparing (?:editable )?metadata '
-    "\\\\((?:setup\\\\.py|pyproject\\\\.toml)\\\\)|Getting requirements to build (?:wheel|editable)', 0, 4), "
-    "('Waiting in store based barrier to initialize process group', 0, 4), ('\\\\*+ Running training "
-    "\\\\*+|^training \\\\.\\\\.\\\\.\\\\s*$', 0, 4), ('(?P<pct>\\\\d{1,3})%\\\\s*(?:\\\\|[^|\\\\r\\\\n]{0,400}\\\\||Completed\\"
-    '\\s*\\\\||(?=\\\\d+(?:\\\\.\\\\d+)?[kKMGT]?/\\\\d+(?:\\\\.\\\\d+)?[kKMGT]?\\\\s*\\\\[))\\\\s*(?P<n>\\\\d+(?:\\\\.\\\\d+)?)(?P<n'
-    'u>[kKMGT]?)/(?P<N>\\\\d+(?:\\\\.\\\\d+)?)(?P<Nu>[kKMGT]?)(?!\\\\.?\\\\d|[eE][-'
+    '\\\\((?:setup\\\\.py|pyproject\\\\.toml)\\\\)|Getting requirements to build (?:wheel|editable)|Build '
+    "TensorRT engine', 0, 4), ('Waiting in store based barrier to initialize process group', 0, 4), "
+    "('\\\\*+ Running training \\\\*+|^training \\\\.\\\\.\\\\.\\\\s*$', 0, 4), ('(?P<pct>\\\\d{1,3})%\\\\s*(?:\\\\|[^|\\\\r\\"
+    '\\n]{0,400}\\\\||Completed\\\\s*\\\\||(?=\\\\d+(?:\\\\.\\\\d+)?[kKMGT]?/\\\\d+(?:\\\\.\\\\d+)?[kKMGT]?\\\\s*\\\\[))\\\\s*(?P<'
+    'n>\\\\d+(?:\\\\.\\\\d+)?)(?P<nu>[kKMGT]?)/(?P<N>\\\\d+(?:\\\\.\\\\d+)?)(?P<Nu>[kKMGT]?)(?!\\\\.?\\\\d|[eE][-'
     "+]?\\\\d)(?:\\\\s*\\\\[(?P<inner>[^\\\\]\\\\r\\\\n]{0,200})\\\\])?', 32, 1), "
     "('^\\\\[(\\\\d+)/(\\\\d+)\\\\]\\\\s(?!\\\\s*(?:loss|train|step|epoch)\\\\b)', 32, 1), "
     "('^\\\\[\\\\s*(\\\\d{1,3})%\\\\]\\\\s', 32, 1), ('\\\\b(?:global[_ ])?(?:step|Step|STEP|iter|Iter|iteration|Iter"
@@ -61,10 +61,10 @@ INPUTS = (
     "exhausted|Cannot allocate memory|std::bad_alloc|allocator cache flushes since last step', 32, 16), "
     "('preempted by PreemptionMode|not enough KV cache space|KV cache pool is full|[Dd]ecode out of "
     "memory happened|[Rr]etract(?:ed)? requests', 32, 16), ('Prebuilt kernels not found|using JIT "
-    "backend|Loading JIT ops|JIT compil', 32, 16), ('Exception in ASGI application|Error in preprocessing"
-    " prompt inputs|Error in (?:chat )?completion stream generator', 32, 16), ('\\\\*\\\\*\\\\* (?:JOB|STEP) "
-    "\\\\S+ ON \\\\S+ CANCELLED AT \\\\S+(?: DUE TO (?P<why>[A-Z ,]+?))? \\\\*\\\\*\\\\*', 32, 8), ('=>> PBS: job "
-    'killed: '
+    "backend|Loading JIT ops|JIT [Cc]ompil|JIT Pre-Compile', 32, 16), ('Exception in ASGI "
+    "application|Error in preprocessing prompt inputs|Error in (?:chat )?completion stream generator', "
+    "32, 16), ('\\\\*\\\\*\\\\* (?:JOB|STEP) \\\\S+ ON \\\\S+ CANCELLED AT \\\\S+(?: DUE TO (?P<why>[A-Z ,]+?))? "
+    "\\\\*\\\\*\\\\*', 32, 8), ('=>> PBS: job killed: "
     '(?P<pbs>walltime|mem|vmem|pmem|pvmem)\\\\b|\\\\bTERM_(?P<lsf>RUNLIMIT|CPULIMIT|MEMLIMIT|SWAP|PREEMPT): '
     "job killed|\\\\bPreempted by (?:pod )?\\\\S+ on node \\\\S', 32, 8), ('(?:sbatch|srun|salloc): error: "
     "(?:Batch job submission failed|Unable to allocate resources|Job submit/allocate failed): ', 32, 8), "
@@ -278,6 +278,7 @@ ANCHORS: tuple[tuple[bytes, int], ...] = (
     (b'Serving on http', 4),
     (b'llama runner started in', 4),
     (b'all slots are idle', 4),
+    (b'Build TensorRT engine', 4),
     (b'Draft acceptance rate:', 2),
     (b'allocator cache flushes since last step', 16),
     (b'Exception in ASGI application', 16),

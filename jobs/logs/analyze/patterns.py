@@ -842,7 +842,8 @@ OOM_RISK = regexcache.compile(r"Allowing ninja to set a default number of worker
                        r"|allocator cache flushes since last step")     # DeepSpeed ZeRO-3: GPU memory nearly full
 KV_PRESSURE = regexcache.compile(r"preempted by PreemptionMode|not enough KV cache space|KV cache pool is full"
                           r"|[Dd]ecode out of memory happened|[Rr]etract(?:ed)? requests")
-JIT = regexcache.compile(r"Prebuilt kernels not found|using JIT backend|Loading JIT ops|JIT compil")
+JIT = regexcache.compile(r"Prebuilt kernels not found|using JIT backend|Loading JIT ops|JIT [Cc]ompil"
+                         r"|JIT Pre-Compile")    # DeepGEMM's warm-up (SGLang: `Entering DeepGEMM JIT Pre-Compile session`)
 # A server logging one request's failure, the traceback to follow: uvicorn's unhandled exception in a
 # route, vLLM's OpenAI handlers catching one. The server answers that request (400/500) and serves on.
 REQUEST_ERROR = regexcache.compile(r"Exception in ASGI application|Error in preprocessing prompt inputs"

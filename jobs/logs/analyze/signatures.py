@@ -876,9 +876,11 @@ PHASES: tuple[Signature, ...] = (
     _row("build_steps", "phase", r"Building (?:CUDA|CXX|C) object|\*\*\* Configuring CMake|-- Configuring (?:done|incomplete)"
          r"|-- The (?:C|CXX|CUDA) compiler identification|Building wheel|running build_ext|Emitting ninja build file"
          r"|scikit-build-core|Linking (?:CUDA|CXX|C) (?:shared|static)|Building extension"
-         r"|Preparing (?:editable )?metadata \((?:setup\.py|pyproject\.toml)\)|Getting requirements to build (?:wheel|editable)",
+         r"|Preparing (?:editable )?metadata \((?:setup\.py|pyproject\.toml)\)|Getting requirements to build (?:wheel|editable)"
+         r"|Build TensorRT engine",
          "building", 38,
-         "CMake, ninja, setuptools, pip (its metadata and build-requirements steps run setup.py too), scikit-build-core", "-- The CUDA compiler identification is NVIDIA 12.8.93",
+         "CMake, ninja, setuptools, pip (its metadata and build-requirements steps run setup.py too), scikit-build-core; "
+         "TensorRT-LLM's trtllm-build (`[TRT-LLM] [I] Build TensorRT engine …`)", "-- The CUDA compiler identification is NVIDIA 12.8.93",
          "building"),
     _row("dist_init", "phase", r"Waiting in store based barrier to initialize process group", "starting", 38,
          "torch.distributed 1.x-2.x: c10d's store-based barrier while the ranks join (it never moves a job "
