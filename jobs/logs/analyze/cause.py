@@ -18,7 +18,8 @@ The rule, in order:
    run, the ones after it are its consequences (a dead worker, then the NCCL timeout of
    the ranks waiting on it). Except where the later error cannot be the earlier one's
    consequence: after a build error, a GPU's own failure (a CUDA OOM, an Xid) means the job
-   got past it (a probe's failed link test, as DeepSpeed's op builder prints), and a GPU's
+   got past it (a probe's failed link test, as DeepSpeed's op builder prints), a build error after
+   an NCCL error means the NCCL one was a configure probe's, and a GPU's
    hardware fault (an Xid, a GPU off the bus) explains the CUDA and NCCL errors around it,
    even where a paste puts its dmesg lines after them: that failure decides. And a hang read
    from repeated stall notices names no culprit: an NCCL timeout, a CUDA error or a GPU fault

@@ -73,10 +73,13 @@ def _is_traceback_header(cand: _Candidate) -> bool:
 # The causes whose held candidate a later one of the same rank displaces, and by which causes (cause.py, rule 3):
 # a build error brings about no GPU failure (the job got past it); a GPU's hardware fault explains the CUDA and
 # NCCL errors around it, wherever a paste puts its dmesg lines.
+# No NCCL error brings about a compiler's or linker's (a build's configure probe printed it: `NCCL not found: NCCL
+# error: unhandled system error … Userbuffers support will be disabled`).
 # A hang read from repeated stall notices (by its row, STALL_NOTICE) names no culprit: the NCCL watchdog's
 # timeout, a CUDA error or a GPU fault after them says what hung.
 _DISPLACED_BY: dict[str, frozenset[str]] = {"build_failed": frozenset(("cuda_oom", "gpu_fault")),
-                                            "cuda_error": frozenset(("gpu_fault",)), "nccl": frozenset(("gpu_fault",)),
+                                            "cuda_error": frozenset(("gpu_fault",)),
+                                            "nccl": frozenset(("gpu_fault", "build_failed")),
                                             "STALL_NOTICE": frozenset(("nccl", "cuda_error", "gpu_fault"))}
 _NONE: frozenset[str] = frozenset()
 
