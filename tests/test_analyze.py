@@ -481,3 +481,18 @@ def test_a_loss_dict_glued_onto_a_trainer_bar_keeps_the_bars_done_and_total():
     assert got["phase"] == "training"
     assert (got["progress"]["done"], got["progress"]["total"]) == (450, 1000)
     assert got["progress"]["eta_s"] == 750          # 12:30 left, as the bar says
+
+
+def test_stats_with_requests_running_and_no_token_made_prove_no_recovery() -> None:
+    # The front-end prints its stats on while a step hangs: `Running: 6 reqs` at 0.0 tokens/s is no proof the
+    # engine steps, so the stall notices before it stay the failure; a line that made tokens proves it.
+    data = (FIXTURES / "vllm_stall_notices_then_stats_with_no_tokens.log").read_bytes()
+    stuck = analyze_bytes(data)
+    assert stuck.phase == "failed" and (stuck.failure.cause, stuck.failure.line) == ("hang", 5)
+    working = data.replace(b"Avg generation throughput: 0.0 tokens/s, Running: 6 reqs, Waiting: 12",
+                           b"Avg generation throughput: 88.0 tokens/s, Running: 6 reqs, Waiting: 12")
+    served = analyze_bytes(working)
+    assert served.phase == "ready" and served.failure is None
+    assert [(w.code, w.line) for w in served.warnings] == [("error_recovered", 5)]
+    idle = data.replace(b"Running: 6 reqs, Waiting: 9", b"Running: 0 reqs, Waiting: 0")
+    assert analyze_bytes(idle).failure is None           # nothing running: an idle server's stats, not a stuck one

@@ -242,6 +242,10 @@ FIXES = {
     ("fixture sglang_deepgemm_jit_precompile_warning.log", "warnings"): ["jit_compile"],
     # build_steps: trtllm-build's `Build TensorRT engine` builds
     ("fixture trtllm_build_engine_in_progress.log", "phase"): "building",
+    # stats_working: stats with requests running and no token made prove no recovery from the stall notices
+    ("fixture vllm_stall_notices_then_stats_with_no_tokens.log", "phase"): "failed",
+    ("fixture vllm_stall_notices_then_stats_with_no_tokens.log", "failure"): ("hang", 5),
+    ("fixture vllm_stall_notices_then_stats_with_no_tokens.log", "warnings"): [],
     # label_phase: a `Convert to … format` bar (LMDeploy's TurboMind) converts the weights as they load
     ("fixture lmdeploy_turbomind_convert_weights_bar.log", "phase"): "loading",
 }

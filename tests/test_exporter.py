@@ -359,12 +359,13 @@ def prometheus(tmp_path):
 
 def test_a_real_prometheus_scrapes_the_phase_of_a_real_running_job(exporter_of_a_running_job, prometheus):
     port, jobs, env = exporter_of_a_running_job
-    # What `gpudeck jobs --json` says the phase is, once the runner's monitor has judged the log.
+    # What `gpudeck jobs --json` says the phase is, once the runner's monitor has judged the log's step
+    # lines (before the first one it says `unknown`, which Prometheus may never scrape: it moves on).
     def phase() -> Optional[str]:
         out = cli(["--jobs", str(jobs), "jobs", "--json"], env, timeout=30)
         job = json.loads(out.stdout)["jobs"][0]
-        return job["phase"] if job["state"] == "running" and job.get("phase") else None
-    expected = wait_for(phase, timeout=30, what="the job's phase in `gpudeck jobs --json`", interval=0.5)
+        return job["phase"] if job["state"] == "running" and job.get("phase") == "training" else None
+    expected = wait_for(phase, timeout=30, what="the job's phase `training` in `gpudeck jobs --json`", interval=0.5)
     base = prometheus(f"127.0.0.1:{port}")
     result = wait_for(lambda: prom_query(base, f'gpudeck_job_phase{{job_name="trainer",phase="{expected}"}} == 1'),
                       timeout=60, what=f"Prometheus to return the trainer's phase {expected!r}", interval=0.5)

@@ -12,11 +12,11 @@ from typing import Any, Optional, Union
 from .envelope import Unwrapper
 from .model import (GIANT_SEGMENT, HEAD_BYTES, LogAnalysis, READ_CHUNK, S, SPEC_WINDOW, TAIL_BYTES)
 from .patterns import (ANSI, SERIES_LABELS, SIZE, TQDM, families_in, parse_serving_stats_line, prefilter_in,
-                       series_label, ts_seconds)
+                       series_label, strip_prefixes, ts_seconds)
 from . import sparse as _sparse
 from .sparse import DENSE_BACKOFF, compact, mapped
 from .cause import Spec
-from .state import (_NAN, ONLY_NVRM, State, series_done)
+from .state import (_NAN, ONLY_NVRM, State, series_done, stats_working)
 from .templates import (ALL_SERVING_BITS, FRAME_LINE, K_BAR, K_BAR_GLUED, K_BUILD, K_GIANT, K_INERT, K_OTHER, K_REFILTER,
                         K_SERVING, KV_WAITING_BITS, NORMALIZE, ONLY_FRAME, RUN_GROUPS, SKIP_GROUP, SPEC_BITS,
                         TEMPLATE_CACHE_BYTES, TEMPLATE_KEY_MAX, TEMPLATE_ONE_OFFS_MAX, Plan, RecordPlan, Template,
@@ -1130,8 +1130,7 @@ class _Chunk:
             if self.run_kind:
                 self.flush_run()
             if not self.serving_run and state.marks_ready(self.infos[i].named == "prefill"):
-                state.ready_mark(self.where(i)[1])    # (the line a recovery was proven at: State.root_cause)
-                self.serving_run = True
+                self.serving_run = self.mark_ready(first, last)   # (the line a recovery was proven at: root_cause)
             self.deferred.append((first, last))
             return True
         if not self.engine_known:
@@ -1148,8 +1147,7 @@ class _Chunk:
             # any line before it raised, so the run is applied as a KV-safe one (the lines
             # whose numbers no later line overwrites, and the spec-decode window), now.
             if not self.serving_run and state.marks_ready(self.infos[i].named == "prefill"):
-                state.ready_mark(self.where(i)[1])
-                self.serving_run = True
+                self.serving_run = self.mark_ready(first, last)
             self.deferred.append((first, last))
             self.flush_deferred()
             return True
@@ -1171,9 +1169,6 @@ class _Chunk:
             i = sel[q]
             plan = infos[i].plan
             if plan and plan.stats_at is not None and not plan.ansi and plan.bar_at < 0:
-                if need_mark and state.marks_ready(infos[i].named == "prefill"):
-                    state.ready_mark(self.where(i)[1])   # (see stats_run)
-                    need_mark = False
                 start = self.start(i)
                 read = plan.stats_read
                 if read is not None:
@@ -1181,6 +1176,11 @@ class _Chunk:
                 else:
                     body = data[start:start + len(segs[i])].decode("utf-8", "replace")[plan.body[0]:plan.body[1]]
                     stats = {key: float(body[a:b]) * times / over for key, a, b, times, over in plan.stats_at}
+                if need_mark and state.marks_ready(infos[i].named == "prefill"):
+                    working = stats_working(stats)
+                    # (a line with no work proves nothing where an error waits: a later one may: see mark_ready)
+                    need_mark = not working and state.holds_candidate()
+                    state.ready_mark(self.where(i)[1], working)
                 state.serving_data(stats, self.where(i)[1] if self.has_cr else self.base + i, i == last_spec)
             else:
                 self.examine(i)                       # in full (it may do more than a stats line)
@@ -1233,24 +1233,44 @@ class _Chunk:
 
     def stats_line(self, i: int, judge: bool) -> None:
         """One stats line's numbers applied (judge: it judges the spec-decode window)."""
-        state = self.state
-        start, line = self.where(i)
+        stats = self.segment_stats(i)
+        if stats:
+            self.state.serving_data(stats, self.where(i)[1], judge)
+
+    def segment_stats(self, i: int) -> Optional[dict[str, float]]:
+        """The numbers of stats line i (as State.serving_data_of reads them)."""
+        start = self.start(i)
         raw = self.data[start:start + len(self.segs[i])]
         info = self.infos[i]
         plan = info.plan
         if plan is None:                              # planned on its second reading, as in examine()
             plan = self.plan_now(i, info)
         if plan and plan.stats_read is not None:
-            state.serving_data(_read_stats(plan.stats_read, raw), line, judge)
-        elif plan and not plan.ansi and plan.bar_at < 0:    # its message's span, from the template
+            return _read_stats(plan.stats_read, raw)
+        if plan and not plan.ansi and plan.bar_at < 0:    # its message's span, from the template
             body = raw.decode("utf-8", "replace")[plan.body[0]:plan.body[1]]
             at = plan.stats_at
-            stats = parse_serving_stats_line(body) if at is None else {
+            return parse_serving_stats_line(body) if at is None else {
                 key: float(body[a:b]) * times / over for key, a, b, times, over in at}
-            if stats:
-                state.serving_data(stats, line, judge)
-        else:
-            state.serving_data_of(raw, line, judge)
+        if b"\x1b" in raw:
+            raw = ANSI.sub(b"", raw)
+        return parse_serving_stats_line(strip_prefixes(raw.decode("utf-8", "replace"))[0].strip())
+
+    def mark_ready(self, first: int, last: int) -> bool:
+        """State.ready_mark for a run of stats lines sel[first..last]: at its first line; where an error waits
+        (State.holds_candidate), at its first line that shows work (stats_working: what reading them one by
+        one would prove). True once a line proved it (the run's later lines then change nothing)."""
+        state, sel = self.state, self.sel
+        if not state.holds_candidate():
+            state.ready_mark(self.where(sel[first])[1])
+            return True
+        for q in range(first, last + 1):
+            stats = self.segment_stats(sel[q])
+            if not stats or stats_working(stats):
+                state.ready_mark(self.where(sel[q])[1])
+                return True
+        state.ready_mark(self.where(sel[last])[1], False)
+        return False
 
 
 def analyze_file(path: Any, chunk_size: int = READ_CHUNK, *, analyzer: Optional[LogAnalyzer] = None,

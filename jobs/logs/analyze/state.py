@@ -87,6 +87,15 @@ _NONE: frozenset[str] = frozenset()
 _NO_RECOVERY = (("never",), float("inf"))
 
 
+def stats_working(stats: dict[str, float]) -> bool:
+    """False for a stats line that shows requests running and no token made, prompt or generated, in its
+    interval (vLLM's `Running: 7 reqs … Avg generation throughput: 0.0 tokens/s`, SGLang's decode line
+    at 0.00 token/s): no proof that the engine steps. A line without a generation rate (a prefill batch)
+    proves work."""
+    gen = stats.get("gen_tokens_per_s")
+    return gen is None or gen > 0 or stats.get("prompt_tokens_per_s", 0.0) > 0 or stats.get("running", 0.0) <= 0
+
+
 def series_done(key: tuple, done: float) -> bool:
     """Whether the series `key` (source, phase, label, total) reached its total at `done`."""
     return len(key) == 4 and key[3] is not None and done >= key[3]
@@ -770,7 +779,7 @@ class State:
         # Two independent halves (disjoint fields): the fast scanner applies the first at the
         # start of a run of stats lines and the second only where a later line does not overwrite it.
         if self.marks_ready(prefill):
-            self.ready_mark(line)
+            self.ready_mark(line, stats_working(stats))
         self.serving_data(stats, line)
 
     def marks_ready(self, prefill: bool) -> bool:
@@ -778,12 +787,20 @@ class State:
         warmup request's (see warming)."""
         return not (prefill and self.warming)
 
-    def ready_mark(self, line: int) -> None:
-        """What any serving-stats line says about the job: it is ready, and earlier errors did not kill it.
-        Inside a training run the engine is the trainer's (RL rollouts: verl, OpenRLHF): still training."""
+    def holds_candidate(self) -> bool:
+        """Whether an error waits for proof that the job carried on (what a stats line may give)."""
+        return (self.best is not None or self.first_low is not None or self.first_weak is not None
+                or bool(self.stall_notices))
+
+    def ready_mark(self, line: int, working: bool = True) -> None:
+        """What any serving-stats line says about the job: it is ready, and earlier errors did not kill it —
+        unless it shows requests running and not one token made (`working` False: a stuck step's stats,
+        which the front-end prints on; stats_working). Inside a training run the engine is the trainer's
+        (RL rollouts: verl, OpenRLHF): still training."""
         self.warming = False
         if self.phase == "training":
-            self._recovered(line, proven=True)
+            if working or not self.holds_candidate():
+                self._recovered(line, proven=True)
             return
         self.why["phase"] = "serving stats lines"
         if self.phase != "ready":
@@ -791,7 +808,8 @@ class State:
             self.bar = None
             self.hint = None
             self.outer_bar = None
-        self._recovered(line, proven=True)
+        if working or not self.holds_candidate():
+            self._recovered(line, proven=True)
 
     def serving_data_of(self, raw: bytes, line: int, judge: bool = True) -> None:
         """serving_data() for a segment known to be a serving-stats line (see classify_template)."""
