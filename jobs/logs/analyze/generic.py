@@ -161,10 +161,10 @@ LABELLED_BRACKET = regexcache.compile(r"(?P<label>[A-Za-z](?:[\w .:\-]|\(\w+\)){
 _BRACKET = regexcache.compile(r"\s*\[\s*\d+\s*/\s*\d+\s*\]")                  # its counters alone
 
 
-# ninja's "[N/M] what" after a prefix nobody listed (">>> [47/230] Building CUDA object …"): the
-# words after the counter name it.
 # A trainer's bare counter, its loss after it (JAX/absl loops: `[1200/20000] loss=3.2495 lr=2.99e-04`): a step.
 LEAD_COUNT_BESIDE_LOSS = regexcache.compile(r"\[\s*(?P<n>\d+)\s*/\s*(?P<N>\d+)\s*\]\s+(?=[^\n]*\bloss\b)")
+# ninja's "[N/M] what" after a prefix nobody listed (">>> [47/230] Building CUDA object …"): the
+# words after the counter name it.
 BUILD_STEP_ANYWHERE = regexcache.compile(r"\[(?P<n>\d+)/(?P<N>\d+)\]\s+(?P<label>\S[^\n]{0,80})")
 _BUILD_WORDS = regexcache.compile(r"^(?:Building|Linking|Compiling|Generating|Installing)\b|\b(?:nvcc|c\+\+|g\+\+|gcc|clang"
                           r"|cicc|ptxas|ld|ar|cmake|ninja)\b")

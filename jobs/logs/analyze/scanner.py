@@ -12,11 +12,11 @@ from typing import Any, Optional, Union
 from .envelope import Unwrapper
 from .model import (GIANT_SEGMENT, HEAD_BYTES, LogAnalysis, READ_CHUNK, S, SPEC_WINDOW, TAIL_BYTES)
 from .patterns import (ANSI, SERIES_LABELS, SIZE, TQDM, families_in, parse_serving_stats_line, prefilter_in,
-                       series_label, strip_prefixes, ts_seconds)
+                       series_label, ts_seconds)
 from . import sparse as _sparse
 from .sparse import DENSE_BACKOFF, compact, mapped
 from .cause import Spec
-from .state import (_NAN, ONLY_NVRM, State, series_done, stats_working)
+from .state import (_NAN, ONLY_NVRM, State, series_done, stats_of_segment, stats_working)
 from .templates import (ALL_SERVING_BITS, FRAME_LINE, K_BAR, K_BAR_GLUED, K_BUILD, K_GIANT, K_INERT, K_OTHER, K_REFILTER,
                         K_SERVING, KV_WAITING_BITS, NORMALIZE, ONLY_FRAME, RUN_GROUPS, SKIP_GROUP, SPEC_BITS,
                         TEMPLATE_CACHE_BYTES, TEMPLATE_KEY_MAX, TEMPLATE_ONE_OFFS_MAX, Plan, RecordPlan, Template,
@@ -1238,7 +1238,7 @@ class _Chunk:
             self.state.serving_data(stats, self.where(i)[1], judge)
 
     def segment_stats(self, i: int) -> Optional[dict[str, float]]:
-        """The numbers of stats line i (as State.serving_data_of reads them)."""
+        """The numbers of stats line i: at its template's spans where planned, else read whole."""
         start = self.start(i)
         raw = self.data[start:start + len(self.segs[i])]
         info = self.infos[i]
@@ -1252,9 +1252,7 @@ class _Chunk:
             at = plan.stats_at
             return parse_serving_stats_line(body) if at is None else {
                 key: float(body[a:b]) * times / over for key, a, b, times, over in at}
-        if b"\x1b" in raw:
-            raw = ANSI.sub(b"", raw)
-        return parse_serving_stats_line(strip_prefixes(raw.decode("utf-8", "replace"))[0].strip())
+        return stats_of_segment(raw)
 
     def mark_ready(self, first: int, last: int) -> bool:
         """State.ready_mark for a run of stats lines sel[first..last]: at its first line; where an error waits

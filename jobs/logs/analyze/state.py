@@ -5,6 +5,7 @@ import enum
 import re
 from collections import deque
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Final, Iterable, Optional, Union
 
 from .model import (ALL_FAMILIES, F, Failure, KeyLine, LogAnalysis, LogWarning, M, MAX_MESSAGE, Number, P,
@@ -62,10 +63,6 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def _code(item: tuple) -> str:
-    return item[0]
-
-
 def _is_traceback_header(cand: _Candidate) -> bool:
     return "Traceback (most recent call last)" in cand.message
 
@@ -94,6 +91,13 @@ def stats_working(stats: dict[str, float]) -> bool:
     proves work."""
     gen = stats.get("gen_tokens_per_s")
     return gen is None or gen > 0 or stats.get("prompt_tokens_per_s", 0.0) > 0 or stats.get("running", 0.0) <= 0
+
+
+def stats_of_segment(raw: bytes) -> Optional[dict[str, float]]:
+    """The numbers of a serving-stats line read whole (its prefixes and colours stripped)."""
+    if b"\x1b" in raw:
+        raw = ANSI.sub(b"", raw)
+    return parse_serving_stats_line(strip_prefixes(raw.decode("utf-8", "replace"))[0].strip())
 
 
 def series_done(key: tuple, done: float) -> bool:
@@ -811,14 +815,6 @@ class State:
         if working or not self.holds_candidate():
             self._recovered(line, proven=True)
 
-    def serving_data_of(self, raw: bytes, line: int, judge: bool = True) -> None:
-        """serving_data() for a segment known to be a serving-stats line (see classify_template)."""
-        if b"\x1b" in raw:
-            raw = ANSI.sub(b"", raw)
-        stats = parse_serving_stats_line(strip_prefixes(raw.decode("utf-8", "replace"))[0].strip())
-        if stats:
-            self.serving_data(stats, line, judge)
-
     def serving_data(self, stats: dict[str, float], line: int, judge: bool = True) -> None:
         """The numbers of one serving-stats line: merged values, the spec-decode window, KV pressure.
         judge=False: the window is not judged (a later line's judgement replaces this one's)."""
@@ -1114,7 +1110,7 @@ class State:
                 return None
         if not _same(_nvrm_run(self.nvrm, next_line), _nvrm_run(other.nvrm, next_line)):
             return None
-        if not _same(sorted(self.warnings.items(), key=_code), sorted(other.warnings.items(), key=_code)):
+        if not _same(sorted(self.warnings.items(), key=itemgetter(0)), sorted(other.warnings.items(), key=itemgetter(0))):
             return None
         mine_c, theirs_c = self._candidates(), other._candidates()
         if [a is b for a in mine_c for b in mine_c] != [a is b for a in theirs_c for b in theirs_c]:
